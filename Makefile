@@ -1,0 +1,37 @@
+# Two commands do everything on a fresh machine:
+#   make demo   create .venv, install rnnport, run the demo on the bundled example
+#   make test   create .venv, install the test frameworks, run every test
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+REFERENCE := ../shared/examples/keras_cudnn_reference.json
+
+.PHONY: demo test lint golden clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.base: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test: pyproject.toml requirements-test.txt | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e . -r requirements-test.txt
+	touch $@ $(VENV)/.base
+
+demo: $(VENV)/.base
+	$(PY) -m rnnport demo $(if $(wildcard $(REFERENCE)),--reference $(REFERENCE))
+
+test: $(VENV)/.test
+	$(PY) -m ruff check src tests tools
+	$(PY) -m pytest
+
+lint: $(VENV)/.test
+	$(PY) -m ruff check src tests tools
+
+golden: $(VENV)/.test
+	$(PY) tools/make_golden.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,119 @@
+"""rnnport: move trained LSTM, GRU and simple RNN layers exactly between Keras, cuDNN
+buffers, PyTorch, ONNX and TF1 checkpoints, and run them with NumPy alone.
+
+>>> import rnnport
+>>> rnn = rnnport.read(keras_layer)                  # doctest: +SKIP
+>>> buffer = rnnport.write(rnn, "cudnn")             # doctest: +SKIP
+>>> y, (h, c) = rnn.forward(x)                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import errors
+from .errors import (
+    AmbiguousSourceError,
+    DTypeError,
+    FormatError,
+    MissingDependencyError,
+    RnnportError,
+    ShapeError,
+    SpecError,
+    StateError,
+    UnknownFormatError,
+    UnknownOptionError,
+    UnsupportedFeatureError,
+)
+from .formats import formats
+from .model import RNN, Model, Stack, stack
+from .spec import Spec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RNN",
+    "AmbiguousSourceError",
+    "DTypeError",
+    "FormatError",
+    "MissingDependencyError",
+    "Model",
+    "RnnportError",
+    "ShapeError",
+    "Spec",
+    "SpecError",
+    "Stack",
+    "StateError",
+    "UnknownFormatError",
+    "UnknownOptionError",
+    "UnsupportedFeatureError",
+    "convert",
+    "errors",
+    "formats",
+    "param_count",
+    "read",
+    "stack",
+    "write",
+]
+
+
+def read(source: Any, fmt: str | None = None, **options: Any) -> Model:
+    """Read a network from ``source`` into the canonical model.
+
+    ``fmt`` is one of :func:`formats`; when omitted it is told from the source (a framework
+    object's type, a state_dict's keys, a list of Keras arrays). Returns an :class:`RNN`,
+    or a :class:`Stack` when layers differ in size or cell.
+    """
+    from . import formats as registry
+
+    name = registry.sniff(source) if fmt is None else registry.info(fmt).name
+    return registry.get(name).read(source, **options)
+
+
+def write(model: Model, fmt: str, path: Any = None, **options: Any) -> Any:
+    """Write ``model`` in format ``fmt``; returns the format's native object and, when
+    ``path`` is given, also saves it there (atomically)."""
+    from . import formats as registry
+
+    if not isinstance(model, (RNN, Stack)):
+        raise FormatError(f"write: expected an rnnport.RNN or Stack (from rnnport.read), got "
+                          f"{type(model).__name__}.")
+    return registry.get(fmt).write(model, path=path, **options)
+
+
+def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
+            **options: Any) -> Any:
+    """``write(read(source, fmt), to, path)``; each option goes to the side that takes it."""
+    from . import formats as registry
+
+    source_name = registry.sniff(source) if fmt is None else registry.info(fmt).name
+    reader, writer = registry.get(source_name), registry.get(to)
+    read_options = {k: v for k, v in options.items() if k in reader.READ_OPTIONS}
+    write_options = {k: v for k, v in options.items() if k in writer.WRITE_OPTIONS}
+    unknown = sorted(set(options) - set(read_options) - set(write_options))
+    if unknown:
+        known = sorted(reader.READ_OPTIONS | writer.WRITE_OPTIONS)
+        raise UnknownOptionError(
+            f"convert({source_name} → {to}): unknown option(s) {', '.join(unknown)}; reading "
+            f"{source_name} and writing {to} take: {', '.join(known) or 'none'}.")
+    model = reader.read(source, **read_options)
+    return writer.write(model, path=path, **write_options)
+
+
+def param_count(model: Model, fmt: str | None = None, **options: Any) -> int:
+    """Parameters as format ``fmt`` stores them (``None``: the canonical count).
+
+    A Keras GRU 4→5 stores 150 with reset_after=False and 165 with reset_after=True; a
+    Keras LSTM stores one bias where the canonical model (and cuDNN) keep two.
+    """
+    from . import formats as registry
+
+    if fmt is None:
+        return model.num_params()
+    module = registry.get(fmt)
+    counter = getattr(module, "param_count", None)
+    if counter is not None:
+        return int(counter(model, **options))
+    written = module.write(model, **options)
+    values = written.values() if isinstance(written, dict) else written
+    return int(sum(getattr(v, "size", 0) for v in values))

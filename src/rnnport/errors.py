@@ -1,0 +1,79 @@
+"""Every exception rnnport raises.
+
+Each class is also a built-in exception, so callers that catch ``ValueError`` or
+``ImportError`` keep working. Messages follow one shape::
+
+    <where>: <what>; expected <X> (because …), got <Y>. <how to fix>.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "AmbiguousSourceError",
+    "DTypeError",
+    "FormatError",
+    "MissingDependencyError",
+    "RnnportError",
+    "ShapeError",
+    "SpecError",
+    "StateError",
+    "UnknownFormatError",
+    "UnknownOptionError",
+    "UnsupportedFeatureError",
+]
+
+
+class RnnportError(Exception):
+    """Base class of every rnnport error."""
+
+
+class SpecError(RnnportError, ValueError):
+    """A Spec field is missing, of the wrong type, or inconsistent with another."""
+
+
+class ShapeError(RnnportError, ValueError):
+    """One or more arrays have the wrong shape; the message lists every problem."""
+
+    def __init__(self, problems: str | Iterable[str], *, hint: str = "") -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        text = self.problems[0] if len(self.problems) == 1 else (
+            f"{len(self.problems)} shape problems:\n" + "\n".join(f"  - {p}" for p in self.problems)
+        )
+        super().__init__(f"{text}\n{hint}" if hint else text)
+
+
+class DTypeError(RnnportError, TypeError, ValueError):
+    """An array holds integers, complex numbers, or dtypes that do not agree."""
+
+
+class StateError(RnnportError, ValueError):
+    """An initial state or ``lengths`` argument does not fit the network or the input."""
+
+
+class FormatError(RnnportError, ValueError):
+    """A source does not hold what its format requires (missing keys, bad sizes)."""
+
+
+class UnknownFormatError(FormatError, KeyError):
+    """A format name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class AmbiguousSourceError(FormatError):
+    """The format, or the network inside a source, cannot be told without help."""
+
+
+class UnknownOptionError(RnnportError, TypeError):
+    """A keyword option that the chosen format does not take."""
+
+
+class UnsupportedFeatureError(RnnportError, NotImplementedError):
+    """The target cannot express a feature of the model; converting would change the numbers."""
+
+
+class MissingDependencyError(RnnportError, ImportError):
+    """An optional framework is needed for this operation and is not installed."""

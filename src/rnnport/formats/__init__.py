@@ -1,0 +1,118 @@
+"""The format registry: format name → module, imported only when first used.
+
+Every format module has the same surface:
+
+* ``DESCRIPTION``: one line; ``EXTRA``: the pip extra its framework needs (or None)
+* ``READ_OPTIONS`` / ``WRITE_OPTIONS``: the keyword options ``read`` / ``write`` take
+* ``sniff(source) -> bool``: whether ``source`` looks like this format (cheap, no imports)
+* ``read(source, **options) -> RNN | Stack``
+* ``write(model, path=None, **options) -> native object``
+* ``FEATURES``: which of ``projection``, ``peepholes``, ``cell_clip``, ``reset_before``
+  (GRU) it can hold, checked by :func:`check_features` before writing
+* optionally ``param_count(model, **options) -> int``
+
+Adding a format is one module plus one line in ``_REGISTRY``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ..errors import (
+    AmbiguousSourceError,
+    FormatError,
+    UnknownFormatError,
+    UnsupportedFeatureError,
+)
+from ..spec import Spec
+from ._common import close_matches, describe
+
+__all__ = ["FormatInfo", "check_features", "formats", "get", "info", "sniff"]
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    name: str
+    module: str
+    summary: str
+
+
+_REGISTRY: dict[str, FormatInfo] = {
+    info.name: info
+    for info in (
+        FormatInfo("keras", "rnnport.formats.keras",
+                   "Keras LSTM/GRU/SimpleRNN/Bidirectional layers and get_weights() lists"),
+        FormatInfo("cudnn", "rnnport.formats.cudnn",
+                   "the flat cuDNN weight-space buffer (any layers, directions, bias mode)"),
+        FormatInfo("miopen", "rnnport.formats.miopen",
+                   "the flat ROCm MIOpen weight buffer (LSTM gates i f o c)"),
+        FormatInfo("torch", "rnnport.formats.torch",
+                   "PyTorch nn.LSTM/GRU/RNN modules and their state_dicts"),
+    )
+}
+
+
+def formats() -> list[str]:
+    """Names of the registered formats."""
+    return list(_REGISTRY)
+
+
+def info(name: str) -> FormatInfo:
+    if not isinstance(name, str) or name not in _REGISTRY:
+        known = ", ".join(_REGISTRY)
+        hint = close_matches(name, _REGISTRY) if isinstance(name, str) else ""
+        raise UnknownFormatError(f"unknown format {name!r}; known formats: {known}.{hint}")
+    return _REGISTRY[name]
+
+
+def get(name: str) -> ModuleType:
+    """The module implementing format ``name`` (imported on first use)."""
+    return importlib.import_module(info(name).module)
+
+
+def sniff(source: Any) -> str:
+    """The one format ``source`` can be read as, or an error listing the candidates."""
+    matches = [name for name in _REGISTRY if get(name).sniff(source)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise FormatError(
+            f"read: cannot tell the format of {describe(source)}; pass fmt= with one of "
+            f"{', '.join(_REGISTRY)}.")
+    raise AmbiguousSourceError(
+        f"read: {describe(source)} could be read as {' or '.join(matches)}; pass fmt= with one "
+        f"of them (e.g. fmt={matches[0]!r}).")
+
+
+def _features_of(spec: Spec) -> list[tuple[str, str, str]]:
+    """(feature key, what it is, why it matters) for each optional feature ``spec`` uses."""
+    used = []
+    if spec.proj_size:
+        used.append(("projection", f"an LSTM projection (proj_size={spec.proj_size})",
+                     "h' = W_hr·h' feeds the next step and the output"))
+    if spec.peepholes:
+        used.append(("peepholes", "LSTM peepholes", "the gates see the cell state"))
+    if spec.cell_clip is not None:
+        used.append(("cell_clip", f"an LSTM cell clip ({spec.cell_clip:g})",
+                     "c' is clipped before tanh"))
+    if spec.cell == "gru" and not spec.reset_after:
+        used.append(("reset_before", "a reset-before GRU (Keras reset_after=False, TF1 GRUCell)",
+                     "its candidate is tanh(W_n x + R_n(r∘h) + b), not tanh(W_n x + "
+                     "r∘(R_n h + b_R) + b_W); no conversion between the two GRUs is exact"))
+    return used
+
+
+def check_features(spec: Spec, name: str, where: str) -> None:
+    """Raise UnsupportedFeatureError naming the first feature of ``spec`` that ``name`` lacks."""
+    features = get(name).FEATURES
+    for key, what, why in _features_of(spec):
+        if key not in features:
+            holders = [other for other in _REGISTRY if key in get(other).FEATURES]
+            alternatives = (f"Formats that hold it: {', '.join(holders)}." if holders else
+                            "No registered format holds it besides rnnport's own model.")
+            raise UnsupportedFeatureError(
+                f"{where}: the {name} format cannot hold {what} ({why}); converting would "
+                f"change the numbers, so nothing was written. {alternatives}")

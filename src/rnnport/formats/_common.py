@@ -1,0 +1,118 @@
+"""Helpers shared by the format modules: options, tensors, biases, atomic saving."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    FormatError,
+    MissingDependencyError,
+    UnknownOptionError,
+    UnsupportedFeatureError,
+)
+from ..gates import CANONICAL, block
+from ..spec import Spec
+
+__all__ = [
+    "check_options",
+    "close_matches",
+    "combine_biases",
+    "require",
+    "sum_exact",
+    "to_numpy",
+]
+
+
+def close_matches(word: str, candidates: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` or an empty string."""
+    found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" Did you mean {found[0]!r}?" if found else ""
+
+
+def check_options(where: str, options: Mapping[str, Any], known: Iterable[str]) -> None:
+    known = sorted(known)
+    for name in options:
+        if name not in known:
+            listing = ", ".join(known) if known else "none"
+            raise UnknownOptionError(
+                f"{where}: unknown option {name!r}; this format takes: {listing}."
+                f"{close_matches(name, known)}")
+
+
+def require(module: str, *, extra: str, purpose: str) -> Any:
+    """Import an optional framework, or say how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"{purpose} needs {module!r}, which is not installed ({error}). "
+            f"Install it with: pip install 'rnnport[{extra}]'") from error
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A framework tensor or array-like as a NumPy array, without importing any framework.
+
+    bfloat16 tensors become float32 (exact); everything else keeps its dtype.
+    """
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
+        tensor = value.detach().cpu()
+        if str(tensor.dtype) == "torch.bfloat16":
+            tensor = tensor.float()
+        return tensor.numpy()
+    if hasattr(value, "numpy") and callable(value.numpy):  # tf / keras tensors and variables
+        return np.asarray(value.numpy())
+    return np.asarray(value)
+
+
+def sum_exact(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """``first + second``, returning an operand unchanged (same bits) when the other is all zero."""
+    if not second.any():
+        return np.array(first, copy=True)
+    if not first.any():
+        return np.array(second, copy=True)
+    return first + second
+
+
+def combine_biases(spec: Spec, named: Mapping[str, np.ndarray], into: str, where: str,
+                   target: str) -> np.ndarray:
+    """One bias vector (canonical order) computing what ``bias_ih`` and ``bias_hh`` compute.
+
+    ``into`` names the slot the target keeps (``"ih"`` or ``"hh"``). Summing is exact in
+    function for every cell but the reset-after GRU, whose ``bR_n`` sits inside ``r∘(…)``
+    and ``bW_n`` outside it: there, the candidate block of the slot that is dropped must be
+    zero, or the target cannot express the network.
+    """
+    bias_ih, bias_hh = named["bias_ih"], named["bias_hh"]
+    if spec.cell == "gru" and spec.reset_after:
+        dropped = bias_hh if into == "ih" else bias_ih
+        if block(dropped, CANONICAL["gru"], "n").any():
+            side = "recurrent" if into == "ih" else "input"
+            raise UnsupportedFeatureError(
+                f"{where}: {target} keeps one GRU bias, but this reset-after GRU has a nonzero "
+                f"{side}-side candidate bias (b{'R' if into == 'ih' else 'W'}_n), which acts "
+                f"{'inside' if into == 'ih' else 'outside'} r∘(…) and cannot be moved to the "
+                f"other slot without changing the output. Keep both biases (e.g. cuDNN "
+                f"bias_mode='double', Keras GRU reset_after=True).")
+    return sum_exact(bias_ih, bias_hh)
+
+
+def source_error(where: str, expected: str, got: Any, fix: str) -> FormatError:
+    return FormatError(f"{where}: expected {expected}, got {describe(got)}. {fix}")
+
+
+def describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape} and dtype {value.dtype}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    if isinstance(value, Mapping):
+        return f"a mapping with {len(value)} key(s)"
+    return f"a {type(value).__module__}.{type(value).__qualname__}"

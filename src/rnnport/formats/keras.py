@@ -1,0 +1,377 @@
+"""Keras (Keras 3, tf.keras 2.x): layer objects and ``get_weights()`` lists.
+
+One Keras layer direction holds, in ``get_weights()`` order::
+
+    kernel            (I, G·H)    columns in gate blocks; x @ kernel
+    recurrent_kernel  (H, G·H)
+    bias              LSTM (4H,), SimpleRNN (H,), GRU reset_after=False (3H,),
+                      GRU reset_after=True (2, 3H): row 0 input side, row 1 recurrent side;
+                      absent when use_bias=False
+
+Gate orders (columns): LSTM ``i f c o`` (= canonical ``i f g o``), GRU ``z r h``
+(canonical ``r z n`` reversed in its first two blocks), SimpleRNN one block. The
+matrices are the transposes of cuDNN's ``(G·H, in)``.
+
+Nesting: one layer's list; a ``Bidirectional`` layer's list is the forward layer's
+arrays then the backward layer's; a stack is a list of such lists. ``write`` gives the
+same nesting: a flat list for a one-layer network, a list of per-layer lists otherwise.
+
+Biases: Keras LSTM, SimpleRNN and reset-before GRU keep one bias. Reading puts it in the
+recurrent-side slot (``bias_hh``) with zeros in ``bias_ih`` — where TensorFlow put it
+when it handed a Keras LSTM to cuDNN; writing sums the two slots (exact in function,
+and bit-exact when one slot is zero). A reset-after GRU keeps both.
+
+What weights cannot tell comes as options with Keras's defaults: ``activation="tanh"``
+(SimpleRNN: ``"relu"`` also), ``reset_after=True`` (a GRU with no bias). Layer objects
+are read through ``get_config()``/``get_weights()``; Keras itself is never imported.
+Keras cannot hold a projection, peepholes or a cell clip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError, ShapeError, UnsupportedFeatureError
+from ..gates import CANONICAL, gate_family, reorder
+from ..model import RNN, Model, Stack, as_float_array, stack
+from ..spec import Spec
+from ._common import check_options, combine_biases, describe, to_numpy
+
+DESCRIPTION = "Keras layers and get_weights() lists"
+EXTRA = "keras"
+FEATURES = frozenset({"reset_before"})
+READ_OPTIONS = frozenset({"activation", "reset_after"})
+WRITE_OPTIONS: frozenset[str] = frozenset()
+
+ORDERS = {"lstm": "ifgo", "gru": "zrn", "rnn": "h"}
+LAYER_CELLS = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
+WRAPPERS = {"Bidirectional"}
+PASSIVE_LAYERS = {"InputLayer", "Masking", "Dropout", "SpatialDropout1D", "GaussianNoise",
+                  "GaussianDropout", "AlphaDropout", "ActivityRegularization"}
+MODEL_CLASSES = {"Sequential", "Functional", "Model"}
+GATE_COUNT_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
+
+
+def _class_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _is_layer(value: Any) -> bool:
+    return (hasattr(value, "get_weights") and hasattr(value, "get_config")
+            and _class_name(value) in {*LAYER_CELLS, *WRAPPERS})
+
+
+def _is_model(value: Any) -> bool:
+    return _class_name(value) in MODEL_CLASSES and hasattr(value, "layers")
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or (
+        hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (list, tuple)))
+
+
+def sniff(source: Any) -> bool:
+    if _is_layer(source) or _is_model(source):
+        return True
+    if isinstance(source, (list, tuple)) and source:
+        return all(_is_array(item) or _is_layer(item) or isinstance(item, (list, tuple))
+                   for item in source)
+    return False
+
+
+# -- read ------------------------------------------------------------------------------
+
+
+def read(source: Any, **options: Any) -> Model:
+    check_options("read(fmt='keras')", options, READ_OPTIONS)
+    if _is_model(source):
+        return _read_model(source, options)
+    if _is_layer(source):
+        return _read_layer(source, options, "keras layer")
+    if isinstance(source, (list, tuple)) and source:
+        if all(_is_array(item) for item in source):
+            return _read_weights(list(source), options, "keras weights")
+        if all(isinstance(item, (list, tuple)) or _is_layer(item) for item in source):
+            parts = []
+            for index, item in enumerate(source):
+                location = f"keras stack, layer {index}"
+                if _is_layer(item):
+                    parts.append(_read_layer(item, options, location))
+                elif item and all(_is_array(a) for a in item):
+                    parts.append(_read_weights(list(item), options, location))
+                else:
+                    raise FormatError(f"{location}: expected a Keras layer or its get_weights() "
+                                      f"list of arrays, got {describe(item)}.")
+            return _stack(parts)
+    raise FormatError(
+        f"read(fmt='keras'): expected a Keras LSTM/GRU/SimpleRNN/Bidirectional layer, a list of "
+        f"them, a get_weights() list of arrays, or a list of such lists; got {describe(source)}.")
+
+
+def _stack(parts: list[Model]) -> Model:
+    try:
+        return stack(parts)
+    except ShapeError as error:
+        raise ShapeError(error.problems, hint="In a Keras stack each layer takes the previous "
+                         "layer's output (units, or 2·units after Bidirectional).") from None
+
+
+def _read_model(model: Any, options: dict[str, Any]) -> Model:
+    layers = list(model.layers)
+    recurrent = [layer for layer in layers if _is_layer(layer)]
+    others = [layer for layer in layers
+              if not _is_layer(layer) and _class_name(layer) not in PASSIVE_LAYERS]
+    name = getattr(model, "name", _class_name(model))
+    if not recurrent:
+        raise FormatError(f"keras model {name!r}: no LSTM/GRU/SimpleRNN/Bidirectional layer found.")
+    if others:
+        listing = ", ".join(f"{getattr(x, 'name', '?')} ({_class_name(x)})" for x in others)
+        raise UnsupportedFeatureError(
+            f"keras model {name!r}: holds layers rnnport does not convert ({listing}); reading "
+            "the model whole would leave them out. Pass the recurrent layers themselves, e.g. "
+            f"rnnport.read([model.get_layer({getattr(recurrent[0], 'name', 'lstm')!r}), ...]).")
+    return _stack([_read_layer(layer, options, f"keras model {name!r}, layer "
+                                               f"{getattr(layer, 'name', '?')!r}")
+                   for layer in recurrent])
+
+
+def _activation_name(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        config = value.get("config")
+        if isinstance(config, Mapping) and "name" in config:
+            return str(config["name"])
+        return str(value.get("class_name"))
+    return getattr(value, "__name__", str(value))
+
+
+def _layer_options(layer: Any, config: Mapping[str, Any], location: str,
+                   *, backward: bool) -> dict[str, Any]:
+    """Check a Keras RNN layer's config for what changes the numbers; return read options."""
+    cls = _class_name(layer)
+    activation = _activation_name(config.get("activation", "tanh"))
+    recurrent_activation = _activation_name(config.get("recurrent_activation", "sigmoid"))
+    if cls == "SimpleRNN":
+        if activation not in ("tanh", "relu"):
+            raise UnsupportedFeatureError(
+                f"{location}: SimpleRNN activation {activation!r}; rnnport computes 'tanh' and "
+                "'relu' (the activations cuDNN, PyTorch and ONNX share).")
+    elif activation != "tanh" or recurrent_activation != "sigmoid":
+        raise UnsupportedFeatureError(
+            f"{location}: {cls} with activation={activation!r}, recurrent_activation="
+            f"{recurrent_activation!r}; expected 'tanh' and 'sigmoid' (the functions cuDNN and "
+            "PyTorch compute). Older Keras defaulted to 'hard_sigmoid': retrain or rebuild the "
+            "layer with recurrent_activation='sigmoid'.")
+    if bool(config.get("go_backwards", False)) != backward:
+        raise UnsupportedFeatureError(
+            f"{location}: go_backwards={config.get('go_backwards')!r} outside a Bidirectional "
+            "layer returns the sequence reversed, which no other format does. Reverse the time "
+            "axis of x yourself and read the layer with go_backwards=False.")
+    options: dict[str, Any] = {}
+    if cls == "SimpleRNN":
+        options["activation"] = activation
+    if cls == "GRU":
+        options["reset_after"] = bool(config.get("reset_after", True))
+    return options
+
+
+def _read_layer(layer: Any, options: dict[str, Any], location: str) -> Model:
+    cls = _class_name(layer)
+    location = f"{location} {getattr(layer, 'name', cls)!r} ({cls})"
+    config = layer.get_config()
+    if cls in WRAPPERS:
+        merge_mode = config.get("merge_mode", "concat")
+        if merge_mode != "concat":
+            raise UnsupportedFeatureError(
+                f"{location}: merge_mode={merge_mode!r}; rnnport's bidirectional output "
+                "concatenates forward and backward (merge_mode='concat', as cuDNN, PyTorch and "
+                "ONNX do). To convert the weights anyway, read layer.get_weights() and combine "
+                "the two halves of the output yourself.")
+        forward_layer, backward_layer = layer.forward_layer, layer.backward_layer
+        forward_options = _layer_options(forward_layer, forward_layer.get_config(),
+                                         f"{location}, forward", backward=False)
+        backward_options = _layer_options(backward_layer, backward_layer.get_config(),
+                                          f"{location}, backward", backward=True)
+        if forward_options != backward_options or _class_name(forward_layer) != _class_name(
+                backward_layer):
+            raise UnsupportedFeatureError(
+                f"{location}: forward and backward layers differ ({_class_name(forward_layer)} "
+                f"{forward_options} vs {_class_name(backward_layer)} {backward_options}); a "
+                "bidirectional network in rnnport has one cell for both directions.")
+        weights = [*forward_layer.get_weights(), *backward_layer.get_weights()]
+        layer_options = forward_options
+    else:
+        layer_options = _layer_options(layer, config, location, backward=False)
+        weights = layer.get_weights()
+    if not weights:
+        raise FormatError(f"{location}: the layer has no weights yet; build it first (call it on "
+                          "an input, or layer.build(input_shape)).")
+    for key, value in options.items():
+        if key in layer_options and layer_options[key] != value:
+            raise FormatError(f"{location}: option {key}={value!r} contradicts the layer's "
+                              f"config ({key}={layer_options[key]!r}); drop the option.")
+    return _read_weights(weights, {**options, **layer_options}, location)
+
+
+def _read_weights(arrays: list[Any], options: Mapping[str, Any], location: str) -> RNN:
+    arrays = [to_numpy(a) for a in arrays]
+    count = len(arrays)
+    if count in (2, 3):
+        halves = [arrays]
+    elif count in (4, 6):
+        halves = [arrays[:count // 2], arrays[count // 2:]]
+    else:
+        raise FormatError(
+            f"{location}: {count} arrays; expected 3 (kernel, recurrent_kernel, bias) or 2 "
+            "without bias for one layer, or 6 / 4 for a Bidirectional layer (forward arrays "
+            "then backward arrays). For a stack, pass a list of per-layer lists.")
+    names = ("forward", "backward")
+    found = [_direction(half, options, f"{location}, {names[d]}" if len(halves) == 2 else location)
+             for d, half in enumerate(halves)]
+    specs = [spec for spec, _ in found]
+    if len(specs) == 2 and specs[0] != specs[1]:
+        raise ShapeError(f"{location}: forward is a {specs[0].describe()} but backward is a "
+                         f"{specs[1].describe()}; expected the same shapes in both directions.")
+    spec = specs[0].replace(bidirectional=len(halves) == 2)
+    return RNN(spec, [[params for _, params in found]], copy=False)
+
+
+def _direction(arrays: list[np.ndarray], options: Mapping[str, Any],
+               location: str) -> tuple[Spec, dict[str, np.ndarray]]:
+    names = ("kernel", "recurrent_kernel", "bias")
+    arrays = [as_float_array(a, f"{location}, {names[i]}") for i, a in enumerate(arrays)]
+    kernel, recurrent = arrays[0], arrays[1]
+    if kernel.ndim != 2 or recurrent.ndim != 2:
+        raise ShapeError(f"{location}: kernel {kernel.shape} and recurrent_kernel "
+                         f"{recurrent.shape}; expected 2-D arrays (I, G·H) and (H, G·H).")
+    hidden, columns = recurrent.shape
+    gates = columns // hidden if hidden and columns % hidden == 0 else 0
+    if gates not in GATE_COUNT_CELLS:
+        raise ShapeError(
+            f"{location}: recurrent_kernel {recurrent.shape}; expected (H, G·H) with G = 4 "
+            "(LSTM), 3 (GRU) or 1 (SimpleRNN).")
+    if kernel.shape[1] != columns:
+        raise ShapeError(f"{location}: kernel {kernel.shape} and recurrent_kernel "
+                         f"{recurrent.shape}; expected the same number of columns ({columns} = "
+                         f"{gates} gates × {hidden} units).")
+    family = GATE_COUNT_CELLS[gates]
+    activation = options.get("activation", "tanh")
+    if family == "rnn":
+        if activation not in ("tanh", "relu"):
+            raise UnsupportedFeatureError(f"{location}: activation={activation!r}; expected "
+                                          "'tanh' or 'relu'.")
+        cell = f"rnn_{activation}"
+    else:
+        if activation != "tanh":
+            raise UnsupportedFeatureError(f"{location}: activation={activation!r} applies to "
+                                          f"SimpleRNN; a Keras {family.upper()} here uses tanh.")
+        cell = family
+    reset_after = True
+    bias = arrays[2] if len(arrays) == 3 else None
+    if family == "gru":
+        if bias is None:
+            reset_after = bool(options.get("reset_after", True))
+        elif bias.shape == (2, columns):
+            reset_after = True
+        elif bias.shape == (columns,):
+            reset_after = False
+        else:
+            raise ShapeError(f"{location}: GRU bias {bias.shape}; expected (2, {columns}) for "
+                             f"reset_after=True or ({columns},) for reset_after=False.")
+        if "reset_after" in options and bool(options["reset_after"]) != reset_after:
+            raise FormatError(f"{location}: option reset_after={options['reset_after']!r}, but "
+                              f"the bias shape {bias.shape if bias is not None else None} means "
+                              f"reset_after={reset_after}; drop the option.")
+    elif bias is not None and bias.shape != (columns,):
+        raise ShapeError(f"{location}: bias {bias.shape}; expected ({columns},) "
+                         f"({gates} gates × {hidden} units).")
+    spec = Spec(cell=cell, input_size=kernel.shape[0], hidden_size=hidden,
+                reset_after=reset_after, bias=bias is not None)
+    order, canonical = ORDERS[family], CANONICAL[family]
+    params = {
+        "weight_ih": reorder(kernel.T, order, canonical),
+        "weight_hh": reorder(recurrent.T, order, canonical),
+    }
+    if bias is not None:
+        if bias.ndim == 2:
+            params["bias_ih"] = reorder(bias[0], order, canonical)
+            params["bias_hh"] = reorder(bias[1], order, canonical)
+        else:
+            params["bias_hh"] = reorder(bias, order, canonical)
+            params["bias_ih"] = np.zeros_like(params["bias_hh"])
+    return spec, params
+
+
+# -- write -----------------------------------------------------------------------------
+
+
+def write(model: Model, path: Any = None, **options: Any) -> list[Any]:
+    from . import check_features
+
+    check_options("write(fmt='keras')", options, WRITE_OPTIONS)
+    if path is not None:
+        raise UnsupportedFeatureError(
+            "write(fmt='keras'): saving Keras model files is not available in this version; call "
+            "write without path= and set the arrays with layer.set_weights(...).")
+    layers = model.layers() if isinstance(model, (RNN, Stack)) else None
+    if layers is None:
+        raise FormatError(f"write(fmt='keras'): expected an rnnport.RNN or Stack, got "
+                          f"{describe(model)}.")
+    out = []
+    for index, layer in enumerate(layers):
+        check_features(layer.spec, "keras", f"write(fmt='keras'), layer {index}")
+        arrays: list[np.ndarray] = []
+        for direction, named in enumerate(layer.params[0]):
+            arrays.extend(_direction_arrays(layer.spec, named, f"layer {index}, "
+                                            f"{('forward', 'backward')[direction]}"))
+        out.append(arrays)
+    if isinstance(model, RNN) and model.spec.num_layers == 1:
+        return out[0]
+    return out
+
+
+def _direction_arrays(spec: Spec, named: Mapping[str, np.ndarray], location: str) -> list[Any]:
+    family = gate_family(spec.cell)
+    order, canonical = ORDERS[family], CANONICAL[family]
+    arrays = [reorder(named["weight_ih"].T, canonical, order, axis=1),
+              reorder(named["weight_hh"].T, canonical, order, axis=1)]
+    if spec.bias:
+        if spec.cell == "gru" and spec.reset_after:
+            arrays.append(np.stack([reorder(named["bias_ih"], canonical, order),
+                                    reorder(named["bias_hh"], canonical, order)]))
+        else:
+            single = combine_biases(spec, named, "hh", f"write(fmt='keras') {location}", "keras")
+            arrays.append(reorder(single, canonical, order))
+    return arrays
+
+
+def layer_configs(model: Model) -> list[dict[str, Any]]:
+    """Keras layer settings that rebuild ``model`` (class, units, and what weights can't tell)."""
+    configs = []
+    for layer in model.layers():
+        spec = layer.spec
+        family = gate_family(spec.cell)
+        config: dict[str, Any] = {"units": spec.hidden_size, "use_bias": spec.bias}
+        cls = {"lstm": "LSTM", "gru": "GRU", "rnn": "SimpleRNN"}[family]
+        if family == "gru":
+            config["reset_after"] = spec.reset_after
+        if family == "rnn":
+            config["activation"] = spec.nonlinearity
+        configs.append({"class": cls, "bidirectional": spec.bidirectional, "config": config})
+    return configs
+
+
+def param_count(model: Model, **options: Any) -> int:
+    written = write(model, **options)
+    return int(sum(np.size(a) for a in _leaves(written)))
+
+
+def _leaves(nested: Sequence[Any]) -> list[Any]:
+    out = []
+    for item in nested:
+        out.extend(_leaves(item) if isinstance(item, (list, tuple)) else [item])
+    return out

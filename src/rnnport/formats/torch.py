@@ -1,0 +1,244 @@
+"""PyTorch: ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` modules and their state_dicts.
+
+Keys, per layer ``k`` (``_reverse`` suffix for the backward direction)::
+
+    weight_ih_l{k}   (G·H, I_k)    gates stacked by rows: LSTM i f g o, GRU r z n
+    weight_hh_l{k}   (G·H, H_out)
+    bias_ih_l{k}     (G·H,)        absent with bias=False
+    bias_hh_l{k}     (G·H,)
+    weight_hr_l{k}   (P, H)        LSTM with proj_size > 0
+
+This is the canonical layout byte for byte. A state_dict taken from a larger model
+(keys like ``encoder.rnn.weight_ih_l0``) is found by its prefix; ``prefix=`` picks one
+when several RNNs share the dict. What keys cannot tell: ``nonlinearity="tanh"`` (an
+``nn.RNN`` with relu). ``nn.GRU`` is the reset-after GRU; PyTorch has no peepholes and
+no cell clip.
+
+Writing gives a dict of NumPy arrays (``module=True``: a ready ``nn.Module``, which needs
+torch). A list of state_dicts or modules reads as a stack. Tensors are converted without
+importing torch; bfloat16 becomes float32 (exact).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from ..model import RNN, Model, Stack, stack
+from ..spec import Spec
+from ._common import check_options, describe, require, to_numpy
+
+DESCRIPTION = "PyTorch nn.LSTM/GRU/RNN modules and state_dicts"
+EXTRA = "torch"
+FEATURES = frozenset({"projection"})
+READ_OPTIONS = frozenset({"nonlinearity", "prefix"})
+WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part"})
+
+KEY = re.compile(r"^(?P<prefix>.*?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
+                 r"_l(?P<layer>\d+)(?P<reverse>_reverse)?$")
+MODULE_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
+GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
+
+
+def _is_module(value: Any) -> bool:
+    return hasattr(value, "state_dict") and getattr(value, "mode", None) in MODULE_MODES
+
+
+def sniff(source: Any) -> bool:
+    if _is_module(source):
+        return True
+    if isinstance(source, Mapping):
+        return any(isinstance(key, str) and KEY.match(key) for key in source)
+    if isinstance(source, (list, tuple)) and source:
+        return all(_is_module(item) or (isinstance(item, Mapping) and sniff(item))
+                   for item in source)
+    return False
+
+
+# -- read ------------------------------------------------------------------------------
+
+
+def read(source: Any, **options: Any) -> Model:
+    check_options("read(fmt='torch')", options, READ_OPTIONS)
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise FormatError("read(fmt='torch'): expected a state_dict or module, got an empty "
+                              "list.")
+        return stack([read(item, **options) for item in source])
+    if _is_module(source):
+        return _read_module(source, options)
+    if isinstance(source, Mapping):
+        return _read_state_dict(source, options, "torch state_dict")
+    raise FormatError(f"read(fmt='torch'): expected an nn.LSTM/GRU/RNN, a state_dict (keys like "
+                      f"'weight_ih_l0'), or a list of them; got {describe(source)}.")
+
+
+def _read_module(module: Any, options: dict[str, Any]) -> RNN:
+    cell = MODULE_MODES[module.mode]
+    location = f"torch {type(module).__name__}"
+    if "nonlinearity" in options and cell.startswith("rnn") and \
+            f"rnn_{options['nonlinearity']}" != cell:
+        raise FormatError(f"{location}: option nonlinearity={options['nonlinearity']!r} "
+                          f"contradicts the module's mode {module.mode!r}; drop the option.")
+    rnn = _read_state_dict(module.state_dict(), {**options, "nonlinearity": cell[4:] or "tanh"}
+                           if cell.startswith("rnn") else options, location)
+    declared = dict(input_size=module.input_size, hidden_size=module.hidden_size,
+                    num_layers=module.num_layers, bidirectional=bool(module.bidirectional),
+                    proj_size=getattr(module, "proj_size", 0), bias=bool(module.bias))
+    found = {key: getattr(rnn.spec, key) for key in declared}
+    if found != declared:
+        raise FormatError(f"{location}: its attributes {declared} disagree with its weights "
+                          f"{found}.")
+    return rnn
+
+
+def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], location: str) -> RNN:
+    groups: dict[str, dict[tuple[int, int], dict[str, Any]]] = defaultdict(
+        lambda: defaultdict(dict))
+    for key, value in state.items():
+        match = KEY.match(key) if isinstance(key, str) else None
+        if match:
+            direction = 1 if match["reverse"] else 0
+            groups[match["prefix"]][(int(match["layer"]), direction)][match["name"]] = value
+    if not groups:
+        keys = ", ".join(list(map(str, state))[:5])
+        raise FormatError(f"{location}: no RNN weights found; expected keys like 'weight_ih_l0', "
+                          f"got {keys or 'no keys'}.")
+    prefix = options.get("prefix")
+    if prefix is None:
+        if len(groups) > 1:
+            listing = ", ".join(repr(p) for p in groups)
+            raise AmbiguousSourceError(f"{location}: holds {len(groups)} RNNs, with key prefixes "
+                                       f"{listing}; pass prefix= with one of them.")
+        prefix = next(iter(groups))
+    elif prefix not in groups:
+        raise FormatError(f"{location}: no RNN with prefix {prefix!r}; prefixes found: "
+                          f"{', '.join(repr(p) for p in groups)}.")
+    entries = groups[prefix]
+    where = f"{location}{f' (prefix {prefix!r})' if prefix else ''}"
+    layers = 1 + max(layer for layer, _ in entries)
+    directions = 1 + max(direction for _, direction in entries)
+    missing = [f"weight_ih_l{k}{'_reverse' if d else ''}" for k in range(layers)
+               for d in range(directions) if (k, d) not in entries]
+    if missing:
+        raise FormatError(f"{where}: missing {', '.join(missing)}; expected layers 0…{layers - 1}"
+                          f" with {directions} direction(s) each.")
+    first = {name: to_numpy(value) for name, value in entries[(0, 0)].items()}
+    for required in ("weight_ih", "weight_hh"):
+        if required not in first:
+            raise FormatError(f"{where}: missing {required}_l0.")
+    weight_ih, weight_hh = first["weight_ih"], first["weight_hh"]
+    if weight_ih.ndim != 2 or weight_hh.ndim != 2:
+        raise FormatError(f"{where}: weight_ih_l0 {weight_ih.shape} and weight_hh_l0 "
+                          f"{weight_hh.shape}; expected 2-D (G·H, I) and (G·H, H_out).")
+    projection = first.get("weight_hr")
+    hidden = projection.shape[1] if projection is not None and projection.ndim == 2 \
+        else weight_hh.shape[1]
+    gates = weight_hh.shape[0] // hidden if hidden and weight_hh.shape[0] % hidden == 0 else 0
+    if gates not in GATE_CELLS:
+        raise FormatError(f"{where}: weight_hh_l0 {weight_hh.shape}; expected (G·H, H_out) with "
+                          "G = 4 (LSTM), 3 (GRU) or 1 (RNN).")
+    cell = GATE_CELLS[gates]
+    if cell == "rnn":
+        nonlinearity = options.get("nonlinearity", "tanh")
+        if nonlinearity not in ("tanh", "relu"):
+            raise FormatError(f"{where}: nonlinearity={nonlinearity!r}; expected 'tanh' or "
+                              "'relu'.")
+        cell = f"rnn_{nonlinearity}"
+    spec = Spec(cell=cell, input_size=weight_ih.shape[1], hidden_size=hidden, num_layers=layers,
+                bidirectional=directions == 2,
+                proj_size=projection.shape[0] if projection is not None else 0,
+                bias="bias_ih" in first or "bias_hh" in first)
+    params = [[{name: np.array(to_numpy(value), copy=True)
+                for name, value in entries[(layer, direction)].items()}
+               for direction in range(directions)] for layer in range(layers)]
+    return RNN(spec, params, copy=False)
+
+
+# -- write -----------------------------------------------------------------------------
+
+
+def key(name: str, layer: int, direction: int) -> str:
+    return f"{name}_l{layer}{'_reverse' if direction else ''}"
+
+
+def write(model: Model, path: Any = None, **options: Any) -> Any:
+    from . import check_features
+
+    check_options("write(fmt='torch')", options, WRITE_OPTIONS)
+    if isinstance(model, Stack):
+        if not options.pop("per_part", False):
+            raise UnsupportedFeatureError(
+                f"write(fmt='torch'): one nn.{_module_class(model.parts[0].spec)} holds one "
+                f"uniform network, and this Stack has {len(model.parts)} different parts "
+                f"({'; '.join(s.describe() for s in model.specs)}). Pass per_part=True for a list "
+                "with one state_dict (or module) per part, or write each of stack.parts.")
+        if path is not None:
+            raise FormatError("write(fmt='torch'): path= saves one state_dict; with "
+                              "per_part=True save each part yourself.")
+        return [write(part, **options) for part in model.parts]
+    options.pop("per_part", None)
+    if not isinstance(model, RNN):
+        raise FormatError(f"write(fmt='torch'): expected an rnnport.RNN or Stack, got "
+                          f"{describe(model)}.")
+    check_features(model.spec, "torch", "write(fmt='torch')")
+    state = {key(name, layer, direction): np.array(array, copy=True)
+             for layer, direction, name, array in model.arrays()}
+    if path is not None:
+        save(state, path)
+    if options.get("module", False):
+        return to_module(model, state, batch_first=options.get("batch_first", False))
+    if "batch_first" in options:
+        raise FormatError("write(fmt='torch'): batch_first= applies with module=True only.")
+    return state
+
+
+def _module_class(spec: Spec) -> str:
+    return {"lstm": "LSTM", "gru": "GRU"}.get(spec.cell, "RNN")
+
+
+def to_module(model: RNN, state: Mapping[str, np.ndarray], *, batch_first: bool) -> Any:
+    torch = require("torch", extra="torch", purpose="write(fmt='torch', module=True)")
+    spec = model.spec
+    kwargs: dict[str, Any] = dict(input_size=spec.input_size, hidden_size=spec.hidden_size,
+                                  num_layers=spec.num_layers, bias=spec.bias,
+                                  batch_first=batch_first, bidirectional=spec.bidirectional)
+    if spec.cell == "lstm":
+        module = torch.nn.LSTM(proj_size=spec.proj_size, **kwargs)
+    elif spec.cell == "gru":
+        module = torch.nn.GRU(**kwargs)
+    else:
+        module = torch.nn.RNN(nonlinearity=spec.nonlinearity, **kwargs)
+    module = module.to({np.float16: torch.float16, np.float32: torch.float32,
+                        np.float64: torch.float64}[model.dtype.type])
+    module.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in state.items()})
+    return module.eval()
+
+
+def save(state: Mapping[str, np.ndarray], path: Any) -> None:
+    """Save a state_dict: ``.safetensors`` (needs safetensors) or ``.pt``/``.pth`` (needs torch)."""
+    from ..io.atomic import atomic_write
+
+    suffix = Path(path).suffix.lower()
+    if suffix == ".safetensors":
+        safetensors = require("safetensors.numpy", extra="torch",
+                              purpose="saving .safetensors files")
+        atomic_write(path, lambda file: file.write(safetensors.save(dict(state))))
+    elif suffix in (".pt", ".pth"):
+        torch = require("torch", extra="torch", purpose="saving .pt files")
+        tensors = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in state.items()}
+        atomic_write(path, lambda file: torch.save(tensors, file))
+    else:
+        raise FormatError(f"write(fmt='torch'): path {str(path)!r} has suffix {suffix or 'none'};"
+                          " expected .pt, .pth or .safetensors.")
+
+
+def param_count(model: Model, **options: Any) -> int:
+    """PyTorch stores exactly the canonical parameters."""
+    return model.num_params()

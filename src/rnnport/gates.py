@@ -1,0 +1,97 @@
+"""Gate orders as data.
+
+Every format names its gate order once, as a string of gate letters; every
+permutation is derived from two such names. The canonical letters are cuDNN's:
+
+========  =========================  ===========================================
+cell      canonical (cuDNN, PyTorch)  letters
+========  =========================  ===========================================
+lstm      ``ifgo``                    input, forget, cell candidate (g), output
+gru       ``rzn``                     reset, update (z), candidate (n)
+rnn       ``h``                       the single block
+========  =========================  ===========================================
+
+Formats that call the LSTM candidate ``c`` or ``j`` (Keras, ONNX, TF1) or the GRU
+candidate ``h`` (Keras, ONNX) are written here with the canonical letters, so
+Keras GRU ``z r h`` is ``"zrn"`` and TF1 LSTM ``i j f o`` is ``"igfo"``.
+
+Blocks are ``hidden_size`` long and stacked along one axis of an array; nothing
+outside this module slices gate blocks by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "CANONICAL",
+    "GateOrder",
+    "block",
+    "block_range",
+    "gate_count",
+    "gate_family",
+    "permutation",
+    "reorder",
+]
+
+CANONICAL: dict[str, str] = {"lstm": "ifgo", "gru": "rzn", "rnn": "h"}
+
+GateOrder = str
+
+
+def gate_family(cell: str) -> str:
+    """``"rnn_tanh"``/``"rnn_relu"`` share the ``"rnn"`` gate family; others are their own."""
+    return "rnn" if cell.startswith("rnn") else cell
+
+
+def gate_count(cell: str) -> int:
+    """Number of gate blocks G: LSTM 4, GRU 3, simple RNN 1."""
+    return len(CANONICAL[gate_family(cell)])
+
+
+def permutation(source: GateOrder, target: GateOrder) -> tuple[int, ...]:
+    """Indices into ``source``'s blocks that give ``target``'s order.
+
+    >>> permutation("zrn", "rzn")
+    (1, 0, 2)
+    """
+    if sorted(source) != sorted(target) or len(set(source)) != len(source):
+        raise ValueError(f"gate orders {source!r} and {target!r} do not name the same gates")
+    return tuple(source.index(letter) for letter in target)
+
+
+def reorder(
+    array: np.ndarray, source: GateOrder, target: GateOrder, *, axis: int = 0
+) -> np.ndarray:
+    """Return ``array`` with its gate blocks along ``axis`` moved from ``source`` to ``target`` order.
+
+    The result is always a new C-contiguous array (one copy), even when the orders agree,
+    so callers may hand it on as owned data. ``array.shape[axis]`` must be a multiple of
+    the number of gates.
+    """
+    perm = permutation(source, target)
+    axis = axis % array.ndim
+    size = array.shape[axis]
+    gates = len(perm)
+    hidden = size // gates
+    if size != hidden * gates:
+        raise ValueError(f"axis {axis} of length {size} does not split into {gates} gate blocks")
+    if perm == tuple(range(gates)):
+        return np.array(array, order="C", copy=True)
+    split = array.reshape((*array.shape[:axis], gates, hidden, *array.shape[axis + 1 :]))
+    moved = np.take(split, perm, axis=axis)
+    return np.ascontiguousarray(moved).reshape(array.shape)
+
+
+def block_range(order: GateOrder, gate: str, hidden: int) -> tuple[int, int]:
+    """``(start, stop)`` of gate ``gate``'s block in an axis stored in ``order``."""
+    start = order.index(gate) * hidden
+    return start, start + hidden
+
+
+def block(array: np.ndarray, order: GateOrder, gate: str, *, axis: int = 0) -> np.ndarray:
+    """A view of gate ``gate``'s block of ``array`` along ``axis``, in a format stored in ``order``."""
+    axis = axis % array.ndim
+    index: list[slice] = [slice(None)] * array.ndim
+    index[axis] = slice(*block_range(order, gate, array.shape[axis] // len(order)))
+    return array[tuple(index)]

@@ -1,0 +1,1 @@
+"""File containers that are not a framework: atomic writes (and, later, TensorBundle, HDF5)."""

@@ -1,0 +1,49 @@
+"""Atomic file output: write to a temporary file beside the target, then rename.
+
+A reader never sees a half-written file, and a failure leaves any previous file intact.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from ..errors import FormatError
+
+__all__ = ["atomic_write", "save_npy"]
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
+    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise FormatError(f"{target}: the folder {folder} does not exist; create it first or "
+                          "choose another output path. Nothing was written.")
+    if target.is_dir():
+        raise FormatError(f"{target}: is a folder; expected a file path. Nothing was written.")
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
+                                         dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> Path:
+    """Save one array as ``.npy`` atomically (the name is used as given)."""
+    return atomic_write(path, lambda file: np.save(file, array, allow_pickle=False))

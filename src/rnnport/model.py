@@ -1,0 +1,401 @@
+"""The canonical model: ``RNN`` (one uniform network) and ``Stack`` (networks in sequence).
+
+``RNN`` holds a :class:`~rnnport.spec.Spec` and, for every layer and direction, the
+parameters named and shaped as in :mod:`rnnport.spec` — cuDNN gate order (LSTM
+``i f g o``, GRU ``r z n``) and orientation (``y = W·x``, matrices ``(G·H, in)``), both
+biases. It is immutable (arrays are read-only), validated on construction, and equality is
+exact: same spec, same dtype, same bits.
+
+``Stack`` chains networks that cannot be one ``RNN`` because their cell, size or variant
+differ (a Keras ``LSTM(128) → LSTM(64)``, an ``LSTM → GRU``). :func:`stack` builds the
+simplest form: adjacent compatible parts merge, and a single part comes back as an ``RNN``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Union
+
+import numpy as np
+
+from .errors import DTypeError, RnnportError, ShapeError, SpecError, StateError
+from .spec import Spec
+
+__all__ = ["RNN", "Model", "Stack", "stack"]
+
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+DIRECTION_NAMES = ("forward", "backward")
+
+Params = Mapping[str, np.ndarray]
+
+
+def where(layer: int, direction: int, name: str | None = None) -> str:
+    """``layer 1, backward, weight_ih`` — the location part of messages."""
+    text = f"layer {layer}, {DIRECTION_NAMES[direction]}"
+    return f"{text}, {name}" if name else text
+
+
+def as_float_array(value: Any, location: str) -> np.ndarray:
+    """``value`` as a NumPy array of a float dtype, or a DTypeError naming ``location``."""
+    array = np.asarray(value)
+    if array.dtype not in FLOAT_DTYPES:
+        kind = {"i": "integer", "u": "unsigned integer", "b": "boolean", "c": "complex",
+                "O": "object", "U": "string", "V": "raw (e.g. bfloat16)"}.get(array.dtype.kind,
+                                                                              "non-float")
+        raise DTypeError(
+            f"{location}: dtype {array.dtype} ({kind}); expected float16, float32 or float64 "
+            "(recurrent weights are real numbers kept in their own precision). "
+            "Cast the array first, e.g. array.astype(numpy.float32)."
+        )
+    return array
+
+
+class RNN:
+    """A uniform recurrent network in canonical (cuDNN/PyTorch) layout.
+
+    ``params[layer][direction]`` maps canonical names to arrays (see :mod:`rnnport.spec`).
+    Arrays are copied unless ``copy=False`` (for readers that hand over fresh arrays).
+    """
+
+    __slots__ = ("_cache", "_dtype", "_params", "_spec")
+
+    def __init__(
+        self, spec: Spec, params: Sequence[Sequence[Mapping[str, Any]]], *, copy: bool = True
+    ) -> None:
+        if not isinstance(spec, Spec):
+            raise SpecError(f"RNN: spec must be an rnnport.Spec, got {type(spec).__name__}.")
+        self._spec = spec
+        self._params = _validated(spec, params, copy=copy)
+        self._dtype = self._params[0][0]["weight_ih"].dtype
+        self._cache: dict[str, Any] = {}
+
+    # -- construction helpers ------------------------------------------------------------
+
+    @classmethod
+    def random(
+        cls, spec: Spec, *, seed: int | None = 0, dtype: Any = np.float32, scale: float | None = None
+    ) -> RNN:
+        """Random, distinct weights and biases (uniform ±1/√H unless ``scale`` is given)."""
+        rng = np.random.default_rng(seed)
+        bound = scale if scale is not None else 1.0 / math.sqrt(spec.hidden_size)
+        params = [
+            [
+                {name: rng.uniform(-bound, bound, shape).astype(dtype)
+                 for name, shape in spec.param_shapes(layer).items()}
+                for _ in range(spec.num_directions)
+            ]
+            for layer in range(spec.num_layers)
+        ]
+        return cls(spec, params, copy=False)
+
+    # -- access ----------------------------------------------------------------------
+
+    @property
+    def spec(self) -> Spec:
+        return self._spec
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def params(self) -> tuple[tuple[Params, ...], ...]:
+        """``params[layer][direction][name]`` → read-only array."""
+        return self._params
+
+    def parameter(self, layer: int, direction: int, name: str) -> np.ndarray:
+        return self._params[layer][direction][name]
+
+    def arrays(self) -> Iterator[tuple[int, int, str, np.ndarray]]:
+        """Every parameter as ``(layer, direction, name, array)``, in storage order."""
+        for layer, directions in enumerate(self._params):
+            for direction, named in enumerate(directions):
+                for name, array in named.items():
+                    yield layer, direction, name, array
+
+    def num_params(self) -> int:
+        """Canonical count: both biases, projection, peepholes (``spec.num_params()``)."""
+        return self._spec.num_params()
+
+    @property
+    def input_size(self) -> int:
+        return self._spec.input_size
+
+    @property
+    def output_size(self) -> int:
+        """Width of ``forward``'s ``y``: ``D·H_out``."""
+        return self._spec.num_directions * self._spec.output_size
+
+    # -- derived networks --------------------------------------------------------------
+
+    def astype(self, dtype: Any) -> RNN:
+        """The same network with every parameter cast to ``dtype`` (float16/32/64)."""
+        target = np.dtype(dtype)
+        if target not in FLOAT_DTYPES:
+            raise DTypeError(f"RNN.astype: {target} is not float16, float32 or float64.")
+        return RNN(self._spec, [[{k: v.astype(target) for k, v in named.items()}
+                                 for named in directions] for directions in self._params],
+                   copy=False)
+
+    def layers(self) -> list[RNN]:
+        """One single-layer ``RNN`` per layer (sharing this network's read-only arrays)."""
+        out = []
+        for layer, directions in enumerate(self._params):
+            spec = self._spec.replace(num_layers=1, input_size=self._spec.layer_input_size(layer))
+            out.append(RNN(spec, [list(directions)], copy=False))
+        return out
+
+    # -- computation -------------------------------------------------------------------
+
+    def forward(
+        self,
+        x: Any,
+        state: Any = None,
+        lengths: Any = None,
+        time_major: bool = False,
+    ) -> tuple[np.ndarray, Any]:
+        """Run the network on ``x``.
+
+        ``x``: ``(batch, time, I)``, or ``(time, batch, I)`` with ``time_major=True``.
+        Returns ``(y, state)``: ``y`` is ``(batch, time, D·H_out)`` in the same major order,
+        the backward half in original time order; ``state`` is ``(h, c)`` for LSTM with
+        ``h: (L·D, batch, H_out)`` and ``c: (L·D, batch, H)``, else ``h`` alone; index
+        ``layer·D + direction``. ``lengths`` ``(batch,)``: sequence ``b`` is valid for its
+        first ``lengths[b]`` steps — outputs past it are zero, the final state is the state
+        at the last valid step, and the backward direction starts there.
+
+        Math runs in float32 for float16/float32 weights, float64 for float64 weights.
+        """
+        from .runtime import run
+
+        return run(self, x, state=state, lengths=lengths, time_major=time_major)
+
+    # -- value semantics --------------------------------------------------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in RNN.__slots__ and not hasattr(self, name):
+            object.__setattr__(self, name, value)
+            return
+        if name == "_cache":
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError("rnnport.RNN is immutable; build a new one instead")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RNN):
+            return NotImplemented
+        if self._spec != other._spec or self._dtype != other._dtype:
+            return False
+        return all(_same_bits(a, b) for (*_, a), (*_, b) in zip(self.arrays(), other.arrays()))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<rnnport.RNN {self._spec.describe()}, {self._dtype}, {self.num_params():,} params>"
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    unsigned = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(unsigned), b.view(unsigned)))
+
+
+def _validated(
+    spec: Spec, params: Sequence[Sequence[Mapping[str, Any]]], *, copy: bool
+) -> tuple[tuple[Params, ...], ...]:
+    """Check every array against the spec; collect all problems and raise once."""
+    problems: list[str] = []
+    if not isinstance(params, Sequence) or len(params) != spec.num_layers:
+        found = len(params) if isinstance(params, Sequence) else type(params).__name__
+        raise ShapeError(f"RNN params: expected one entry per layer ({spec.num_layers}), "
+                         f"got {found}.")
+    dtypes: dict[np.dtype, str] = {}
+    out: list[tuple[Params, ...]] = []
+    for layer, directions in enumerate(params):
+        if not isinstance(directions, Sequence) or len(directions) != spec.num_directions:
+            got = len(directions) if isinstance(directions, Sequence) else type(directions).__name__
+            problems.append(f"layer {layer}: expected {spec.num_directions} direction(s), got {got}")
+            continue
+        expected = spec.param_shapes(layer)
+        layer_out = []
+        for direction, named in enumerate(directions):
+            names = set(named)
+            for missing in [n for n in expected if n not in names]:
+                problems.append(f"{where(layer, direction, missing)}: missing "
+                                f"(a {spec.describe()} has {', '.join(expected)})")
+            for extra in sorted(names - set(expected)):
+                problems.append(f"{where(layer, direction, extra)}: not a parameter of a "
+                                f"{spec.describe()} (expected {', '.join(expected)})")
+            arrays = {}
+            for name, shape in expected.items():
+                if name not in named:
+                    continue
+                array = as_float_array(named[name], where(layer, direction, name))
+                dtypes.setdefault(array.dtype, where(layer, direction, name))
+                if array.shape != shape:
+                    problems.append(f"{where(layer, direction, name)}: expected shape {shape} "
+                                    f"({_why(spec, layer, name)}), got {array.shape}")
+                    continue
+                array = np.array(array, order="C", copy=True) if copy else np.ascontiguousarray(
+                    array)
+                array.flags.writeable = False
+                arrays[name] = array
+            layer_out.append(MappingProxyType(arrays))
+        out.append(tuple(layer_out))
+    if problems:
+        raise ShapeError(problems, hint=f"The spec is {spec!r}.")
+    if len(dtypes) > 1:
+        found = ", ".join(f"{d} (e.g. {loc})" for d, loc in dtypes.items())
+        raise DTypeError(f"RNN params: mixed dtypes {found}; expected one dtype for the whole "
+                         "network. Cast them to one, e.g. with .astype(numpy.float32).")
+    return tuple(out)
+
+
+def _why(spec: Spec, layer: int, name: str) -> str:
+    gates = f"{spec.gate_count} gates × hidden {spec.hidden_size}"
+    width = spec.layer_input_size(layer)
+    source = ("input_size" if layer == 0 else
+              f"{spec.num_directions} direction(s) × {spec.output_size} from the layer below")
+    return {
+        "weight_ih": f"{gates}, input {width} = {source}",
+        "weight_hh": f"{gates}, recurrent input {spec.output_size}",
+        "bias_ih": gates,
+        "bias_hh": gates,
+        "weight_hr": f"proj_size {spec.proj_size} × hidden {spec.hidden_size}",
+        "weight_peephole": f"i, f, o peepholes × hidden {spec.hidden_size}",
+    }[name]
+
+
+class Stack:
+    """Recurrent networks applied one after another; each part's input is the previous ``y``.
+
+    ``forward`` takes and returns ``state`` as a list with one entry per part, each in
+    that part's ``RNN.forward`` form.
+    """
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: Sequence[RNN]) -> None:
+        parts = tuple(parts)
+        if not parts:
+            raise ShapeError("Stack: expected at least one network, got none.")
+        problems = []
+        for index, part in enumerate(parts):
+            if not isinstance(part, RNN):
+                raise SpecError(f"Stack part {index}: expected an rnnport.RNN, "
+                                f"got {type(part).__name__}.")
+            if index and part.input_size != parts[index - 1].output_size:
+                previous = parts[index - 1]
+                problems.append(
+                    f"part {index} ({part.spec.describe()}): input_size {part.input_size}; "
+                    f"expected {previous.output_size} (the output width of part {index - 1}, "
+                    f"{previous.spec.describe()})")
+        if problems:
+            raise ShapeError(problems, hint="Each part must take the previous part's output.")
+        dtypes = {part.dtype for part in parts}
+        if len(dtypes) > 1:
+            raise DTypeError(f"Stack: parts have dtypes {sorted(map(str, dtypes))}; expected one "
+                             "dtype. Cast the parts with RNN.astype first.")
+        object.__setattr__(self, "_parts", parts)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("rnnport.Stack is immutable; build a new one instead")
+
+    @property
+    def parts(self) -> tuple[RNN, ...]:
+        return self._parts
+
+    @property
+    def specs(self) -> tuple[Spec, ...]:
+        return tuple(part.spec for part in self._parts)
+
+    @property
+    def spec(self) -> Spec:
+        """A Stack has no single Spec; this raises with a pointer to ``specs``."""
+        raise StackSpecError(
+            f"Stack.spec: this stack's parts differ ({'; '.join(s.describe() for s in self.specs)}),"
+            " so there is no single Spec. Use stack.specs or stack.parts[i].spec.")
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._parts[0].dtype
+
+    @property
+    def input_size(self) -> int:
+        return self._parts[0].input_size
+
+    @property
+    def output_size(self) -> int:
+        return self._parts[-1].output_size
+
+    def num_params(self) -> int:
+        return sum(part.num_params() for part in self._parts)
+
+    def layers(self) -> list[RNN]:
+        return [layer for part in self._parts for layer in part.layers()]
+
+    def astype(self, dtype: Any) -> Stack:
+        return Stack([part.astype(dtype) for part in self._parts])
+
+    def forward(
+        self, x: Any, state: Sequence[Any] | None = None, lengths: Any = None,
+        time_major: bool = False,
+    ) -> tuple[np.ndarray, list[Any]]:
+        """Like :meth:`RNN.forward`; ``state`` is a list with one entry per part (or None)."""
+        if state is not None and (not isinstance(state, Sequence) or len(state) != len(self._parts)):
+            got = len(state) if isinstance(state, Sequence) else type(state).__name__
+            raise StateError(f"Stack.forward: state must be a list with one entry per part "
+                             f"({len(self._parts)}), got {got}. Pass None for zero states.")
+        states = []
+        y = x
+        for index, part in enumerate(self._parts):
+            y, final = part.forward(y, None if state is None else state[index], lengths, time_major)
+            states.append(final)
+        return y, states
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Stack):
+            return NotImplemented
+        return len(self._parts) == len(other._parts) and all(
+            a == b for a, b in zip(self._parts, other._parts))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = " → ".join(part.spec.describe() for part in self._parts)
+        return f"<rnnport.Stack {inner}, {self.dtype}, {self.num_params():,} params>"
+
+
+class StackSpecError(RnnportError, AttributeError):
+    """Raised by ``Stack.spec``: a stack of different networks has no single Spec."""
+
+
+Model = Union[RNN, Stack]
+
+
+def _mergeable(lower: RNN, upper: RNN) -> bool:
+    a, b = lower.spec, upper.spec
+    return (a.replace(num_layers=1, input_size=1) == b.replace(num_layers=1, input_size=1)
+            and b.input_size == lower.output_size and lower.dtype == upper.dtype)
+
+
+def stack(parts: Sequence[Model]) -> Model:
+    """The simplest model for ``parts`` in sequence: compatible neighbours merge into one
+    multi-layer ``RNN``; one part left gives an ``RNN``, several a ``Stack``."""
+    flat: list[RNN] = []
+    for part in parts:
+        flat.extend(part.parts if isinstance(part, Stack) else [part])
+    if not flat:
+        raise ShapeError("stack: expected at least one network, got none.")
+    merged: list[RNN] = [flat[0]]
+    for part in flat[1:]:
+        lower = merged[-1]
+        if _mergeable(lower, part):
+            spec = lower.spec.replace(num_layers=lower.spec.num_layers + part.spec.num_layers)
+            merged[-1] = RNN(spec, [*lower.params, *part.params], copy=False)
+        else:
+            merged.append(part)
+    return merged[0] if len(merged) == 1 else Stack(merged)
