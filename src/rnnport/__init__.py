@@ -26,6 +26,9 @@ from .errors import (
     UnsupportedFeatureError,
 )
 from .formats import formats
+from .formats import get as _format_module
+from .formats import info as _format_info
+from .formats import sniff as _sniff
 from .model import RNN, Model, Stack, stack
 from .spec import Spec
 
@@ -64,30 +67,31 @@ def read(source: Any, fmt: str | None = None, **options: Any) -> Model:
     object's type, a state_dict's keys, a list of Keras arrays). Returns an :class:`RNN`,
     or a :class:`Stack` when layers differ in size or cell.
     """
-    from . import formats as registry
-
-    name = registry.sniff(source) if fmt is None else registry.info(fmt).name
-    return registry.get(name).read(source, **options)
+    if fmt is None and isinstance(source, (RNN, Stack)):
+        if options:
+            raise UnknownOptionError(f"read: options {sorted(options)} do not apply to an "
+                                     "rnnport model, which is already canonical.")
+        return source
+    name = _sniff(source) if fmt is None else _format_info(fmt).name
+    return _format_module(name).read(source, **options)
 
 
 def write(model: Model, fmt: str, path: Any = None, **options: Any) -> Any:
     """Write ``model`` in format ``fmt``; returns the format's native object and, when
     ``path`` is given, also saves it there (atomically)."""
-    from . import formats as registry
-
     if not isinstance(model, (RNN, Stack)):
         raise FormatError(f"write: expected an rnnport.RNN or Stack (from rnnport.read), got "
                           f"{type(model).__name__}.")
-    return registry.get(fmt).write(model, path=path, **options)
+    return _format_module(fmt).write(model, path=path, **options)
 
 
 def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
             **options: Any) -> Any:
     """``write(read(source, fmt), to, path)``; each option goes to the side that takes it."""
-    from . import formats as registry
-
-    source_name = registry.sniff(source) if fmt is None else registry.info(fmt).name
-    reader, writer = registry.get(source_name), registry.get(to)
+    if fmt is None and isinstance(source, (RNN, Stack)):
+        return write(source, to, path=path, **options)
+    source_name = _sniff(source) if fmt is None else _format_info(fmt).name
+    reader, writer = _format_module(source_name), _format_module(to)
     read_options = {k: v for k, v in options.items() if k in reader.READ_OPTIONS}
     write_options = {k: v for k, v in options.items() if k in writer.WRITE_OPTIONS}
     unknown = sorted(set(options) - set(read_options) - set(write_options))
@@ -106,11 +110,9 @@ def param_count(model: Model, fmt: str | None = None, **options: Any) -> int:
     A Keras GRU 4→5 stores 150 with reset_after=False and 165 with reset_after=True; a
     Keras LSTM stores one bias where the canonical model (and cuDNN) keep two.
     """
-    from . import formats as registry
-
     if fmt is None:
         return model.num_params()
-    module = registry.get(fmt)
+    module = _format_module(fmt)
     counter = getattr(module, "param_count", None)
     if counter is not None:
         return int(counter(model, **options))

@@ -56,7 +56,7 @@ class CaseResult:
     def round_trip_matches(self) -> bool:
         return len(self.back) == len(self.original) and all(
             a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
-            for a, b in zip(self.back, self.original))
+            for a, b in zip(self.back, self.original, strict=False))
 
 
 def check_reference(reference: dict[str, Any]) -> list[CaseResult]:

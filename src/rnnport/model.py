@@ -188,7 +188,7 @@ class RNN:
             return NotImplemented
         if self._spec != other._spec or self._dtype != other._dtype:
             return False
-        return all(_same_bits(a, b) for (*_, a), (*_, b) in zip(self.arrays(), other.arrays()))
+        return all(_same_bits(a, b) for (*_, a), (*_, b) in zip(self.arrays(), other.arrays(), strict=False))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -225,10 +225,10 @@ def _validated(
             names = set(named)
             for missing in [n for n in expected if n not in names]:
                 problems.append(f"{where(layer, direction, missing)}: missing "
-                                f"(a {spec.describe()} has {', '.join(expected)})")
+                                f"({spec.describe(article=True)} has {', '.join(expected)})")
             for extra in sorted(names - set(expected)):
-                problems.append(f"{where(layer, direction, extra)}: not a parameter of a "
-                                f"{spec.describe()} (expected {', '.join(expected)})")
+                problems.append(f"{where(layer, direction, extra)}: not a parameter of "
+                                f"{spec.describe(article=True)} (expected {', '.join(expected)})")
             arrays = {}
             for name, shape in expected.items():
                 if name not in named:
@@ -360,7 +360,7 @@ class Stack:
         if not isinstance(other, Stack):
             return NotImplemented
         return len(self._parts) == len(other._parts) and all(
-            a == b for a, b in zip(self._parts, other._parts))
+            a == b for a, b in zip(self._parts, other._parts, strict=False))
 
     __hash__ = None  # type: ignore[assignment]
 

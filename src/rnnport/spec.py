@@ -134,8 +134,9 @@ class Spec:
         values.update(changes)
         return Spec(**values)  # type: ignore[arg-type]
 
-    def describe(self) -> str:
-        """One line for people, e.g. ``2-layer bidirectional LSTM 10→20 (proj 8)``."""
+    def describe(self, article: bool = False) -> str:
+        """One line for people, e.g. ``2-layer bidirectional LSTM 10→20 (proj 8)``;
+        ``article=True`` prefixes "a"/"an"."""
         kind = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN(tanh)", "rnn_relu": "RNN(relu)"}[
             self.cell]
         extras = []
@@ -152,4 +153,8 @@ class Spec:
         layers = f"{self.num_layers}-layer " if self.num_layers > 1 else ""
         direction = "bidirectional " if self.bidirectional else ""
         tail = f" ({', '.join(extras)})" if extras else ""
-        return f"{layers}{direction}{kind} {self.input_size}→{self.hidden_size}{tail}"
+        text = f"{layers}{direction}{kind} {self.input_size}→{self.hidden_size}{tail}"
+        if not article:
+            return text
+        vowel_sound = text[0] in "AEFHILMNORSX" or text.startswith(("8", "11-", "18-"))
+        return f"{'an' if vowel_sound else 'a'} {text}"

@@ -114,5 +114,5 @@ def check_features(spec: Spec, name: str, where: str) -> None:
             alternatives = (f"Formats that hold it: {', '.join(holders)}." if holders else
                             "No registered format holds it besides rnnport's own model.")
             raise UnsupportedFeatureError(
-                f"{where}: the {name} format cannot hold {what} ({why}); converting would "
+                f"{where}: the {name} format cannot hold {what}: {why}. Converting would "
                 f"change the numbers, so nothing was written. {alternatives}")

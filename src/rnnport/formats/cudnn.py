@@ -165,8 +165,8 @@ class FlatFormat:
         expected = segments[-1].stop
         if buffer.size != expected:
             raise ShapeError(
-                f"{self.name} buffer: {buffer.size} elements; expected {expected} for a "
-                f"{spec.describe()} with bias_mode={bias_mode!r} "
+                f"{self.name} buffer: {buffer.size} elements; expected {expected} for "
+                f"{spec.describe(article=True)} with bias_mode={bias_mode!r} "
                 f"({_size_formula(spec, bias_mode)}). Check cell, sizes, num_layers, "
                 "bidirectional, proj_size and bias_mode.")
         params: list[list[dict[str, np.ndarray]]] = [

@@ -234,8 +234,9 @@ def _read_weights(arrays: list[Any], options: Mapping[str, Any], location: str) 
              for d, half in enumerate(halves)]
     specs = [spec for spec, _ in found]
     if len(specs) == 2 and specs[0] != specs[1]:
-        raise ShapeError(f"{location}: forward is a {specs[0].describe()} but backward is a "
-                         f"{specs[1].describe()}; expected the same shapes in both directions.")
+        raise ShapeError(f"{location}: forward is {specs[0].describe(article=True)} but backward "
+                         f"is {specs[1].describe(article=True)}; expected the same shapes in both "
+                         "directions.")
     spec = specs[0].replace(bidirectional=len(halves) == 2)
     return RNN(spec, [[params for _, params in found]], copy=False)
 

@@ -1,0 +1,66 @@
+"""The reference example: real Keras weights and the exact buffer cuDNN received."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rnnport
+from rnnport.demo import check_reference, keras_weights, load_reference
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "examples" / "keras_cudnn_reference.json"
+
+
+def bits(array: np.ndarray) -> np.ndarray:
+    return np.asarray(array).view(f"u{np.asarray(array).itemsize}")
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    return load_reference(SHARED if SHARED.exists() else None)
+
+
+@pytest.mark.parametrize("name", ["gru", "lstm"])
+def test_keras_to_cudnn_is_the_reference_buffer(reference: dict, name: str) -> None:
+    case = reference[name]
+    buffer = rnnport.convert(keras_weights(case), "cudnn", fmt="keras")
+    expected = np.asarray(case["cudnn_params"], dtype=np.float32)
+    assert buffer.dtype == np.float32 and buffer.shape == expected.shape
+    assert np.array_equal(bits(buffer), bits(expected))
+
+
+@pytest.mark.parametrize("name", ["gru", "lstm"])
+def test_cudnn_reference_back_to_keras_is_bit_exact(reference: dict, name: str) -> None:
+    case = reference[name]
+    cell = "gru" if name == "gru" else "lstm"
+    buffer = np.asarray(case["cudnn_params"], dtype=np.float32)
+    back = rnnport.convert(buffer, "keras", fmt="cudnn", cell=cell,
+                           input_size=case["input_size"], hidden_size=case["hidden_size"])
+    for got, want in zip(back, keras_weights(case), strict=True):
+        assert got.shape == want.shape and np.array_equal(bits(got), bits(want))
+
+
+def test_bundled_reference_is_the_shared_one() -> None:
+    if not SHARED.exists():
+        pytest.skip("../shared is not beside this checkout")
+    assert load_reference(None) == load_reference(SHARED)
+
+
+def test_demo_checks_pass(reference: dict) -> None:
+    results = check_reference(reference)
+    assert [r.name for r in results] == ["gru", "lstm"]
+    assert all(r.buffer_matches and r.round_trip_matches for r in results)
+
+
+def test_keras_gru_parameter_counts() -> None:
+    for reset_after, expected in ((False, 150), (True, 165)):
+        spec = rnnport.Spec("gru", input_size=4, hidden_size=5, reset_after=reset_after)
+        rnn = rnnport.RNN.random(spec)
+        assert rnnport.param_count(rnn, "keras") == expected
+    lstm = rnnport.RNN.random(rnnport.Spec("lstm", 4, 5))
+    assert rnnport.param_count(lstm, "keras") == 4 * (5 * (4 + 5) + 5)
+    assert lstm.num_params() == rnnport.param_count(lstm, "cudnn") == 4 * (5 * (4 + 5) + 10)
+    assert rnnport.param_count(lstm, "cudnn", bias_mode="single_input") == 4 * (5 * 9 + 5)
+    assert rnnport.param_count(lstm, "torch") == lstm.num_params()

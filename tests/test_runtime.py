@@ -1,0 +1,141 @@
+"""The NumPy runtime: semantics checked by structurally different paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rnnport
+from rnnport import RNN, Spec
+from rnnport.gates import CANONICAL, reorder
+
+SPECS = [
+    Spec("lstm", 3, 4, num_layers=2, bidirectional=True),
+    Spec("lstm", 3, 5, proj_size=2, bidirectional=True),
+    Spec("gru", 3, 4, num_layers=2, bidirectional=True),
+    Spec("gru", 3, 4, reset_after=False, bidirectional=True),
+    Spec("rnn_tanh", 3, 4, num_layers=2),
+    Spec("rnn_relu", 3, 4, bidirectional=True),
+    Spec("lstm", 3, 4, peepholes=True, cell_clip=0.3),
+]
+
+
+def inputs(batch: int = 3, steps: int = 6, size: int = 3, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, (batch, steps, size)).astype(np.float32)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe())
+def test_lengths_equal_running_each_sequence_cut_to_its_length(spec: Spec) -> None:
+    rnn = RNN.random(spec, seed=3, scale=0.6)
+    x = inputs()
+    lengths = np.array([4, 6, 1])
+    y, state = rnn.forward(x, lengths=lengths)
+    h_all = state[0] if spec.cell == "lstm" else state
+    for b, length in enumerate(lengths):
+        y_b, state_b = rnn.forward(x[b:b + 1, :length])
+        np.testing.assert_allclose(y[b, :length], y_b[0], atol=1e-6)
+        assert not y[b, length:].any()
+        h_b = state_b[0] if spec.cell == "lstm" else state_b
+        np.testing.assert_allclose(h_all[:, b], h_b[:, 0], atol=1e-6)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe())
+def test_time_major_is_the_transpose(spec: Spec) -> None:
+    rnn = RNN.random(spec, seed=4)
+    x = inputs()
+    y, _ = rnn.forward(x)
+    y_t, _ = rnn.forward(x.transpose(1, 0, 2), time_major=True)
+    np.testing.assert_array_equal(y_t.transpose(1, 0, 2), y)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe())
+def test_initial_state_continues_a_sequence(spec: Spec) -> None:
+    if spec.bidirectional:
+        spec = spec.replace(bidirectional=False)
+    rnn = RNN.random(spec, seed=5, scale=0.6)
+    x = inputs(steps=8)
+    y_full, _ = rnn.forward(x)
+    _, state = rnn.forward(x[:, :5])
+    y_rest, _ = rnn.forward(x[:, 5:], state=state)
+    np.testing.assert_allclose(y_rest, y_full[:, 5:], atol=1e-6)
+
+
+def test_swapping_two_gates_changes_the_output() -> None:
+    spec = Spec("lstm", 3, 4)
+    rnn = RNN.random(spec, seed=6, scale=0.8)
+    x = inputs()
+    params = {k: np.array(v) for k, v in rnn.params[0][0].items()}
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        params[name] = reorder(params[name], CANONICAL["lstm"], "figo")
+    swapped = RNN(spec, [[params]])
+    assert not np.allclose(rnn.forward(x)[0], swapped.forward(x)[0], atol=1e-3)
+    gru = RNN.random(Spec("gru", 3, 4), seed=6, scale=0.8)
+    params = {k: reorder(np.array(v), "rzn", "zrn") for k, v in gru.params[0][0].items()}
+    assert not np.allclose(gru.forward(x)[0], RNN(gru.spec, [[params]]).forward(x)[0], atol=1e-3)
+
+
+def test_reset_before_and_after_are_different_functions() -> None:
+    after = RNN.random(Spec("gru", 3, 4), seed=7, scale=0.8)
+    before = RNN(after.spec.replace(reset_after=False), after.params)
+    x = inputs()
+    assert not np.allclose(after.forward(x)[0], before.forward(x)[0], atol=1e-3)
+
+
+def test_one_step_lstm_by_hand() -> None:
+    spec = Spec("lstm", 2, 3)
+    rnn = RNN.random(spec, seed=8, scale=0.7, dtype=np.float64)
+    p = rnn.params[0][0]
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 1, 2))
+    pre = p["weight_ih"] @ x[0, 0] + p["bias_ih"] + p["bias_hh"]
+    i, _f, g, o = np.split(pre, 4)
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    c = sig(i) * np.tanh(g)
+    h = sig(o) * np.tanh(c)
+    y, (_h_n, c_n) = rnn.forward(x)
+    np.testing.assert_allclose(y[0, 0], h, atol=1e-12)
+    np.testing.assert_allclose(c_n[0, 0], c, atol=1e-12)
+
+
+def test_float16_weights_compute_in_float32_and_float64_stays() -> None:
+    spec = Spec("gru", 3, 4)
+    half = RNN.random(spec, dtype=np.float16)
+    assert half.dtype == np.float16 and half.forward(inputs())[0].dtype == np.float32
+    double = RNN.random(spec, dtype=np.float64)
+    assert double.forward(inputs())[0].dtype == np.float64
+    np.testing.assert_allclose(half.forward(inputs())[0],
+                               half.astype(np.float32).forward(inputs())[0], atol=0)
+
+
+def test_empty_batch_and_zero_lengths() -> None:
+    rnn = RNN.random(Spec("lstm", 3, 4, bidirectional=True))
+    y, (h, _c) = rnn.forward(np.zeros((0, 5, 3), np.float32))
+    assert y.shape == (0, 5, 8) and h.shape == (2, 0, 4)
+    x = inputs(batch=2)
+    h0 = np.random.default_rng(0).normal(size=(2, 2, 4)).astype(np.float32)
+    y, (h, _) = rnn.forward(x, state=(h0, np.zeros_like(h0)), lengths=[0, 6])
+    assert not y[0].any()
+    np.testing.assert_array_equal(h[:, 0], h0[:, 0])
+
+
+def test_stack_forward_chains_parts() -> None:
+    lower = RNN.random(Spec("lstm", 3, 5, bidirectional=True), seed=1)
+    upper = RNN.random(Spec("gru", 10, 4), seed=2)
+    model = rnnport.stack([lower, upper])
+    assert isinstance(model, rnnport.Stack)
+    x = inputs()
+    y, states = model.forward(x)
+    y_lower, state_lower = lower.forward(x)
+    y_upper, state_upper = upper.forward(y_lower)
+    np.testing.assert_array_equal(y, y_upper)
+    np.testing.assert_array_equal(states[1], state_upper)
+    np.testing.assert_array_equal(states[0][0], state_lower[0])
+
+
+def test_compatible_layers_merge_into_one_network() -> None:
+    first = RNN.random(Spec("lstm", 3, 5, bidirectional=True), seed=1)
+    second = RNN.random(Spec("lstm", 10, 5, bidirectional=True), seed=2)
+    merged = rnnport.stack([first, second])
+    assert isinstance(merged, RNN) and merged.spec.num_layers == 2
+    x = inputs()
+    np.testing.assert_array_equal(merged.forward(x)[0], second.forward(first.forward(x)[0])[0])
+    assert merged.layers() == [first, second]
