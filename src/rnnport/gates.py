@@ -61,13 +61,14 @@ def permutation(source: GateOrder, target: GateOrder) -> tuple[int, ...]:
 
 
 def reorder(
-    array: np.ndarray, source: GateOrder, target: GateOrder, *, axis: int = 0
+    array: np.ndarray, source: GateOrder, target: GateOrder, *, axis: int = 0,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Return ``array`` with its gate blocks along ``axis`` moved from ``source`` to ``target`` order.
+    """``array`` with its gate blocks along ``axis`` moved from ``source`` to ``target`` order.
 
-    The result is always a new C-contiguous array (one copy), even when the orders agree,
-    so callers may hand it on as owned data. ``array.shape[axis]`` must be a multiple of
-    the number of gates.
+    Writes into ``out`` (same shape) when given; otherwise returns a new C-contiguous array
+    (one copy, even when the orders agree), so callers may hand it on as owned data.
+    ``array.shape[axis]`` must be a multiple of the number of gates.
     """
     perm = permutation(source, target)
     axis = axis % array.ndim
@@ -76,11 +77,16 @@ def reorder(
     hidden = size // gates
     if size != hidden * gates:
         raise ValueError(f"axis {axis} of length {size} does not split into {gates} gate blocks")
+    if out is None:
+        out = np.empty(array.shape, dtype=array.dtype)
+    elif out.shape != array.shape or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous with shape {array.shape}")
     if perm == tuple(range(gates)):
-        return np.array(array, order="C", copy=True)
-    split = array.reshape((*array.shape[:axis], gates, hidden, *array.shape[axis + 1 :]))
-    moved = np.take(split, perm, axis=axis)
-    return np.ascontiguousarray(moved).reshape(array.shape)
+        out[...] = array
+        return out
+    split_shape = (*array.shape[:axis], gates, hidden, *array.shape[axis + 1:])
+    np.take(array.reshape(split_shape), perm, axis=axis, out=out.reshape(split_shape))
+    return out
 
 
 def block_range(order: GateOrder, gate: str, hidden: int) -> tuple[int, int]:

@@ -66,10 +66,12 @@ class RNN:
     ) -> None:
         if not isinstance(spec, Spec):
             raise SpecError(f"RNN: spec must be an rnnport.Spec, got {type(spec).__name__}.")
-        self._spec = spec
-        self._params = _validated(spec, params, copy=copy)
-        self._dtype = self._params[0][0]["weight_ih"].dtype
-        self._cache: dict[str, Any] = {}
+        validated = _validated(spec, params, copy=copy)
+        object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_params", validated)
+        object.__setattr__(self, "_dtype", validated[0][0]["weight_ih"].dtype)
+        # Derived data the runtime prepares once (transposed, compute-dtype weights).
+        object.__setattr__(self, "_cache", {})
 
     # -- construction helpers ------------------------------------------------------------
 
@@ -175,12 +177,6 @@ class RNN:
     # -- value semantics --------------------------------------------------------------
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in RNN.__slots__ and not hasattr(self, name):
-            object.__setattr__(self, name, value)
-            return
-        if name == "_cache":
-            object.__setattr__(self, name, value)
-            return
         raise AttributeError("rnnport.RNN is immutable; build a new one instead")
 
     def __eq__(self, other: object) -> bool:

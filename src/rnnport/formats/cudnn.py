@@ -211,20 +211,23 @@ class FlatFormat:
         bias_mode = self._check_bias_mode(options.get("bias_mode",
                                                       "double" if spec.bias else "none"), where_)
         order = self.order(spec.cell)
+        canonical = CANONICAL[gate_family(spec.cell)]
+        values = {
+            (layer, direction): {
+                **_bias_values(spec, named, bias_mode, where(layer, direction), self.name),
+                **{name: array for name, array in named.items() if name.startswith("weight")},
+            }
+            for layer, direction, named in _pseudo_layers(model)
+        }
         segments = layout(spec, bias_mode)
         buffer = np.empty(segments[-1].stop if segments else 0, dtype=model.dtype)
-        for layer, direction, named in _pseudo_layers(model):
-            values = _bias_values(spec, named, bias_mode, where(layer, direction), self.name)
-            values.update({k: v for k, v in named.items() if k.startswith("weight")})
-            for segment in segments:
-                if (segment.layer, segment.direction) != (layer, direction):
-                    continue
-                value = values[segment.name]
-                target = buffer[segment.offset:segment.stop].reshape(segment.shape)
-                if segment.name == "weight_hr":
-                    target[...] = value
-                else:
-                    target[...] = reorder(value, CANONICAL[gate_family(spec.cell)], order)
+        for segment in segments:
+            value = values[(segment.layer, segment.direction)][segment.name]
+            target = buffer[segment.offset:segment.stop].reshape(segment.shape)
+            if segment.name == "weight_hr":
+                target[...] = value
+            else:
+                reorder(value, canonical, order, out=target)
         if path is not None:
             from ..io.atomic import save_npy
 
