@@ -42,6 +42,8 @@ def read_options(fmt: str, spec: Spec) -> dict[str, Any]:
             {"reset_after": spec.reset_after} if spec.cell == "gru" and not spec.bias else {})}
     if fmt == "torch":
         return {"nonlinearity": spec.nonlinearity} if spec.cell.startswith("rnn") else {}
+    if fmt == "onnx":
+        return {}
     if fmt in ("cudnn", "miopen"):
         return dict(cell=spec.cell, input_size=spec.input_size, hidden_size=spec.hidden_size,
                     num_layers=spec.num_layers, bidirectional=spec.bidirectional,
@@ -64,6 +66,10 @@ def single_bias(fmt: str, spec: Spec) -> bool:
 
 
 def leaves(native: Any) -> list[np.ndarray]:
+    if hasattr(native, "graph"):  # an onnx.ModelProto: its stored tensors, in graph order
+        from onnx import numpy_helper
+
+        return [numpy_helper.to_array(tensor) for tensor in native.graph.initializer]
     if isinstance(native, dict):
         return [native[k] for k in sorted(native)]
     if isinstance(native, np.ndarray):

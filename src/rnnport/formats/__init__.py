@@ -51,6 +51,8 @@ _REGISTRY: dict[str, FormatInfo] = {
                    "the flat ROCm MIOpen weight buffer (LSTM gates i f o c)"),
         FormatInfo("torch", "rnnport.formats.torch",
                    "PyTorch nn.LSTM/GRU/RNN modules and their state_dicts"),
+        FormatInfo("onnx", "rnnport.formats.onnx",
+                   "ONNX models with LSTM/GRU/RNN nodes (ModelProto, GraphProto, .onnx path)"),
     )
 }
 

@@ -1,0 +1,221 @@
+"""ONNX: graphs rnnport writes run in ONNX Runtime; files from PyTorch's exporter read back."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+from golden_cases import flatten_state, load, names
+from onnx import helper, numpy_helper
+
+import rnnport
+from rnnport import RNN, Spec
+from rnnport.errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from rnnport.formats.onnx import run_reference
+
+
+def state_feeds(model: rnnport.Model, state: Any) -> dict[str, np.ndarray]:
+    if state is None:
+        return {}
+    parts = [state] if isinstance(model, RNN) else list(state)
+    suffix = (lambda i: "") if isinstance(model, RNN) else (lambda i: f"_{i}")
+    feeds = {}
+    for index, part in enumerate(parts):
+        h, c = (part if isinstance(part, tuple) else (part, None))
+        feeds[f"initial_h{suffix(index)}"] = np.asarray(h, np.float32)
+        if c is not None:
+            feeds[f"initial_c{suffix(index)}"] = np.asarray(c, np.float32)
+    return feeds
+
+
+def onnx_state(model: rnnport.Model, out: dict[str, np.ndarray]) -> list[np.ndarray]:
+    parts = [model] if isinstance(model, RNN) else list(model.parts)
+    suffix = (lambda i: "") if isinstance(model, RNN) else (lambda i: f"_{i}")
+    found = []
+    for index, part in enumerate(parts):
+        found.append(out[f"h_n{suffix(index)}"])
+        if part.spec.cell == "lstm":
+            found.append(out[f"c_n{suffix(index)}"])
+    return found
+
+
+@pytest.mark.parametrize("name", names())
+def test_golden_cases_run_in_onnx_runtime(name: str) -> None:
+    case = load(name)
+    model = case.read()
+    specs = model.specs if isinstance(model, rnnport.Stack) else [model.spec]
+    if any(spec.proj_size for spec in specs):
+        with pytest.raises(UnsupportedFeatureError, match="cannot hold an LSTM projection"):
+            rnnport.write(model, "onnx")
+        return
+    proto = rnnport.write(model, "onnx")
+    feeds = state_feeds(model, case.initial_state(model))
+    if case.lengths is not None:
+        feeds["sequence_lens"] = case.lengths.astype(np.int32)
+    out = run_reference(proto, case.arrays["x"], **feeds)
+    mask = case.valid_mask()
+    np.testing.assert_allclose(np.where(mask, out["y"], 0), np.where(mask, case.arrays["y"], 0),
+                               atol=1e-5, rtol=0)
+    for got, want in zip(onnx_state(model, out), flatten_state(case.final_state(model)),
+                         strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["torch_lstm_bi_2layer", "keras_stack_lstm_gru", "torch_gru"])
+def test_defaults_are_full_length_and_zero_state(name: str) -> None:
+    model = load(name).read()
+    x = load(name).arrays["x"]
+    proto = rnnport.write(model, "onnx")
+    plain = run_reference(proto, x)
+    zeros = {k: np.zeros_like(v) for k, v in state_feeds(model, model.forward(x)[1]).items()}
+    fed = run_reference(proto, x, sequence_lens=np.full(x.shape[0], x.shape[1], np.int32),
+                        **zeros)
+    for key in plain:
+        np.testing.assert_array_equal(plain[key], fed[key])
+    np.testing.assert_allclose(plain["y"], model.forward(x)[0], atol=1e-5)
+
+
+def test_time_major_interface() -> None:
+    model = RNN.random(Spec("gru", 3, 4, bidirectional=True))
+    x = np.random.default_rng(0).uniform(-1, 1, (5, 2, 3)).astype(np.float32)
+    out = run_reference(rnnport.write(model, "onnx", time_major=True), x)
+    np.testing.assert_allclose(out["y"], model.forward(x, time_major=True)[0], atol=1e-6)
+
+
+def test_file_is_saved_atomically_and_reads_back(tmp_path: Path) -> None:
+    model = RNN.random(Spec("lstm", 3, 4, num_layers=2, peepholes=True))
+    target = tmp_path / "model.onnx"
+    rnnport.write(model, "onnx", path=target)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]
+    assert rnnport.read(target) == model
+    assert rnnport.read(str(target), "onnx") == model
+
+
+def test_projection_is_refused() -> None:
+    with pytest.raises(UnsupportedFeatureError, match="cannot hold an LSTM projection"):
+        rnnport.write(RNN.random(Spec("lstm", 3, 4, proj_size=2)), "onnx")
+
+
+# -- files from PyTorch's own exporter ------------------------------------------------------
+
+TORCH_MODULES = {
+    "lstm": lambda: torch.nn.LSTM(4, 5, batch_first=True),
+    "lstm_bi_2layer": lambda: torch.nn.LSTM(4, 5, num_layers=2, bidirectional=True,
+                                            batch_first=True),
+    "gru_2layer": lambda: torch.nn.GRU(4, 5, num_layers=2, batch_first=True),
+    "gru_bi": lambda: torch.nn.GRU(4, 5, bidirectional=True, batch_first=True),
+    "rnn_relu_bi_3layer": lambda: torch.nn.RNN(4, 5, num_layers=3, nonlinearity="relu",
+                                               bidirectional=True, batch_first=True),
+}
+
+
+def torch_export(module: torch.nn.Module, x: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
+        torch.onnx.export(module, (torch.from_numpy(x),), buffer, dynamo=False, opset_version=17,
+                          input_names=["x"], output_names=["y"])
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_MODULES))
+def test_pytorch_exported_models_read_back(name: str, tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    module = TORCH_MODULES[name]().eval()
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.uniform_(-0.5, 0.5)
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 6, 4)).astype(np.float32)
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(torch_export(module, x))
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = session.run(["y"], {"x": x})[0]
+    model = rnnport.read(path)
+    assert model == rnnport.read(module)
+    np.testing.assert_allclose(model.forward(x)[0], expected, atol=1e-5, rtol=0)
+
+
+# -- round trips and bad input --------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", [
+    Spec("lstm", 3, 4, num_layers=3, bidirectional=True),
+    Spec("lstm", 3, 4, peepholes=True, bidirectional=True, bias=False),
+    Spec("gru", 3, 4, reset_after=False, num_layers=2),
+    Spec("gru", 3, 4, bidirectional=True),
+    Spec("rnn_relu", 3, 4, num_layers=2, bidirectional=True),
+], ids=lambda s: s.describe())
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_round_trip_is_bit_exact(spec: Spec, dtype: type) -> None:
+    model = RNN.random(spec, seed=2, dtype=dtype)
+    proto = rnnport.write(model, "onnx")
+    assert rnnport.read(proto) == model
+    assert rnnport.read(proto.graph, "onnx") == model
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 5, 3)).astype(np.float32)
+    tolerance = 1e-5 if dtype != np.float16 else 1e-3
+    np.testing.assert_allclose(run_reference(proto, x)["y"], model.forward(x)[0], atol=tolerance)
+
+
+def lstm_node_model(**attributes: Any) -> onnx.ModelProto:
+    model = rnnport.write(RNN.random(Spec("lstm", 3, 4)), "onnx")
+    node = next(n for n in model.graph.node if n.op_type == "LSTM")
+    for key, value in attributes.items():
+        node.attribute.append(helper.make_attribute(key, value))
+    return model
+
+
+@pytest.mark.parametrize("attributes, text", [
+    ({"clip": 2.0}, "attribute clip=2.0 changes the numbers"),
+    ({"input_forget": 1}, "attribute input_forget=1 changes the numbers"),
+    ({"activations": ["HardSigmoid", "Tanh", "Tanh"]}, "activations=['HardSigmoid', 'Tanh', 'Tanh']"),
+])
+def test_attributes_the_runtime_cannot_compute(attributes: dict, text: str) -> None:
+    with pytest.raises(UnsupportedFeatureError, match=r"ONNX LSTM node '.*': " + text.replace(
+            "[", r"\[").replace("]", r"\]")):
+        rnnport.read(lstm_node_model(**attributes))
+
+
+def test_graph_without_rnn_node() -> None:
+    graph = helper.make_graph([helper.make_node("Relu", ["a"], ["b"])], "g",
+                              [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [1])])
+    with pytest.raises(FormatError, match=r"has no LSTM, GRU or RNN node \(its operators: Relu\)"):
+        rnnport.read(helper.make_model(graph), "onnx")
+
+
+def test_weights_fed_at_run_time() -> None:
+    value = lambda name, shape: helper.make_tensor_value_info(  # noqa: E731
+        name, onnx.TensorProto.FLOAT, shape)
+    node = helper.make_node("GRU", ["x", "W", "R"], ["y"], hidden_size=4)
+    graph = helper.make_graph([node], "g", [value("x", [5, 1, 3]), value("W", [1, 12, 3])],
+                              [value("y", None)],
+                              [numpy_helper.from_array(np.zeros((1, 12, 4), np.float32), "R")])
+    with pytest.raises(UnsupportedFeatureError, match="'W' is a graph input fed at run time"):
+        rnnport.read(helper.make_model(graph))
+
+
+def test_several_networks_ask_for_a_node() -> None:
+    first = rnnport.write(RNN.random(Spec("lstm", 3, 4)), "onnx")
+    second = rnnport.write(RNN.random(Spec("gru", 3, 2), seed=5), "onnx")
+    merged = onnx.compose.merge_models(
+        first, second, io_map=[], prefix1="a_", prefix2="b_")
+    with pytest.raises(AmbiguousSourceError, match="holds 2 separate recurrent networks"):
+        rnnport.read(merged)
+    gru = next(n for n in merged.graph.node if n.op_type == "GRU")
+    assert rnnport.read(merged, node=gru.name).spec == Spec("gru", 3, 2)
+
+
+def test_truncated_file(tmp_path: Path) -> None:
+    target = tmp_path / "model.onnx"
+    rnnport.write(RNN.random(Spec("lstm", 3, 4)), "onnx", path=target)
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FormatError, match="not a readable ONNX model"):
+        rnnport.read(target)
+    assert target.read_bytes() == data[: len(data) // 2]
