@@ -93,7 +93,9 @@ def test_peepholes_and_cell_clip_are_not_dropped() -> None:
     from rnnport.formats import get
 
     for feature, spec in (("peepholes", Spec("lstm", 2, 3, peepholes=True)),
-                          ("cell_clip", Spec("lstm", 2, 3, cell_clip=3.0))):
+                          ("cell_clip", Spec("lstm", 2, 3, cell_clip=3.0)),
+                          ("gate_clip", Spec("gru", 2, 3, gate_clip=3.0)),
+                          ("input_forget", Spec("lstm", 2, 3, input_forget=True))):
         lacking = [fmt for fmt in rnnport.formats() if feature not in get(fmt).FEATURES]
         assert {"keras", "cudnn", "torch"} <= set(lacking)
         for fmt in lacking:

@@ -170,15 +170,39 @@ def lstm_node_model(**attributes: Any) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.parametrize("attributes, text", [
-    ({"clip": 2.0}, "attribute clip=2.0 changes the numbers"),
-    ({"input_forget": 1}, "attribute input_forget=1 changes the numbers"),
-    ({"activations": ["HardSigmoid", "Tanh", "Tanh"]}, "activations=['HardSigmoid', 'Tanh', 'Tanh']"),
-])
-def test_attributes_the_runtime_cannot_compute(attributes: dict, text: str) -> None:
-    with pytest.raises(UnsupportedFeatureError, match=r"ONNX LSTM node '.*': " + text.replace(
-            "[", r"\[").replace("]", r"\]")):
-        rnnport.read(lstm_node_model(**attributes))
+def test_activations_the_runtime_cannot_compute() -> None:
+    with pytest.raises(UnsupportedFeatureError, match=r"ONNX LSTM node '.*': activations="
+                       r"\['HardSigmoid', 'Tanh', 'Tanh'\]; rnnport computes the defaults"):
+        rnnport.read(lstm_node_model(activations=["HardSigmoid", "Tanh", "Tanh"]))
+
+
+def test_clip_and_input_forget_attributes_are_read() -> None:
+    spec = rnnport.read(lstm_node_model(clip=0.3, input_forget=1)).spec
+    assert spec.gate_clip == 0.3 and spec.input_forget
+
+
+@pytest.mark.parametrize("spec", [
+    Spec("lstm", 3, 4, gate_clip=0.7, bidirectional=True),
+    Spec("lstm", 3, 4, gate_clip=0.7, peepholes=True),
+    Spec("lstm", 3, 4, input_forget=True, peepholes=True, bidirectional=True),
+    Spec("lstm", 3, 4, input_forget=True, gate_clip=0.5, num_layers=2),
+    Spec("gru", 3, 4, gate_clip=0.6),
+    Spec("gru", 3, 4, gate_clip=0.6, reset_after=False, bidirectional=True),
+    Spec("rnn_tanh", 3, 4, gate_clip=0.4),
+    Spec("rnn_relu", 3, 4, gate_clip=0.4),
+], ids=lambda s: s.describe())
+def test_gate_clip_and_input_forget_match_onnx_runtime(spec: Spec) -> None:
+    model = RNN.random(spec, seed=1, scale=1.5)  # large weights so the clip bites
+    x = np.random.default_rng(0).uniform(-2, 2, (3, 6, 3)).astype(np.float32)
+    proto = rnnport.write(model, "onnx")
+    assert rnnport.read(proto) == model
+    for lengths in (None, np.array([6, 3, 5])):
+        out = run_reference(proto, x, sequence_lens=None if lengths is None
+                            else lengths.astype(np.int32))
+        y, _ = model.forward(x, lengths=lengths)
+        np.testing.assert_allclose(out["y"], y, atol=1e-5, rtol=0)
+    unclipped = RNN(spec.replace(gate_clip=None, input_forget=False), model.params)
+    assert not np.allclose(unclipped.forward(x)[0], model.forward(x)[0], atol=1e-3)
 
 
 def test_graph_without_rnn_node() -> None:

@@ -17,6 +17,8 @@ SPECS = [
     Spec("rnn_tanh", 3, 4, num_layers=2),
     Spec("rnn_relu", 3, 4, bidirectional=True),
     Spec("lstm", 3, 4, peepholes=True, cell_clip=0.3),
+    Spec("lstm", 3, 4, peepholes=True, gate_clip=0.5, input_forget=True, bidirectional=True),
+    Spec("gru", 3, 4, gate_clip=0.5, reset_after=False),
 ]
 
 

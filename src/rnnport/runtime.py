@@ -7,6 +7,7 @@ their biases, ``σ`` the logistic sigmoid, ``∘`` elementwise product)::
            f = σ(W_f x + R_f h + bW_f + bR_f [+ p_f∘c])
            g = tanh(W_g x + R_g h + bW_g + bR_g)
            c' = f∘c + i∘g                     [clipped to ±cell_clip]
+                                              [input_forget: f = 1 − i]
            o = σ(W_o x + R_o h + bW_o + bR_o [+ p_o∘c'])
            h' = o∘tanh(c')                    [h' = W_hr h' with a projection]
     GRU    r = σ(W_r x + R_r h + bW_r + bR_r)
@@ -15,6 +16,10 @@ their biases, ``σ`` the logistic sigmoid, ``∘`` elementwise product)::
            n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)     reset before (Keras reset_after=False)
            h' = (1 − z)∘n + z∘h
     RNN    h' = act(W x + R h + bW + bR),  act = tanh or relu
+
+With ``gate_clip`` (ONNX ``clip``) every gate pre-activation (LSTM i, f, g, o; GRU r, z,
+n; RNN h) is clipped to ``±gate_clip`` before its activation; an LSTM's ``tanh(c')`` is
+not clipped (ONNX Runtime's reading of the operator, checked against it in the tests).
 
 The input side of a whole sequence is one matrix product per layer and direction; only
 the recurrent product stays inside the time loop. With ``lengths``, a step past the end
@@ -45,6 +50,12 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     out += 1.0
     out *= 0.5
     return out
+
+
+def _clip(spec: Any, pre: np.ndarray) -> np.ndarray:
+    if spec.gate_clip is None:
+        return pre
+    return np.clip(pre, -spec.gate_clip, spec.gate_clip)
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -147,7 +158,7 @@ def _run_direction(
         elif spec.cell == "gru":
             new_h, new_c = _gru_step(spec, params, projected[t], h), None
         else:
-            pre = projected[t, :, 0] + h @ params.recurrent_t
+            pre = _clip(spec, projected[t, :, 0] + h @ params.recurrent_t)
             new_h = np.tanh(pre) if spec.cell == "rnn_tanh" else np.maximum(pre, 0.0)
             new_c = None
         if valid is None:
@@ -170,15 +181,20 @@ def _lstm_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarr
     if params.peephole is not None:
         pre[:, _LSTM["i"]] += params.peephole[0] * c
         pre[:, _LSTM["f"]] += params.peephole[1] * c
+    o_pre = pre[:, _LSTM["o"]]
+    if params.peephole is not None:
+        o_pre = o_pre.copy()  # its peephole sees c', so it is clipped after that is known
+    pre = _clip(spec, pre)
     i = _sigmoid(pre[:, _LSTM["i"]])
-    f = _sigmoid(pre[:, _LSTM["f"]])
+    f = 1.0 - i if spec.input_forget else _sigmoid(pre[:, _LSTM["f"]])
     g = np.tanh(pre[:, _LSTM["g"]])
     new_c = f * c + i * g
     if spec.cell_clip is not None:
         np.clip(new_c, -spec.cell_clip, spec.cell_clip, out=new_c)
-    o_pre = pre[:, _LSTM["o"]]
-    if params.peephole is not None:
-        o_pre = o_pre + params.peephole[2] * new_c
+    if params.peephole is None:
+        o_pre = pre[:, _LSTM["o"]]
+    else:
+        o_pre = _clip(spec, o_pre + params.peephole[2] * new_c)
     new_h = _sigmoid(o_pre) * np.tanh(new_c)
     if params.proj_t is not None:
         new_h = new_h @ params.proj_t
@@ -192,17 +208,17 @@ def _gru_step(spec: Any, params: _Direction, projected: np.ndarray,
     recurrent = params.recurrent_t  # (H, 3H) in r z n column blocks
     if spec.reset_after:
         rec = (h @ recurrent).reshape(batch, gates, hidden)
-        r = _sigmoid(projected[:, r_i] + rec[:, r_i])
-        z = _sigmoid(projected[:, z_i] + rec[:, z_i])
+        r = _sigmoid(_clip(spec, projected[:, r_i] + rec[:, r_i]))
+        z = _sigmoid(_clip(spec, projected[:, z_i] + rec[:, z_i]))
         rec_n = rec[:, n_i]
         if params.bias_n is not None:
             rec_n = rec_n + params.bias_n
-        n = np.tanh(projected[:, n_i] + r * rec_n)
+        n = np.tanh(_clip(spec, projected[:, n_i] + r * rec_n))
     else:
         rec = (h @ params.recurrent_rz_t).reshape(batch, 2, hidden)
-        r = _sigmoid(projected[:, r_i] + rec[:, 0])
-        z = _sigmoid(projected[:, z_i] + rec[:, 1])
-        n = np.tanh(projected[:, n_i] + (r * h) @ params.recurrent_n_t)
+        r = _sigmoid(_clip(spec, projected[:, r_i] + rec[:, 0]))
+        z = _sigmoid(_clip(spec, projected[:, z_i] + rec[:, 1]))
+        n = np.tanh(_clip(spec, projected[:, n_i] + (r * h) @ params.recurrent_n_t))
     return n + z * (h - n)
 
 

@@ -34,8 +34,11 @@ class Spec:
 
     ``reset_after`` matters for GRU only (True: cuDNN/PyTorch/Keras-2.x+ form, the reset
     gate multiplies ``R_n h + bR_n``; False: it multiplies ``h`` before ``R_n``) and is
-    kept True for other cells. ``peepholes`` and ``cell_clip`` are LSTM-only extras that
-    TF1 and ONNX carry and cuDNN cannot.
+    kept True for other cells. ``peepholes`` and ``cell_clip`` (TF1: clip ``c'`` to
+    ``±cell_clip``) are LSTM-only extras that TF1 and ONNX carry and cuDNN cannot.
+    ``gate_clip`` is ONNX's ``clip``: every pre-activation is clipped to ``±gate_clip``
+    before its activation, for any cell. ``input_forget`` is ONNX's coupled LSTM gates,
+    ``f = 1 − i``.
     """
 
     cell: str
@@ -48,6 +51,8 @@ class Spec:
     bias: bool = True
     peepholes: bool = False
     cell_clip: float | None = field(default=None)
+    gate_clip: float | None = field(default=None)
+    input_forget: bool = False
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -58,7 +63,7 @@ class Spec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 problems.append(f"{name}={value!r}; expected an int >= {minimum}")
-        for name in ("bidirectional", "reset_after", "bias", "peepholes"):
+        for name in ("bidirectional", "reset_after", "bias", "peepholes", "input_forget"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name}={getattr(self, name)!r}; expected True or False")
         is_lstm = self.cell == "lstm"
@@ -67,6 +72,16 @@ class Spec:
                             "only LSTM cells have a projection")
         if self.peepholes and not is_lstm:
             problems.append(f"peepholes=True on a {self.cell} cell; only LSTM cells have peepholes")
+        if self.input_forget and not is_lstm:
+            problems.append(f"input_forget=True on a {self.cell} cell; only LSTM cells couple "
+                            "their input and forget gates")
+        clip = self.gate_clip
+        if clip is not None:
+            if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not (
+                    math.isfinite(clip) and clip > 0):
+                problems.append(f"gate_clip={clip!r}; expected a positive finite number or None")
+            else:
+                object.__setattr__(self, "gate_clip", float(clip))
         if self.cell_clip is not None:
             clip = self.cell_clip
             if not is_lstm:
@@ -150,6 +165,10 @@ class Spec:
             extras.append("peepholes")
         if self.cell_clip is not None:
             extras.append(f"cell clip {self.cell_clip:g}")
+        if self.gate_clip is not None:
+            extras.append(f"gate clip {self.gate_clip:g}")
+        if self.input_forget:
+            extras.append("input-forget coupled")
         layers = f"{self.num_layers}-layer " if self.num_layers > 1 else ""
         direction = "bidirectional " if self.bidirectional else ""
         tail = f" ({', '.join(extras)})" if extras else ""

@@ -7,8 +7,8 @@ Every format module has the same surface:
 * ``sniff(source) -> bool``: whether ``source`` looks like this format (cheap, no imports)
 * ``read(source, **options) -> RNN | Stack``
 * ``write(model, path=None, **options) -> native object``
-* ``FEATURES``: which of ``projection``, ``peepholes``, ``cell_clip``, ``reset_before``
-  (GRU) it can hold, checked by :func:`check_features` before writing
+* ``FEATURES``: which of ``projection``, ``peepholes``, ``cell_clip``, ``gate_clip``,
+  ``input_forget``, ``reset_before`` (GRU) it can hold, checked by :func:`check_features` before writing
 * optionally ``param_count(model, **options) -> int``
 
 Adding a format is one module plus one line in ``_REGISTRY``.
@@ -100,6 +100,12 @@ def _features_of(spec: Spec) -> list[tuple[str, str, str]]:
     if spec.cell_clip is not None:
         used.append(("cell_clip", f"an LSTM cell clip ({spec.cell_clip:g})",
                      "c' is clipped before tanh"))
+    if spec.gate_clip is not None:
+        used.append(("gate_clip", f"a gate clip ({spec.gate_clip:g}, ONNX clip)",
+                     "every pre-activation is clipped before its activation"))
+    if spec.input_forget:
+        used.append(("input_forget", "coupled input and forget gates (ONNX input_forget)",
+                     "f = 1 − i replaces the forget gate"))
     if spec.cell == "gru" and not spec.reset_after:
         used.append(("reset_before", "a reset-before GRU (Keras reset_after=False, TF1 GRUCell)",
                      "its candidate is tanh(W_n x + R_n(r∘h) + b), not tanh(W_n x + "

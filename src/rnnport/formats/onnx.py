@@ -15,7 +15,8 @@ W and R are cuDNN's orientation; only the gate order differs. GRU ``linear_befor
 is the reset-after GRU (cuDNN, PyTorch), ``0`` (the ONNX default) the reset-before one.
 ``activations`` default to Sigmoid/Tanh/Tanh (LSTM), Sigmoid/Tanh (GRU), Tanh (RNN);
 an RNN with ``Relu`` is ``rnn_relu``. ONNX cannot hold an LSTM projection, and its
-``clip`` (which clips every gate's pre-activation) is not TF1's cell clip.
+``clip`` (every pre-activation clipped before its activation) is rnnport's ``gate_clip``,
+not TF1's cell clip; ``input_forget=1`` is ``Spec.input_forget`` (``f = 1 − i``).
 
 Writing builds a whole graph: input ``x`` ``(batch, time, input)`` (``time_major=True``:
 ``(time, batch, input)``), optional inputs ``sequence_lens`` (int32 ``(batch,)``),
@@ -31,8 +32,8 @@ Reading finds the RNN nodes of a graph, takes W/R/B/P from initializers or Const
 (through Cast/Identity), and follows chains of nodes joined by reshaping glue (as
 PyTorch's exporter writes a stacked RNN) into one network; ``node=`` picks one chain when
 a graph holds several. Anything that changes the numbers and the runtime cannot compute
-(``clip``, ``input_forget``, other activations, weights fed at run time) raises an error
-naming the node and the attribute.
+(activations other than the defaults, weights fed at run time) raises an error naming the
+node and the attribute.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ._common import check_options, describe, require
 
 DESCRIPTION = "ONNX graphs with LSTM/GRU/RNN nodes"
 EXTRA = "onnx"
-FEATURES = frozenset({"peepholes", "reset_before"})
+FEATURES = frozenset({"peepholes", "reset_before", "gate_clip", "input_forget"})
 READ_OPTIONS = frozenset({"node"})
 WRITE_OPTIONS = frozenset({"time_major", "opset"})
 
@@ -228,6 +229,10 @@ def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str, batch:
         }
         if spec.cell == "gru":
             attributes["linear_before_reset"] = int(spec.reset_after)
+        if spec.gate_clip is not None:
+            attributes["clip"] = spec.gate_clip
+        if spec.input_forget:
+            attributes["input_forget"] = 1
         if family == "rnn":
             attributes["activations"] = ["Relu" if spec.cell == "rnn_relu" else "Tanh"] * directions
         op = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}[family]
@@ -394,11 +399,13 @@ def _read_node(node: Any, values: _Values) -> RNN:
             f"{where}: direction='reverse' runs only backward and returns Y in original time "
             "order; rnnport's unidirectional networks run forward. Reverse x's time axis and "
             "read the node as a forward one, or export it bidirectional.")
-    for name, default in (("clip", None), ("input_forget", 0)):
-        if attributes.get(name, default) not in (None, default):
-            raise UnsupportedFeatureError(
-                f"{where}: attribute {name}={attributes[name]!r} changes the numbers and "
-                f"rnnport's runtime does not compute it; nothing was read.")
+    clip = attributes.get("clip")
+    if clip is not None:
+        # ONNX keeps float attributes as float32: take the shortest decimal that gives it back.
+        clip = float(str(np.float32(clip)))
+    input_forget = bool(attributes.get("input_forget", 0))
+    if input_forget and family != "lstm":
+        raise FormatError(f"{where}: input_forget=1 applies to LSTM nodes only.")
     activations = [a.decode() if isinstance(a, bytes) else a
                    for a in attributes.get("activations", [])]
     cell = family
@@ -439,6 +446,7 @@ def _read_node(node: Any, values: _Values) -> RNN:
                           f"{count} direction(s)).")
     spec = Spec(cell=cell, input_size=int(weight.shape[2]), hidden_size=hidden,
                 bidirectional=count == 2, bias=bias is not None, peepholes=peephole is not None,
+                gate_clip=clip, input_forget=input_forget,
                 reset_after=bool(attributes.get("linear_before_reset", 0)) if family == "gru"
                 else True)
     order, canonical = ORDERS[family], CANONICAL[family]
