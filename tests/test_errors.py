@@ -95,7 +95,8 @@ def test_peepholes_and_cell_clip_are_not_dropped() -> None:
     for feature, spec in (("peepholes", Spec("lstm", 2, 3, peepholes=True)),
                           ("cell_clip", Spec("lstm", 2, 3, cell_clip=3.0)),
                           ("gate_clip", Spec("gru", 2, 3, gate_clip=3.0)),
-                          ("input_forget", Spec("lstm", 2, 3, input_forget=True))):
+                          ("input_forget", Spec("lstm", 2, 3, input_forget=True)),
+                          ("activations", Spec("gru", 2, 3, activations=["HardSigmoid", "Tanh"]))):
         lacking = [fmt for fmt in rnnport.formats() if feature not in get(fmt).FEATURES]
         assert {"keras", "cudnn", "torch"} <= set(lacking)
         for fmt in lacking:
@@ -181,6 +182,11 @@ def test_invalid_spec_lists_every_problem() -> None:
                                 "cell; only LSTM cells have a projection.")
     with pytest.raises(SpecError, match="cell='lstmm'"):
         Spec("lstmm", 2, 3)
+    with pytest.raises(SpecError, match="activations on a rnn_tanh cell"):
+        Spec("rnn_tanh", 2, 3, activations=["Relu"])
+    with pytest.raises(SpecError, match="activation 'Swish'; expected one of Sigmoid"):
+        Spec("gru", 2, 3, activations=["Swish", "Tanh"])
+    assert Spec("lstm", 2, 3, activations=["Sigmoid", "Tanh", "Tanh"]).activations == ()
 
 
 def test_reset_after_gru_single_bias_mode_refuses_to_move_the_candidate_bias() -> None:

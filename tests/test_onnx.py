@@ -172,8 +172,35 @@ def lstm_node_model(**attributes: Any) -> onnx.ModelProto:
 
 def test_activations_the_runtime_cannot_compute() -> None:
     with pytest.raises(UnsupportedFeatureError, match=r"ONNX LSTM node '.*': activations="
-                       r"\['HardSigmoid', 'Tanh', 'Tanh'\]; rnnport computes the defaults"):
-        rnnport.read(lstm_node_model(activations=["HardSigmoid", "Tanh", "Tanh"]))
+                       r"\['Gelu', 'Tanh', 'Tanh'\]; 'Gelu' is not one of the functions"):
+        rnnport.read(lstm_node_model(activations=["Gelu", "Tanh", "Tanh"]))
+
+
+def test_activation_parameters_are_consumed_in_order() -> None:
+    model = lstm_node_model(activations=["HardSigmoid", "LeakyRelu", "ScaledTanh"],
+                            activation_alpha=[0.3, 0.05, 0.8], activation_beta=[0.4])
+    assert rnnport.read(model).spec.activations == (
+        ("HardSigmoid", 0.3, 0.4), ("LeakyRelu", 0.05, 0.0), ("ScaledTanh", 0.8, 1.0))
+
+
+@pytest.mark.parametrize("cell, activations", [
+    ("lstm", [("HardSigmoid", 0.3, 0.4), ("Softsign",), ("ScaledTanh", 0.8, 1.3)]),
+    ("lstm", [("Sigmoid",), ("Elu", 0.7), ("LeakyRelu", 0.05)]),
+    ("lstm", [("Affine", 0.5, 0.1), ("Relu",), ("ThresholdedRelu", 0.2)]),
+    ("gru", [("HardSigmoid",), ("Softplus",)]),
+    ("gru", [("Affine", 0.3, 0.2), ("ScaledTanh", 1.1, 0.9)]),
+], ids=str)
+def test_alternative_activations_match_onnx_runtime(cell: str, activations: list) -> None:
+    spec = Spec(cell, 3, 4, activations=activations, bidirectional=True)
+    model = RNN.random(spec, seed=1, scale=1.0)
+    proto = rnnport.write(model, "onnx")
+    assert rnnport.read(proto) == model
+    x = np.random.default_rng(0).uniform(-2, 2, (3, 6, 3)).astype(np.float32)
+    out = run_reference(proto, x, sequence_lens=np.array([6, 3, 5], np.int32))
+    y, _ = model.forward(x, lengths=[6, 3, 5])
+    np.testing.assert_allclose(out["y"], y, atol=1e-5, rtol=0)
+    default = RNN(spec.replace(activations=()), model.params)
+    assert not np.allclose(default.forward(x)[0], y, atol=1e-3)
 
 
 def test_clip_and_input_forget_attributes_are_read() -> None:

@@ -17,9 +17,11 @@ their biases, ``σ`` the logistic sigmoid, ``∘`` elementwise product)::
            h' = (1 − z)∘n + z∘h
     RNN    h' = act(W x + R h + bW + bR),  act = tanh or relu
 
-With ``gate_clip`` (ONNX ``clip``) every gate pre-activation (LSTM i, f, g, o; GRU r, z,
-n; RNN h) is clipped to ``±gate_clip`` before its activation; an LSTM's ``tanh(c')`` is
-not clipped (ONNX Runtime's reading of the operator, checked against it in the tests).
+``Spec.activations`` swaps σ (f), the candidate's tanh (g) and the output's tanh (h)
+for ONNX's alternatives (:mod:`rnnport.activations`). With ``gate_clip`` (ONNX ``clip``)
+every gate pre-activation (LSTM i, f, g, o; GRU r, z, n; RNN h) is clipped to
+``±gate_clip`` before its activation; an LSTM's ``tanh(c')`` is not clipped (ONNX
+Runtime's reading of the operator, checked against it in the tests).
 
 The input side of a whole sequence is one matrix product per layer and direction; only
 the recurrent product stays inside the time loop. With ``lengths``, a step past the end
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .activations import function
 from .errors import ShapeError, StateError
 from .gates import CANONICAL, block
 from .model import RNN
@@ -65,8 +68,8 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 class _Direction:
     """One layer-direction's parameters, prepared once per network for the time loop."""
 
-    __slots__ = ("bias_n", "input_bias", "peephole", "proj_t", "recurrent_n_t", "recurrent_rz_t",
-                 "recurrent_t", "weight_ih")
+    __slots__ = ("act_f", "act_g", "act_h", "bias_n", "input_bias", "peephole", "proj_t",
+                 "recurrent_n_t", "recurrent_rz_t", "recurrent_t", "weight_ih")
 
     def __init__(self, spec: Any, params: Any, dtype: np.dtype) -> None:
         hidden = spec.hidden_size
@@ -88,6 +91,8 @@ class _Direction:
         self.proj_t = (np.ascontiguousarray(params["weight_hr"].T, dtype=dtype)
                        if spec.proj_size else None)
         self.peephole = (params["weight_peephole"].astype(dtype) if spec.peepholes else None)
+        functions = [function(a) for a in spec.activations] or [_sigmoid, np.tanh, np.tanh]
+        self.act_f, self.act_g, self.act_h = (*functions, np.tanh)[:3]
         self.recurrent_rz_t = self.recurrent_n_t = None
         if spec.cell == "gru" and not spec.reset_after:
             # r∘h enters R_n alone, so the n block gets its own product.
@@ -185,9 +190,9 @@ def _lstm_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarr
     if params.peephole is not None:
         o_pre = o_pre.copy()  # its peephole sees c', so it is clipped after that is known
     pre = _clip(spec, pre)
-    i = _sigmoid(pre[:, _LSTM["i"]])
-    f = 1.0 - i if spec.input_forget else _sigmoid(pre[:, _LSTM["f"]])
-    g = np.tanh(pre[:, _LSTM["g"]])
+    i = params.act_f(pre[:, _LSTM["i"]])
+    f = 1.0 - i if spec.input_forget else params.act_f(pre[:, _LSTM["f"]])
+    g = params.act_g(pre[:, _LSTM["g"]])
     new_c = f * c + i * g
     if spec.cell_clip is not None:
         np.clip(new_c, -spec.cell_clip, spec.cell_clip, out=new_c)
@@ -195,7 +200,7 @@ def _lstm_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarr
         o_pre = pre[:, _LSTM["o"]]
     else:
         o_pre = _clip(spec, o_pre + params.peephole[2] * new_c)
-    new_h = _sigmoid(o_pre) * np.tanh(new_c)
+    new_h = params.act_f(o_pre) * params.act_h(new_c)
     if params.proj_t is not None:
         new_h = new_h @ params.proj_t
     return new_h, new_c
@@ -208,17 +213,17 @@ def _gru_step(spec: Any, params: _Direction, projected: np.ndarray,
     recurrent = params.recurrent_t  # (H, 3H) in r z n column blocks
     if spec.reset_after:
         rec = (h @ recurrent).reshape(batch, gates, hidden)
-        r = _sigmoid(_clip(spec, projected[:, r_i] + rec[:, r_i]))
-        z = _sigmoid(_clip(spec, projected[:, z_i] + rec[:, z_i]))
+        r = params.act_f(_clip(spec, projected[:, r_i] + rec[:, r_i]))
+        z = params.act_f(_clip(spec, projected[:, z_i] + rec[:, z_i]))
         rec_n = rec[:, n_i]
         if params.bias_n is not None:
             rec_n = rec_n + params.bias_n
-        n = np.tanh(_clip(spec, projected[:, n_i] + r * rec_n))
+        n = params.act_g(_clip(spec, projected[:, n_i] + r * rec_n))
     else:
         rec = (h @ params.recurrent_rz_t).reshape(batch, 2, hidden)
-        r = _sigmoid(_clip(spec, projected[:, r_i] + rec[:, 0]))
-        z = _sigmoid(_clip(spec, projected[:, z_i] + rec[:, 1]))
-        n = np.tanh(_clip(spec, projected[:, n_i] + (r * h) @ params.recurrent_n_t))
+        r = params.act_f(_clip(spec, projected[:, r_i] + rec[:, 0]))
+        z = params.act_f(_clip(spec, projected[:, z_i] + rec[:, 1]))
+        n = params.act_g(_clip(spec, projected[:, n_i] + (r * h) @ params.recurrent_n_t))
     return n + z * (h - n)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from .activations import normalize
 from .errors import SpecError
 from .gates import gate_count
 
@@ -38,7 +39,8 @@ class Spec:
     ``±cell_clip``) are LSTM-only extras that TF1 and ONNX carry and cuDNN cannot.
     ``gate_clip`` is ONNX's ``clip``: every pre-activation is clipped to ``±gate_clip``
     before its activation, for any cell. ``input_forget`` is ONNX's coupled LSTM gates,
-    ``f = 1 − i``.
+    ``f = 1 − i``. ``activations`` replaces an LSTM's (f, g, h) or a GRU's (f, g) functions
+    with ONNX's alternatives (see :mod:`rnnport.activations`); ``()`` means the defaults.
     """
 
     cell: str
@@ -53,6 +55,7 @@ class Spec:
     cell_clip: float | None = field(default=None)
     gate_clip: float | None = field(default=None)
     input_forget: bool = False
+    activations: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -92,6 +95,10 @@ class Spec:
                 problems.append(f"cell_clip={clip!r}; expected a positive finite number or None")
             else:
                 object.__setattr__(self, "cell_clip", float(clip))
+        if self.cell in CELLS:
+            activations, found = normalize(self.cell, self.activations)
+            problems.extend(found)
+            object.__setattr__(self, "activations", activations)
         if problems:
             raise SpecError("Spec: " + "; ".join(problems) + ".")
         if self.cell != "gru" and not self.reset_after:
@@ -169,6 +176,8 @@ class Spec:
             extras.append(f"gate clip {self.gate_clip:g}")
         if self.input_forget:
             extras.append("input-forget coupled")
+        if self.activations:
+            extras.append("activations " + "/".join(name for name, _, _ in self.activations))
         layers = f"{self.num_layers}-layer " if self.num_layers > 1 else ""
         direction = "bidirectional " if self.bidirectional else ""
         tail = f" ({', '.join(extras)})" if extras else ""

@@ -8,7 +8,8 @@ Every format module has the same surface:
 * ``read(source, **options) -> RNN | Stack``
 * ``write(model, path=None, **options) -> native object``
 * ``FEATURES``: which of ``projection``, ``peepholes``, ``cell_clip``, ``gate_clip``,
-  ``input_forget``, ``reset_before`` (GRU) it can hold, checked by :func:`check_features` before writing
+  ``input_forget``, ``activations``, ``reset_before`` (GRU) it can hold, checked by
+  :func:`check_features` before writing
 * optionally ``param_count(model, **options) -> int``
 
 Adding a format is one module plus one line in ``_REGISTRY``.
@@ -106,6 +107,10 @@ def _features_of(spec: Spec) -> list[tuple[str, str, str]]:
     if spec.input_forget:
         used.append(("input_forget", "coupled input and forget gates (ONNX input_forget)",
                      "f = 1 − i replaces the forget gate"))
+    if spec.activations:
+        names = ", ".join(name for name, _, _ in spec.activations)
+        used.append(("activations", f"non-default activations ({names})",
+                     "the gates and candidate use other functions than sigmoid and tanh"))
     if spec.cell == "gru" and not spec.reset_after:
         used.append(("reset_before", "a reset-before GRU (Keras reset_after=False, TF1 GRUCell)",
                      "its candidate is tanh(W_n x + R_n(r∘h) + b), not tanh(W_n x + "

@@ -31,8 +31,10 @@ and cast in the graph, so reading the file back gives them unchanged.
 Reading finds the RNN nodes of a graph, takes W/R/B/P from initializers or Constant nodes
 (through Cast/Identity), and follows chains of nodes joined by reshaping glue (as
 PyTorch's exporter writes a stacked RNN) into one network; ``node=`` picks one chain when
-a graph holds several. Anything that changes the numbers and the runtime cannot compute
-(activations other than the defaults, weights fed at run time) raises an error naming the
+a graph holds several. ``activations`` (with ``activation_alpha``/``activation_beta``,
+consumed in order by the functions that take them) become ``Spec.activations``. Anything
+that changes the numbers and the runtime cannot compute (a function ONNX does not name,
+different functions per direction, weights fed at run time) raises an error naming the
 node and the attribute.
 """
 
@@ -45,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from ..activations import PARAMETERS
 from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ..gates import CANONICAL, gate_family, reorder
 from ..model import RNN, Model, Stack, stack
@@ -53,14 +56,13 @@ from ._common import check_options, describe, require
 
 DESCRIPTION = "ONNX graphs with LSTM/GRU/RNN nodes"
 EXTRA = "onnx"
-FEATURES = frozenset({"peepholes", "reset_before", "gate_clip", "input_forget"})
+FEATURES = frozenset({"peepholes", "reset_before", "gate_clip", "input_forget", "activations"})
 READ_OPTIONS = frozenset({"node"})
 WRITE_OPTIONS = frozenset({"time_major", "opset"})
 
 ORDERS = {"lstm": "iofg", "gru": "zrn", "rnn": "h"}
 PEEPHOLE_ORDER = "iof"  # ONNX P; rnnport keeps weight_peephole rows as i, f, o
 OPS = {"LSTM": "lstm", "GRU": "gru", "RNN": "rnn"}
-DEFAULT_ACTIVATIONS = {"lstm": ["Sigmoid", "Tanh", "Tanh"], "gru": ["Sigmoid", "Tanh"]}
 GLUE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Cast", "Dropout",
             "Concat", "Flatten"}
 DEFAULT_OPSET = 17
@@ -233,6 +235,13 @@ def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str, batch:
             attributes["clip"] = spec.gate_clip
         if spec.input_forget:
             attributes["input_forget"] = 1
+        if spec.activations:
+            functions = list(spec.activations) * directions
+            attributes["activations"] = [name for name, _, _ in functions]
+            for key, position in (("alpha", 1), ("beta", 2)):
+                values = [f[position] for f in functions if key in PARAMETERS[f[0]]]
+                if values:
+                    attributes[f"activation_{key}"] = values
         if family == "rnn":
             attributes["activations"] = ["Relu" if spec.cell == "rnn_relu" else "Tanh"] * directions
         op = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}[family]
@@ -418,10 +427,9 @@ def _read_node(node: Any, values: _Values) -> RNN:
         else:
             raise UnsupportedFeatureError(f"{where}: activations={activations}; rnnport computes "
                                           "Tanh or Relu for every direction of an RNN node.")
-    elif activations and activations != DEFAULT_ACTIVATIONS[family] * directions[direction]:
-        raise UnsupportedFeatureError(
-            f"{where}: activations={activations}; rnnport computes the defaults "
-            f"{DEFAULT_ACTIVATIONS[family]} per direction.")
+    functions: tuple[Any, ...] = ()
+    if family != "rnn" and activations:
+        functions = _activations(where, activations, attributes, directions[direction])
     if family != "rnn" and attributes.get("layout", 0) not in (0, 1):
         raise FormatError(f"{where}: layout={attributes['layout']!r}; expected 0 or 1.")
     inputs = list(node.input) + [""] * 8
@@ -446,7 +454,7 @@ def _read_node(node: Any, values: _Values) -> RNN:
                           f"{count} direction(s)).")
     spec = Spec(cell=cell, input_size=int(weight.shape[2]), hidden_size=hidden,
                 bidirectional=count == 2, bias=bias is not None, peepholes=peephole is not None,
-                gate_clip=clip, input_forget=input_forget,
+                gate_clip=clip, input_forget=input_forget, activations=functions,
                 reset_after=bool(attributes.get("linear_before_reset", 0)) if family == "gru"
                 else True)
     order, canonical = ORDERS[family], CANONICAL[family]
@@ -462,6 +470,32 @@ def _read_node(node: Any, values: _Values) -> RNN:
                                                "ifo")
         params.append(named)
     return RNN(spec, [params], copy=False)
+
+
+def _activations(where: str, names: list[str], attributes: Mapping[str, Any],
+                 directions: int) -> tuple[Any, ...]:
+    """``(name, alpha, beta)`` per function, consuming activation_alpha/beta in order."""
+    unknown = [name for name in names if name not in PARAMETERS]
+    if unknown:
+        raise UnsupportedFeatureError(
+            f"{where}: activations={names}; {', '.join(map(repr, unknown))} is not one of the "
+            f"functions rnnport computes ({', '.join(PARAMETERS)}).")
+    alphas = list(attributes.get("activation_alpha", []))
+    betas = list(attributes.get("activation_beta", []))
+    functions = []
+    for name in names:
+        takes = PARAMETERS[name]
+        alpha = (alphas.pop(0) if alphas else takes["alpha"]) if "alpha" in takes else 0.0
+        beta = (betas.pop(0) if betas else takes["beta"]) if "beta" in takes else 0.0
+        # float32 attributes: the shortest decimal that gives the stored value back.
+        functions.append((name, float(str(np.float32(alpha))), float(str(np.float32(beta)))))
+    count = len(functions) // directions
+    if len(functions) != count * directions or (
+            directions == 2 and functions[:count] != functions[count:]):
+        raise UnsupportedFeatureError(
+            f"{where}: activations={names} differ between the directions (or do not split "
+            "evenly); rnnport runs both directions with the same functions.")
+    return tuple(functions[:count])
 
 
 def param_count(model: Model, **options: Any) -> int:
