@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import (
-    FormatError,
     MissingDependencyError,
     UnknownOptionError,
     UnsupportedFeatureError,
@@ -102,10 +101,6 @@ def combine_biases(spec: Spec, named: Mapping[str, np.ndarray], into: str, where
                 f"other slot without changing the output. Keep both biases (e.g. cuDNN "
                 f"bias_mode='double', Keras GRU reset_after=True).")
     return sum_exact(bias_ih, bias_hh)
-
-
-def source_error(where: str, expected: str, got: Any, fix: str) -> FormatError:
-    return FormatError(f"{where}: expected {expected}, got {describe(got)}. {fix}")
 
 
 def describe(value: Any) -> str:

@@ -350,22 +350,6 @@ def _direction_arrays(spec: Spec, named: Mapping[str, np.ndarray], location: str
     return arrays
 
 
-def layer_configs(model: Model) -> list[dict[str, Any]]:
-    """Keras layer settings that rebuild ``model`` (class, units, and what weights can't tell)."""
-    configs = []
-    for layer in model.layers():
-        spec = layer.spec
-        family = gate_family(spec.cell)
-        config: dict[str, Any] = {"units": spec.hidden_size, "use_bias": spec.bias}
-        cls = {"lstm": "LSTM", "gru": "GRU", "rnn": "SimpleRNN"}[family]
-        if family == "gru":
-            config["reset_after"] = spec.reset_after
-        if family == "rnn":
-            config["activation"] = spec.nonlinearity
-        configs.append({"class": cls, "bidirectional": spec.bidirectional, "config": config})
-    return configs
-
-
 def param_count(model: Model, **options: Any) -> int:
     written = write(model, **options)
     return int(sum(np.size(a) for a in _leaves(written)))
