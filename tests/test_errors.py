@@ -167,6 +167,8 @@ def test_forward_argument_errors() -> None:
     rnn = RNN.random(LSTM)
     with pytest.raises(ShapeError, match=r"x has shape \(2, 3\); expected \(batch, time, 2\)"):
         rnn.forward(np.zeros((2, 3)))
+    with pytest.raises(DTypeError, match="x has dtype complex128; expected real numbers"):
+        rnn.forward(np.zeros((2, 3, 2), complex))
     with pytest.raises(StateError, match=r"lengths\[1\] = 4; expected 0 ≤ length ≤ 3"):
         rnn.forward(np.zeros((2, 3, 2)), lengths=[1, 4])
     with pytest.raises(StateError, match=r"an LSTM state is a pair \(h, c\)"):

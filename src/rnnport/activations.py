@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["DEFAULTS", "PARAMETERS", "Activation", "function", "normalize"]
+__all__ = ["DEFAULTS", "PARAMETERS", "Activation", "function", "normalize", "sigmoid"]
 
 Activation = tuple[str, float, float]
 
@@ -65,10 +65,19 @@ def normalize(cell: str, activations: object) -> tuple[tuple[Activation, ...], l
     return tuple(out), problems
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """σ(x) = (1 + tanh(x/2)) / 2: no overflow for large |x|, one transcendental."""
+    out = np.multiply(x, 0.5)
+    np.tanh(out, out=out)
+    out += 1.0
+    out *= 0.5
+    return out
+
+
 def function(activation: Activation) -> Callable[[np.ndarray], np.ndarray]:
     name, alpha, beta = activation
     table: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-        "Sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),
+        "Sigmoid": sigmoid,
         "Tanh": np.tanh,
         "Relu": lambda x: np.maximum(x, 0.0),
         "Softsign": lambda x: x / (1.0 + np.abs(x)),

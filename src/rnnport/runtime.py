@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .activations import function
-from .errors import ShapeError, StateError
+from .activations import function, sigmoid
+from .errors import DTypeError, ShapeError, StateError
 from .gates import CANONICAL, block
 from .model import RNN
 
@@ -44,15 +44,6 @@ __all__ = ["run"]
 
 _LSTM = {gate: index for index, gate in enumerate(CANONICAL["lstm"])}
 _GRU = {gate: index for index, gate in enumerate(CANONICAL["gru"])}
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # σ(x) = (1 + tanh(x/2)) / 2: no overflow for large |x|, one transcendental.
-    out = np.multiply(x, 0.5)
-    np.tanh(out, out=out)
-    out += 1.0
-    out *= 0.5
-    return out
 
 
 def _clip(spec: Any, pre: np.ndarray) -> np.ndarray:
@@ -91,8 +82,10 @@ class _Direction:
         self.proj_t = (np.ascontiguousarray(params["weight_hr"].T, dtype=dtype)
                        if spec.proj_size else None)
         self.peephole = (params["weight_peephole"].astype(dtype) if spec.peepholes else None)
-        functions = [function(a) for a in spec.activations] or [_sigmoid, np.tanh, np.tanh]
-        self.act_f, self.act_g, self.act_h = (*functions, np.tanh)[:3]
+        functions = [function(a) for a in spec.activations] or [sigmoid, np.tanh, np.tanh]
+        if len(functions) == 2:  # a GRU has no output function
+            functions.append(np.tanh)
+        self.act_f, self.act_g, self.act_h = functions
         self.recurrent_rz_t = self.recurrent_n_t = None
         if spec.cell == "gru" and not spec.reset_after:
             # r∘h enters R_n alone, so the n block gets its own product.
@@ -156,16 +149,10 @@ def _run_direction(
     projected = inputs.reshape(steps * batch, width) @ params.weight_ih
     projected += params.input_bias
     projected = projected.reshape(steps, batch, spec.gate_count, hidden)
+    step = _STEPS[spec.cell]
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     for t in order:
-        if spec.cell == "lstm":
-            new_h, new_c = _lstm_step(spec, params, projected[t], h, c)
-        elif spec.cell == "gru":
-            new_h, new_c = _gru_step(spec, params, projected[t], h), None
-        else:
-            pre = _clip(spec, projected[t, :, 0] + h @ params.recurrent_t)
-            new_h = np.tanh(pre) if spec.cell == "rnn_tanh" else np.maximum(pre, 0.0)
-            new_c = None
+        new_h, new_c = step(spec, params, projected[t], h, c)
         if valid is None:
             h, c = new_h, new_c
             out[t] = h
@@ -179,7 +166,7 @@ def _run_direction(
 
 
 def _lstm_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarray,
-               c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               c: Any) -> tuple[np.ndarray, np.ndarray]:
     batch, gates, hidden = projected.shape
     pre = (projected.reshape(batch, gates * hidden) + h @ params.recurrent_t).reshape(
         batch, gates, hidden)
@@ -206,8 +193,14 @@ def _lstm_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarr
     return new_h, new_c
 
 
-def _gru_step(spec: Any, params: _Direction, projected: np.ndarray,
-              h: np.ndarray) -> np.ndarray:
+def _rnn_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarray,
+              c: Any) -> tuple[np.ndarray, None]:
+    pre = _clip(spec, projected[:, 0] + h @ params.recurrent_t)
+    return (np.tanh(pre) if spec.cell == "rnn_tanh" else np.maximum(pre, 0.0)), None
+
+
+def _gru_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarray,
+              c: Any) -> tuple[np.ndarray, None]:
     batch, gates, hidden = projected.shape
     r_i, z_i, n_i = _GRU["r"], _GRU["z"], _GRU["n"]
     recurrent = params.recurrent_t  # (H, 3H) in r z n column blocks
@@ -224,7 +217,10 @@ def _gru_step(spec: Any, params: _Direction, projected: np.ndarray,
         r = params.act_f(_clip(spec, projected[:, r_i] + rec[:, 0]))
         z = params.act_f(_clip(spec, projected[:, z_i] + rec[:, 1]))
         n = params.act_g(_clip(spec, projected[:, n_i] + (r * h) @ params.recurrent_n_t))
-    return n + z * (h - n)
+    return n + z * (h - n), None
+
+
+_STEPS = {"lstm": _lstm_step, "gru": _gru_step, "rnn_tanh": _rnn_step, "rnn_relu": _rnn_step}
 
 
 # -- argument checks ---------------------------------------------------------------------
@@ -232,8 +228,8 @@ def _gru_step(spec: Any, params: _Direction, projected: np.ndarray,
 
 def _check_input(x: Any, input_size: int, dtype: np.dtype) -> np.ndarray:
     array = np.asarray(x)
-    if array.dtype.kind not in "fiu" or array.dtype.kind == "b":
-        raise ShapeError(f"forward: x has dtype {array.dtype}; expected real numbers "
+    if array.dtype.kind not in "fiu":
+        raise DTypeError(f"forward: x has dtype {array.dtype}; expected real numbers "
                          "(float16/32/64). Cast x with x.astype(numpy.float32).")
     if array.ndim != 3 or array.shape[2] != input_size:
         raise ShapeError(
