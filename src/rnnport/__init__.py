@@ -112,10 +112,4 @@ def param_count(model: Model, fmt: str | None = None, **options: Any) -> int:
     """
     if fmt is None:
         return model.num_params()
-    module = _format_module(fmt)
-    counter = getattr(module, "param_count", None)
-    if counter is not None:
-        return int(counter(model, **options))
-    written = module.write(model, **options)
-    values = written.values() if isinstance(written, dict) else written
-    return int(sum(getattr(v, "size", 0) for v in values))
+    return int(_format_module(fmt).param_count(model, **options))

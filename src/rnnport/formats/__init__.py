@@ -10,7 +10,7 @@ Every format module has the same surface:
 * ``FEATURES``: which of ``projection``, ``peepholes``, ``cell_clip``, ``gate_clip``,
   ``input_forget``, ``activations``, ``reset_before`` (GRU) it can hold, checked by
   :func:`check_features` before writing
-* optionally ``param_count(model, **options) -> int``
+* ``param_count(model, **options) -> int``: parameters as the format stores them
 
 Adding a format is one module plus one line in ``_REGISTRY``.
 """
