@@ -98,6 +98,13 @@ def test_file_is_saved_atomically_and_reads_back(tmp_path: Path) -> None:
     assert rnnport.read(str(target), "onnx") == model
 
 
+def test_opset_must_be_14_or_later() -> None:
+    for opset in (13, "17"):
+        with pytest.raises(FormatError, match="expected 14 or later"):
+            rnnport.write(RNN.random(Spec("gru", 3, 4)), "onnx", opset=opset)
+    assert rnnport.write(RNN.random(Spec("gru", 3, 4)), "onnx", opset=14).opset_import[0].version == 14
+
+
 def test_projection_is_refused() -> None:
     with pytest.raises(UnsupportedFeatureError, match="cannot hold an LSTM projection"):
         rnnport.write(RNN.random(Spec("lstm", 3, 4, proj_size=2)), "onnx")

@@ -131,8 +131,8 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
         check_features(part.spec, "onnx", f"write(fmt='onnx'), part {index}"
                        if len(parts) > 1 else "write(fmt='onnx')")
     time_major = bool(options.get("time_major", False))
-    opset = int(options.get("opset", DEFAULT_OPSET))
-    if opset < 14:
+    opset = options.get("opset", DEFAULT_OPSET)
+    if isinstance(opset, bool) or not isinstance(opset, int) or opset < 14:
         raise FormatError(f"write(fmt='onnx'): opset={opset}; expected 14 or later (the LSTM, "
                           "GRU and RNN operators this writer targets).")
     # ONNX Runtime's CPU kernels for these operators run float32 only: the graph computes in
