@@ -1,0 +1,481 @@
+"""TensorFlow checkpoints (the TensorBundle format), read and written with NumPy alone.
+
+A checkpoint ``PREFIX`` is two kinds of file:
+
+* ``PREFIX.index``: a LevelDB-style sorted table mapping each tensor name to a
+  ``BundleEntryProto`` (dtype, shape, shard, offset, size, masked CRC-32C); the empty
+  key holds a ``BundleHeaderProto`` (number of shards, byte order, version).
+* ``PREFIX.data-SSSSS-of-NNNNN``: the tensors' raw bytes, one file per shard.
+
+Every block of the table and every tensor is checked against its CRC-32C, so a damaged
+file is reported (naming the file and the entry) instead of yielding wrong numbers.
+Tensors are read one at a time, when asked for: an optimizer's slots in the same
+checkpoint cost nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DTypeError, FormatError, UnsupportedFeatureError
+from . import _proto
+from .crc32c import crc32c, mask, unmask
+
+__all__ = ["Bundle", "Entry", "checkpoint_prefix", "read_bundle", "write_bundle"]
+
+_MAGIC = 0xDB4775248B80FB57
+_FOOTER = 48
+_TRAILER = 5
+
+# TensorFlow DataType enum → NumPy dtype ("bfloat16" and "string" are decoded specially).
+_DTYPES: dict[int, str] = {
+    1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
+    8: "complex64", 9: "int64", 10: "bool", 14: "bfloat16", 17: "uint16", 18: "complex128",
+    19: "float16", 22: "uint32", 23: "uint64",
+}
+_TF_NAMES = {1: "float", 2: "double", 7: "string", 14: "bfloat16", 19: "half"}
+_CODES = {np.dtype(name): code for code, name in _DTYPES.items()
+          if name not in ("string", "bfloat16")}
+
+
+def _tf_name(code: int) -> str:
+    return _TF_NAMES.get(code, _DTYPES.get(code, f"DataType {code}"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where one tensor lives and what it should look like."""
+
+    name: str
+    dtype_code: int
+    shape: tuple[int, ...]
+    shard: int
+    offset: int
+    size: int
+    crc: int  # masked CRC-32C of the tensor's bytes
+    sliced: bool
+
+    @property
+    def dtype(self) -> str:
+        """NumPy's name for the stored type (``"bfloat16"`` and ``"string"`` included)."""
+        return _DTYPES.get(self.dtype_code, _tf_name(self.dtype_code))
+
+
+def checkpoint_prefix(path: str | os.PathLike[str]) -> Path:
+    """The prefix a path names: itself, ``X.index`` → ``X``, a folder → its latest checkpoint."""
+    path = Path(path)
+    text = str(path)
+    if text.endswith(".index"):
+        return Path(text[: -len(".index")])
+    if ".data-" in path.name and path.name.rsplit(".data-", 1)[1][:5].isdigit():
+        return path.with_name(path.name.rsplit(".data-", 1)[0])
+    if path.is_dir():
+        return _latest_in(path)
+    return path
+
+
+def _latest_in(folder: Path) -> Path:
+    state = folder / "checkpoint"
+    if state.is_file():
+        for line in state.read_text(errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "model_checkpoint_path":
+                prefix = Path(value.strip().strip('"'))
+                return prefix if prefix.is_absolute() else folder / prefix
+    indexes = sorted(folder.glob("*.index"))
+    if len(indexes) == 1:
+        return Path(str(indexes[0])[: -len(".index")])
+    if not indexes:
+        raise FormatError(f"{folder}: a folder with no checkpoint in it (no 'checkpoint' file and "
+                          "no *.index file); pass the checkpoint prefix, e.g. folder/model.ckpt.")
+    names = ", ".join(str(p)[: -len(".index")] for p in indexes)
+    raise FormatError(f"{folder}: holds several checkpoints ({names}) and no 'checkpoint' file "
+                      "naming the latest; pass one prefix.")
+
+
+def _data_path(prefix: Path, shard: int, shards: int) -> Path:
+    return prefix.with_name(f"{prefix.name}.data-{shard:05d}-of-{shards:05d}")
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+class Bundle(Mapping[str, Entry]):
+    """The index of a checkpoint: ``bundle[name]`` is the :class:`Entry`, ``read(name)`` the array."""
+
+    def __init__(self, prefix: str | os.PathLike[str]) -> None:
+        self.prefix = checkpoint_prefix(prefix)
+        self.index_path = Path(f"{self.prefix}.index")
+        if not self.index_path.is_file():
+            raise FormatError(
+                f"{self.prefix}: no checkpoint here; expected the index file {self.index_path} "
+                "(a TensorFlow checkpoint is PREFIX.index plus PREFIX.data-*). Pass the prefix "
+                "(e.g. model.ckpt-1000), the .index file or the folder.")
+        table = _Table(self.index_path)
+        header: dict[int, int] | None = None
+        entries: dict[str, Entry] = {}
+        for raw_key, value in table.items():
+            if raw_key == b"":
+                header = table.message(raw_key, value, ("header",))
+                continue
+            if raw_key.startswith(b"\0"):
+                continue  # the slices of a partitioned variable; its own entry says so
+            name = raw_key.decode("utf-8", errors="replace")
+            entries[name] = table.entry(name, value)
+        if header is None:
+            raise FormatError(f"{self.index_path}: the header entry is missing; this is not a "
+                              "TensorFlow checkpoint index (or it is damaged).")
+        self.shards = header.get(1, 1) or 1
+        self.big_endian = header.get(2, 0) == 1
+        self._entries = entries
+        for entry in entries.values():
+            if not 0 <= entry.shard < self.shards:
+                raise FormatError(
+                    f"{self.index_path}: entry {entry.name!r} names shard {entry.shard}, but the "
+                    f"header says there are {self.shards}; the index is damaged.")
+
+    def __getitem__(self, name: str) -> Entry:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def data_path(self, shard: int) -> Path:
+        return _data_path(self.prefix, shard, self.shards)
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor ``name``, checked against its CRC (bfloat16 comes back as float32)."""
+        if name not in self._entries:
+            raise FormatError(f"{self.prefix}: no tensor named {name!r} in this checkpoint.")
+        entry = self._entries[name]
+        where = f"{self.prefix}: tensor {name!r}"
+        if entry.sliced:
+            raise UnsupportedFeatureError(
+                f"{where} is saved in slices (a partitioned variable); rnnport reads whole "
+                "tensors only. Re-save it unpartitioned.")
+        if entry.dtype_code not in _DTYPES:
+            raise DTypeError(f"{where} has TensorFlow type {_tf_name(entry.dtype_code)}, which "
+                             "holds no plain numbers; it cannot be read as an array.")
+        count = int(np.prod(entry.shape, dtype=np.int64))
+        if entry.dtype != "string":
+            itemsize = 2 if entry.dtype == "bfloat16" else np.dtype(entry.dtype).itemsize
+            if entry.size != count * itemsize:
+                raise FormatError(
+                    f"{where}: the index gives {entry.size} bytes, but shape {list(entry.shape)} of "
+                    f"{entry.dtype} needs {count * itemsize}; the index is damaged.")
+        raw = self._raw(entry, where, checked=entry.dtype != "string")
+        if entry.dtype == "string":
+            return _strings(raw, count, entry.crc, f"{where} in {self.data_path(entry.shard)}"
+                            ).reshape(entry.shape)
+        order = ">" if self.big_endian else "<"
+        if entry.dtype == "bfloat16":
+            half = np.frombuffer(raw, dtype=f"{order}u2").astype(np.uint32)
+            return (half << 16).view(np.float32).reshape(entry.shape)
+        array = np.frombuffer(raw, dtype=np.dtype(entry.dtype).newbyteorder(order))
+        return array.astype(np.dtype(entry.dtype).newbyteorder("="), copy=True).reshape(entry.shape)
+
+    def _raw(self, entry: Entry, where: str, checked: bool) -> bytearray:
+        path = self.data_path(entry.shard)
+        if not path.is_file():
+            raise FormatError(
+                f"{where}: its data file {path} is missing (shard {entry.shard + 1} of "
+                f"{self.shards}); copy every {self.prefix.name}.data-* file with the index.")
+        file_size = path.stat().st_size
+        if entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > file_size:
+            raise FormatError(
+                f"{where}: bytes {entry.offset}..{entry.offset + entry.size} lie beyond the end of "
+                f"{path} ({file_size} bytes); the data file is truncated or belongs to another "
+                "checkpoint.")
+        raw = bytearray(entry.size)
+        with path.open("rb") as file:
+            file.seek(entry.offset)
+            if file.readinto(raw) != entry.size:
+                raise FormatError(f"{where}: {path} ended early while reading it.")
+        if checked and crc32c(raw) != unmask(entry.crc):
+            raise FormatError(
+                f"{where}: its bytes in {path} fail their CRC-32C check; the data file is damaged "
+                "(or was overwritten by another checkpoint). Nothing was read from it.")
+        return raw
+
+    def arrays(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
+        return {name: self.read(name) for name in (self if names is None else names)}
+
+
+def _strings(raw: bytearray, count: int, stored: int, where: str) -> np.ndarray:
+    """Decode a string tensor: varint lengths, a masked CRC of them, then the bytes.
+
+    Its CRC covers each length as a little-endian uint32 (uint64 past 4 GiB), not as the
+    varint written, then the length checksum and the bytes.
+    """
+    try:
+        position, lengths, crc = 0, [], 0
+        for _ in range(count):
+            length, position = _proto.read_varint(raw, position)
+            lengths.append(length)
+            crc = crc32c(length.to_bytes(4 if length < 1 << 32 else 8, "little"), crc)
+        crc = crc32c(raw[position:position + 4], crc)
+        position += 4
+        values = []
+        for length in lengths:
+            if position + length > len(raw):
+                raise _proto.ProtoError("a string runs past the end of the tensor")
+            values.append(bytes(raw[position:position + length]))
+            crc = crc32c(values[-1], crc)
+            position += length
+    except _proto.ProtoError as error:
+        raise FormatError(f"{where}: the string tensor is malformed ({error}).") from None
+    if crc != unmask(stored) or position != len(raw):
+        raise FormatError(f"{where}: the string tensor fails its CRC-32C check; the data file is "
+                          "damaged.")
+    out = np.empty(count, dtype=object)
+    out[:] = values
+    return out
+
+
+class _Table:
+    """A LevelDB table without compression, as TensorFlow's BundleWriter writes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data = path.read_bytes()
+        if len(self.data) < _FOOTER:
+            raise FormatError(f"{path}: {len(self.data)} bytes, shorter than a table footer "
+                              f"({_FOOTER}); the index file is truncated or not a checkpoint index.")
+        footer = self.data[-_FOOTER:]
+        if int.from_bytes(footer[-8:], "little") != _MAGIC:
+            raise FormatError(f"{path}: the last 8 bytes are not the table magic number; the index "
+                              "file is truncated, damaged, or not a TensorFlow checkpoint index.")
+        try:
+            _meta_offset, position = _proto.read_varint(footer, 0)
+            _meta_size, position = _proto.read_varint(footer, position)
+            self.index_handle = self._handle(footer, position)
+        except _proto.ProtoError as error:
+            raise FormatError(f"{path}: the table footer is malformed ({error}).") from None
+
+    def _handle(self, data: bytes, position: int) -> tuple[int, int]:
+        offset, position = _proto.read_varint(data, position)
+        size, _ = _proto.read_varint(data, position)
+        return offset, size
+
+    def block(self, handle: tuple[int, int], what: str) -> bytes:
+        offset, size = handle
+        end = offset + size + _TRAILER
+        if end > len(self.data) - _FOOTER:
+            raise FormatError(f"{self.path}: the {what} (bytes {offset}..{end}) runs past the end "
+                              f"of the table ({len(self.data)} bytes); the index file is truncated.")
+        contents = self.data[offset:offset + size + 1]  # the block and its compression type
+        stored = int.from_bytes(self.data[offset + size + 1:end], "little")
+        if crc32c(contents) != unmask(stored):
+            raise FormatError(f"{self.path}: the {what} fails its CRC-32C check; the index file is "
+                              "damaged.")
+        if contents[-1] != 0:
+            raise FormatError(f"{self.path}: the {what} is compressed (type {contents[-1]}); "
+                              "TensorFlow writes checkpoint indexes uncompressed.")
+        return contents[:-1]
+
+    def _entries(self, block: bytes, what: str) -> Iterator[tuple[bytes, bytes]]:
+        if len(block) < 4:
+            raise FormatError(f"{self.path}: the {what} is too short to be a table block.")
+        restarts = int.from_bytes(block[-4:], "little")
+        end = len(block) - 4 - 4 * restarts
+        if restarts < 1 or end < 0:
+            raise FormatError(f"{self.path}: the {what} has a bad restart count ({restarts}).")
+        position, previous = 0, b""
+        try:
+            while position < end:
+                shared, position = _proto.read_varint(block, position)
+                own, position = _proto.read_varint(block, position)
+                size, position = _proto.read_varint(block, position)
+                if shared > len(previous) or position + own + size > end:
+                    raise _proto.ProtoError("an entry runs past the end of its block")
+                key = previous[:shared] + block[position:position + own]
+                position += own
+                yield key, block[position:position + size]
+                position += size
+                previous = key
+        except _proto.ProtoError as error:
+            raise FormatError(f"{self.path}: the {what} is malformed ({error}).") from None
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        index = self.block(self.index_handle, "index block")
+        for number, (_, handle) in enumerate(self._entries(index, "index block")):
+            try:
+                location = self._handle(handle, 0)
+            except _proto.ProtoError as error:
+                raise FormatError(f"{self.path}: index entry {number} is malformed ({error}).") \
+                    from None
+            yield from self._entries(self.block(location, f"data block {number}"),
+                                     f"data block {number}")
+
+    def message(self, name: object, value: bytes, path: tuple[str, ...]) -> dict[int, int]:
+        try:
+            return {number: v for number, v in _proto.fields(value) if isinstance(v, int)}
+        except _proto.ProtoError as error:
+            raise FormatError(f"{self.path}: the {' '.join(path)} record is malformed "
+                              f"({error}).") from None
+
+    def entry(self, name: str, value: bytes) -> Entry:
+        fields: dict[int, int | bytes] = {}
+        dims: list[int] = []
+        sliced = False
+        try:
+            for number, item in _proto.fields(value):
+                if number == 2 and isinstance(item, bytes):
+                    for shape_field, dim in _proto.fields(item):
+                        if shape_field == 2 and isinstance(dim, bytes):
+                            size = dict((n, v) for n, v in _proto.fields(dim)).get(1, 0)
+                            dims.append(_signed(size) if isinstance(size, int) else -1)
+                        elif shape_field == 3 and dim:
+                            dims.append(-1)
+                elif number == 7:
+                    sliced = True
+                else:
+                    fields[number] = item
+        except _proto.ProtoError as error:
+            raise FormatError(f"{self.path}: the entry of tensor {name!r} is malformed "
+                              f"({error}).") from None
+
+        def integer(number: int) -> int:
+            value = fields.get(number, 0)
+            return _signed(value) if isinstance(value, int) else -1
+
+        if any(d < 0 for d in dims):
+            raise FormatError(f"{self.path}: tensor {name!r} has an unknown or negative shape "
+                              f"{dims}; the index is damaged.")
+        return Entry(name, integer(1), tuple(dims), integer(3), integer(4), integer(5),
+                     integer(6), sliced)
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def read_bundle(prefix: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Every tensor of a checkpoint as ``{name: array}``."""
+    return Bundle(prefix).arrays()
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+def _block(entries: list[tuple[bytes, bytes]], interval: int) -> bytes:
+    out = bytearray()
+    restarts: list[int] = []
+    previous = b""
+    for number, (key, value) in enumerate(entries):
+        shared = 0
+        if number % interval == 0:
+            restarts.append(len(out))
+        else:
+            limit = min(len(previous), len(key))
+            while shared < limit and previous[shared] == key[shared]:
+                shared += 1
+        out += _proto.varint(shared) + _proto.varint(len(key) - shared) + _proto.varint(len(value))
+        out += key[shared:] + value
+        previous = key
+    restarts = restarts or [0]
+    for start in restarts:
+        out += start.to_bytes(4, "little")
+    out += len(restarts).to_bytes(4, "little")
+    return bytes(out)
+
+
+def _with_trailer(block: bytes) -> bytes:
+    return block + b"\0" + mask(crc32c(block + b"\0")).to_bytes(4, "little")
+
+
+def _handle(offset: int, size: int) -> bytes:
+    return _proto.varint(offset) + _proto.varint(size)
+
+
+def _entry_proto(code: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:
+    shape_proto = b"".join(
+        _proto.key(2, 2) + _proto.varint(len(dim)) + dim
+        for dim in (_proto.key(1, 0) + _proto.varint(d) if d else b"" for d in shape))
+    out = _proto.key(1, 0) + _proto.varint(code)
+    out += _proto.key(2, 2) + _proto.varint(len(shape_proto)) + shape_proto
+    if offset:
+        out += _proto.key(4, 0) + _proto.varint(offset)
+    if size:
+        out += _proto.key(5, 0) + _proto.varint(size)
+    return out + _proto.key(6, 5) + crc.to_bytes(4, "little")
+
+
+def _index(entries: list[tuple[bytes, bytes]]) -> bytes:
+    header = _proto.key(1, 0) + _proto.varint(1)  # one shard, little-endian
+    header += _proto.key(3, 2) + _proto.varint(2) + _proto.key(1, 0) + _proto.varint(1)
+    data_block = _with_trailer(_block([(b"", header), *entries], 16))
+    meta_block = _with_trailer(_block([], 1))
+    last_key = entries[-1][0] if entries else b""
+    index_block = _with_trailer(_block([(last_key, _handle(0, len(data_block) - _TRAILER))], 1))
+    meta_at = len(data_block)
+    index_at = meta_at + len(meta_block)
+    footer = _handle(meta_at, len(meta_block) - _TRAILER) + _handle(index_at,
+                                                                      len(index_block) - _TRAILER)
+    footer = footer.ljust(_FOOTER - 8, b"\0") + _MAGIC.to_bytes(8, "little")
+    return data_block + meta_block + index_block + footer
+
+
+def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> list[Path]:
+    """Write ``arrays`` as a one-shard checkpoint that ``tf.train.load_checkpoint`` reads.
+
+    The data file is written first and the index last, each to a temporary file renamed
+    into place, so a failure leaves no half-written checkpoint behind.
+    """
+    prefix = Path(prefix)
+    folder = prefix.parent if str(prefix.parent) else Path(".")
+    if not folder.is_dir():
+        raise FormatError(f"{prefix}: the folder {folder} does not exist; create it first or "
+                          "choose another checkpoint prefix. Nothing was written.")
+    tensors = []
+    for name in sorted(arrays, key=lambda n: n.encode("utf-8")):
+        if not isinstance(name, str) or not name:
+            raise FormatError(f"{prefix}: tensor names must be non-empty strings; got {name!r}.")
+        array = np.asarray(arrays[name])
+        dtype = array.dtype.newbyteorder("=") if array.dtype.byteorder != "|" else array.dtype
+        if dtype not in _CODES:
+            raise DTypeError(f"{prefix}: tensor {name!r} has dtype {array.dtype}, which a "
+                             "checkpoint cannot hold; use a float, integer or bool array.")
+        tensors.append((name, _CODES[dtype], np.asarray(array, dtype=dtype.newbyteorder("<"), order="C")))
+    index_path = Path(f"{prefix}.index")
+    data_path = _data_path(prefix, 0, 1)
+    temporaries: list[str] = []
+    try:
+        entries = []
+        handle, data_temp = tempfile.mkstemp(prefix=f".{data_path.name}.", suffix=".partial",
+                                             dir=folder)
+        temporaries.append(data_temp)
+        with os.fdopen(handle, "wb") as file:
+            offset = 0
+            for name, code, array in tensors:
+                raw = array.reshape(-1).view(np.uint8)
+                file.write(raw.tobytes() if raw.size < 1 << 20 else memoryview(raw))
+                entries.append((name.encode("utf-8"),
+                                _entry_proto(code, array.shape, offset, len(raw), mask(crc32c(raw)))))
+                offset += len(raw)
+            file.flush()
+            os.fsync(file.fileno())
+        handle, index_temp = tempfile.mkstemp(prefix=f".{index_path.name}.", suffix=".partial",
+                                              dir=folder)
+        temporaries.append(index_temp)
+        with os.fdopen(handle, "wb") as file:
+            file.write(_index(entries))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(data_temp, data_path)
+        os.replace(index_temp, index_path)
+    except BaseException:
+        for temporary in temporaries:
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
+        raise
+    return [index_path, data_path]
