@@ -54,6 +54,8 @@ _REGISTRY: dict[str, FormatInfo] = {
                    "PyTorch nn.LSTM/GRU/RNN modules and their state_dicts"),
         FormatInfo("onnx", "rnnport.formats.onnx",
                    "ONNX models with LSTM/GRU/RNN nodes (ModelProto, GraphProto, .onnx path)"),
+        FormatInfo("tf1", "rnnport.formats.tf1",
+                   "TensorFlow 1.x cells: checkpoints (read without TensorFlow), name→array dicts"),
     )
 }
 

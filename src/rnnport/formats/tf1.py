@@ -1,0 +1,674 @@
+"""TensorFlow 1.x recurrent cells in checkpoints (``tf.compat.v1.nn.rnn_cell``, contrib).
+
+Read from a checkpoint prefix (NumPy only, see :mod:`rnnport.io.tensorbundle`) or a dict
+name → array; written as such a dict, or as a checkpoint when ``path`` is given.
+
+Each cell keeps its variables under its own scope name::
+
+    LSTMCell, LSTMBlockCell   lstm_cell/kernel (I+R, 4H), bias (4H,)
+                              [w_i_diag, w_f_diag, w_o_diag (H,)] [projection/kernel (H, P)]
+    BasicLSTMCell             basic_lstm_cell/kernel, bias
+    CudnnCompatibleLSTMCell   cudnn_compatible_lstm_cell/kernel, bias
+    GRUCell                   gru_cell/gates/{kernel (I+H, 2H), bias}, candidate/{kernel (I+H, H), bias}
+    CudnnCompatibleGRUCell    cudnn_compatible_gru_cell/gates/{kernel, bias},
+                              candidate/input_projection/{kernel (I, H), bias},
+                              candidate/hidden_projection/{kernel (H, H), bias}
+    BasicRNNCell              basic_rnn_cell/kernel (I+H, H), bias
+
+A kernel's rows are x's then h's (``R`` = P with a projection, else H); its columns hold
+the gates: LSTM ``i j f o`` (``j`` is the candidate g), GRU gates ``r u`` (u = z).
+
+Stacks are found from the scopes around the cells: ``{scope}/{cell}`` (one
+``dynamic_rnn`` layer), ``{scope}/multi_rnn_cell/cell_{k}/{cell}`` (``MultiRNNCell``),
+``{scope}/{fw,bw}/{cell}`` (``bidirectional_dynamic_rnn``) and
+``{scope}/cell_{k}/bidirectional_rnn/{fw,bw}/{cell}`` (``stack_bidirectional_dynamic_rnn``).
+Anything else in the checkpoint (a global step, optimizer slots, other layers) is left
+alone; ``scope=`` picks one network when there are several.
+
+Biases: the cells keep one bias, plus ``forget_bias`` (1.0 by default; 0 for
+CudnnCompatibleLSTMCell) added to f at run time and never saved. Reading puts the saved
+bias in ``bias_hh`` and ``forget_bias`` in ``bias_ih``'s forget block, so writing back
+with the same ``forget_bias`` is bit-exact. CudnnCompatibleGRUCell keeps its candidate's
+two biases apart (a reset-after GRU); GRUCell is a reset-before GRU. What a checkpoint
+cannot say comes as options: ``forget_bias``, ``cell_clip`` and ``activation="relu"``
+(BasicRNNCell) — on writing they state what the TensorFlow graph will use, and must
+agree with the model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    AmbiguousSourceError,
+    FormatError,
+    ShapeError,
+    UnsupportedFeatureError,
+)
+from ..gates import CANONICAL, block, gate_family, reorder
+from ..io import tensorbundle
+from ..model import RNN, Model, Stack, as_float_array, stack
+from ..spec import Spec
+from ._common import check_options, close_matches, combine_biases, describe, sum_exact, to_numpy
+
+DESCRIPTION = "TensorFlow 1.x cells in checkpoints (read without TensorFlow) or name→array dicts"
+EXTRA = None
+FEATURES = frozenset({"projection", "peepholes", "cell_clip", "reset_before"})
+READ_OPTIONS = frozenset({"scope", "forget_bias", "cell_clip", "activation"})
+WRITE_OPTIONS = frozenset({"cell", "scope", "forget_bias", "cell_clip", "activation"})
+
+LSTM_ORDER = "igfo"  # TF1's i, j, f, o with j written as the candidate g
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One TF1 cell class: its variable scope, what it computes and what it can hold."""
+
+    name: str  # the class name
+    scope: str  # the default variable scope name
+    family: str
+    forget_bias: float | None  # TensorFlow's default; None: the cell has no forget bias
+    holds: frozenset[str] = field(default_factory=frozenset)
+    fixed_forget_bias: bool = False
+
+    def variables(self, projection: bool, peepholes: bool) -> list[str]:
+        if self.family == "gru":
+            if self.scope == "gru_cell":
+                return ["gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias"]
+            return ["gates/kernel", "gates/bias", "candidate/input_projection/kernel",
+                    "candidate/input_projection/bias", "candidate/hidden_projection/kernel",
+                    "candidate/hidden_projection/bias"]
+        names = ["kernel", "bias"]
+        if peepholes:
+            names += ["w_i_diag", "w_f_diag", "w_o_diag"]
+        if projection:
+            names.append("projection/kernel")
+        return names
+
+
+CELLS = {
+    cell.name: cell for cell in (
+        Cell("LSTMCell", "lstm_cell", "lstm", 1.0, frozenset({"projection", "peepholes",
+                                                               "cell_clip"})),
+        Cell("LSTMBlockCell", "lstm_cell", "lstm", 1.0, frozenset({"peepholes", "cell_clip"})),
+        Cell("BasicLSTMCell", "basic_lstm_cell", "lstm", 1.0),
+        Cell("CudnnCompatibleLSTMCell", "cudnn_compatible_lstm_cell", "lstm", 0.0,
+             fixed_forget_bias=True),
+        Cell("GRUCell", "gru_cell", "gru", None, frozenset({"reset_before"})),
+        Cell("CudnnCompatibleGRUCell", "cudnn_compatible_gru_cell", "gru", None),
+        Cell("BasicRNNCell", "basic_rnn_cell", "rnn", None),
+    )
+}
+# Reading: the scope names the class (LSTMBlockCell saves under LSTMCell's names and
+# computes the same function, so "lstm_cell" reads as LSTMCell).
+BY_SCOPE = {cell.scope: cell for cell in reversed(CELLS.values())}
+ALIASES = {**{name.lower(): name for name in CELLS},
+           **{cell.scope: cell.name for cell in CELLS.values()}, "lstm_block_cell": "LSTMBlockCell"}
+
+_VARIABLE = re.compile(
+    r"^(?:(?P<outer>.*)/)?(?P<cell>" + "|".join(sorted(BY_SCOPE, key=len, reverse=True)) + r")/"
+    r"(?P<var>kernel|bias|w_[ifo]_diag|projection/kernel|gates/(?:kernel|bias)|"
+    r"candidate/(?:kernel|bias|(?:input|hidden)_projection/(?:kernel|bias)))$")
+_STACK_BIDIRECTIONAL = re.compile(r"^(?:(?P<scope>.*)/)?cell_(?P<layer>\d+)/bidirectional_rnn/"
+                                  r"(?P<direction>fw|bw)$")
+_BIDIRECTIONAL = re.compile(r"^(?:(?P<scope>.*)/)?(?P<direction>fw|bw)$")
+_MULTI = re.compile(r"^(?:(?P<scope>.*)/)?multi_rnn_cell/cell_(?P<layer>\d+)$")
+
+STRUCTURES = {
+    "single": "one dynamic_rnn cell",
+    "multi": "a MultiRNNCell stack",
+    "bidirectional": "a bidirectional_dynamic_rnn",
+    "stack_bidirectional": "a stack_bidirectional_dynamic_rnn stack",
+}
+
+
+# -- sources ----------------------------------------------------------------------------
+
+
+def _is_path(source: Any) -> bool:
+    return isinstance(source, (str, os.PathLike))
+
+
+def sniff(source: Any) -> bool:
+    if _is_path(source):
+        text = os.fspath(source)
+        path = Path(text)
+        if text.endswith(".index") or ".data-" in path.name:
+            return True
+        if path.is_dir():
+            return (path / "checkpoint").is_file() or any(path.glob("*.index"))
+        return Path(f"{text}.index").is_file()
+    if isinstance(source, Mapping):
+        return any(isinstance(key, str) and _VARIABLE.match(key) for key in source)
+    return False
+
+
+class _Variables:
+    """Name → array, read lazily from a checkpoint or taken from a dict."""
+
+    def __init__(self, source: Any) -> None:
+        if _is_path(source):
+            self.bundle: tensorbundle.Bundle | None = tensorbundle.Bundle(source)
+            self.where = str(self.bundle.prefix)
+            self.names = list(self.bundle)
+            self.shapes = {name: self.bundle[name].shape for name in self.names}
+            self._arrays: dict[str, Any] = {}
+        elif isinstance(source, Mapping):
+            self.bundle = None
+            self.where = "tf1 variables"
+            self._arrays = {_strip(str(key)): value for key, value in source.items()}
+            self.names = list(self._arrays)
+            self.shapes = {name: tuple(np.shape(value)) for name, value in self._arrays.items()}
+        else:
+            raise FormatError(
+                f"read(fmt='tf1'): expected a checkpoint prefix (e.g. 'model.ckpt-1000', its "
+                f".index file or its folder) or a dict variable name → array; got "
+                f"{describe(source)}.")
+
+    def array(self, name: str) -> np.ndarray:
+        where = f"{self.where}: variable {name!r}"
+        if self.bundle is not None:
+            return as_float_array(self.bundle.read(name), where)
+        return as_float_array(to_numpy(self._arrays[name]), where)
+
+
+def _strip(name: str) -> str:
+    """``rnn/lstm_cell/kernel:0`` → ``rnn/lstm_cell/kernel`` (graph tensor names)."""
+    return name[:-2] if name.endswith(":0") else name
+
+
+# -- finding the networks ----------------------------------------------------------------
+
+
+@dataclass
+class _Network:
+    scope: str
+    structure: str
+    # (layer, direction) → (cell scope name, the prefix of its variables)
+    cells: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        if self.structure == "single":
+            (cell, prefix), = self.cells.values()
+            return f"{prefix}{cell}"
+        if self.structure == "multi":
+            return f"{self.scope}/multi_rnn_cell" if self.scope else "multi_rnn_cell"
+        return self.scope
+
+    def matches(self, scope: str) -> bool:
+        scope = scope.strip("/")
+        return scope in (self.scope, self.name) or self.name.startswith(f"{scope}/") or (
+            self.scope.startswith(f"{scope}/"))
+
+    def summary(self) -> str:
+        cells = sorted({BY_SCOPE[cell].name for cell, _ in self.cells.values()})
+        layers = 1 + max(layer for layer, _ in self.cells)
+        return (f"scope={self.scope!r}: {STRUCTURES[self.structure]} of {', '.join(cells)}"
+                f" ({layers} layer{'s' if layers > 1 else ''})")
+
+
+def _networks(names: Sequence[str], where: str) -> list[_Network]:
+    found: dict[tuple[str, str], _Network] = {}
+    for name in names:
+        match = _VARIABLE.match(name)
+        if not match:
+            continue
+        outer, cell = match["outer"] or "", match["cell"]
+        prefix = f"{outer}/" if outer else ""
+        layer, direction = 0, 0
+        if m := _STACK_BIDIRECTIONAL.match(outer):
+            structure, scope = "stack_bidirectional", m["scope"] or ""
+            layer, direction = int(m["layer"]), ("fw", "bw").index(m["direction"])
+        elif m := _BIDIRECTIONAL.match(outer):
+            structure, scope = "bidirectional", m["scope"] or ""
+            direction = ("fw", "bw").index(m["direction"])
+        elif m := _MULTI.match(outer):
+            structure, scope, layer = "multi", m["scope"] or "", int(m["layer"])
+        else:
+            structure, scope = "single", outer
+        network = found.setdefault((scope, structure) if structure != "single" else
+                                   (prefix + cell, structure), _Network(scope, structure))
+        known = network.cells.setdefault((layer, direction), (cell, prefix))
+        if known != (cell, prefix):
+            raise FormatError(
+                f"{where}: {prefix or 'the top level'} holds two cells ({known[0]} and {cell}) for "
+                "the same layer; expected one cell per layer and direction.")
+    for network in found.values():
+        if network.structure in ("multi", "single") and re.search(r"(^|/)(fw|bw)$",
+                                                                    network.scope):
+            raise UnsupportedFeatureError(
+                f"{where}: scope {network.scope!r} is one direction of a bidirectional_dynamic_rnn "
+                "over MultiRNNCell stacks: each direction runs its whole stack alone, and the "
+                "backward stack sees the time-reversed input. rnnport's bidirectional layers "
+                "join both directions after every layer (stack_bidirectional_dynamic_rnn, cuDNN, "
+                "PyTorch), so this network has no faithful equivalent.")
+    return sorted(found.values(), key=lambda n: n.name)
+
+
+def _choose(networks: list[_Network], scope: str | None, where: str) -> _Network:
+    if not networks:
+        raise FormatError(
+            f"{where}: no TF1 recurrent cell variables found; expected names ending in "
+            "lstm_cell/kernel, basic_lstm_cell/kernel, cudnn_compatible_lstm_cell/kernel, "
+            "gru_cell/gates/kernel, cudnn_compatible_gru_cell/gates/kernel or "
+            "basic_rnn_cell/kernel (cells with a custom name= are not recognised).")
+    listing = "\n".join(f"  - {network.summary()}" for network in networks)
+    if scope is None:
+        if len(networks) == 1:
+            return networks[0]
+        raise AmbiguousSourceError(
+            f"{where}: holds {len(networks)} recurrent networks; pass scope= to pick one:\n"
+            f"{listing}")
+    if not isinstance(scope, str):
+        raise FormatError(f"read(fmt='tf1'): scope={scope!r}; expected a string such as "
+                          f"{networks[0].scope!r}.")
+    chosen = [network for network in networks if network.matches(scope)]
+    if len(chosen) == 1:
+        return chosen[0]
+    exact = [network for network in chosen if scope.strip("/") in (network.scope, network.name)]
+    if len(exact) == 1:
+        return exact[0]
+    if not chosen:
+        hint = close_matches(scope, [n.scope for n in networks])
+        raise FormatError(f"{where}: no recurrent network under scope={scope!r}.{hint} "
+                          f"The networks here:\n{listing}")
+    raise AmbiguousSourceError(f"{where}: scope={scope!r} matches {len(chosen)} networks; pass "
+                               f"a longer scope:\n" + "\n".join(f"  - {n.summary()}"
+                                                                 for n in chosen))
+
+
+# -- read ---------------------------------------------------------------------------------
+
+
+def read(source: Any, **options: Any) -> Model:
+    check_options("read(fmt='tf1')", options, READ_OPTIONS)
+    variables = _Variables(source)
+    where = variables.where
+    network = _choose(_networks(variables.names, where), options.get("scope"), where)
+    layers = 1 + max(layer for layer, _ in network.cells)
+    directions = 2 if network.structure in ("bidirectional", "stack_bidirectional") else 1
+    missing = [(layer, direction) for layer in range(layers) for direction in range(directions)
+               if (layer, direction) not in network.cells]
+    if missing:
+        text = ", ".join(f"layer {layer} {('fw', 'bw')[direction] if directions == 2 else ''}"
+                         .strip() for layer, direction in missing)
+        raise FormatError(f"{where}: {network.summary()} lacks {text}; the checkpoint is "
+                          "incomplete (or holds cells with custom names).")
+    kinds = {BY_SCOPE[cell] for cell, _ in network.cells.values()}
+    _check_read_options(options, kinds, where)
+    parts: list[RNN] = []
+    for layer in range(layers):
+        found = [_read_cell(variables, *network.cells[layer, direction], options)
+                 for direction in range(directions)]
+        specs = [spec for spec, _ in found]
+        if len(specs) == 2 and specs[0] != specs[1]:
+            raise ShapeError(
+                f"{where}: layer {layer}: fw is {specs[0].describe(article=True)} but bw is "
+                f"{specs[1].describe(article=True)}; expected the same cell in both directions.")
+        spec = specs[0].replace(bidirectional=directions == 2)
+        parts.append(RNN(spec, [[params for _, params in found]], copy=False))
+    for layer in range(1, layers):
+        expected = parts[layer - 1].output_size
+        if parts[layer].spec.input_size != expected:
+            cell, prefix = network.cells[layer, 0]
+            raise ShapeError(
+                f"{where}: {prefix}{cell}/ takes inputs of size {parts[layer].spec.input_size} "
+                f"(from its kernel's rows), but layer {layer - 1} gives {expected}; expected each "
+                "layer to take the previous layer's output (both directions joined).")
+    return stack(parts)
+
+
+def _check_read_options(options: Mapping[str, Any], kinds: set[Cell], where: str) -> None:
+    families = {cell.family for cell in kinds}
+    if options.get("forget_bias") is not None:
+        if "lstm" not in families:
+            raise FormatError(f"{where}: forget_bias= applies to LSTM cells; this network has "
+                              f"{', '.join(sorted(c.name for c in kinds))}. Drop the option.")
+        _number("forget_bias", options["forget_bias"])
+    if options.get("cell_clip") is not None and not any("cell_clip" in c.holds for c in kinds):
+        raise FormatError(f"{where}: cell_clip= applies to LSTMCell and LSTMBlockCell; this "
+                          f"network has {', '.join(sorted(c.name for c in kinds))}. Drop it.")
+    activation = options.get("activation", "tanh")
+    if activation not in ("tanh", "relu"):
+        raise UnsupportedFeatureError(f"{where}: activation={activation!r}; expected 'tanh' or "
+                                      "'relu' (BasicRNNCell).")
+    if activation == "relu" and "rnn" not in families:
+        raise FormatError(f"{where}: activation='relu' applies to BasicRNNCell; this network has "
+                          f"{', '.join(sorted(c.name for c in kinds))}, whose activation rnnport "
+                          "computes as tanh. Drop the option.")
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not np.isfinite(value):
+        raise FormatError(f"tf1: {name}={value!r}; expected a finite number.")
+    return float(value)
+
+
+def _read_cell(variables: _Variables, scope_name: str, prefix: str,
+               options: Mapping[str, Any]) -> tuple[Spec, dict[str, np.ndarray]]:
+    cell = BY_SCOPE[scope_name]
+    base = f"{prefix}{scope_name}/"
+    where = f"{variables.where}: {base}"
+    present = {name[len(base):] for name in variables.names if name.startswith(base)}
+    projection = "projection/kernel" in present and cell.family == "lstm"
+    peepholes = bool({"w_i_diag", "w_f_diag", "w_o_diag"} & present) and cell.family == "lstm"
+    expected = cell.variables(projection, peepholes)
+    missing = [name for name in expected if name not in present]
+    if missing:
+        raise FormatError(f"{where}: {cell.name} variables {', '.join(missing)} are missing; "
+                          f"expected {', '.join(expected)}.")
+    shapes = {name: variables.shapes[base + name] for name in expected}
+    sizes = _sizes(cell, shapes, projection, where)
+    _check_shapes(cell, shapes, sizes, projection, peepholes, where)
+    arrays = {name: variables.array(base + name) for name in expected}
+    dtypes = {a.dtype for a in arrays.values()}
+    if len(dtypes) > 1:
+        raise FormatError(f"{where}: variables of several dtypes ({', '.join(map(str, dtypes))}); "
+                          "expected one dtype per cell.")
+    return _canonical(cell, arrays, sizes, options, where)
+
+
+def _sizes(cell: Cell, shapes: Mapping[str, tuple[int, ...]], projection: bool,
+           where: str) -> tuple[int, int, int]:
+    """(input, hidden, projection) from the kernel shapes."""
+    kernel = "gates/kernel" if cell.family == "gru" else "kernel"
+    gates = {"lstm": 4, "gru": 2, "rnn": 1}[cell.family]
+    shape = shapes[kernel]
+    if len(shape) != 2 or shape[1] % gates or shape[1] == 0:
+        raise ShapeError(f"{where}{kernel}: shape {list(shape)}; expected a 2-D kernel (I + H, "
+                         f"{gates}·H) with x's rows first, then h's.")
+    hidden = shape[1] // gates
+    recurrent = hidden
+    proj = 0
+    if projection:
+        proj_shape = shapes["projection/kernel"]
+        if len(proj_shape) != 2 or proj_shape[0] != hidden or proj_shape[1] < 1:
+            raise ShapeError(f"{where}projection/kernel: shape {list(proj_shape)}; expected "
+                             f"[{hidden}, P] (num_units {hidden} from the kernel's columns).")
+        proj = recurrent = proj_shape[1]
+    inputs = shape[0] - recurrent
+    if inputs < 1:
+        raise ShapeError(f"{where}{kernel}: shape {list(shape)}; its {shape[0]} rows leave no room "
+                         f"for inputs after the {recurrent} recurrent rows; expected (I + "
+                         f"{recurrent}, {shape[1]}).")
+    return inputs, hidden, proj
+
+
+def _check_shapes(cell: Cell, shapes: Mapping[str, tuple[int, ...]], sizes: tuple[int, int, int],
+                  projection: bool, peepholes: bool, where: str) -> None:
+    inputs, hidden, proj = sizes
+    recurrent = proj or hidden
+    expected: dict[str, tuple[int, ...]]
+    if cell.family == "lstm":
+        expected = {"kernel": (inputs + recurrent, 4 * hidden), "bias": (4 * hidden,)}
+        if peepholes:
+            expected.update({f"w_{g}_diag": (hidden,) for g in "ifo"})
+        if projection:
+            expected["projection/kernel"] = (hidden, proj)
+    elif cell.family == "rnn":
+        expected = {"kernel": (inputs + hidden, hidden), "bias": (hidden,)}
+    else:
+        expected = {"gates/kernel": (inputs + hidden, 2 * hidden), "gates/bias": (2 * hidden,)}
+        if cell.scope == "gru_cell":
+            expected.update({"candidate/kernel": (inputs + hidden, hidden),
+                             "candidate/bias": (hidden,)})
+        else:
+            expected.update({"candidate/input_projection/kernel": (inputs, hidden),
+                             "candidate/input_projection/bias": (hidden,),
+                             "candidate/hidden_projection/kernel": (hidden, hidden),
+                             "candidate/hidden_projection/bias": (hidden,)})
+    problems = [f"{where}{name}: shape {list(shapes[name])}; expected {list(shape)}"
+                for name, shape in expected.items() if tuple(shapes[name]) != shape]
+    if problems:
+        raise ShapeError(problems, hint=f"(A {cell.name} with input size {inputs} and "
+                         f"{hidden} units{f', num_proj {proj}' if proj else ''}, sizes taken from "
+                         "its kernel.)")
+
+
+def _canonical(cell: Cell, arrays: Mapping[str, np.ndarray], sizes: tuple[int, int, int],
+               options: Mapping[str, Any], where: str) -> tuple[Spec, dict[str, np.ndarray]]:
+    inputs, hidden, proj = sizes
+    dtype = arrays["gates/kernel" if cell.family == "gru" else "kernel"].dtype
+    params: dict[str, np.ndarray] = {}
+    if cell.family == "lstm":
+        kernel = arrays["kernel"]
+        params["weight_ih"] = reorder(kernel[:inputs].T, LSTM_ORDER, CANONICAL["lstm"])
+        params["weight_hh"] = reorder(kernel[inputs:].T, LSTM_ORDER, CANONICAL["lstm"])
+        params["bias_hh"] = reorder(arrays["bias"], LSTM_ORDER, CANONICAL["lstm"])
+        bias_ih = np.zeros(4 * hidden, dtype=dtype)
+        block(bias_ih, CANONICAL["lstm"], "f")[...] = _forget_bias(cell, options, where)
+        params["bias_ih"] = bias_ih
+        peepholes = "w_i_diag" in arrays
+        if peepholes:
+            params["weight_peephole"] = np.stack([arrays[f"w_{g}_diag"] for g in "ifo"])
+        if proj:
+            params["weight_hr"] = np.ascontiguousarray(arrays["projection/kernel"].T)
+        clip = options.get("cell_clip") if "cell_clip" in cell.holds else None
+        spec = Spec("lstm", inputs, hidden, proj_size=proj, peepholes=peepholes,
+                    cell_clip=_number("cell_clip", clip) if clip is not None else None)
+        return spec, params
+    if cell.family == "rnn":
+        kernel = arrays["kernel"]
+        params = {"weight_ih": np.ascontiguousarray(kernel[:inputs].T),
+                  "weight_hh": np.ascontiguousarray(kernel[inputs:].T),
+                  "bias_ih": np.zeros(hidden, dtype=dtype),
+                  "bias_hh": np.array(arrays["bias"], copy=True)}
+        return Spec(f"rnn_{options.get('activation', 'tanh')}", inputs, hidden), params
+    gates = arrays["gates/kernel"]
+    if cell.scope == "gru_cell":
+        candidate = arrays["candidate/kernel"]
+        w_n, r_n = candidate[:inputs].T, candidate[inputs:].T
+        bias_hh = np.concatenate([arrays["gates/bias"], arrays["candidate/bias"]])
+        bias_ih = np.zeros(3 * hidden, dtype=dtype)
+    else:
+        w_n = arrays["candidate/input_projection/kernel"].T
+        r_n = arrays["candidate/hidden_projection/kernel"].T
+        zeros = np.zeros(2 * hidden, dtype=dtype)
+        bias_ih = np.concatenate([zeros, arrays["candidate/input_projection/bias"]])
+        bias_hh = np.concatenate([arrays["gates/bias"], arrays["candidate/hidden_projection/bias"]])
+    params = {"weight_ih": np.concatenate([gates[:inputs].T, w_n]),
+              "weight_hh": np.concatenate([gates[inputs:].T, r_n]),
+              "bias_ih": bias_ih, "bias_hh": bias_hh}
+    return Spec("gru", inputs, hidden, reset_after=cell.scope != "gru_cell"), params
+
+
+# -- write --------------------------------------------------------------------------------
+
+
+def _cell_named(value: Any, where: str) -> Cell:
+    if isinstance(value, str):
+        key = value if value in CELLS else ALIASES.get(value.lower())
+        if key is not None:
+            return CELLS[key]
+    choices = ", ".join(CELLS)
+    hint = close_matches(value, [*CELLS, *ALIASES]) if isinstance(value, str) else ""
+    raise FormatError(f"{where}: cell={value!r}; expected one of {choices} (or their scope "
+                      f"names, e.g. 'lstm_cell').{hint}")
+
+
+def _default_cell(spec: Spec) -> Cell:
+    if spec.cell == "lstm":
+        return CELLS["LSTMCell"]
+    if spec.cell == "gru":
+        return CELLS["CudnnCompatibleGRUCell" if spec.reset_after else "GRUCell"]
+    return CELLS["BasicRNNCell"]
+
+
+def _cells_for(layers: list[RNN], option: Any, where: str) -> list[Cell]:
+    if option is None:
+        return [_default_cell(layer.spec) for layer in layers]
+    if isinstance(option, str):
+        chosen = _cell_named(option, where)
+        return [chosen] * len(layers)
+    if isinstance(option, Sequence) and len(option) == len(layers):
+        return [_cell_named(item, f"{where}, layer {index}") for index, item in enumerate(option)]
+    raise FormatError(f"{where}: cell={option!r}; expected one cell name, or a list with one per "
+                      f"layer ({len(layers)}).")
+
+
+def _check_cell(cell: Cell, spec: Spec, options: Mapping[str, Any], where: str) -> None:
+    if gate_family(spec.cell) != cell.family:
+        raise UnsupportedFeatureError(
+            f"{where}: a {cell.name} cannot hold {spec.describe(article=True)}; choose a "
+            f"{spec.cell.split('_')[0].upper()} cell (e.g. cell={_default_cell(spec).name!r}).")
+    from . import _features_of
+
+    for key, what, why in _features_of(spec):
+        if key in ("projection", "peepholes", "cell_clip", "reset_before") and key in cell.holds:
+            continue
+        if key == "reset_before" and cell.family != "gru":
+            continue
+        holders = [c.name for c in CELLS.values() if key in c.holds and c.family == cell.family]
+        alternatives = f" Cells that hold it: {', '.join(holders)}." if holders else ""
+        raise UnsupportedFeatureError(
+            f"{where}: {cell.name} cannot hold {what}: {why}. Converting would change the "
+            f"numbers, so nothing was written.{alternatives}")
+    if cell.name == "GRUCell" and spec.reset_after:
+        raise UnsupportedFeatureError(
+            f"{where}: GRUCell is a reset-before GRU, and this model is reset-after (its "
+            "candidate is tanh(W_n x + b_W + r∘(R_n h + b_R))); no conversion between the two "
+            "GRUs is exact. Use cell='CudnnCompatibleGRUCell'.")
+    clip = options.get("cell_clip")
+    if "cell_clip" in cell.holds and spec.cell_clip != (
+            None if clip is None else _number("cell_clip", clip)):
+        raise UnsupportedFeatureError(
+            f"{where}: the model has cell_clip={spec.cell_clip}, the option says cell_clip={clip}; "
+            "a checkpoint does not store the clip, the graph passes it to the cell. Pass "
+            f"cell_clip={spec.cell_clip} (the value your graph gives {cell.name}) to write it.")
+    activation = options.get("activation", "tanh")
+    if spec.cell.startswith("rnn") and activation != spec.nonlinearity:
+        raise UnsupportedFeatureError(
+            f"{where}: the model's activation is {spec.nonlinearity!r}, the option says "
+            f"{activation!r}; a checkpoint does not store it, the graph passes it to BasicRNNCell. "
+            f"Pass activation={spec.nonlinearity!r} to write it.")
+
+
+def _prefix(structure: str, scope: str, layer: int, direction: int) -> str:
+    head = f"{scope}/" if scope else ""
+    if structure == "single":
+        return head
+    if structure == "multi":
+        return f"{head}multi_rnn_cell/cell_{layer}/"
+    return f"{head}cell_{layer}/bidirectional_rnn/{('fw', 'bw')[direction]}/"
+
+
+def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarray]:
+    where = "write(fmt='tf1')"
+    check_options(where, options, WRITE_OPTIONS)
+    if not isinstance(model, (RNN, Stack)):
+        raise FormatError(f"{where}: expected an rnnport.RNN or Stack, got {describe(model)}.")
+    layers = model.layers()
+    bidirectional = {layer.spec.bidirectional for layer in layers}
+    if len(bidirectional) > 1:
+        raise UnsupportedFeatureError(
+            f"{where}: the stack mixes bidirectional and one-directional layers; TF1 stacks are "
+            "either a MultiRNNCell or a stack_bidirectional_dynamic_rnn. Write each part with "
+            "its own scope (write(part, 'tf1', scope=...) for part in model.parts).")
+    structure = ("stack_bidirectional" if bidirectional == {True}
+                 else "multi" if len(layers) > 1 else "single")
+    scope = options.get("scope", "stack_bidirectional_rnn" if structure == "stack_bidirectional"
+                        else "rnn")
+    if not isinstance(scope, str):
+        raise FormatError(f"{where}: scope={scope!r}; expected a string such as 'rnn'.")
+    scope = scope.strip("/")
+    if "activation" in options and options["activation"] not in ("tanh", "relu"):
+        raise UnsupportedFeatureError(f"{where}: activation={options['activation']!r}; expected "
+                                      "'tanh' or 'relu' (BasicRNNCell).")
+    cells = _cells_for(layers, options.get("cell"), where)
+    if options.get("activation", "tanh") != "tanh" and not any(c.family == "rnn" for c in cells):
+        raise FormatError(f"{where}: activation={options['activation']!r} applies to BasicRNNCell; "
+                          "this model has none. Drop the option.")
+    out: dict[str, np.ndarray] = {}
+    for index, (layer, cell) in enumerate(zip(layers, cells, strict=True)):
+        location = f"{where}, layer {index}"
+        _check_cell(cell, layer.spec, options, location)
+        forget_bias = _forget_bias(cell, options, location)
+        for direction, named in enumerate(layer.params[0]):
+            base = f"{_prefix(structure, scope, index, direction)}{cell.scope}/"
+            for name, array in _cell_arrays(cell, layer.spec, named, forget_bias,
+                                            location).items():
+                out[base + name] = array
+    if path is not None:
+        tensorbundle.write_bundle(tensorbundle.checkpoint_prefix(path), out)
+    return out
+
+
+def _forget_bias(cell: Cell, options: Mapping[str, Any], where: str) -> float:
+    """The forget bias the TensorFlow graph adds: the option, or the cell's default."""
+    if cell.forget_bias is None:
+        return 0.0
+    if options.get("forget_bias") is None:
+        return cell.forget_bias
+    value = _number("forget_bias", options["forget_bias"])
+    if cell.fixed_forget_bias and value != cell.forget_bias:
+        raise FormatError(f"{where}: {cell.name} has no forget_bias (it is always "
+                          f"{cell.forget_bias:g}); drop forget_bias= or choose LSTMCell.")
+    return value
+
+
+def _cell_arrays(cell: Cell, spec: Spec, named: Mapping[str, np.ndarray], forget_bias: float,
+                 where: str) -> dict[str, np.ndarray]:
+    family = cell.family
+    weight_ih, weight_hh = named["weight_ih"], named["weight_hh"]
+    dtype = weight_ih.dtype
+    size = spec.gate_count * spec.hidden_size
+    if spec.bias:
+        bias_ih, bias_hh = named["bias_ih"], named["bias_hh"]
+    else:
+        bias_ih = bias_hh = np.zeros(size, dtype=dtype)
+    if family == "lstm":
+        shift = np.zeros(size, dtype=dtype)
+        block(shift, CANONICAL["lstm"], "f")[...] = forget_bias
+        if np.array_equal(bias_ih, shift):  # as read with the same forget_bias: bit-exact
+            single = np.array(bias_hh, copy=True)
+        elif np.array_equal(bias_hh, shift):
+            single = np.array(bias_ih, copy=True)
+        else:
+            single = sum_exact(bias_ih, bias_hh)
+            block(single, CANONICAL["lstm"], "f")[...] -= block(shift, CANONICAL["lstm"], "f")
+        out = {"kernel": reorder(np.concatenate([weight_ih, weight_hh], axis=1).T,
+                                 CANONICAL["lstm"], LSTM_ORDER, axis=1),
+               "bias": reorder(single, CANONICAL["lstm"], LSTM_ORDER)}
+        if spec.peepholes:
+            for row, gate in enumerate("ifo"):
+                out[f"w_{gate}_diag"] = np.array(named["weight_peephole"][row], copy=True)
+        if spec.proj_size:
+            out["projection/kernel"] = np.ascontiguousarray(named["weight_hr"].T)
+        return out
+    if family == "rnn":
+        return {"kernel": np.ascontiguousarray(np.concatenate([weight_ih, weight_hh], axis=1).T),
+                "bias": sum_exact(bias_ih, bias_hh)}
+    hidden = spec.hidden_size
+    gates = slice(0, 2 * hidden)
+    candidate = slice(2 * hidden, 3 * hidden)
+    out = {"gates/kernel": np.ascontiguousarray(
+               np.concatenate([weight_ih[gates], weight_hh[gates]], axis=1).T),
+           "gates/bias": sum_exact(bias_ih[gates], bias_hh[gates])}
+    if cell.scope == "gru_cell":
+        single = combine_biases(spec, {"bias_ih": bias_ih, "bias_hh": bias_hh}, "hh", where,
+                                "tf1 GRUCell")
+        out["candidate/kernel"] = np.ascontiguousarray(
+            np.concatenate([weight_ih[candidate], weight_hh[candidate]], axis=1).T)
+        out["candidate/bias"] = np.array(single[candidate], copy=True)
+    else:
+        out["candidate/input_projection/kernel"] = np.ascontiguousarray(weight_ih[candidate].T)
+        out["candidate/input_projection/bias"] = np.array(bias_ih[candidate], copy=True)
+        out["candidate/hidden_projection/kernel"] = np.ascontiguousarray(weight_hh[candidate].T)
+        out["candidate/hidden_projection/bias"] = np.array(bias_hh[candidate], copy=True)
+    return out
+
+
+def param_count(model: Model, **options: Any) -> int:
+    """Parameters as the TF1 cells save them (one bias; GRUCell 3H(I+H) + 3H)."""
+    options.pop("path", None)
+    return int(sum(array.size for array in write(model, **options).values()))
+
