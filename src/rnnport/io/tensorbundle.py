@@ -254,8 +254,9 @@ class _Table:
             raise FormatError(f"{path}: the last 8 bytes are not the table magic number; the index "
                               "file is truncated, damaged, or not a TensorFlow checkpoint index.")
         try:
-            _meta_offset, position = _proto.read_varint(footer, 0)
-            _meta_size, position = _proto.read_varint(footer, position)
+            meta_offset, position = _proto.read_varint(footer, 0)
+            meta_size, position = _proto.read_varint(footer, position)
+            self.meta_handle = (meta_offset, meta_size)
             self.index_handle = self._handle(footer, position)
         except _proto.ProtoError as error:
             raise FormatError(f"{path}: the table footer is malformed ({error}).") from None
@@ -305,6 +306,7 @@ class _Table:
             raise FormatError(f"{self.path}: the {what} is malformed ({error}).") from None
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
+        self.block(self.meta_handle, "metaindex block")  # unused, but a damaged one is damage
         index = self.block(self.index_handle, "index block")
         for number, (_, handle) in enumerate(self._entries(index, "index block")):
             try:
