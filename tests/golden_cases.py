@@ -101,8 +101,11 @@ def load(name: str) -> Case:
 
 
 def names(framework: str | None = None) -> list[str]:
+    """The Keras and PyTorch cases (or one framework's); TF1 cases have their own loader in
+    ``test_tf1_golden.py``, since they are checkpoints rather than weight lists."""
     manifest = json.loads((GOLDEN / "MANIFEST.json").read_text())
-    return [n for n in manifest["cases"] if framework is None or n.startswith(framework)]
+    frameworks = (framework,) if framework else ("keras_", "torch_")
+    return [n for n in manifest["cases"] if n.startswith(frameworks)]
 
 
 def flatten_state(state: Any) -> list[np.ndarray]:

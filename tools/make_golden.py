@@ -1,8 +1,12 @@
-"""Generate golden recurrent-layer test cases with the real Keras 3 and PyTorch.
+"""Generate golden recurrent-layer test cases with the real Keras 3, PyTorch and TF1 cells.
 
 Each case is written to ``<out>/<case>.npz`` (default ``tests/golden``), and the
 list of cases with the framework versions to ``<out>/MANIFEST.json``.  The
 script never imports ``rnnport``; it only records what the frameworks compute.
+The TF1 cases (``tf1_*``, TensorBundle checkpoints under ``<out>/tf1/``) are
+made by ``tools/golden_tf1.py`` in a subprocess, which documents their format.
+``--only keras|torch|tf1`` (repeatable) regenerates only those cases; the
+manifest always lists every case.
 
 Keys of every ``.npz`` file (all plain arrays, loadable with
 ``allow_pickle=False``):
@@ -42,9 +46,11 @@ Keys of every ``.npz`` file (all plain arrays, loadable with
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import io
 import json
 import os
+import subprocess
 import sys
 import warnings
 import zipfile
@@ -65,6 +71,7 @@ CONFIG_KEYS = ("units", "activation", "recurrent_activation", "use_bias", "reset
 TORCH_MODULE_KEYS = (
     "mode", "input_size", "hidden_size", "num_layers", "bidirectional", "proj_size", "bias",
 )
+FRAMEWORKS = ("keras", "torch", "tf1")
 Arrays = dict[str, np.ndarray]
 
 
@@ -432,6 +439,7 @@ def versions() -> dict[str, str]:
         "keras": keras.__version__,
         "tensorflow": tf.__version__,
         "torch": torch.__version__,
+        "tf_keras": importlib.metadata.version("tf_keras"),
         "numpy": np.__version__,
     }
 
@@ -441,17 +449,38 @@ def write_manifest(out: Path, names: Sequence[str]) -> None:
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
+def run_tf1(out: Path, generate: bool) -> list[str]:
+    """Run ``tools/golden_tf1.py`` in its own process; returns the TF1 case names.
+
+    TF1 cells need ``tf_keras`` with ``TF_USE_LEGACY_KERAS=1`` set before TensorFlow
+    is imported, which must not happen in this (Keras 3) process.
+    """
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
+    cmd = [sys.executable, str(REPO_ROOT / "tools" / "golden_tf1.py"), "--out", str(out)]
+    result = subprocess.run(cmd + ([] if generate else ["--list"]), env=env, check=True,
+                            stdout=subprocess.PIPE, text=True)
+    lines = result.stdout.splitlines()
+    for line in lines[:-1]:
+        print(line)
+    return list(json.loads(lines[-1]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "golden",
                         help="output directory (default: tests/golden)")
+    parser.add_argument("--only", action="append", choices=FRAMEWORKS,
+                        help="only regenerate these cases (repeatable; default: all)")
     args = parser.parse_args(argv)
     out: Path = args.out
+    only = set(args.only or FRAMEWORKS)
     jobs = [(run_keras_case, c) for c in KERAS_CASES] + [(run_torch_case, c) for c in TORCH_CASES]
     for runner, case in jobs:
+        if case.name.split("_")[0] not in only:
+            continue
         path = out / f"{case.name}.npz"
         print(f"wrote {path} ({write_npz(path, runner(case))} bytes)")
-    names = [case.name for _, case in jobs]
+    names = [case.name for _, case in jobs] + run_tf1(out, generate="tf1" in only)
     write_manifest(out, names)
     print(f"wrote {out / 'MANIFEST.json'} ({len(names)} cases)")
     return 0

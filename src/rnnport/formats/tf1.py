@@ -23,7 +23,11 @@ Stacks are found from the scopes around the cells: ``{scope}/{cell}`` (one
 ``{scope}/{fw,bw}/{cell}`` (``bidirectional_dynamic_rnn``) and
 ``{scope}/cell_{k}/bidirectional_rnn/{fw,bw}/{cell}`` (``stack_bidirectional_dynamic_rnn``).
 Anything else in the checkpoint (a global step, optimizer slots, other layers) is left
-alone; ``scope=`` picks one network when there are several.
+alone; ``scope=`` picks one network when there are several (:func:`networks` lists them).
+Writing names the variables the same way: ``scope=`` (default ``rnn``, or
+``stack_bidirectional_rnn`` for a bidirectional network) and ``structure=`` (default:
+``single`` for one layer, ``multi`` for several, ``stack_bidirectional`` when bidirectional;
+``bidirectional`` names a one-layer ``bidirectional_dynamic_rnn``).
 
 Biases: the cells keep one bias, plus ``forget_bias`` (1.0 by default; 0 for
 CudnnCompatibleLSTMCell) added to f at run time and never saved. Reading puts the saved
@@ -62,7 +66,7 @@ DESCRIPTION = "TensorFlow 1.x cells in checkpoints (read without TensorFlow) or 
 EXTRA = None
 FEATURES = frozenset({"projection", "peepholes", "cell_clip", "reset_before"})
 READ_OPTIONS = frozenset({"scope", "forget_bias", "cell_clip", "activation"})
-WRITE_OPTIONS = frozenset({"cell", "scope", "forget_bias", "cell_clip", "activation"})
+WRITE_OPTIONS = frozenset({"cell", "scope", "structure", "forget_bias", "cell_clip", "activation"})
 
 LSTM_ORDER = "igfo"  # TF1's i, j, f, o with j written as the candidate g
 
@@ -283,6 +287,26 @@ def _choose(networks: list[_Network], scope: str | None, where: str) -> _Network
     raise AmbiguousSourceError(f"{where}: scope={scope!r} matches {len(chosen)} networks; pass "
                                f"a longer scope:\n" + "\n".join(f"  - {n.summary()}"
                                                                  for n in chosen))
+
+
+def networks(source: Any) -> list[dict[str, Any]]:
+    """The recurrent networks in a checkpoint or dict: what ``scope=`` can pick, and what each is.
+
+    Each entry has ``scope``, ``structure`` (one of :data:`STRUCTURES`), ``layers``,
+    ``bidirectional`` and ``cells`` (the cell class per layer). Only names and shapes are
+    looked at; no tensor is read.
+    """
+    variables = _Variables(source)
+    out = []
+    for network in _networks(variables.names, variables.where):
+        layers = 1 + max(layer for layer, _ in network.cells)
+        out.append({
+            "scope": network.scope, "structure": network.structure, "layers": layers,
+            "bidirectional": network.structure in ("bidirectional", "stack_bidirectional"),
+            "cells": [BY_SCOPE[network.cells[layer, 0][0]].name if (layer, 0) in network.cells
+                      else None for layer in range(layers)],
+        })
+    return out
 
 
 # -- read ---------------------------------------------------------------------------------
@@ -552,13 +576,35 @@ def _check_cell(cell: Cell, spec: Spec, options: Mapping[str, Any], where: str) 
             f"Pass activation={spec.nonlinearity!r} to write it.")
 
 
+def _structure(option: Any, bidirectional: bool, layers: int, where: str) -> str:
+    """The TF1 structure to name variables after: the option, checked, or the natural one."""
+    if option is None:
+        if bidirectional:
+            return "stack_bidirectional"
+        return "multi" if layers > 1 else "single"
+    if option not in STRUCTURES:
+        raise FormatError(f"{where}: structure={option!r}; expected one of "
+                          f"{', '.join(map(repr, STRUCTURES))}.{close_matches(str(option), STRUCTURES)}")
+    fits = {"single": not bidirectional and layers == 1, "multi": not bidirectional,
+            "bidirectional": bidirectional and layers == 1,
+            "stack_bidirectional": bidirectional}[option]
+    if not fits:
+        kind = f"{layers}-layer {'bidirectional' if bidirectional else 'one-directional'}"
+        raise FormatError(f"{where}: structure={option!r} ({STRUCTURES[option]}) cannot name a "
+                          f"{kind} network.")
+    return option
+
+
 def _prefix(structure: str, scope: str, layer: int, direction: int) -> str:
     head = f"{scope}/" if scope else ""
+    side = ("fw", "bw")[direction]
     if structure == "single":
         return head
     if structure == "multi":
         return f"{head}multi_rnn_cell/cell_{layer}/"
-    return f"{head}cell_{layer}/bidirectional_rnn/{('fw', 'bw')[direction]}/"
+    if structure == "bidirectional":
+        return f"{head}{side}/"
+    return f"{head}cell_{layer}/bidirectional_rnn/{side}/"
 
 
 def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarray]:
@@ -573,10 +619,9 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
             f"{where}: the stack mixes bidirectional and one-directional layers; TF1 stacks are "
             "either a MultiRNNCell or a stack_bidirectional_dynamic_rnn. Write each part with "
             "its own scope (write(part, 'tf1', scope=...) for part in model.parts).")
-    structure = ("stack_bidirectional" if bidirectional == {True}
-                 else "multi" if len(layers) > 1 else "single")
-    scope = options.get("scope", "stack_bidirectional_rnn" if structure == "stack_bidirectional"
-                        else "rnn")
+    structure = _structure(options.get("structure"), bidirectional == {True}, len(layers), where)
+    scope = options.get("scope", {"stack_bidirectional": "stack_bidirectional_rnn",
+                                  "bidirectional": "bidirectional_rnn"}.get(structure, "rnn"))
     if not isinstance(scope, str):
         raise FormatError(f"{where}: scope={scope!r}; expected a string such as 'rnn'.")
     scope = scope.strip("/")
