@@ -24,11 +24,11 @@ demo: $(VENV)/.base
 	$(PY) -m rnnport demo $(if $(wildcard $(REFERENCE)),--reference $(REFERENCE))
 
 test: $(VENV)/.test
-	$(PY) -m ruff check src tests tools
+	$(PY) -m ruff check src tests tools examples
 	$(PY) -m pytest
 
 lint: $(VENV)/.test
-	$(PY) -m ruff check src tests tools
+	$(PY) -m ruff check src tests tools examples
 
 golden: $(VENV)/.test
 	$(PY) tools/make_golden.py

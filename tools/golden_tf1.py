@@ -654,6 +654,49 @@ def run_tensors_case(case: TensorsCase, out: Path) -> Arrays:
     return arrays
 
 
+EXAMPLE = REPO_ROOT / "examples" / "acoustic_model"
+
+
+def write_example(folder: Path = EXAMPLE) -> None:
+    """The bundled acoustic model of ``examples/acoustic_model.py``, saved by TensorFlow.
+
+    The layout of a TF1 ``CudnnLSTM`` acoustic model converted for CPU inference: a
+    ``stack_bidirectional_dynamic_rnn`` of 3 ``CudnnCompatibleLSTMCell`` layers under the
+    scope ``layer``, 120 filterbank features in, time-major, then a dense layer to 29
+    characters (``layer/output``) and a ``global_step``. Hidden size 32 keeps the files
+    small (the real models use 320: same names, kernels ``[440, 1280]`` then ``[960, 1280]``).
+    Also saves ``features.npy`` ``(time, batch, 120)``, ``lengths.npy`` and TensorFlow's own
+    recurrent output and logits in ``tensorflow_output.npz``.
+    """
+    rng = case_rng("acoustic_model_example")
+    time, batch, features, units, characters = 50, 2, 120, 32, 29
+    x = uniform(rng, (time, batch, features), "float32", bound=1.0)
+    lengths = np.array([time, 37], dtype=np.int64)
+    case = TF1Case("example", "", "stack_bidirectional", (_c("CudnnCompatibleLSTMCell", units),) * 3,
+                   input_size=features, time=time, time_major=True)
+    with tf.Graph().as_default():
+        with tf.compat.v1.variable_scope("layer"):
+            y, _ = build_network(case, tf.constant(x), tf.constant(lengths), None)
+            with tf.compat.v1.variable_scope("output"):
+                kernel = tf.compat.v1.get_variable("kernel", [2 * units, characters])
+                bias = tf.compat.v1.get_variable("bias", [characters])
+            logits = tf.tensordot(y, kernel, 1) + bias
+        tf.compat.v1.train.get_or_create_global_step()
+        with session(1) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            randomize(sess, rng, 0.3)
+            values = sess.run({"y": y, "logits": logits})
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            tf.compat.v1.train.Saver().save(sess, str(folder / "model.ckpt"),
+                                            write_meta_graph=False, write_state=False)
+    np.save(folder / "features.npy", x)
+    np.save(folder / "lengths.npy", lengths)
+    write_npz(folder / "tensorflow_output.npz", values)
+    print(f"wrote the example acoustic model to {folder}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "golden",
@@ -661,8 +704,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--case", action="append", choices=case_names(),
                         help="only this case (repeatable; default: all)")
     parser.add_argument("--list", action="store_true", help="only print the case names")
+    parser.add_argument("--example", action="store_true",
+                        help=f"also write the bundled acoustic model example ({EXAMPLE})")
     args = parser.parse_args(argv)
     out: Path = args.out
+    if args.example:
+        write_example()
     if not args.list:
         wanted = set(args.case or case_names())
         jobs = [(run_case, c) for c in TF1_CASES] + [(run_tensors_case, c) for c in TENSOR_CASES]

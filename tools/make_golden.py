@@ -457,7 +457,7 @@ def run_tf1(out: Path, generate: bool) -> list[str]:
     """
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
     cmd = [sys.executable, str(REPO_ROOT / "tools" / "golden_tf1.py"), "--out", str(out)]
-    result = subprocess.run(cmd + ([] if generate else ["--list"]), env=env, check=True,
+    result = subprocess.run(cmd + (["--example"] if generate else ["--list"]), env=env, check=True,
                             stdout=subprocess.PIPE, text=True)
     lines = result.stdout.splitlines()
     for line in lines[:-1]:
