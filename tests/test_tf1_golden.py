@@ -138,3 +138,46 @@ def test_reading_a_checkpoint_imports_no_framework() -> None:
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+OTHER_FORMATS = ("torch", "keras", "cudnn", "onnx")
+
+
+@pytest.mark.parametrize("name", _names())
+def test_tensorflow_checkpoints_through_every_other_format_and_back(name: str) -> None:
+    """TF1 → torch / keras / cudnn / onnx → TF1: TensorFlow's outputs, every time it fits."""
+    meta, arrays = _load(name)
+    model = rnnport.read(GOLDEN / meta["checkpoint"], **meta["read_options"])
+    options = {k: v for k, v in meta["read_options"].items() if k != "scope"}
+    parts = model.parts if isinstance(model, rnnport.Stack) else (model,)
+    converted = 0
+    for fmt in OTHER_FORMATS:
+        try:
+            back_parts = [_through(part, fmt) for part in parts]
+        except rnnport.UnsupportedFeatureError as error:
+            assert any(word in str(error) for word in ("peepholes", "projection", "clip",
+                                                       "reset-before")), (fmt, str(error))
+            continue
+        again = rnnport.read(rnnport.write(rnnport.stack(back_parts), "tf1", **options), "tf1",
+                             **options)
+        y, _ = again.forward(arrays["x"], state=_states(again, arrays, "0"),
+                             lengths=arrays.get("lengths"), time_major=meta["time_major"])
+        np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"] * 3, rtol=1e-5,
+                                   err_msg=f"{name} via {fmt}")
+        converted += 1
+    # peepholes + projection + cell clip together fit no other format
+    assert converted or name == "tf1_lstm_cell_peephole_proj_clip"
+
+
+def _through(part: rnnport.RNN, fmt: str) -> rnnport.RNN:
+    spec = part.spec
+    if fmt == "cudnn":
+        return rnnport.read(rnnport.write(part, fmt), fmt, cell=spec.cell,
+                            input_size=spec.input_size, hidden_size=spec.hidden_size,
+                            num_layers=spec.num_layers, bidirectional=spec.bidirectional,
+                            proj_size=spec.proj_size)
+    options = {"keras": {"activation": spec.nonlinearity},
+               "torch": {"nonlinearity": spec.nonlinearity}}.get(fmt, {})
+    if not spec.cell.startswith("rnn"):
+        options = {}
+    return rnnport.read(rnnport.write(part, fmt), fmt, **options)
