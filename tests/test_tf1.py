@@ -377,3 +377,16 @@ def test_copying_a_checkpoint_elsewhere_keeps_it_readable(checkpoint: Path, tmp_
     for file in checkpoint.parent.glob("model.ckpt.*"):
         shutil.copy(file, other / file.name)
     assert rnnport.read(other / "model.ckpt") == rnnport.read(checkpoint)
+
+
+def test_a_path_that_does_not_exist_is_said_so(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match=r"nothing\.ckpt does not exist .*check the path"):
+        rnnport.read(tmp_path / "nothing.ckpt")
+
+
+def test_a_checkpoint_without_tf1_cells_says_what_names_were_expected(tmp_path: Path) -> None:
+    tensorbundle.write_bundle(tmp_path / "m", {
+        "model/layer_with_weights-0/cell/kernel/.ATTRIBUTES/VARIABLE_VALUE": np.ones((9, 20))})
+    with pytest.raises(FormatError, match="no TF1 recurrent cell variables found.*TF2 "
+                                          "object-based checkpoint"):
+        rnnport.read(tmp_path / "m", "tf1")

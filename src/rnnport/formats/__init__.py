@@ -18,7 +18,9 @@ Adding a format is one module plus one line in ``_REGISTRY``.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -80,6 +82,11 @@ def get(name: str) -> ModuleType:
 
 def sniff(source: Any) -> str:
     """The one format ``source`` can be read as, or an error listing the candidates."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists() and not Path(f"{path}.index").exists():
+            raise FormatError(f"read: {path} does not exist (no such file, folder or checkpoint "
+                              "prefix); check the path.")
     matches = [name for name in _REGISTRY if get(name).sniff(source)]
     if len(matches) == 1:
         return matches[0]

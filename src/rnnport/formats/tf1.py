@@ -257,13 +257,18 @@ def _networks(names: Sequence[str], where: str) -> list[_Network]:
     return sorted(found.values(), key=lambda n: n.name)
 
 
-def _choose(networks: list[_Network], scope: str | None, where: str) -> _Network:
+def _choose(networks: list[_Network], scope: str | None, where: str,
+            names: Sequence[str]) -> _Network:
     if not networks:
+        object_based = any("/.ATTRIBUTES/" in name for name in names)
         raise FormatError(
             f"{where}: no TF1 recurrent cell variables found; expected names ending in "
             "lstm_cell/kernel, basic_lstm_cell/kernel, cudnn_compatible_lstm_cell/kernel, "
             "gru_cell/gates/kernel, cudnn_compatible_gru_cell/gates/kernel or "
-            "basic_rnn_cell/kernel (cells with a custom name= are not recognised).")
+            "basic_rnn_cell/kernel (cells with a custom name= are not recognised)."
+            + (" This is a TF2 object-based checkpoint (tf.train.Checkpoint), whose names "
+               "follow Python attributes; load it in TensorFlow and pass the Keras layer."
+               if object_based else ""))
     listing = "\n".join(f"  - {network.summary()}" for network in networks)
     if scope is None:
         if len(networks) == 1:
@@ -316,7 +321,8 @@ def read(source: Any, **options: Any) -> Model:
     check_options("read(fmt='tf1')", options, READ_OPTIONS)
     variables = _Variables(source)
     where = variables.where
-    network = _choose(_networks(variables.names, where), options.get("scope"), where)
+    network = _choose(_networks(variables.names, where), options.get("scope"), where,
+                      variables.names)
     layers = 1 + max(layer for layer, _ in network.cells)
     directions = 2 if network.structure in ("bidirectional", "stack_bidirectional") else 1
     missing = [(layer, direction) for layer in range(layers) for direction in range(directions)

@@ -15,6 +15,7 @@ checkpoint cost nothing.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -121,7 +122,7 @@ class Bundle(Mapping[str, Entry]):
         entries: dict[str, Entry] = {}
         for raw_key, value in table.items():
             if raw_key == b"":
-                header = table.message(raw_key, value, ("header",))
+                header = table.header(value)
                 continue
             if raw_key.startswith(b"\0"):
                 continue  # the slices of a partitioned variable; its own entry says so
@@ -164,7 +165,7 @@ class Bundle(Mapping[str, Entry]):
         if entry.dtype_code not in _DTYPES:
             raise DTypeError(f"{where} has TensorFlow type {_tf_name(entry.dtype_code)}, which "
                              "holds no plain numbers; it cannot be read as an array.")
-        count = int(np.prod(entry.shape, dtype=np.int64))
+        count = math.prod(entry.shape)
         if entry.dtype != "string":
             itemsize = 2 if entry.dtype == "bfloat16" else np.dtype(entry.dtype).itemsize
             if entry.size != count * itemsize:
@@ -317,12 +318,12 @@ class _Table:
             yield from self._entries(self.block(location, f"data block {number}"),
                                      f"data block {number}")
 
-    def message(self, name: object, value: bytes, path: tuple[str, ...]) -> dict[int, int]:
+    def header(self, value: bytes) -> dict[int, int]:
+        """The BundleHeaderProto's integer fields (num_shards 1, endianness 2)."""
         try:
             return {number: v for number, v in _proto.fields(value) if isinstance(v, int)}
         except _proto.ProtoError as error:
-            raise FormatError(f"{self.path}: the {' '.join(path)} record is malformed "
-                              f"({error}).") from None
+            raise FormatError(f"{self.path}: the header record is malformed ({error}).") from None
 
     def entry(self, name: str, value: bytes) -> Entry:
         fields: dict[int, int | bytes] = {}
