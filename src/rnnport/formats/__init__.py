@@ -56,6 +56,8 @@ _REGISTRY: dict[str, FormatInfo] = {
                    "PyTorch nn.LSTM/GRU/RNN modules and their state_dicts"),
         FormatInfo("onnx", "rnnport.formats.onnx",
                    "ONNX models with LSTM/GRU/RNN nodes (ModelProto, GraphProto, .onnx path)"),
+        FormatInfo("npz", "rnnport.formats.npz",
+                   "rnnport's own lossless .npz container: spec and canonical arrays"),
         FormatInfo("tf1", "rnnport.formats.tf1",
                    "TensorFlow 1.x cells: checkpoints (read without TensorFlow), name→array dicts"),
     )

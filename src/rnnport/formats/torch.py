@@ -17,10 +17,16 @@ no cell clip.
 Writing gives a dict of NumPy arrays (``module=True``: a ready ``nn.Module``, which needs
 torch). A list of state_dicts or modules reads as a stack. Tensors are converted without
 importing torch; bfloat16 becomes float32 (exact).
+
+Files: ``.pt``/``.pth`` are read with ``torch.load(weights_only=True)`` (never a plain
+unpickle: a file holding Python objects is refused) and written with ``torch.save``;
+``.safetensors`` through safetensors' NumPy API. A state_dict wrapped in a training
+checkpoint (``{"state_dict": ...}``, ``{"model_state_dict": ...}``) is unwrapped.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -50,9 +56,14 @@ def _is_module(value: Any) -> bool:
     return hasattr(value, "state_dict") and getattr(value, "mode", None) in MODULE_MODES
 
 
+FILE_SUFFIXES = (".pt", ".pth", ".safetensors")
+
+
 def sniff(source: Any) -> bool:
     if _is_module(source):
         return True
+    if isinstance(source, (str, os.PathLike)):
+        return Path(source).suffix.lower() in FILE_SUFFIXES
     if isinstance(source, Mapping):
         return any(isinstance(key, str) and KEY.match(key) for key in source)
     if isinstance(source, (list, tuple)) and source:
@@ -73,6 +84,8 @@ def read(source: Any, **options: Any) -> Model:
         return stack([read(item, **options) for item in source])
     if _is_module(source):
         return _read_module(source, options)
+    if isinstance(source, (str, os.PathLike)):
+        return _read_state_dict(load(source), options, str(source))
     if isinstance(source, Mapping):
         return _read_state_dict(source, options, "torch state_dict")
     raise FormatError(f"read(fmt='torch'): expected an nn.LSTM/GRU/RNN, a state_dict (keys like "
@@ -219,6 +232,49 @@ def to_module(model: RNN, state: Mapping[str, np.ndarray], *, batch_first: bool)
                         np.float64: torch.float64}[model.dtype.type])
     module.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in state.items()})
     return module.eval()
+
+
+def load(path: Any) -> dict[str, Any]:
+    """A state_dict from a file: ``.safetensors`` through safetensors' NumPy API, ``.pt`` /
+    ``.pth`` through ``torch.load(weights_only=True)``, which never runs pickled code."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in FILE_SUFFIXES:
+        raise FormatError(f"{path}: suffix {suffix or 'none'}; expected .pt, .pth or "
+                          ".safetensors for a PyTorch file.")
+    if not path.is_file():
+        raise FormatError(f"{path}: no such file.")
+    if suffix == ".safetensors":
+        safetensors = require("safetensors.numpy", extra="torch",
+                              purpose="reading .safetensors files")
+        try:
+            return dict(safetensors.load_file(str(path)))
+        except Exception as error:  # safetensors raises its own SafetensorError and others
+            raise FormatError(f"{path}: not a readable .safetensors file ({error}); it may be "
+                              "truncated or damaged, or hold bfloat16 tensors NumPy cannot "
+                              "represent (convert them to float32 first).") from None
+    torch = require("torch", extra="torch", purpose="reading .pt files")
+    import pickle
+
+    try:
+        loaded = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise FormatError(
+            f"{path}: holds Python objects that are not plain weights (e.g. a whole nn.Module "
+            "or custom classes); rnnport loads .pt files with torch.load(weights_only=True) and "
+            "never runs pickled code. Re-save the weights only: "
+            "torch.save(module.state_dict(), path).") from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise FormatError(f"{path}: not a readable PyTorch file ({error}); it may be truncated "
+                          "or damaged.") from None
+    for key in ("state_dict", "model_state_dict", "model"):  # common checkpoint wrappers
+        if isinstance(loaded, Mapping) and isinstance(loaded.get(key), Mapping) \
+                and not any(KEY.match(str(k)) for k in loaded):
+            loaded = loaded[key]
+    if not isinstance(loaded, Mapping):
+        raise FormatError(f"{path}: holds {describe(loaded)}, not a state_dict; save "
+                          "module.state_dict() instead.")
+    return dict(loaded)
 
 
 def save(state: Mapping[str, np.ndarray], path: Any) -> None:

@@ -1,0 +1,146 @@
+"""rnnport's own container: a NumPy ``.npz`` holding the spec and every array, losslessly.
+
+Everything an :class:`~rnnport.RNN` or :class:`~rnnport.Stack` is goes in: the spec of
+each part (every field, so peepholes, clips, activations and the GRU variant survive) and
+the canonical arrays in their own dtype, bit for bit. Keys::
+
+    rnnport                         0-d string: JSON {"format": "rnnport", "version": 1,
+                                    "parts": [spec fields, ...]}
+    part{p}/layer{k}/{forward|backward}/{name}    e.g. part0/layer1/backward/weight_hh
+
+The file is read with ``allow_pickle=False`` and needs NumPy alone. ``write`` returns
+the dict of arrays; ``path=`` saves it atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError, RnnportError
+from ..model import DIRECTION_NAMES, RNN, Model, Stack
+from ..spec import Spec
+from ._common import check_options, describe
+
+DESCRIPTION = "rnnport's own lossless .npz container (spec + canonical arrays), NumPy only"
+EXTRA = None
+FEATURES = frozenset({"projection", "peepholes", "cell_clip", "gate_clip", "input_forget",
+                      "activations", "reset_before"})
+READ_OPTIONS: frozenset[str] = frozenset()
+WRITE_OPTIONS: frozenset[str] = frozenset()
+
+HEADER = "rnnport"
+VERSION = 1
+
+
+def sniff(source: Any) -> bool:
+    if isinstance(source, (str, os.PathLike)):
+        return Path(source).suffix.lower() == ".npz"
+    return isinstance(source, Mapping) and HEADER in source
+
+
+def _key(part: int, layer: int, direction: int, name: str) -> str:
+    return f"part{part}/layer{layer}/{DIRECTION_NAMES[direction]}/{name}"
+
+
+def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarray]:
+    check_options("write(fmt='npz')", options, WRITE_OPTIONS)
+    if not isinstance(model, (RNN, Stack)):
+        raise FormatError(f"write(fmt='npz'): expected an rnnport.RNN or Stack, got "
+                          f"{describe(model)}.")
+    parts = model.parts if isinstance(model, Stack) else (model,)
+    specs = []
+    for part in parts:
+        spec = {f.name: getattr(part.spec, f.name) for f in fields(Spec)}
+        spec["activations"] = [list(a) for a in part.spec.activations]
+        specs.append(spec)
+    out: dict[str, np.ndarray] = {
+        HEADER: np.array(json.dumps({"format": HEADER, "version": VERSION, "parts": specs}))}
+    for index, part in enumerate(parts):
+        for layer, direction, name, array in part.arrays():
+            out[_key(index, layer, direction, name)] = np.array(array, copy=True)
+    if path is not None:
+        from ..io.atomic import atomic_write
+
+        if Path(path).suffix.lower() != ".npz":
+            raise FormatError(f"write(fmt='npz'): path {str(path)!r} should end in .npz (NumPy "
+                              "would append it, and the file would not be where you asked).")
+        atomic_write(path, lambda file: np.savez(file, allow_pickle=False, **out))
+    return out
+
+
+def read(source: Any, **options: Any) -> Model:
+    check_options("read(fmt='npz')", options, READ_OPTIONS)
+    if isinstance(source, (str, os.PathLike)):
+        where = str(source)
+        try:
+            with np.load(source, allow_pickle=False) as data:
+                arrays = {key: data[key] for key in data.files}
+        except FileNotFoundError:
+            raise FormatError(f"{where}: no such file.") from None
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+            raise FormatError(f"{where}: not a readable .npz file ({error}); it may be truncated "
+                              "or hold pickled objects, which rnnport does not load.") from None
+    elif isinstance(source, Mapping):
+        where = "npz arrays"
+        arrays = dict(source)
+    else:
+        raise FormatError(f"read(fmt='npz'): expected a .npz path or the dict write(fmt='npz') "
+                          f"returns; got {describe(source)}.")
+    if HEADER not in arrays:
+        raise FormatError(f"{where}: no {HEADER!r} entry; this .npz was not written by rnnport "
+                          "(its arrays carry no spec). Read the arrays yourself and pass them "
+                          "to the format they came from.")
+    try:
+        header = json.loads(str(arrays[HEADER]))
+        version, specs = header["version"], header["parts"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise FormatError(f"{where}: the {HEADER!r} entry is not rnnport's JSON header "
+                          f"({error}).") from None
+    if version != VERSION:
+        raise FormatError(f"{where}: container version {version!r}; this rnnport reads "
+                          f"version {VERSION}. Upgrade rnnport.")
+    parts: list[RNN] = []
+    used = {HEADER}
+    for index, fields_ in enumerate(specs):
+        try:
+            fields_ = dict(fields_)
+            fields_["activations"] = tuple(tuple(a) for a in fields_.get("activations", ()))
+            spec = Spec(**fields_)
+        except (TypeError, ValueError, RnnportError) as error:
+            raise FormatError(f"{where}: part {index}'s spec is invalid ({error}).") from None
+        params = []
+        for layer in range(spec.num_layers):
+            directions = []
+            for direction in range(spec.num_directions):
+                named = {}
+                for name in spec.param_shapes(layer):
+                    key = _key(index, layer, direction, name)
+                    if key not in arrays:
+                        raise FormatError(f"{where}: array {key!r} is missing; expected every "
+                                          f"array of {spec.describe(article=True)}.")
+                    named[name] = arrays[key]
+                    used.add(key)
+                directions.append(named)
+            params.append(directions)
+        parts.append(RNN(spec, params, copy=False))
+    extra = sorted(set(arrays) - used)
+    if extra:
+        raise FormatError(f"{where}: unexpected arrays {', '.join(extra[:5])}"
+                          f"{' …' if len(extra) > 5 else ''}; the container is not as rnnport "
+                          "wrote it, and reading it would drop them.")
+    if not parts:
+        raise FormatError(f"{where}: the header lists no networks.")
+    return parts[0] if len(parts) == 1 else Stack(parts)
+
+
+def param_count(model: Model, **options: Any) -> int:
+    """The container stores the canonical parameters."""
+    return model.num_params()
