@@ -1,45 +1,432 @@
 """The ``rnnport`` command line: a thin layer over the public API.
 
 ``main(argv) -> int`` is callable from tests; exit codes: 0 ok, 1 a user error (one line
-on stderr, ``--debug`` for the traceback), 2 usage.
+on stderr, ``--debug`` for the traceback), 2 usage. Results go to stdout; progress goes
+to stderr, and ``--quiet`` silences it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
 
-from .errors import RnnportError
+import numpy as np
+
+from .errors import FormatError, RnnportError
 
 __all__ = ["main", "main_entry"]
 
+# Output file suffix → format (longest first: ".weights.h5" before ".h5").
+TARGETS = ((".weights.h5", "keras"), (".keras", "keras"), (".h5", "keras"), (".npz", "npz"),
+           (".onnx", "onnx"), (".pt", "torch"), (".pth", "torch"), (".safetensors", "torch"),
+           (".npy", "cudnn"), (".ckpt", "tf1"), (".index", "tf1"))
+TOLERANCE = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
+EPILOG = """format options (-O KEY=VALUE, repeatable; values are JSON when they parse, e.g.
+-O forget_bias=1.0 -O bidirectional=true, else text): what a source cannot record or a
+target needs, e.g. -O cell=lstm -O input_size=120 -O hidden_size=320 for a cuDNN .npy
+buffer, -O scope=encoder for a TF1 checkpoint, -O cell=CudnnCompatibleLSTMCell for a TF1
+target. `rnnport formats` lists each format's options."""
+
+
+class _Progress:
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def __call__(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+
+def _option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except ValueError:
+        return key.strip(), value
+
 
 def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress messages on stderr")
     parser = argparse.ArgumentParser(
-        prog="rnnport",
+        prog="rnnport", parents=[common],
         description="Move trained LSTM/GRU/RNN layers exactly between Keras, cuDNN buffers, "
-                    "PyTorch, ONNX and TF1 checkpoints, and run them with NumPy alone.")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+                    "PyTorch, ONNX and TF1 checkpoints, and run them with NumPy alone.",
+        epilog="`rnnport COMMAND --help` explains each command.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = commands.add_parser(
-        "demo", help="convert the reference Keras GRU and LSTM to cuDNN buffers and check them",
-        description="Convert the reference Keras GRU and LSTM weights to the cuDNN parameter "
-                    "buffer and check every value against the buffer cuDNN received.")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=summary, description=description, epilog=EPILOG,
+                                   parents=[common],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def source(sub: argparse.ArgumentParser, name: str = "FILE") -> None:
+        sub.add_argument("source", metavar=name, help="a model file: .keras, .h5, .pt, "
+                         ".safetensors, .onnx, .npz, a cuDNN .npy buffer or a TF1 checkpoint "
+                         "(prefix, .index or folder)")
+        sub.add_argument("--from", dest="fmt", metavar="FORMAT",
+                         help="the source's format when its name does not tell")
+        sub.add_argument("-O", "--option", dest="options", action="append", type=_option,
+                         default=[], metavar="KEY=VALUE", help="a format option (see below)")
+
+    inspect = command("inspect", "what a file holds: networks, sizes, parameter counts",
+                      "Show the format found, each recurrent network (cell, sizes, layers, "
+                      "directions, variant, dtype) and its parameter counts as stored and "
+                      "canonical, with the formula.")
+    source(inspect)
+
+    convert = command("convert", "convert a model file to another format",
+                      "Read SRC, write DST atomically (the format from DST's name or --to). "
+                      "--verify reads DST back and compares forward() on random input with "
+                      "the source (and with the source framework when it is installed).")
+    source(convert, "SRC")
+    convert.add_argument("destination", metavar="DST", help="the output path")
+    convert.add_argument("--to", metavar="FORMAT", help="the output format when DST's name does "
+                         "not tell (.npy: cudnn unless --to miopen; a TF1 prefix: --to tf1)")
+    convert.add_argument("--verify", action="store_true",
+                         help="re-read the output and compare outputs, printing the max error")
+    convert.add_argument("--force", action="store_true",
+                         help="replace DST if it exists (never the input itself)")
+
+    run = command("run", "run a model file on an input array",
+                  "Run FILE's network on X (.npy, (batch, time, input), or (time, batch, "
+                  "input) with --time-major) with NumPy and save y and the final states.")
+    source(run)
+    run.add_argument("--input", required=True, metavar="X.npy", help="the input sequence")
+    run.add_argument("--lengths", metavar="L.npy", help="valid length of each sequence")
+    run.add_argument("--output", metavar="Y.npz", help="save y, h_n (and c_n) here")
+    run.add_argument("--time-major", action="store_true", help="X is (time, batch, input)")
+    run.add_argument("--force", action="store_true", help="replace --output if it exists")
+
+    explain = command("explain", "show two formats' layouts element by element, in colour",
+                      "Every element of the source format's arrays and of the target layout, "
+                      "coloured by gate and by kind, with a legend and the rules that map one "
+                      "onto the other.")
+    explain.add_argument("cell", choices=["lstm", "gru", "rnn"], help="the cell type")
+    explain.add_argument("--from", dest="source_format", required=True, metavar="FORMAT")
+    explain.add_argument("--to", dest="target_format", required=True, metavar="FORMAT")
+    explain.add_argument("-i", "--input-size", type=int, default=2, metavar="I")
+    explain.add_argument("-H", "--hidden-size", type=int, default=3, metavar="H")
+    explain.add_argument("--html", metavar="OUT", help="also write a standalone HTML page")
+
+    demo = command("demo", "convert the reference Keras GRU and LSTM to cuDNN buffers and check "
+                   "them", "Convert the reference Keras GRU and LSTM weights to the cuDNN "
+                   "parameter buffer and check every value against the buffer cuDNN received.")
     demo.add_argument("--reference", metavar="JSON",
                       help="reference file (default: the copy bundled with rnnport)")
-    commands.add_parser("formats", help="list the formats and what they need",
-                        description="List the registered formats.")
+    command("formats", "list the formats, what they read and write, and their options",
+            "List the registered formats.")
     return parser
 
 
-def _formats(out: object) -> int:
+# -- sources and targets ---------------------------------------------------------------------
+
+
+def _read(path: str, fmt: str | None, options: dict[str, Any], progress: _Progress, *,
+          only_known: bool = False) -> tuple[Any, str]:
+    """Read a model file; ``only_known`` keeps just the options the source format reads."""
+    import rnnport
+
+    from .formats import get, sniff
+
+    progress(f"reading {path} …")
+    source: Any = path
+    if fmt in (None, "cudnn", "miopen") and path.lower().endswith(".npy"):
+        if not Path(path).is_file():
+            raise FormatError(f"{path}: no such file.")
+        try:
+            source = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise FormatError(f"{path}: not a readable .npy file ({error}).") from None
+        fmt = fmt or "cudnn"
+    name = fmt or sniff(source)
+    if only_known:
+        options = {k: v for k, v in options.items() if k in get(name).READ_OPTIONS}
+    return rnnport.read(source, name, **options), name
+
+
+def _target(path: str, fmt: str | None) -> str:
+    if fmt:
+        return fmt
+    lower = path.lower()
+    for suffix, name in TARGETS:
+        if lower.endswith(suffix):
+            return name
+    raise FormatError(f"{path}: cannot tell the output format from the name; pass --to FORMAT "
+                      "(e.g. --to tf1 for a checkpoint prefix).")
+
+
+def _outputs(path: str, fmt: str) -> list[Path]:
+    if fmt == "tf1":
+        from .io.tensorbundle import checkpoint_prefix
+
+        prefix = checkpoint_prefix(path)
+        return [Path(f"{prefix}.index"), Path(f"{prefix}.data-00000-of-00001")]
+    return [Path(path)]
+
+
+def _check_output(paths: Sequence[Path], inputs: Sequence[str], force: bool) -> None:
+    sources = {Path(p).resolve() for p in inputs}
+    for path in paths:
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            raise FormatError(f"{path}: the folder {folder} does not exist; create it first or "
+                              "choose another output path. Nothing was written.")
+        if path.resolve() in sources:
+            raise FormatError(f"{path}: is the input file; rnnport never writes over its input. "
+                              "Choose another output path.")
+        if path.exists() and not force:
+            raise FormatError(f"{path}: exists; pass --force to replace it.")
+
+
+def _input_files(path: str) -> list[str]:
+    from .io.tensorbundle import checkpoint_prefix
+
+    files = [path]
+    if not path.lower().endswith((".npz", ".npy", ".onnx", ".pt", ".pth", ".safetensors",
+                                  ".keras", ".h5")):
+        prefix = checkpoint_prefix(path)
+        files += [f"{prefix}.index", *map(str, prefix.parent.glob(f"{prefix.name}.data-*"))]
+    return files
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+    import rnnport
+
+    from .formats import info
+
+    options = dict(args.options)
+    model, fmt = _read(args.source, args.fmt, options, progress)
+    print(f"{args.source}: {fmt} ({info(fmt).summary})", file=out)
+    if fmt == "tf1":
+        from .formats import tf1
+
+        found = tf1.networks(args.source)
+        if len(found) > 1:
+            print(f"{len(found)} networks (-O scope=… picks one):", file=out)
+            for network in found:
+                print(f"  scope={network['scope']!r}: {network['structure']}, "
+                      f"{network['layers']} layer(s) of {', '.join(map(str, network['cells']))}",
+                      file=out)
+    parts = model.parts if isinstance(model, rnnport.Stack) else (model,)
+    if len(parts) > 1:
+        print(f"a stack of {len(parts)} networks that differ (each a part):", file=out)
+    for index, part in enumerate(parts):
+        spec = part.spec
+        lead = f"part {index}: " if len(parts) > 1 else ""
+        print(f"{lead}{spec.describe()}", file=out)
+        variant = {"gru": "reset after" if spec.reset_after else "reset before"}.get(
+            spec.cell, spec.nonlinearity if spec.cell.startswith("rnn") else "standard")
+        print(f"  cell {spec.cell}, input {spec.input_size}, hidden {spec.hidden_size}"
+              f"{f', projection {spec.proj_size}' if spec.proj_size else ''}, layers "
+              f"{spec.num_layers}, directions {spec.num_directions}, variant {variant}, dtype "
+              f"{part.dtype}", file=out)
+        for layer in range(spec.num_layers):
+            print(f"  layer {layer}: {_formula(spec, layer)}", file=out)
+    stored = _stored_count(model, fmt, options)
+    print(f"parameters: canonical {model.num_params():,} (both biases, as cuDNN and PyTorch "
+          f"keep them); as stored in {fmt}: {stored}", file=out)
+    return 0
+
+
+def _formula(spec: Any, layer: int) -> str:
+    gates, hidden, width = spec.gate_count, spec.hidden_size, spec.layer_input_size(layer)
+    recurrent = spec.output_size
+    terms = [f"{gates}·{hidden}·({width}+{recurrent})"]
+    if spec.bias:
+        terms.append(f"2·{gates}·{hidden}")
+    if spec.proj_size:
+        terms.append(f"{spec.proj_size}·{hidden}")
+    if spec.peepholes:
+        terms.append(f"3·{hidden}")
+    shapes = spec.param_shapes(layer)
+    per_direction = sum(int(np.prod(shape)) for shape in shapes.values())
+    lead = f"{spec.num_directions} × " if spec.num_directions > 1 else ""
+    return (f"{lead}({' + '.join(terms)}) = {per_direction * spec.num_directions:,}  "
+            "[G·H·(in + H_out) + 2·G·H biases]")
+
+
+def _stored_count(model: Any, fmt: str, options: dict[str, Any]) -> str:
+    import rnnport
+
+    from .formats import get
+
+    usable = {k: v for k, v in options.items() if k in get(fmt).WRITE_OPTIONS}
+    try:
+        return f"{rnnport.param_count(model, fmt, **usable):,}"
+    except RnnportError as error:
+        return f"n/a ({str(error).splitlines()[0]})"
+
+
+def _verify_read_options(model: Any, fmt: str, options: dict[str, Any]) -> dict[str, Any]:
+    from .formats import get
+
+    spec = model.spec if not hasattr(model, "parts") else model.parts[0].spec
+    out = {k: v for k, v in options.items() if k in get(fmt).READ_OPTIONS}
+    if fmt in ("cudnn", "miopen"):
+        out.update(cell=spec.cell, input_size=spec.input_size, hidden_size=spec.hidden_size,
+                   num_layers=spec.num_layers, bidirectional=spec.bidirectional,
+                   proj_size=spec.proj_size)
+        out.setdefault("bias_mode", options.get("bias_mode", "double" if spec.bias else "none"))
+    if spec.cell.startswith("rnn") and fmt in ("keras", "tf1"):
+        out.setdefault("activation", spec.nonlinearity)
+    if spec.cell.startswith("rnn") and fmt == "torch":
+        out.setdefault("nonlinearity", spec.nonlinearity)
+    return out
+
+
+def _compare(label: str, got: np.ndarray, want: np.ndarray, dtype: np.dtype,
+             out: TextIO) -> bool:
+    error = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))))
+    ok = error <= TOLERANCE.get(dtype, 1e-5)
+    print(f"  {label}: max |Δ| = {error:.1e} {'ok' if ok else 'TOO LARGE'}", file=out)
+    return ok
+
+
+def _convert(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+    import rnnport
+
+    from .formats import get
+
+    options = dict(args.options)
+    target = _target(args.destination, args.to)
+    writer = get(target)
+    _check_output(_outputs(args.destination, target), _input_files(args.source), args.force)
+    write_options = {k: v for k, v in options.items() if k in writer.WRITE_OPTIONS}
+    model, source_fmt = _read(args.source, args.fmt, options, progress, only_known=True)
+    unknown = sorted(set(options) - set(get(source_fmt).READ_OPTIONS) - set(write_options))
+    if unknown:
+        raise rnnport.UnknownOptionError(
+            f"option(s) {', '.join(unknown)} apply to neither {source_fmt} (reading) nor "
+            f"{target} (writing); `rnnport formats` lists each format's options.")
+    progress(f"writing {args.destination} ({target}) …")
+    rnnport.write(model, target, path=args.destination, **write_options)
+    size = sum(p.stat().st_size for p in _outputs(args.destination, target) if p.exists())
+    what = (f"a stack of {len(model.parts)} networks" if isinstance(model, rnnport.Stack)
+            else model.spec.describe())
+    print(f"wrote {args.destination} ({target}, {size:,} bytes): {what}", file=out)
+    if not args.verify:
+        return 0
+    progress("verifying …")
+    back, _ = _read(args.destination, target, _verify_read_options(model, target, options),
+                    _Progress(quiet=True))
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 7, model.input_size)).astype(model.dtype)
+    want, _ = model.forward(x)
+    got, _ = back.forward(x)
+    print(f"verify: random input {x.shape}, forward() of {args.source} vs {args.destination}:",
+          file=out)
+    ok = _compare(f"{target} file read back", got, want, np.dtype(model.dtype), out)
+    ok &= _framework_check(model, source_fmt, x, want, out)
+    if not ok:
+        raise FormatError(f"convert --verify: {args.destination} does not compute what "
+                          f"{args.source} computes (see the errors above).")
+    return 0
+
+
+def _framework_check(model: Any, fmt: str, x: np.ndarray, want: np.ndarray, out: TextIO) -> bool:
+    """Compare with the source framework's own computation when it is installed."""
+    import importlib.util
+
+    import rnnport
+
+    if fmt != "torch" or hasattr(model, "parts"):
+        print(f"  ({fmt} source: no framework check; rnnport's runtime is checked against "
+              "each framework by its test suite)", file=out)
+        return True
+    if importlib.util.find_spec("torch") is None:
+        print("  (PyTorch is not installed: no framework check)", file=out)
+        return True
+    import torch
+
+    module = rnnport.write(model, "torch", module=True, batch_first=True)
+    with torch.no_grad():
+        got = module(torch.from_numpy(np.asarray(x)))[0].numpy()
+    return _compare("PyTorch nn." + type(module).__name__ + " on the source weights", got, want,
+                    np.dtype(model.dtype), out)
+
+
+def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+    from .io.atomic import atomic_write
+
+    if args.output:
+        if not args.output.endswith(".npz"):
+            raise FormatError(f"{args.output}: --output should end in .npz.")
+        _check_output([Path(args.output)], [args.source, args.input], args.force)
+    model, _ = _read(args.source, args.fmt, dict(args.options), progress)
+    x = _load_array(args.input, "--input")
+    lengths = _load_array(args.lengths, "--lengths") if args.lengths else None
+    progress(f"running {x.shape} …")
+    y, state = model.forward(x, lengths=lengths, time_major=args.time_major)
+    arrays = {"y": y, **_state_arrays(state)}
+    for name, array in arrays.items():
+        print(f"{name}: shape {array.shape}, dtype {array.dtype}, min {array.min():.4g}, max "
+              f"{array.max():.4g}" if array.size else f"{name}: shape {array.shape}", file=out)
+    if args.output:
+        atomic_write(args.output, lambda file: np.savez(file, allow_pickle=False, **arrays))
+        print(f"wrote {args.output}", file=out)
+    return 0
+
+
+def _state_arrays(state: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    if isinstance(state, list):  # a Stack: one state per part
+        out: dict[str, np.ndarray] = {}
+        for index, item in enumerate(state):
+            out.update(_state_arrays(item, f"part{index}/"))
+        return out
+    if isinstance(state, tuple):
+        return {f"{prefix}h_n": state[0], f"{prefix}c_n": state[1]}
+    return {f"{prefix}h_n": state}
+
+
+def _load_array(path: str, flag: str) -> np.ndarray:
+    if not Path(path).is_file():
+        raise FormatError(f"{flag} {path}: no such file.")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
+        raise FormatError(f"{flag} {path}: not a readable .npy file ({error}); save it with "
+                          "numpy.save.") from None
+
+
+def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+    from .explain import explain
+    from .io.atomic import atomic_write
+
+    result = explain(args.cell, args.source_format, args.target_format,
+                     input_size=args.input_size, hidden_size=args.hidden_size)
+    print(result.text(color=out.isatty() and "NO_COLOR" not in os.environ), file=out)
+    if args.html:
+        page = result.html().encode("utf-8")
+        atomic_write(args.html, lambda file: file.write(page))
+        progress(f"wrote {args.html}")
+    return 0
+
+
+def _formats(out: TextIO) -> int:
     from .formats import _REGISTRY, get
 
     for name, info in _REGISTRY.items():
-        extra = get(name).EXTRA
-        needs = f"pip install 'rnnport[{extra}]' for framework objects" if extra else "NumPy only"
-        print(f"{name:<8} {info.summary}  ({needs})", file=out)  # type: ignore[arg-type]
+        module = get(name)
+        extra = module.EXTRA
+        needs = f"framework objects need pip install 'rnnport[{extra}]'" if extra else \
+            "NumPy only"
+        print(f"{name:<7} {info.summary}; {needs}", file=out)
+        for kind, names in (("read", module.READ_OPTIONS), ("write", module.WRITE_OPTIONS)):
+            if names:
+                print(f"{'':<8}{kind} options: {', '.join(sorted(names))}", file=out)
     return 0
 
 
@@ -52,19 +439,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    debug, quiet = getattr(args, "debug", False), getattr(args, "quiet", False)
+    progress = _Progress(quiet)
+    out = sys.stdout
     try:
         if args.command == "demo":
             from .demo import run_demo
 
-            return run_demo(args.reference, sys.stdout)
+            return run_demo(args.reference, out)
         if args.command == "formats":
-            return _formats(sys.stdout)
+            return _formats(out)
+        handler = {"inspect": _inspect, "convert": _convert, "run": _run,
+                   "explain": _explain}[args.command]
+        return handler(args, out, progress)
     except (RnnportError, OSError) as error:
-        if args.debug:
+        if debug:
             raise
-        print(f"rnnport {args.command}: {error}", file=sys.stderr)
+        text = " ".join(str(error).split("\n")[0].split()) if isinstance(error, OSError) \
+            else str(error).replace("\n", " ")
+        print(f"rnnport {args.command}: {text}", file=sys.stderr)
         return 1
-    return 2
 
 
 def main_entry() -> None:
