@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   create .venv, install rnnport, run the demo on the bundled example
-#   make test   create .venv, install the test frameworks, run every test
+#   make test   create .venv, install the test frameworks (and Debian's chromium for the
+#               HTML check of `rnnport explain`), run every test
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -18,6 +19,7 @@ $(VENV)/.base: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.test: pyproject.toml requirements-test.txt | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e . -r requirements-test.txt
+	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 	touch $@ $(VENV)/.base
 
 demo: $(VENV)/.base

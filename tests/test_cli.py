@@ -196,3 +196,16 @@ def test_console_script_converts(model_file: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "npz file read back: max |Δ| = 0.0e+00 ok" in result.stdout
     assert result.stderr.startswith("reading ")
+
+
+def test_explain_prints_plain_tables_when_not_a_terminal_and_writes_html(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    page = tmp_path / "layout.html"
+    assert main(["explain", "gru", "--from", "keras", "--to", "cudnn", "--html", str(page),
+                 "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out
+    assert "gate blocks z r h → r z n (blocks 0 and 1 swap)" in out
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert main(["explain", "lstm", "--from", "keras", "--to", "nope"]) == 1
+    assert "unknown format 'nope'" in capsys.readouterr().err

@@ -452,6 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {"inspect": _inspect, "convert": _convert, "run": _run,
                    "explain": _explain}[args.command]
         return handler(args, out, progress)
+    except BrokenPipeError:  # e.g. `rnnport explain lstm … | head`: the reader has had enough
+        sys.stderr.close()
+        return 1
     except (RnnportError, OSError) as error:
         if debug:
             raise
