@@ -84,3 +84,18 @@ def test_truncated_torch_files_are_clear_errors(tmp_path: Path, suffix: str) -> 
     (tmp_path / f"cut{suffix}").write_bytes(data[: len(data) // 2])
     with pytest.raises(FormatError, match="truncated or damaged"):
         rnnport.read(tmp_path / f"cut{suffix}")
+
+
+def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        model = RNN.random(Spec("lstm", 3, 4))
+        rnnport.write(model, "npz", path=tmp_path / "m.npz")
+        rnnport.write(model, "tf1", path=tmp_path / "m.ckpt")
+        for name in ("m.npz", "m.ckpt.index", "m.ckpt.data-00000-of-00001"):
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+    finally:
+        os.umask(umask)

@@ -47,7 +47,8 @@ _REGISTRY: dict[str, FormatInfo] = {
     info.name: info
     for info in (
         FormatInfo("keras", "rnnport.formats.keras",
-                   "Keras LSTM/GRU/SimpleRNN/Bidirectional layers and get_weights() lists"),
+                   "Keras LSTM/GRU/SimpleRNN/Bidirectional layers, get_weights() lists, "
+                   ".keras / .weights.h5 / legacy .h5 files (h5py, no Keras)"),
         FormatInfo("cudnn", "rnnport.formats.cudnn",
                    "the flat cuDNN weight-space buffer (any layers, directions, bias mode)"),
         FormatInfo("miopen", "rnnport.formats.miopen",

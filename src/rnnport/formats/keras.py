@@ -25,10 +25,31 @@ What weights cannot tell comes as options with Keras's defaults: ``activation="t
 (SimpleRNN: ``"relu"`` also), ``reset_after=True`` (a GRU with no bias). Layer objects
 are read through ``get_config()``/``get_weights()``; Keras itself is never imported.
 Keras cannot hold a projection, peepholes or a cell clip.
+
+Legacy ``CuDNNLSTM`` / ``CuDNNGRU`` (tf.keras 1.x/2.x, ``tf.compat.v1.keras.layers``) keep
+``kernel (I, G·H)``, ``recurrent_kernel (H, G·H)`` and one ``bias (2·G·H,)`` = input-side
+then recurrent-side, gate blocks in Keras order (``i f c o`` / ``z r h``; a CuDNNGRU is a
+reset-after GRU). Each gate's ``(I, H)`` column block is cuDNN's ``(H, I)`` matrix stored
+row-major and read back as ``(I, H)`` *without transposing*: ``W_g = block.reshape(H, I)``
+(for the square recurrent blocks, ``R_g = block`` itself, where a plain LSTM stores
+``R_g.T``). Source: tf_keras 2.21 ``layers/rnn/cudnn_lstm.py`` / ``cudnn_gru.py``
+``_process_batch``, which pass ``kernel[:, block]`` to ``gru_lstm_utils.canonical_to_params``
+(``tf.reshape(w, (-1,))``, no transpose) and on to ``CudnnRNNV3``; and
+``saving/legacy/hdf5_format.py`` ``_convert_rnn_weights``, which turns a CuDNN block into a
+plain one with ``kernel.T.reshape(kernel.shape, order="F")`` (the same rule) and sums the
+two LSTM biases.
+
+Files (:mod:`rnnport.formats.keras_files`, h5py only, Keras never imported): ``read`` takes a
+path to a Keras 3 ``.keras`` archive, a Keras 3 ``.weights.h5``, or a legacy tf.keras /
+Keras 2 ``.h5`` / ``.hdf5`` model or weights file; the layer configs (where the file has
+them) decide cell, activation and reset_after, and ``layer=`` picks one stack when the model
+holds several. ``write(model, path=...)`` saves a Keras 3 ``.keras`` archive (a Sequential
+model that ``keras.saving.load_model`` runs) or a ``.weights.h5`` for ``load_weights``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,14 +61,16 @@ from ..model import RNN, Model, Stack, as_float_array, stack
 from ..spec import Spec
 from ._common import check_options, combine_biases, describe, to_numpy
 
-DESCRIPTION = "Keras layers and get_weights() lists"
+DESCRIPTION = "Keras layers, get_weights() lists and model files (.keras, .h5, .weights.h5)"
 EXTRA = "keras"
 FEATURES = frozenset({"reset_before"})
-READ_OPTIONS = frozenset({"activation", "reset_after"})
+READ_OPTIONS = frozenset({"activation", "reset_after", "layer"})
 WRITE_OPTIONS: frozenset[str] = frozenset()
 
 ORDERS = {"lstm": "ifgo", "gru": "zrn", "rnn": "h"}
 LAYER_CELLS = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
+CUDNN_CELLS = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
+RNN_LAYERS = {**LAYER_CELLS, **CUDNN_CELLS}
 WRAPPERS = {"Bidirectional"}
 PASSIVE_LAYERS = {"InputLayer", "Masking", "Dropout", "SpatialDropout1D", "GaussianNoise",
                   "GaussianDropout", "AlphaDropout", "ActivityRegularization"}
@@ -61,7 +84,7 @@ def _class_name(value: Any) -> str:
 
 def _is_layer(value: Any) -> bool:
     return (hasattr(value, "get_weights") and hasattr(value, "get_config")
-            and _class_name(value) in {*LAYER_CELLS, *WRAPPERS})
+            and _class_name(value) in {*RNN_LAYERS, *WRAPPERS})
 
 
 def _is_model(value: Any) -> bool:
@@ -73,7 +96,15 @@ def _is_array(value: Any) -> bool:
         hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (list, tuple)))
 
 
+def _is_path(source: Any) -> bool:
+    return isinstance(source, (str, os.PathLike))
+
+
 def sniff(source: Any) -> bool:
+    if _is_path(source):
+        from .keras_files import is_keras_file
+
+        return is_keras_file(source)
     if _is_layer(source) or _is_model(source):
         return True
     if isinstance(source, (list, tuple)) and source:
@@ -87,6 +118,15 @@ def sniff(source: Any) -> bool:
 
 def read(source: Any, **options: Any) -> Model:
     check_options("read(fmt='keras')", options, READ_OPTIONS)
+    if _is_path(source):
+        from .keras_files import read_file
+
+        return read_file(source, **options)
+    if "layer" in options:
+        raise FormatError(
+            "read(fmt='keras'): option layer= picks layers inside a Keras model file (.keras, "
+            f".h5, .weights.h5); got {describe(source)}. Pass the layer objects (or their "
+            "get_weights() lists) you want instead.")
     if _is_model(source):
         return _read_model(source, options)
     if _is_layer(source):
@@ -149,10 +189,10 @@ def _activation_name(value: Any) -> str | None:
     return getattr(value, "__name__", str(value))
 
 
-def _layer_options(layer: Any, config: Mapping[str, Any], location: str,
+def _layer_options(cls: str, config: Mapping[str, Any], location: str,
                    *, backward: bool) -> dict[str, Any]:
-    """Check a Keras RNN layer's config for what changes the numbers; return read options."""
-    cls = _class_name(layer)
+    """Check a Keras RNN layer's config (class ``cls``) for what changes the numbers; return
+    read options."""
     activation = _activation_name(config.get("activation", "tanh"))
     recurrent_activation = _activation_name(config.get("recurrent_activation", "sigmoid"))
     if cls == "SimpleRNN":
@@ -176,6 +216,8 @@ def _layer_options(layer: Any, config: Mapping[str, Any], location: str,
         options["activation"] = activation
     if cls == "GRU":
         options["reset_after"] = bool(config.get("reset_after", True))
+    if cls == "CuDNNGRU":
+        options["reset_after"] = True
     return options
 
 
@@ -184,51 +226,149 @@ def _read_layer(layer: Any, options: dict[str, Any], location: str) -> Model:
     location = f"{location} {getattr(layer, 'name', cls)!r} ({cls})"
     config = layer.get_config()
     if cls in WRAPPERS:
-        merge_mode = config.get("merge_mode", "concat")
-        if merge_mode != "concat":
-            raise UnsupportedFeatureError(
-                f"{location}: merge_mode={merge_mode!r}; rnnport's bidirectional output "
-                "concatenates forward and backward (merge_mode='concat', as cuDNN, PyTorch and "
-                "ONNX do). To convert the weights anyway, read layer.get_weights() and combine "
-                "the two halves of the output yourself.")
         forward_layer, backward_layer = layer.forward_layer, layer.backward_layer
-        forward_options = _layer_options(forward_layer, forward_layer.get_config(),
-                                         f"{location}, forward", backward=False)
-        backward_options = _layer_options(backward_layer, backward_layer.get_config(),
-                                          f"{location}, backward", backward=True)
-        if forward_options != backward_options or _class_name(forward_layer) != _class_name(
-                backward_layer):
-            raise UnsupportedFeatureError(
-                f"{location}: forward and backward layers differ ({_class_name(forward_layer)} "
-                f"{forward_options} vs {_class_name(backward_layer)} {backward_options}); a "
-                "bidirectional network in rnnport has one cell for both directions.")
+        inner = _class_name(forward_layer)
+        layer_options = _bidirectional_options(
+            config, (inner, forward_layer.get_config()),
+            (_class_name(backward_layer), backward_layer.get_config()), location)
         weights = [*forward_layer.get_weights(), *backward_layer.get_weights()]
-        layer_options = forward_options
     else:
-        layer_options = _layer_options(layer, config, location, backward=False)
+        inner = cls
+        layer_options = _layer_options(cls, config, location, backward=False)
         weights = layer.get_weights()
     if not weights:
         raise FormatError(f"{location}: the layer has no weights yet; build it first (call it on "
                           "an input, or layer.build(input_shape)).")
+    return read_configured(inner, weights, options, layer_options, location)
+
+
+def _bidirectional_options(config: Mapping[str, Any], forward: tuple[str, Mapping[str, Any]],
+                           backward: tuple[str, Mapping[str, Any]], location: str) -> dict[str, Any]:
+    """Check a Bidirectional layer's config and its two layers' (class, config) pairs."""
+    merge_mode = config.get("merge_mode", "concat")
+    if merge_mode != "concat":
+        raise UnsupportedFeatureError(
+            f"{location}: merge_mode={merge_mode!r}; rnnport's bidirectional output "
+            "concatenates forward and backward (merge_mode='concat', as cuDNN, PyTorch and "
+            "ONNX do). To convert the weights anyway, read layer.get_weights() and combine "
+            "the two halves of the output yourself.")
+    forward_class, backward_class = forward[0], backward[0]
+    forward_options = _layer_options(forward_class, forward[1], f"{location}, forward",
+                                     backward=False)
+    backward_options = _layer_options(backward_class, backward[1], f"{location}, backward",
+                                      backward=True)
+    if forward_options != backward_options or forward_class != backward_class:
+        raise UnsupportedFeatureError(
+            f"{location}: forward and backward layers differ ({forward_class} "
+            f"{forward_options} vs {backward_class} {backward_options}); a "
+            "bidirectional network in rnnport has one cell for both directions.")
+    return forward_options
+
+
+def read_configured(cls: str, weights: list[Any], options: Mapping[str, Any],
+                    layer_options: Mapping[str, Any], location: str) -> RNN:
+    """One Keras layer of class ``cls`` (the inner class of a Bidirectional) from its arrays
+    (forward then backward) and the read options its config gave (:func:`_layer_options`)."""
     for key, value in options.items():
         if key in layer_options and layer_options[key] != value:
             raise FormatError(f"{location}: option {key}={value!r} contradicts the layer's "
                               f"config ({key}={layer_options[key]!r}); drop the option.")
-    return _read_weights(weights, {**options, **layer_options}, location)
+    merged = {**options, **layer_options}
+    if cls in CUDNN_CELLS:
+        return read_cudnn_weights(weights, CUDNN_CELLS[cls], merged, location)
+    return _read_weights(weights, merged, location)
+
+
+def _halves(arrays: list[Any], location: str) -> list[list[Any]]:
+    count = len(arrays)
+    if count in (2, 3):
+        return [arrays]
+    if count in (4, 6):
+        return [arrays[:count // 2], arrays[count // 2:]]
+    raise FormatError(
+        f"{location}: {count} arrays; expected 3 (kernel, recurrent_kernel, bias) or 2 "
+        "without bias for one layer, or 6 / 4 for a Bidirectional layer (forward arrays "
+        "then backward arrays). For a stack, pass a list of per-layer lists.")
+
+
+def is_cudnn_weights(arrays: Sequence[Any]) -> bool:
+    """Whether one direction's arrays have a CuDNNLSTM/CuDNNGRU bias ``(2·G·H,)``."""
+    if len(arrays) != 3:
+        return False
+    shapes = [tuple(np.shape(a)) for a in arrays]
+    return (len(shapes[1]) == 2 and len(shapes[2]) == 1 and shapes[1][0] > 0
+            and shapes[2][0] == 2 * shapes[1][1] and shapes[1][1] // shapes[1][0] in (3, 4))
+
+
+def read_cudnn_weights(arrays: list[Any], family: str, options: Mapping[str, Any],
+                       location: str) -> RNN:
+    """A CuDNNLSTM / CuDNNGRU layer (``family`` "lstm" or "gru") from its arrays."""
+    halves = _halves([to_numpy(a) for a in arrays], location)
+    names = ("forward", "backward")
+    found = [_cudnn_direction(half, family, options,
+                              f"{location}, {names[d]}" if len(halves) == 2 else location)
+             for d, half in enumerate(halves)]
+    spec = found[0][0]
+    if len(found) == 2 and found[1][0] != spec:
+        raise ShapeError(f"{location}: forward is {spec.describe(article=True)} but backward "
+                         f"is {found[1][0].describe(article=True)}; expected the same shapes in "
+                         "both directions.")
+    spec = spec.replace(bidirectional=len(found) == 2)
+    return RNN(spec, [[params for _, params in found]], copy=False)
+
+
+def _cudnn_direction(arrays: list[np.ndarray], family: str, options: Mapping[str, Any],
+                     location: str) -> tuple[Spec, dict[str, np.ndarray]]:
+    names = ("kernel", "recurrent_kernel", "bias")
+    arrays = [as_float_array(a, f"{location}, {names[i]}") for i, a in enumerate(arrays)]
+    cls = {"lstm": "CuDNNLSTM", "gru": "CuDNNGRU"}[family]
+    gates = len(ORDERS[family])
+    if len(arrays) != 3:
+        raise FormatError(f"{location}: {len(arrays)} arrays; a {cls} layer keeps 3 (kernel, "
+                          "recurrent_kernel, bias) per direction.")
+    kernel, recurrent, bias = arrays
+    hidden = recurrent.shape[0] if recurrent.ndim == 2 else 0
+    columns = gates * hidden
+    problems = []
+    if kernel.ndim != 2 or kernel.shape[1] != columns or not hidden:
+        problems.append(f"kernel {kernel.shape}; expected (I, {columns or 'G·H'})")
+    if recurrent.shape != (hidden, columns) or not hidden:
+        problems.append(f"recurrent_kernel {recurrent.shape}; expected (H, {gates}·H)")
+    if bias.shape != (2 * columns,):
+        problems.append(f"bias {bias.shape}; expected ({2 * columns},) = input-side then "
+                        "recurrent-side biases")
+    if problems:
+        raise ShapeError([f"{location}: {p}" for p in problems],
+                         hint=f"A {cls} layer with H units keeps kernel (I, {gates}·H), "
+                              f"recurrent_kernel (H, {gates}·H) and bias ({2 * gates}·H,).")
+    if options.get("activation", "tanh") != "tanh":
+        raise UnsupportedFeatureError(f"{location}: activation={options['activation']!r}; a "
+                                      f"{cls} computes tanh.")
+    if not options.get("reset_after", True):
+        raise FormatError(f"{location}: option reset_after=False, but a {cls} is a reset-after "
+                          "GRU; drop the option.")
+    inputs = kernel.shape[0]
+    order, canonical = ORDERS[family], CANONICAL[family]
+    # cuDNN wants each gate's (H, in) matrix row-major; the CuDNN layers hand it the bytes of
+    # their (in, H) column block unchanged, so the block re-read as (H, in) is cuDNN's matrix.
+    # Split the columns into (gates, H) and bring the gate axis first; each (in, H) block,
+    # made contiguous, is then re-read as (H, in).
+    weight_ih = np.ascontiguousarray(kernel.reshape(inputs, gates, hidden).transpose(1, 0, 2))
+    weight_hh = np.ascontiguousarray(recurrent.reshape(hidden, gates, hidden).transpose(1, 0, 2))
+    input_bias, recurrent_bias = bias.reshape(2, columns)
+    params = {
+        "weight_ih": reorder(weight_ih.reshape(columns, inputs), order, canonical),
+        "weight_hh": reorder(weight_hh.reshape(columns, hidden), order, canonical),
+        "bias_ih": reorder(input_bias, order, canonical),
+        "bias_hh": reorder(recurrent_bias, order, canonical),
+    }
+    spec = Spec(cell=family, input_size=inputs, hidden_size=hidden, reset_after=True, bias=True)
+    return spec, params
 
 
 def _read_weights(arrays: list[Any], options: Mapping[str, Any], location: str) -> RNN:
     arrays = [to_numpy(a) for a in arrays]
-    count = len(arrays)
-    if count in (2, 3):
-        halves = [arrays]
-    elif count in (4, 6):
-        halves = [arrays[:count // 2], arrays[count // 2:]]
-    else:
-        raise FormatError(
-            f"{location}: {count} arrays; expected 3 (kernel, recurrent_kernel, bias) or 2 "
-            "without bias for one layer, or 6 / 4 for a Bidirectional layer (forward arrays "
-            "then backward arrays). For a stack, pass a list of per-layer lists.")
+    halves = _halves(arrays, location)
     names = ("forward", "backward")
     found = [_direction(half, options, f"{location}, {names[d]}" if len(halves) == 2 else location)
              for d, half in enumerate(halves)]
@@ -314,10 +454,6 @@ def write(model: Model, path: Any = None, **options: Any) -> list[Any]:
     from . import check_features
 
     check_options("write(fmt='keras')", options, WRITE_OPTIONS)
-    if path is not None:
-        raise UnsupportedFeatureError(
-            "write(fmt='keras'): saving Keras model files is not available in this version; call "
-            "write without path= and set the arrays with layer.set_weights(...).")
     layers = model.layers() if isinstance(model, (RNN, Stack)) else None
     if layers is None:
         raise FormatError(f"write(fmt='keras'): expected an rnnport.RNN or Stack, got "
@@ -330,6 +466,10 @@ def write(model: Model, path: Any = None, **options: Any) -> list[Any]:
             arrays.extend(_direction_arrays(layer.spec, named, f"layer {index}, "
                                             f"{('forward', 'backward')[direction]}"))
         out.append(arrays)
+    if path is not None:
+        from .keras_files import write_file
+
+        write_file([layer.spec for layer in layers], out, path)
     if isinstance(model, RNN) and model.spec.num_layers == 1:
         return out[0]
     return out

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import FormatError
 
-__all__ = ["atomic_write", "save_npy"]
+__all__ = ["atomic_write", "file_mode", "save_npy"]
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
@@ -30,6 +30,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any])
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
                                          dir=folder)
     try:
+        os.chmod(temporary, file_mode())
         with os.fdopen(handle, "wb") as file:
             write(file)
             file.flush()
@@ -42,6 +43,13 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any])
             pass
         raise
     return target
+
+
+def file_mode() -> int:
+    """The mode ``open()`` would give a new file (0o666 less the umask); mkstemp's is 0o600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> Path:

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
 from . import _proto
+from .atomic import file_mode
 from .crc32c import crc32c, mask, unmask
 
 __all__ = ["Bundle", "Entry", "checkpoint_prefix", "read_bundle", "write_bundle"]
@@ -455,6 +456,7 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
         handle, data_temp = tempfile.mkstemp(prefix=f".{data_path.name}.", suffix=".partial",
                                              dir=folder)
         temporaries.append(data_temp)
+        os.chmod(data_temp, file_mode())
         with os.fdopen(handle, "wb") as file:
             offset = 0
             for name, code, array in tensors:
@@ -468,6 +470,7 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
         handle, index_temp = tempfile.mkstemp(prefix=f".{index_path.name}.", suffix=".partial",
                                               dir=folder)
         temporaries.append(index_temp)
+        os.chmod(index_temp, file_mode())
         with os.fdopen(handle, "wb") as file:
             file.write(_index(entries))
             file.flush()

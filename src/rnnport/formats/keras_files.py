@@ -1,0 +1,955 @@
+"""Keras model files, read and written with h5py alone (Keras itself is never imported).
+
+**Keras 3 ``.keras``** (``Model.save("m.keras")``) is a zip archive::
+
+    metadata.json       {"keras_version": "3.x", "date_saved": "..."}
+    config.json         {"class_name": "Sequential" | "Functional", "config": {"layers": [
+                          {"class_name": "LSTM", "config": {"name": ..., "units": ..., ...},
+                           "name": ..., "inbound_nodes": [...]},   # the last two: Functional
+                          ...]}}
+    model.weights.h5    the variables, laid out as below
+
+**Keras 3 weights** (``model.weights.h5`` in the archive; ``Model.save_weights("m.weights.h5")``)
+keep one group per entry of ``model.layers``, keyed by the layer's *class* in snake case and
+numbered by order among layers of that class (``lstm``, ``lstm_1``, ``gru``,
+``simple_rnn``, ``bidirectional``, ``input_layer`` (Functional only), ``dense`` …)::
+
+    /vars                                     attrs name = the model's name
+    /layers/<key>/vars                        attrs name = the layer's name (Keras 3; tf_keras
+                                              writes no name)
+    /layers/<key>/cell/vars/0, 1, 2           LSTM, GRU, SimpleRNN: kernel (I, G·H),
+                                              recurrent_kernel (H, G·H), bias (absent when
+                                              use_bias=False)
+    /layers/<key>/forward_layer/cell/vars/0…  Bidirectional: the forward layer's arrays, and
+    /layers/<key>/backward_layer/cell/vars/0… the backward layer's
+
+(tf_keras ≥ 2.13 writes the same layout without names, older TensorFlow 2.13 under
+``_layer_checkpoint_dependencies`` instead of ``layers``.) A weights file holds no config:
+cells come from the shapes, and the order of layers of *different* classes is not recorded
+(``lstm`` and ``gru`` are just names), so a stack of mixed layers needs ``layer=[names…]``.
+
+**Legacy HDF5** (tf.keras 1.x/2.x, Keras 2, tf_keras, and Keras 3's ``Model.save("m.h5")``)::
+
+    /                         attrs model_config (JSON, as config.json), keras_version, backend
+    /model_weights            attrs layer_names = names of the layers, in model order
+    /model_weights/<name>     attrs weight_names = ["<name>/lstm_cell/kernel:0",
+                              "<name>/lstm_cell/recurrent_kernel:0", "<name>/lstm_cell/bias:0"]
+                              (get_weights() order; a Bidirectional lists forward_<inner>/…
+                              then backward_<inner>/…; Keras 3 drops the ``:0``)
+    /model_weights/<name>/<weight name>   the arrays
+
+``save_weights("m.h5")`` writes the same at the root, without ``model_config``. Attributes
+over 64 KiB are split into ``layer_names0``, ``layer_names1`` …. ``CuDNNLSTM`` /
+``CuDNNGRU`` layers exist only here: ``<name>/kernel:0``, ``recurrent_kernel:0``,
+``bias:0`` with bias ``(8H,)`` / ``(6H,)`` and cuDNN's matrices reshaped, not transposed
+(see :mod:`rnnport.formats.keras`); a weights file tells them by that bias.
+
+**Stacks.** The recurrent layers (LSTM, GRU, SimpleRNN, Bidirectional, CuDNNLSTM,
+CuDNNGRU) that follow one another — in a Sequential's order, or output to input in a
+Functional graph — with only passive layers between (InputLayer, Masking, Dropout, …) form a
+stack. Other layers (a Dense head, an Embedding) are left out unless they sit between
+recurrent layers, which makes separate stacks; then ``layer="name"`` picks the stack holding
+that layer and ``layer=["a", "b"]`` exactly those layers, in that order.
+
+**Safety.** Zip members are read into memory by name (never extracted); an archive with an
+absolute member name or one containing ``..`` is refused, as is a member that declares far
+more bytes than it stores. HDF5 soft and external links, external and virtual datasets are
+refused (they could read other files). Every damaged or unexpected input is a
+:class:`~rnnport.errors.FormatError` naming the file and the layer or dataset.
+
+**Writing** gives a Keras 3 Sequential: an ``InputLayer`` ``(None, None, I)`` in the model's
+dtype, then one layer per rnnport layer (LSTM / GRU / SimpleRNN, in a Bidirectional when
+bidirectional), ``return_sequences=True`` throughout. ``.keras`` gets the archive (zip
+members stored, fixed timestamps, so equal models give equal bytes); ``.weights.h5`` the
+weights alone, for ``model.load_weights`` on that architecture. Legacy ``.h5`` is not written.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    AmbiguousSourceError,
+    FormatError,
+    RnnportError,
+    ShapeError,
+    UnsupportedFeatureError,
+)
+from ..gates import gate_family
+from ..io.atomic import atomic_write
+from ..model import Model
+from ..spec import Spec
+from . import keras
+from ._common import close_matches, require
+
+__all__ = ["is_keras_file", "read_file", "write_file"]
+
+SUFFIXES = (".keras", ".h5", ".hdf5")
+ARCHIVE_CONFIG = "config.json"
+ARCHIVE_WEIGHTS = "model.weights.h5"
+ARCHIVE_METADATA = "metadata.json"
+CONTAINERS = ("layers", "_layer_checkpoint_dependencies")
+# A member that expands more than this many times over its stored size, past 1 GiB, is
+# refused as a decompression bomb (Keras refuses 100× past 4 GiB).
+BOMB_RATIO = 100
+BOMB_FLOOR = 1 << 30
+# Recurrent layers rnnport cannot read; reading the rest of a model must not hide them.
+OTHER_RECURRENT = {"RNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "StackedRNNCells",
+                   "PeepholeLSTMCell", "LSTMCell", "GRUCell", "SimpleRNNCell"}
+READABLE = "LSTM, GRU, SimpleRNN, Bidirectional, CuDNNLSTM and CuDNNGRU"
+READABLE_ANY = "LSTM, GRU, SimpleRNN, Bidirectional, CuDNNLSTM or CuDNNGRU"
+KERAS_CLASSES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
+GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1, "CuDNNLSTM": 4, "CuDNNGRU": 3}
+
+
+def _snake(name: str) -> str:
+    """Keras's ``naming.to_snake_case``: the key of a layer's group in a Keras 3 weights file."""
+    name = re.sub(r"\W+", "", name)
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+PASSIVE_KEYS = {_snake(name) for name in keras.PASSIVE_LAYERS} | {"input"}
+RNN_KEYS = {_snake(name) for name in (*keras.RNN_LAYERS, *keras.WRAPPERS)}
+
+
+def _unique(name: str, used: dict[str, int]) -> str:
+    """``lstm``, ``lstm_1``, … as Keras numbers groups of one class."""
+    if name in used:
+        used[name] += 1
+        return f"{name}_{used[name]}"
+    used[name] = 0
+    return name
+
+
+def _split_key(key: str) -> tuple[str, int]:
+    match = re.fullmatch(r"(.+?)_(\d+)", key)
+    return (match.group(1), int(match.group(2))) if match else (key, 0)
+
+
+def is_keras_file(source: Any) -> bool:
+    """Whether ``source`` is a path to an existing file named like a Keras model file."""
+    try:
+        path = Path(source)
+        return path.name.lower().endswith(SUFFIXES) and path.is_file()
+    except (TypeError, ValueError, OSError):
+        return False
+
+
+@dataclass
+class FileLayer:
+    """One entry of a model's layer list, as far as the file tells it."""
+
+    name: str
+    class_name: str | None                  # None: a weights file, which has no config
+    config: Mapping[str, Any] | None
+    where: str                              # where its weights live, for messages
+    kind: str = "other"     # rnn | passive | recurrent (unreadable) | nested (a model holding
+                            # recurrent layers) | other
+    arrays: list[np.ndarray] = field(default_factory=list)   # forward, then backward
+    datasets: list[str] = field(default_factory=list)        # their paths in the file
+    inputs: tuple[str, ...] | None = None   # Functional: the layers feeding it
+    aliases: tuple[str, ...] = ()           # other names it answers to (its group key)
+
+    def describe(self) -> str:
+        if self.class_name:
+            return f"{self.name!r} ({self.class_name})"
+        if self.aliases and self.aliases[0] != self.name:
+            return f"{self.name!r} (group {self.aliases[0]})"
+        return repr(self.name)
+
+
+# -- read ------------------------------------------------------------------------------
+
+
+def read_file(source: Any, **options: Any) -> Model:
+    """Read the recurrent stack of a Keras model or weights file (see the module docstring)."""
+    path = Path(source)
+    if not path.name.lower().endswith(SUFFIXES):
+        raise FormatError(
+            f"read(fmt='keras'): {path}: expected a Keras file named *.keras, *.h5, *.hdf5 or "
+            f"*.weights.h5, got suffix {path.suffix or 'none'!r}. Rename the file if it is one.")
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise FormatError(f"read(fmt='keras'): {path} {what}; expected a Keras model file. "
+                          "Check the path.")
+    choice = options.pop("layer", None)
+    h5py = require("h5py", extra="keras", purpose="Reading Keras model files")
+    if path.name.lower().endswith(".keras"):
+        layers, functional, ordered = _archive_layers(h5py, path)
+    else:
+        layers, functional, ordered = _h5_layers(h5py, path)
+    chosen = _select(layers, choice, str(path), functional=functional, ordered=ordered)
+    return keras._stack([_read_layer(layer, options) for layer in chosen])
+
+
+def _archive_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]:
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise FormatError(
+            f"{path}: not a readable .keras archive ({error}); expected the zip file Keras 3 "
+            "writes with model.save('m.keras'). The file may be truncated or damaged; save "
+            "the model again.") from None
+    with archive:
+        infos = archive.infolist()
+        for info in infos:
+            _check_member_name(path, info.filename)
+        names = {info.filename for info in infos}
+        missing = [name for name in (ARCHIVE_CONFIG, ARCHIVE_WEIGHTS) if name not in names]
+        if missing:
+            found = ", ".join(sorted(names)) or "nothing"
+            other = (" It holds model.weights.npz, which rnnport does not read; save the model "
+                     "with the default HDF5 weights." if "model.weights.npz" in names else "")
+            raise FormatError(
+                f"{path}: the archive lacks {' and '.join(missing)}; expected config.json and "
+                f"model.weights.h5 (what Keras 3 model.save('m.keras') writes), found {found}."
+                f"{other}")
+        config_bytes = _member(archive, path, ARCHIVE_CONFIG)
+        weights_bytes = _member(archive, path, ARCHIVE_WEIGHTS)
+    config = _json(config_bytes, f"{path}, {ARCHIVE_CONFIG}")
+    where = f"{path}, {ARCHIVE_WEIGHTS}"
+    with _open_h5(h5py, io.BytesIO(weights_bytes), where) as h5:
+        return _keras3_layers(h5py, h5, config, where, f"{path}, {ARCHIVE_CONFIG}")
+
+
+def _check_member_name(path: Path, name: str) -> None:
+    parts = re.split(r"[\\/]", name)
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts:
+        raise FormatError(
+            f"{path}: archive member {name!r} has a path that leaves the archive's folder "
+            "(absolute, or through '..'); a .keras file written by Keras never holds one. "
+            "Refusing to read the file; nothing was extracted.")
+
+
+def _member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
+    info = archive.getinfo(name)
+    if info.file_size > BOMB_FLOOR and info.file_size > BOMB_RATIO * max(info.compress_size, 1):
+        raise FormatError(
+            f"{path}: archive member {name!r} declares {info.file_size:,} bytes but stores "
+            f"{info.compress_size:,}; refusing a possible decompression bomb.")
+    try:
+        return archive.read(name)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+        raise FormatError(
+            f"{path}: archive member {name!r} cannot be read ({error}); the file is truncated "
+            "or damaged. Save the model again.") from None
+
+
+def _json(data: bytes | str, where: str) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise FormatError(f"{where}: not valid JSON ({error}); expected the model config Keras "
+                          "writes. The file may be damaged.") from None
+
+
+@contextmanager
+def _open_h5(h5py: Any, source: Any, where: str) -> Iterator[Any]:
+    try:
+        h5 = h5py.File(source, "r")
+    except OSError as error:
+        raise FormatError(
+            f"{where}: not a readable HDF5 file ({error}); expected a Keras weights or model "
+            "file. It may be truncated or damaged; save it again.") from None
+    try:
+        yield h5
+    except RnnportError:
+        raise
+    except (OSError, KeyError, RuntimeError) as error:
+        raise FormatError(f"{where}: cannot read the HDF5 data ({type(error).__name__}: "
+                          f"{error}); the file may be truncated or damaged.") from None
+    finally:
+        h5.close()
+
+
+def _h5_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]:
+    where = str(path)
+    with _open_h5(h5py, path, where) as h5:
+        if "model_config" in h5.attrs:
+            config = _json(h5.attrs["model_config"], f"{where}, attribute model_config")
+            weights = _child(h5py, h5, "model_weights", where)
+            if weights is None or not isinstance(weights, h5py.Group):
+                raise FormatError(f"{where}: a legacy Keras model file without a model_weights "
+                                  "group; expected /model_weights/<layer>/… (what "
+                                  "model.save('m.h5') writes). The file may be damaged.")
+            return _legacy_layers(h5py, weights, config, where)
+        if _attr_strings(h5, "layer_names", where) is not None:
+            return _legacy_layers(h5py, h5, None, where)
+        if any(name in h5 for name in CONTAINERS) or "vars" in h5:
+            return _keras3_layers(h5py, h5, None, where, where)
+        raise FormatError(
+            f"{where}: an HDF5 file, but not a Keras one; expected Keras 3 weights (groups "
+            "layers/<layer>/…) or a legacy Keras file (attribute layer_names or model_config), "
+            f"found top-level entries {sorted(h5)!r}.")
+
+
+# -- h5 access (links and external data refused) ------------------------------------------
+
+
+def _child(h5py: Any, group: Any, name: str, where: str) -> Any:
+    """``group[name]`` through hard links only; None when absent."""
+    node = group
+    for part in name.split("/"):
+        if not part:
+            continue
+        link = node.get(part, getlink=True)
+        if link is None:
+            return None
+        if not isinstance(link, h5py.HardLink):
+            raise FormatError(
+                f"{where}: {node.name.rstrip('/')}/{part} is an HDF5 {type(link).__name__}; "
+                "Keras never writes links, and one can point outside the file. Refusing to "
+                "follow it.")
+        node = node[part]
+    return node
+
+
+def _dataset(h5py: Any, node: Any, where: str) -> np.ndarray:
+    if not isinstance(node, h5py.Dataset):
+        raise FormatError(f"{where}: {node.name} is a group; expected a dataset (an array).")
+    if node.is_virtual or node.external:
+        raise FormatError(f"{where}: dataset {node.name} keeps its data in other files "
+                          "(virtual or external storage); Keras never writes that. Refusing to "
+                          "read it.")
+    array = np.asarray(node[()])
+    if _text(node.attrs.get("dtype", "")) == "bfloat16" and array.dtype.itemsize == 2:
+        # bfloat16 is the top half of a float32: widening is exact.
+        widened = array.view(np.uint16).astype(np.uint32) << 16
+        array = widened.view(np.float32)
+    return array
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf8") if isinstance(value, (bytes, np.bytes_)) else str(value)
+
+
+def _attr_strings(node: Any, name: str, where: str) -> list[str] | None:
+    """A list-of-strings attribute, joined from ``name0``, ``name1``… when Keras split it."""
+    if name in node.attrs:
+        values = [node.attrs[name]]
+    elif f"{name}0" in node.attrs:
+        values, index = [], 0
+        while f"{name}{index}" in node.attrs:
+            values.append(node.attrs[f"{name}{index}"])
+            index += 1
+    else:
+        return None
+    out = []
+    for value in values:
+        out.extend(_text(item) for item in np.atleast_1d(np.asarray(value, dtype=object)))
+    return out
+
+
+# -- model configs ------------------------------------------------------------------------
+
+
+def _model_entries(config: Any, where: str) -> tuple[list[tuple[str, str, Mapping[str, Any],
+                                                                  tuple[str, ...] | None]], bool]:
+    """``(name, class_name, layer config, inputs)`` per layer of a model config, and whether
+    the model is Functional (inputs known) rather than Sequential (inputs: the layer before)."""
+    if not isinstance(config, Mapping):
+        raise FormatError(f"{where}: expected a model config object, got {type(config).__name__}.")
+    model_class = config.get("class_name")
+    inner = config.get("config")
+    if model_class == "Sequential":
+        entries = inner if isinstance(inner, list) else (inner or {}).get("layers")
+        functional = False
+    elif isinstance(inner, Mapping) and ("input_layers" in inner or model_class in
+                                         keras.MODEL_CLASSES):
+        entries = inner.get("layers")
+        functional = True
+    else:
+        raise UnsupportedFeatureError(
+            f"{where}: the model is a {model_class!r}, whose config does not list its layers "
+            "(a subclassed model); rnnport reads Sequential and Functional models. Save the "
+            "recurrent layers in a Sequential model, or read layer.get_weights() directly.")
+    if not isinstance(entries, list):
+        raise FormatError(f"{where}: the {model_class} config has no list of layers; expected "
+                          "config.layers = [{class_name, config}, …]. The file may be damaged.")
+    out = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("class_name"), str):
+            raise FormatError(f"{where}: layer {index} of the config is not "
+                              "{class_name, config, …}; the file may be damaged.")
+        layer_config = entry.get("config") if isinstance(entry.get("config"), Mapping) else {}
+        name = entry.get("name") or layer_config.get("name") or f"layer {index}"
+        inputs = _producers(entry.get("inbound_nodes", [])) if functional else None
+        out.append((str(name), entry["class_name"], layer_config, inputs))
+    return out, functional
+
+
+def _producers(nodes: Any) -> tuple[str, ...]:
+    """Names of the layers whose outputs a Functional layer takes (Keras 3 ``keras_history``
+    or legacy ``[name, node, tensor, kwargs]`` lists)."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            history = value.get("keras_history")
+            if isinstance(history, (list, tuple)) and history and isinstance(history[0], str):
+                found.append(history[0])
+                return
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            if (len(value) in (3, 4) and isinstance(value[0], str)
+                    and isinstance(value[1], int) and not isinstance(value[1], bool)):
+                found.append(value[0])
+                return
+            for item in value:
+                walk(item)
+
+    walk(nodes)
+    return tuple(dict.fromkeys(found))
+
+
+def _kind(class_name: str, config: Mapping[str, Any]) -> str:
+    if class_name in keras.RNN_LAYERS:
+        return "rnn"
+    if class_name in keras.WRAPPERS:
+        inner = config.get("layer")
+        inner_class = inner.get("class_name") if isinstance(inner, Mapping) else None
+        return "rnn" if inner_class in keras.RNN_LAYERS else "recurrent"
+    if class_name in keras.PASSIVE_LAYERS:
+        return "passive"
+    if isinstance(config.get("layers"), list):  # a nested model
+        return "nested" if _holds_recurrent(config["layers"]) else "other"
+    if class_name in OTHER_RECURRENT or any(key in config for key in (
+            "recurrent_initializer", "recurrent_activation", "cell")):
+        return "recurrent"
+    return "other"
+
+
+def _holds_recurrent(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        if value.get("class_name") in {*keras.RNN_LAYERS, *OTHER_RECURRENT}:
+            return True
+        return any(_holds_recurrent(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_recurrent(item) for item in value)
+    return False
+
+
+# -- Keras 3 weights ----------------------------------------------------------------------
+
+
+def _keras3_layers(h5py: Any, h5: Any, config: Any, where: str,
+                   config_where: str) -> tuple[list[FileLayer], bool, bool]:
+    container = next((_child(h5py, h5, name, where) for name in CONTAINERS if name in h5), None)
+    groups: dict[str, Any] = {}
+    if container is not None:
+        for key in container:
+            node = _child(h5py, container, key, where)
+            if isinstance(node, h5py.Group):
+                groups[key] = node
+    names: dict[str, str] = {}  # layer name → group key
+    for key, group in groups.items():
+        own = _child(h5py, group, "vars", where)
+        if own is not None and "name" in own.attrs:
+            names[_text(own.attrs["name"])] = key
+    if config is None:
+        return _keras3_weights_only(h5py, groups, names, where), False, False
+    entries, functional = _model_entries(config, config_where)
+    used: dict[str, int] = {}
+    layers = []
+    for name, class_name, layer_config, inputs in entries:
+        guess = _unique(_snake(class_name), used)
+        # Keras 3 records each layer's name; tf_keras does not, and then the numbering decides.
+        key = names.get(name)
+        if key is None and guess in groups and guess not in names.values():
+            key = guess
+        layer = FileLayer(name, class_name, layer_config, where, _kind(class_name, layer_config),
+                          inputs=inputs)
+        if layer.kind == "rnn":
+            if key is None:
+                raise FormatError(
+                    f"{where}: no weights for layer {layer.describe()}; expected a group "
+                    f"layers/{guess}/ (with cell/vars) for it. The weights may come from another "
+                    "model; save the model again.")
+            layer.where = f"{where}, {groups[key].name}"
+            layer.aliases = (key,)
+            _keras3_arrays(h5py, groups[key], layer, class_name in keras.WRAPPERS)
+        layers.append(layer)
+    return layers, functional, True
+
+
+def _keras3_weights_only(h5py: Any, groups: Mapping[str, Any], names: Mapping[str, str],
+                         where: str) -> list[FileLayer]:
+    key_names = {key: name for name, key in names.items()}
+    layers = []
+    for key in sorted(groups, key=_split_key):
+        group = groups[key]
+        base, _ = _split_key(key)
+        name = key_names.get(key, key)
+        layer = FileLayer(name, None, None, f"{where}, {group.name}", aliases=(key,))
+        bidirectional = "forward_layer" in group and "backward_layer" in group
+        if "cell" in group or bidirectional:
+            layer.kind = "rnn" if base in RNN_KEYS else "recurrent"
+            if layer.kind == "rnn":
+                _keras3_arrays(h5py, group, layer, bidirectional)
+        elif base in PASSIVE_KEYS:
+            layer.kind = "passive"
+        layers.append(layer)
+    return layers
+
+
+def _keras3_arrays(h5py: Any, group: Any, layer: FileLayer, bidirectional: bool) -> None:
+    sides = ("forward_layer", "backward_layer") if bidirectional else ("",)
+    for side in sides:
+        node = _child(h5py, group, side, layer.where) if side else group
+        if node is None:
+            raise FormatError(f"{layer.where}: layer {layer.describe()} has no {side} group; "
+                              "expected forward_layer/ and backward_layer/ for a Bidirectional "
+                              "layer. The file may be damaged.")
+        cell = _child(h5py, node, "cell/vars", layer.where)
+        if cell is None:
+            cell = _child(h5py, node, "vars", layer.where)
+        if cell is None or not isinstance(cell, h5py.Group):
+            raise FormatError(f"{layer.where}: layer {layer.describe()} has no {node.name}/cell/"
+                              "vars group; expected the cell's arrays there (0: kernel, "
+                              "1: recurrent_kernel, 2: bias). The file may be damaged.")
+        keys = sorted(cell, key=lambda key: (not key.isdigit(), int(key) if key.isdigit() else 0,
+                                             key))
+        if any(not key.isdigit() for key in keys):
+            raise FormatError(f"{layer.where}: {cell.name} holds {keys}; expected datasets "
+                              "named 0, 1, 2 (kernel, recurrent_kernel, bias).")
+        for key in keys:
+            path = f"{cell.name}/{key}"
+            layer.arrays.append(_dataset(h5py, _child(h5py, cell, key, layer.where),
+                                         f"{layer.where}, {path}"))
+            layer.datasets.append(path)
+
+
+# -- legacy HDF5 --------------------------------------------------------------------------
+
+
+def _legacy_layers(h5py: Any, root: Any, config: Any,
+                   where: str) -> tuple[list[FileLayer], bool, bool]:
+    layer_names = _attr_strings(root, "layer_names", where)
+    if layer_names is None:
+        raise FormatError(f"{where}: {root.name} has no layer_names attribute; expected the "
+                          "list of layers a legacy Keras file keeps there. The file may be "
+                          "damaged.")
+    functional = False
+    if config is not None:
+        entries, functional = _model_entries(config, f"{where}, attribute model_config")
+    else:
+        entries = [(name, None, None, None) for name in layer_names]
+    stored = set(layer_names)
+    layers = []
+    for name, class_name, layer_config, inputs in entries:
+        kind = _kind(class_name, layer_config) if class_name is not None else "other"
+        layer = FileLayer(name, class_name, layer_config, where, kind, inputs=inputs)
+        if name in stored:
+            group = _child(h5py, root, name, where)
+            if group is None or not isinstance(group, h5py.Group):
+                raise FormatError(f"{where}: layer_names lists {name!r} but {root.name}/{name} is "
+                                  "not a group; the file may be damaged.")
+            layer.where = f"{where}, {group.name}"
+            weight_names = _attr_strings(group, "weight_names", where) or []
+            if class_name is None:
+                layer.kind = _legacy_kind(name, weight_names)
+            if layer.kind == "rnn":
+                for weight in weight_names:
+                    node = _child(h5py, group, weight, layer.where)
+                    if node is None:
+                        raise FormatError(f"{layer.where}: weight_names lists {weight!r}, but the "
+                                          "group holds no such dataset; the file may be "
+                                          "damaged.")
+                    layer.arrays.append(_dataset(h5py, node, f"{layer.where}/{weight}"))
+                    layer.datasets.append(f"{group.name}/{weight}")
+        elif layer.kind == "rnn":
+            raise FormatError(f"{where}: no weights for layer {layer.describe()}; expected a "
+                              f"group {root.name.rstrip('/')}/{name} listed in layer_names. The "
+                              "file may be damaged.")
+        elif class_name is None:
+            layer.kind = _legacy_kind(name, [])
+        layers.append(layer)
+    return layers, functional, True
+
+
+def _legacy_kind(name: str, weight_names: Sequence[str]) -> str:
+    """A weights file's layer, told from its weight names (no config to say its class)."""
+    if not weight_names:
+        return "passive" if _split_key(name)[0] in PASSIVE_KEYS or name.startswith(
+            "input") else "other"
+    basenames = [weight.rsplit("/", 1)[-1].split(":")[0] for weight in weight_names]
+    return "rnn" if "recurrent_kernel" in basenames else "other"
+
+
+# -- stacks and layer= ----------------------------------------------------------------------
+
+
+def _stacks(layers: list[FileLayer], functional: bool) -> list[list[FileLayer]]:
+    stacks: list[list[FileLayer]] = []
+    if not functional:
+        current: list[FileLayer] | None = None
+        for layer in layers:
+            if layer.kind == "rnn":
+                if current is None:
+                    current = []
+                    stacks.append(current)
+                current.append(layer)
+            elif layer.kind != "passive":
+                current = None
+        return stacks
+    by_name = {layer.name: layer for layer in layers}
+    stack_of: dict[str, list[FileLayer]] = {}
+    continued: set[str] = set()
+    for layer in layers:
+        if layer.kind != "rnn":
+            continue
+        producer = _producer(layer, by_name)
+        if (producer is not None and producer.name in stack_of and producer.name not in continued
+                and stack_of[producer.name][-1] is producer):
+            continued.add(producer.name)
+            stack = stack_of[producer.name]
+            stack.append(layer)
+        else:
+            stack = [layer]
+            stacks.append(stack)
+        stack_of[layer.name] = stack
+    return stacks
+
+
+def _producer(layer: FileLayer, by_name: Mapping[str, FileLayer]) -> FileLayer | None:
+    """The layer whose output reaches ``layer`` through passive layers only, if exactly one."""
+    seen = set()
+    inputs = layer.inputs or ()
+    while len(inputs) == 1 and inputs[0] in by_name and inputs[0] not in seen:
+        seen.add(inputs[0])
+        candidate = by_name[inputs[0]]
+        if candidate.kind != "passive":
+            return candidate
+        inputs = candidate.inputs or ()
+    return None
+
+
+def _listing(stacks: Sequence[Sequence[FileLayer]]) -> str:
+    return "; ".join(" → ".join(layer.describe() for layer in stack) for stack in stacks)
+
+
+def _select(layers: list[FileLayer], choice: Any, where: str, *, functional: bool,
+            ordered: bool) -> list[FileLayer]:
+    recurrent = [layer for layer in layers if layer.kind == "rnn"]
+    unreadable = [layer for layer in layers if layer.kind in ("recurrent", "nested")]
+    if ordered:
+        stacks = _stacks(layers, functional)
+    elif len(recurrent) > 1 and len({_split_key(layer.aliases[0])[0] for layer in recurrent}) == 1 \
+            and all(layer.kind in ("rnn", "passive") for layer in layers):
+        stacks = [recurrent]  # one class, numbered in model order, nothing else in between
+    else:
+        stacks = [[layer] for layer in recurrent]
+    if choice is None:
+        if unreadable:
+            raise UnsupportedFeatureError(
+                f"{where}: {'; '.join(_unreadable(layer) for layer in unreadable)}; reading the "
+                "model would leave it out. "
+                + (f"To read the other recurrent layers alone, pass layer= (e.g. "
+                   f"layer={stacks[0][0].name!r})." if stacks else "Nothing else here can be read."))
+        if not stacks:
+            raise FormatError(f"{where}: no {READABLE_ANY} layer found; expected a model or "
+                              "weights file holding at least one.")
+        if len(stacks) > 1:
+            if not ordered:
+                others = [layer.describe() for layer in layers if layer.kind == "other"]
+                between = (f"; other layers here ({', '.join(others)}) might sit between them"
+                           if others else "")
+                raise AmbiguousSourceError(
+                    f"{where}: a Keras 3 weights file keys its layers by class and does not record "
+                    "the order of layers of different classes, nor what sits between them; it "
+                    f"holds the recurrent layers {', '.join(s[0].describe() for s in stacks)}"
+                    f"{between}. Pass layer=[their names in the model's order], or read the "
+                    ".keras file, whose config tells.")
+            raise AmbiguousSourceError(
+                f"{where}: the model holds {len(stacks)} separate recurrent stacks "
+                f"({_listing(stacks)}); pass layer= with a layer name to read the stack holding "
+                f"it (e.g. layer={stacks[0][0].name!r}), or a list of names to read exactly "
+                "those layers in that order.")
+        return stacks[0]
+    if isinstance(choice, str):
+        layer = _find(layers, choice, where)
+        return next(stack for stack in stacks if layer in stack)
+    if isinstance(choice, (list, tuple)) and choice and all(isinstance(c, str) for c in choice):
+        chosen = [_find(layers, name, where) for name in choice]
+        if len({id(layer) for layer in chosen}) != len(chosen):
+            raise FormatError(f"read(fmt='keras'): layer={list(choice)!r} names a layer twice; "
+                              "list each layer once, in the model's order.")
+        return chosen
+    raise FormatError(f"read(fmt='keras'): layer={choice!r}; expected a layer name or a list of "
+                      "layer names.")
+
+
+def _unreadable(layer: FileLayer) -> str:
+    if layer.kind == "nested":
+        return (f"layer {layer.describe()} is a nested model holding recurrent layers, and "
+                "rnnport reads the layers of the outer model only (save the inner model on its "
+                "own, inner.save('inner.keras'), and read that)")
+    return f"layer {layer.describe()} is recurrent, but rnnport reads {READABLE} layers only"
+
+
+def _find(layers: list[FileLayer], name: str, where: str) -> FileLayer:
+    for layer in layers:
+        if name == layer.name or name in layer.aliases:
+            if layer.kind == "rnn":
+                return layer
+            if layer.kind in ("recurrent", "nested"):
+                raise UnsupportedFeatureError(f"{where}: {_unreadable(layer)}.")
+            raise FormatError(f"{where}: layer {layer.describe()} is not a recurrent layer; "
+                              f"layer= takes the names of {READABLE} layers.")
+    names = [layer.name for layer in layers if layer.kind == "rnn"]
+    raise FormatError(f"{where}: no layer named {name!r}; the recurrent layers are "
+                      f"{', '.join(map(repr, names)) or 'none'}.{close_matches(name, names)}")
+
+
+# -- one layer ------------------------------------------------------------------------------
+
+
+def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
+    location = f"{layer.where}, layer {layer.describe()}"
+    recurrent = layer.arrays[1] if len(layer.arrays) > 1 else None
+    gates = recurrent.shape[1] // recurrent.shape[0] if recurrent is not None and (
+        recurrent.ndim == 2 and recurrent.shape[0]) else 0
+    # A file may mix cells: activation= is SimpleRNN's option, reset_after= a GRU's.
+    options = {key: value for key, value in options.items()
+               if not ((key == "activation" and gates != 1) or (key == "reset_after" and gates != 3))}
+    if layer.class_name is None or layer.config is None:
+        halves = layer.arrays[:3] if len(layer.arrays) in (3, 6) else layer.arrays
+        if keras.is_cudnn_weights(halves):
+            gates = np.shape(halves[1])[1] // np.shape(halves[1])[0]
+            return keras.read_cudnn_weights(layer.arrays, keras.GATE_COUNT_CELLS[gates],
+                                            options, location)
+        return keras._read_weights(layer.arrays, options, location)
+    config = layer.config
+    if layer.class_name in keras.WRAPPERS:
+        forward = config["layer"]
+        inner, inner_config = forward["class_name"], _gru_defaults(forward, layer.arrays)
+        backward = config.get("backward_layer")
+        if isinstance(backward, Mapping):
+            backward_pair = (backward.get("class_name"), _gru_defaults(backward, layer.arrays))
+        else:  # tf_keras leaves it out unless given: the forward layer, reversed
+            backward_pair = (inner, {**inner_config,
+                                     "go_backwards": not inner_config.get("go_backwards", False)})
+        layer_options = keras._bidirectional_options(config, (inner, inner_config),
+                                                     backward_pair, location)
+        directions = 2
+    else:
+        inner = layer.class_name
+        inner_config = _gru_defaults({"class_name": inner, "config": config}, layer.arrays)
+        layer_options = keras._layer_options(inner, inner_config, location, backward=False)
+        directions = 1
+    _check_shapes(layer, inner, inner_config, directions, location)
+    return keras.read_configured(inner, layer.arrays, options, layer_options, location)
+
+
+def _gru_defaults(entry: Mapping[str, Any], arrays: Sequence[np.ndarray]) -> Mapping[str, Any]:
+    """A layer config; a GRU from Keras before 2.1 has no ``reset_after`` and was reset-before,
+    which its bias shape also says."""
+    config = entry.get("config") if isinstance(entry.get("config"), Mapping) else {}
+    if entry.get("class_name") == "GRU" and "reset_after" not in config:
+        two_rows = len(arrays) >= 3 and np.ndim(arrays[2]) == 2
+        return {**config, "reset_after": two_rows}
+    return config
+
+
+def _check_shapes(layer: FileLayer, cls: str, config: Mapping[str, Any], directions: int,
+                  location: str) -> None:
+    """The arrays against what the config says: count, units, gates, bias."""
+    units = config.get("units")
+    cudnn = cls in keras.CUDNN_CELLS
+    use_bias = cudnn or bool(config.get("use_bias", True))
+    per_direction = 3 if use_bias else 2
+    found = ", ".join(f"{path} {tuple(np.shape(a))}" for path, a in zip(
+        layer.datasets, layer.arrays, strict=False)) or "none"
+    said = (f"the config says {cls}(units={units!r}, use_bias={use_bias}"
+            + (f", reset_after={bool(config.get('reset_after'))}" if cls == "GRU" else "") + ")"
+            + (" in a Bidirectional" if directions == 2 else ""))
+    if len(layer.arrays) != per_direction * directions:
+        raise FormatError(
+            f"{location}: {len(layer.arrays)} arrays ({found}); expected "
+            f"{per_direction * directions} because {said}. The config and the weights may come "
+            "from different models.")
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        return
+    gates = GATES[cls]
+    columns = gates * units
+    if cudnn:
+        bias_shape: tuple[int, ...] = (2 * columns,)
+    elif cls == "GRU" and config.get("reset_after", True):
+        bias_shape = (2, columns)
+    else:
+        bias_shape = (columns,)
+    problems = []
+    for direction in range(directions):
+        arrays = layer.arrays[direction * per_direction:(direction + 1) * per_direction]
+        paths = layer.datasets[direction * per_direction:(direction + 1) * per_direction]
+        kernel, recurrent = np.shape(arrays[0]), np.shape(arrays[1])
+        if len(kernel) != 2 or kernel[1] != columns:
+            problems.append(f"{location}, {paths[0]}: kernel {kernel}; expected (I, {columns})")
+        if recurrent != (units, columns):
+            problems.append(f"{location}, {paths[1]}: recurrent_kernel {recurrent}; expected "
+                            f"({units}, {columns})")
+        if use_bias and np.shape(arrays[2]) != bias_shape:
+            problems.append(f"{location}, {paths[2]}: bias {np.shape(arrays[2])}; expected "
+                            f"{bias_shape}")
+    if problems:
+        raise ShapeError(problems, hint=f"The arrays do not fit the layer: {said}. The config and "
+                         "the weights may come from different models; save the model again.")
+
+
+# -- write ------------------------------------------------------------------------------------
+
+
+def write_file(specs: Sequence[Spec], arrays: Sequence[Sequence[np.ndarray]], path: Any) -> None:
+    """Save single-layer ``specs`` with their Keras ``arrays`` (one get_weights() list per
+    layer) as a Keras 3 ``.keras`` archive or ``.weights.h5`` file at ``path``, atomically."""
+    target = Path(path)
+    name = target.name.lower()
+    if name.endswith(".weights.h5"):
+        archive = False
+    elif name.endswith(".keras"):
+        archive = True
+    elif name.endswith((".h5", ".hdf5")):
+        raise UnsupportedFeatureError(
+            f"write(fmt='keras'): {target}: legacy HDF5 model files are not written; use a "
+            "path ending in .keras (Keras 3 loads it with keras.saving.load_model) or "
+            ".weights.h5 (for model.load_weights). Nothing was written.")
+    else:
+        raise FormatError(
+            f"write(fmt='keras'): {target}: expected a path ending in .keras or .weights.h5, got "
+            f"suffix {target.suffix or 'none'!r}. Nothing was written.")
+    h5py = require("h5py", extra="keras", purpose="Writing Keras model files")
+    plan = _plan(specs)
+    weights = _weights_bytes(h5py, plan, arrays)
+    if archive:
+        data = _archive_bytes(_config(plan, specs, arrays), weights)
+    else:
+        data = weights
+    atomic_write(target, lambda file: file.write(data))
+
+
+@dataclass
+class _Planned:
+    key: str            # group key in the weights file
+    name: str           # layer name
+    cls: str            # LSTM | GRU | SimpleRNN
+    inner: str          # the wrapped layer's name (Bidirectional), else the layer name
+    bidirectional: bool
+
+
+def _plan(specs: Sequence[Spec]) -> list[_Planned]:
+    used: dict[str, int] = {}
+    keys: dict[str, int] = {}
+    plan = []
+    for spec in specs:
+        cls = KERAS_CLASSES[spec.cell]
+        inner = _unique(_snake(cls), used)
+        if spec.bidirectional:
+            name = _unique("bidirectional", used)
+            key = _unique("bidirectional", keys)
+        else:
+            name, key = inner, _unique(_snake(cls), keys)
+        plan.append(_Planned(key, name, cls, inner, spec.bidirectional))
+    return plan
+
+
+def _weights_bytes(h5py: Any, plan: Sequence[_Planned],
+                   arrays: Sequence[Sequence[np.ndarray]]) -> bytes:
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as h5:
+        h5.create_group("vars").attrs["name"] = "sequential"
+        container = h5.create_group("layers")
+        for planned, layer_arrays in zip(plan, arrays, strict=True):
+            group = container.create_group(planned.key)
+            group.create_group("vars").attrs["name"] = planned.name
+            cell_name = f"{_snake(planned.cls)}_cell"
+            if planned.bidirectional:
+                half = len(layer_arrays) // 2
+                for side, part in (("forward", layer_arrays[:half]),
+                                   ("backward", layer_arrays[half:])):
+                    sub = group.create_group(f"{side}_layer")
+                    sub.create_group("vars").attrs["name"] = f"{side}_{planned.inner}"
+                    _write_cell(sub, cell_name, part)
+            else:
+                _write_cell(group, cell_name, layer_arrays)
+    return buffer.getvalue()
+
+
+def _write_cell(group: Any, cell_name: str, arrays: Sequence[np.ndarray]) -> None:
+    cell = group.create_group("cell").create_group("vars")
+    cell.attrs["name"] = cell_name
+    for index, array in enumerate(arrays):
+        cell.create_dataset(str(index), data=np.ascontiguousarray(array), track_times=False)
+
+
+def _config(plan: Sequence[_Planned], specs: Sequence[Spec],
+            arrays: Sequence[Sequence[np.ndarray]]) -> dict[str, Any]:
+    dtype = str(np.asarray(arrays[0][0]).dtype)
+    input_size = specs[0].input_size
+    layers: list[dict[str, Any]] = [{
+        "module": "keras.layers", "class_name": "InputLayer", "registered_name": None,
+        "config": {"batch_shape": [None, None, input_size], "dtype": dtype, "sparse": False,
+                   "ragged": False, "name": "input_layer", "optional": False},
+    }]
+    for planned, spec in zip(plan, specs, strict=True):
+        if planned.bidirectional:
+            entry = _entry("Bidirectional", {
+                "name": planned.name, "trainable": True, "dtype": dtype, "merge_mode": "concat",
+                "layer": _rnn_entry(planned, spec, dtype, backward=False),
+                "backward_layer": _rnn_entry(planned, spec, dtype, backward=True)})
+        else:
+            entry = _rnn_entry(planned, spec, dtype, backward=None)
+        entry["build_config"] = {"input_shape": [None, None, spec.input_size]}
+        layers.append(entry)
+    return {
+        "module": "keras", "class_name": "Sequential", "registered_name": None,
+        "config": {"name": "sequential", "trainable": True, "dtype": dtype, "layers": layers},
+        "build_config": {"input_shape": [None, None, input_size]},
+    }
+
+
+def _entry(cls: str, config: dict[str, Any]) -> dict[str, Any]:
+    return {"module": "keras.layers", "class_name": cls, "config": config,
+            "registered_name": None}
+
+
+def _rnn_entry(planned: _Planned, spec: Spec, dtype: str, *, backward: bool | None) -> dict[str, Any]:
+    name = planned.inner if backward is None else (
+        f"{'backward' if backward else 'forward'}_{planned.inner}")
+    config: dict[str, Any] = {
+        "name": name, "trainable": True, "dtype": dtype, "return_sequences": True,
+        "return_state": False, "go_backwards": bool(backward), "stateful": False,
+        "unroll": False, "units": spec.hidden_size,
+        "activation": "relu" if spec.cell == "rnn_relu" else "tanh", "use_bias": spec.bias,
+    }
+    if gate_family(spec.cell) != "rnn":
+        config["recurrent_activation"] = "sigmoid"
+    if spec.cell == "gru":
+        config["reset_after"] = spec.reset_after
+    return _entry(planned.cls, config)
+
+
+def _archive_bytes(config: Mapping[str, Any], weights: bytes) -> bytes:
+    from .. import __version__
+
+    metadata = {"keras_version": "3.0.0", "saved_by": f"rnnport {__version__}"}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, data in ((ARCHIVE_METADATA, json.dumps(metadata).encode()),
+                           (ARCHIVE_CONFIG, json.dumps(config).encode()),
+                           (ARCHIVE_WEIGHTS, weights)):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return buffer.getvalue()
