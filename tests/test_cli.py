@@ -209,3 +209,14 @@ def test_explain_prints_plain_tables_when_not_a_terminal_and_writes_html(
     assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert main(["explain", "lstm", "--from", "keras", "--to", "nope"]) == 1
     assert "unknown format 'nope'" in capsys.readouterr().err
+
+
+def test_convert_verify_runs_a_keras_source_in_keras(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    model = RNN.random(Spec("gru", 3, 4, num_layers=2, bidirectional=True), seed=5)
+    rnnport.write(model, "keras", path=tmp_path / "m.keras")
+    assert main(["convert", str(tmp_path / "m.keras"), str(tmp_path / "m.onnx"), "--verify",
+                 "-q"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"onnx file read back: max \|Δ\| = \S+ ok", out)
+    assert re.search(r"Keras 3 running the source file: max \|Δ\| = \S+ ok", out)
