@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 REFERENCE := ../shared/examples/keras_cudnn_reference.json
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint golden clean
 
@@ -19,7 +20,8 @@ $(VENV)/.base: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.test: pyproject.toml requirements-test.txt | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e . -r requirements-test.txt
-	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 	touch $@ $(VENV)/.base
 
 demo: $(VENV)/.base
