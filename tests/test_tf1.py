@@ -390,3 +390,10 @@ def test_a_checkpoint_without_tf1_cells_says_what_names_were_expected(tmp_path: 
     with pytest.raises(FormatError, match="no TF1 recurrent cell variables found.*TF2 "
                                           "object-based checkpoint"):
         rnnport.read(tmp_path / "m", "tf1")
+
+
+def test_writing_to_a_folder_asks_for_a_prefix(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match=r"is a folder; pass a checkpoint prefix inside it, "
+                                          r"e\.g\. .*model\.ckpt"):
+        rnnport.write(_model(Spec("lstm", 4, 5)), "tf1", path=tmp_path)
+    assert not list(tmp_path.iterdir())

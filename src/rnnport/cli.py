@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -142,12 +143,7 @@ def _read(path: str, fmt: str | None, options: dict[str, Any], progress: _Progre
     progress(f"reading {path} …")
     source: Any = path
     if fmt in (None, "cudnn", "miopen") and path.lower().endswith(".npy"):
-        if not Path(path).is_file():
-            raise FormatError(f"{path}: no such file.")
-        try:
-            source = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as error:
-            raise FormatError(f"{path}: not a readable .npy file ({error}).") from None
+        source = _load_array(path, "the buffer")
         fmt = fmt or "cudnn"
     name = fmt or sniff(source)
     if only_known:
@@ -245,18 +241,17 @@ def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
 def _formula(spec: Any, layer: int) -> str:
     gates, hidden, width = spec.gate_count, spec.hidden_size, spec.layer_input_size(layer)
     recurrent = spec.output_size
-    terms = [f"{gates}·{hidden}·({width}+{recurrent})"]
+    terms = [(f"{gates}·{hidden}·({width}+{recurrent})", "G·H·(in + H_out) weights")]
     if spec.bias:
-        terms.append(f"2·{gates}·{hidden}")
+        terms.append((f"2·{gates}·{hidden}", "2·G·H biases"))
     if spec.proj_size:
-        terms.append(f"{spec.proj_size}·{hidden}")
+        terms.append((f"{spec.proj_size}·{hidden}", "P·H projection"))
     if spec.peepholes:
-        terms.append(f"3·{hidden}")
-    shapes = spec.param_shapes(layer)
-    per_direction = sum(int(np.prod(shape)) for shape in shapes.values())
+        terms.append((f"3·{hidden}", "3·H peepholes"))
+    total = spec.num_directions * sum(math.prod(s) for s in spec.param_shapes(layer).values())
     lead = f"{spec.num_directions} × " if spec.num_directions > 1 else ""
-    return (f"{lead}({' + '.join(terms)}) = {per_direction * spec.num_directions:,}  "
-            "[G·H·(in + H_out) + 2·G·H biases]")
+    return (f"{lead}({' + '.join(t for t, _ in terms)}) = {total:,}  "
+            f"[{' + '.join(n for _, n in terms)}]")
 
 
 def _stored_count(model: Any, fmt: str, options: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ from ..errors import (
 from ..spec import Spec
 from ._common import close_matches, describe
 
-__all__ = ["FormatInfo", "check_features", "formats", "get", "info", "sniff"]
+__all__ = ["FormatInfo", "check_features", "formats", "get", "info", "missing_feature", "sniff"]
 
 
 @dataclass(frozen=True)
@@ -85,14 +85,12 @@ def get(name: str) -> ModuleType:
 
 def sniff(source: Any) -> str:
     """The one format ``source`` can be read as, or an error listing the candidates."""
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if not path.exists() and not Path(f"{path}.index").exists():
-            raise FormatError(f"read: {path} does not exist (no such file, folder or checkpoint "
-                              "prefix); check the path.")
     matches = [name for name in _REGISTRY if get(name).sniff(source)]
     if len(matches) == 1:
         return matches[0]
+    if not matches and isinstance(source, (str, os.PathLike)) and not Path(source).exists():
+        raise FormatError(f"read: {source} does not exist (no such file, folder or checkpoint "
+                          "prefix); check the path.")
     if not matches:
         raise FormatError(
             f"read: cannot tell the format of {describe(source)}; pass fmt= with one of "
@@ -130,14 +128,19 @@ def _features_of(spec: Spec) -> list[tuple[str, str, str]]:
     return used
 
 
+def missing_feature(spec: Spec, holds: frozenset[str]) -> tuple[str, str, str] | None:
+    """``(key, what, why)`` of the first feature ``spec`` uses that is not in ``holds``."""
+    return next((used for used in _features_of(spec) if used[0] not in holds), None)
+
+
 def check_features(spec: Spec, name: str, where: str) -> None:
     """Raise UnsupportedFeatureError naming the first feature of ``spec`` that ``name`` lacks."""
-    features = get(name).FEATURES
-    for key, what, why in _features_of(spec):
-        if key not in features:
-            holders = [other for other in _REGISTRY if key in get(other).FEATURES]
-            alternatives = (f"Formats that hold it: {', '.join(holders)}." if holders else
-                            "No registered format holds it besides rnnport's own model.")
-            raise UnsupportedFeatureError(
-                f"{where}: the {name} format cannot hold {what}: {why}. Converting would "
-                f"change the numbers, so nothing was written. {alternatives}")
+    missing = missing_feature(spec, get(name).FEATURES)
+    if missing is not None:
+        key, what, why = missing
+        holders = [other for other in _REGISTRY if key in get(other).FEATURES]
+        alternatives = (f"Formats that hold it: {', '.join(holders)}." if holders else
+                        "No registered format holds it besides rnnport's own model.")
+        raise UnsupportedFeatureError(
+            f"{where}: the {name} format cannot hold {what}: {why}. Converting would "
+            f"change the numbers, so nothing was written. {alternatives}")

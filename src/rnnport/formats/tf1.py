@@ -550,13 +550,11 @@ def _check_cell(cell: Cell, spec: Spec, options: Mapping[str, Any], where: str) 
         raise UnsupportedFeatureError(
             f"{where}: a {cell.name} cannot hold {spec.describe(article=True)}; choose a "
             f"{spec.cell.split('_')[0].upper()} cell (e.g. cell={_default_cell(spec).name!r}).")
-    from . import _features_of
+    from . import missing_feature
 
-    for key, what, why in _features_of(spec):
-        if key in ("projection", "peepholes", "cell_clip", "reset_before") and key in cell.holds:
-            continue
-        if key == "reset_before" and cell.family != "gru":
-            continue
+    missing = missing_feature(spec, cell.holds)
+    if missing is not None:
+        key, what, why = missing
         holders = [c.name for c in CELLS.values() if key in c.holds and c.family == cell.family]
         alternatives = f" Cells that hold it: {', '.join(holders)}." if holders else ""
         raise UnsupportedFeatureError(
@@ -649,6 +647,9 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
                                             location).items():
                 out[base + name] = array
     if path is not None:
+        if Path(path).is_dir():
+            raise FormatError(f"{where}: {path} is a folder; pass a checkpoint prefix inside it, "
+                              f"e.g. {Path(path) / 'model.ckpt'}. Nothing was written.")
         tensorbundle.write_bundle(tensorbundle.checkpoint_prefix(path), out)
     return out
 

@@ -181,8 +181,11 @@ class Bundle(Mapping[str, Entry]):
         if entry.dtype == "bfloat16":
             half = np.frombuffer(raw, dtype=f"{order}u2").astype(np.uint32)
             return (half << 16).view(np.float32).reshape(entry.shape)
-        array = np.frombuffer(raw, dtype=np.dtype(entry.dtype).newbyteorder(order))
-        return array.astype(np.dtype(entry.dtype).newbyteorder("="), copy=True).reshape(entry.shape)
+        stored = np.dtype(entry.dtype).newbyteorder(order)
+        array = np.frombuffer(raw, dtype=stored)  # writable: it views the fresh bytearray
+        if not stored.isnative:
+            array = array.astype(stored.newbyteorder("="))
+        return array.reshape(entry.shape)
 
     def _raw(self, entry: Entry, where: str, checked: bool) -> bytearray:
         path = self.data_path(entry.shard)
