@@ -394,3 +394,12 @@ def test_paths_are_told_by_suffix_only_when_the_file_exists(tmp_path: Path, arch
     with pytest.raises(FormatError, match="option layer= picks layers inside a Keras model file"):
         rnnport.read(rnnport.write(RNN.random(Spec("gru", 2, 3)), "keras"), fmt="keras",
                      layer="gru")
+
+
+def test_an_option_no_layer_in_the_file_takes_is_refused(tmp_path: Path) -> None:
+    model = rnnport.RNN.random(rnnport.Spec("lstm", 3, 4))
+    rnnport.write(model, "keras", path=tmp_path / "m.keras")
+    with pytest.raises(rnnport.FormatError, match="option activation= applies to SimpleRNN "
+                                                  "layers, .* have none; drop the option"):
+        rnnport.read(tmp_path / "m.keras", activation="relu")
+    assert rnnport.read(tmp_path / "m.keras") == rnnport.read(rnnport.write(model, "keras"))

@@ -190,7 +190,20 @@ def read_file(source: Any, **options: Any) -> Model:
     else:
         layers, functional, ordered = _h5_layers(h5py, path)
     chosen = _select(layers, choice, str(path), functional=functional, ordered=ordered)
+    for option, gates, owner in (("activation", 1, "SimpleRNN"), ("reset_after", 3, "GRU")):
+        if option in options and not any(_gates(layer) == gates for layer in chosen):
+            raise FormatError(f"{path}: option {option}= applies to {owner} layers, and the "
+                              f"layers read ({', '.join(layer.describe() for layer in chosen)}) "
+                              "have none; drop the option.")
     return keras._stack([_read_layer(layer, options) for layer in chosen])
+
+
+def _gates(layer: FileLayer) -> int:
+    """Gate blocks of a layer's recurrent kernel (H, G·H); 0 when it cannot tell."""
+    recurrent = layer.arrays[1] if len(layer.arrays) > 1 else None
+    if recurrent is None or recurrent.ndim != 2 or not recurrent.shape[0]:
+        return 0
+    return recurrent.shape[1] // recurrent.shape[0]
 
 
 def _archive_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]:
@@ -718,9 +731,7 @@ def _find(layers: list[FileLayer], name: str, where: str) -> FileLayer:
 
 def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
     location = f"{layer.where}, layer {layer.describe()}"
-    recurrent = layer.arrays[1] if len(layer.arrays) > 1 else None
-    gates = recurrent.shape[1] // recurrent.shape[0] if recurrent is not None and (
-        recurrent.ndim == 2 and recurrent.shape[0]) else 0
+    gates = _gates(layer)
     # A file may mix cells: activation= is SimpleRNN's option, reset_after= a GRU's.
     options = {key: value for key, value in options.items()
                if not ((key == "activation" and gates != 1) or (key == "reset_after" and gates != 3))}
