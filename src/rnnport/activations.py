@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["DEFAULTS", "PARAMETERS", "Activation", "function", "normalize", "sigmoid"]
+__all__ = ["DEFAULTS", "PARAMETERS", "RELU", "SIGMOID", "TANH", "Activation", "Kernel", "function", "kernel",
+           "normalize", "sigmoid"]
 
 Activation = tuple[str, float, float]
 
@@ -66,12 +67,79 @@ def normalize(cell: str, activations: object) -> tuple[tuple[Activation, ...], l
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """σ(x) = (1 + tanh(x/2)) / 2: no overflow for large |x|, one transcendental."""
-    out = np.multiply(x, 0.5)
-    np.tanh(out, out=out)
-    out += 1.0
-    out *= 0.5
+    """σ(x) = 1 / (1 + e^-x), as a new array."""
+    out = np.empty_like(x)
+    with np.errstate(over="ignore"):
+        SIGMOID.into(x, out)
     return out
+
+
+class Kernel:
+    """An activation as the runtime applies it: in place, on preallocated arrays.
+
+    The runtime folds ``scale`` into the weights and biases feeding the activation, so
+    :meth:`prescaled` receives ``scale·x`` and leaves ``act(x)`` in place. Scales are ±1 or
+    ±2, powers of two, so folding them changes no bit of any product or sum.
+    :meth:`into` takes an unscaled ``x`` (an LSTM's cell state) and writes ``act(x)``.
+    """
+
+    __slots__ = ("_into", "_prescaled", "name", "scale")
+
+    def __init__(self, name: str, scale: float, prescaled: Callable[[np.ndarray], object],
+                 into: Callable[[np.ndarray, np.ndarray], object]) -> None:
+        self.name, self.scale, self._prescaled, self._into = name, scale, prescaled, into
+
+    def prescaled(self, values: np.ndarray) -> None:
+        self._prescaled(values)
+
+    def into(self, x: np.ndarray, out: np.ndarray) -> None:
+        self._into(x, out)
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name}, scale {self.scale}>"
+
+
+def _sigmoid_prescaled(values: np.ndarray) -> None:
+    # values = -x: σ(x) = 1 / (1 + e^-x). e^-x overflows to inf for x < -88 (float32),
+    # which gives exactly 0; the runtime runs with overflow warnings off.
+    np.exp(values, out=values)
+    values += 1.0
+    np.reciprocal(values, out=values)
+
+
+def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
+    np.negative(x, out=out)
+    _sigmoid_prescaled(out)
+
+
+def _tanh_prescaled(values: np.ndarray) -> None:
+    np.tanh(values, out=values)
+
+
+SIGMOID = Kernel("Sigmoid", -1.0, _sigmoid_prescaled, _sigmoid_into)
+TANH = Kernel("Tanh", 1.0, _tanh_prescaled, lambda x, out: np.tanh(x, out=out))
+RELU = Kernel("Relu", 1.0, lambda values: np.maximum(values, 0.0, out=values),
+              lambda x, out: np.maximum(x, 0.0, out=out))
+
+
+def kernel(activation: Activation) -> Kernel:
+    """The runtime's in-place form of ``activation`` (``(name, alpha, beta)``)."""
+    name = activation[0]
+    if name == "Sigmoid":
+        return SIGMOID
+    if name == "Tanh":
+        return TANH
+    if name == "Relu":
+        return RELU
+    apply = function(activation)
+
+    def prescaled(values: np.ndarray) -> None:
+        values[...] = apply(values)
+
+    def into(x: np.ndarray, out: np.ndarray) -> None:
+        out[...] = apply(x)
+
+    return Kernel(name, 1.0, prescaled, into)
 
 
 def function(activation: Activation) -> Callable[[np.ndarray], np.ndarray]:

@@ -23,10 +23,22 @@ every gate pre-activation (LSTM i, f, g, o; GRU r, z, n; RNN h) is clipped to
 ``±gate_clip`` before its activation; an LSTM's ``tanh(c')`` is not clipped (ONNX
 Runtime's reading of the operator, checked against it in the tests).
 
-The input side of a whole sequence is one matrix product per layer and direction; only
-the recurrent product stays inside the time loop. With ``lengths``, a step past the end
-of a sequence leaves its state unchanged and writes zeros, so the forward direction ends
-and the backward direction starts at each sequence's last valid step.
+How it runs:
+
+* The input side of a whole sequence is one matrix product per layer and direction; only
+  the recurrent product stays inside the time loop.
+* Both directions of a layer advance together: step ``s`` runs the forward direction at
+  time ``s`` and the backward direction at time ``T−1−s`` (its input is reversed in time
+  once per layer), so each step is one stacked matrix product ``(D, B, H) @ (D, H, G·H)``
+  and one set of elementwise operations for both.
+* Every step writes into buffers allocated once per call, with in-place ufuncs.
+* Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
+  Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``) is folded into the
+  weights and biases once; ±1 and ±2 are powers of two, so no product or sum changes.
+* With ``lengths`` the batch is sorted longest first and step ``s`` computes only the
+  sequences still running, a prefix of the batch, as PyTorch's packed sequences do.
+  Each backward sequence is reversed within its own length, so it starts at its last
+  valid step. A finished sequence keeps its state; its outputs are zero.
 """
 
 from __future__ import annotations
@@ -35,72 +47,101 @@ from typing import Any
 
 import numpy as np
 
-from .activations import function, sigmoid
+from .activations import RELU, SIGMOID, TANH, kernel
 from .errors import DTypeError, ShapeError, StateError
-from .gates import CANONICAL, block
+from .gates import CANONICAL, block, block_range, gate_family, reorder
 from .model import RNN
 
 __all__ = ["run"]
 
-_LSTM = {gate: index for index, gate in enumerate(CANONICAL["lstm"])}
-_GRU = {gate: index for index, gate in enumerate(CANONICAL["gru"])}
-
-
-def _clip(spec: Any, pre: np.ndarray) -> np.ndarray:
-    if spec.gate_clip is None:
-        return pre
-    return np.clip(pre, -spec.gate_clip, spec.gate_clip)
+# The runtime's gate order: an LSTM's sigmoid gates side by side, then the candidate.
+ORDER = {"lstm": "ifog", "gru": "rzn", "rnn": "h"}
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
 
-class _Direction:
-    """One layer-direction's parameters, prepared once per network for the time loop."""
+class _Layer:
+    """One layer's parameters, both directions stacked, prepared once per network.
 
-    __slots__ = ("act_f", "act_g", "act_h", "bias_n", "input_bias", "peephole", "proj_t",
-                 "recurrent_n_t", "recurrent_rz_t", "recurrent_t", "weight_ih")
+    Weights are transposed for ``x @ W``, their gate blocks in :data:`ORDER`, and each block
+    is multiplied by its activation's ``scale``. Shapes (``D`` directions)::
 
-    def __init__(self, spec: Any, params: Any, dtype: np.dtype) -> None:
+        input_weights  D × (I_layer, G·H)      input_bias  (D, 1, G·H)   bW + bR
+        recurrent      (D, H_out, G·H)         GRU reset-before: r z columns only,
+        recurrent_n    (D, H, H)               with R_n apart (it multiplies r∘h)
+        bias_n         (D, 1, H)               GRU reset-after: bR_n, inside r∘(…)
+        peephole       i, f, o: (D, 1, H)      projection  (D, H, P)
+    """
+
+    __slots__ = ("act_f", "act_g", "act_h", "bias_n", "blocks", "cell", "cell_clip", "clip",
+                 "directions", "hidden", "input_bias", "input_forget", "input_weights",
+                 "out_size", "peephole", "projection", "recurrent", "recurrent_n", "width")
+
+    def __init__(self, spec: Any, directions: Any, dtype: np.dtype) -> None:
+        family = gate_family(spec.cell)
+        order = ORDER[family]
         hidden = spec.hidden_size
-        self.weight_ih = np.ascontiguousarray(params["weight_ih"].T, dtype=dtype)
-        self.recurrent_t = np.ascontiguousarray(params["weight_hh"].T, dtype=dtype)
-        gates = spec.gate_count
-        bias = np.zeros(gates * hidden, dtype=dtype)
-        self.bias_n = None
+        self.cell, self.hidden, self.out_size = spec.cell, hidden, spec.output_size
+        self.directions = len(directions)
+        self.width = spec.gate_count * hidden
+        self.input_forget, self.cell_clip = spec.input_forget, spec.cell_clip
+        if family == "rnn":
+            act = TANH if spec.cell == "rnn_tanh" else RELU
+            self.act_f = self.act_g = self.act_h = act
+        else:
+            acts = [kernel(a) for a in spec.activations] or [SIGMOID, TANH, TANH]
+            self.act_f, self.act_g = acts[0], acts[1]
+            self.act_h = acts[2] if len(acts) == 3 else TANH
+        # A gate's scale: the candidate (g, n, or an RNN's only block) takes act_g's.
+        scales = {gate: self.act_g.scale if gate in "gnh" else self.act_f.scale for gate in order}
+        self.blocks = {gate: slice(*block_range(order, gate, hidden)) for gate in order}
+        self.clip = None if spec.gate_clip is None else {
+            gate: abs(scales[gate]) * spec.gate_clip for gate in order}
+
+        def prepared(array: np.ndarray) -> np.ndarray:
+            """Canonical rows (G·H, ·) → runtime order, scaled by gate, transposed."""
+            out = reorder(np.asarray(array, dtype=dtype), CANONICAL[family], order)
+            for gate, scale in scales.items():
+                if scale != 1.0:
+                    block(out, order, gate)[...] *= scale
+            return np.ascontiguousarray(out.T)
+
+        self.input_weights = [prepared(p["weight_ih"]) for p in directions]
+        recurrent = np.stack([prepared(p["weight_hh"]) for p in directions])
+        biases = np.zeros((self.directions, 1, self.width), dtype=dtype)
+        self.bias_n = self.recurrent_n = None
         if spec.bias:
-            bias += params["bias_ih"]
-            recurrent_bias = params["bias_hh"].astype(dtype)
-            if spec.cell == "gru" and spec.reset_after:
-                # bR_n sits inside r∘(…): it cannot join the input-side bias.
-                n_block = block(recurrent_bias, CANONICAL["gru"], "n")
-                self.bias_n = n_block.copy()
-                n_block[...] = 0
-            bias += recurrent_bias
-        self.input_bias = bias
-        self.proj_t = (np.ascontiguousarray(params["weight_hr"].T, dtype=dtype)
-                       if spec.proj_size else None)
-        self.peephole = (params["weight_peephole"].astype(dtype) if spec.peepholes else None)
-        functions = [function(a) for a in spec.activations] or [sigmoid, np.tanh, np.tanh]
-        if len(functions) == 2:  # a GRU has no output function
-            functions.append(np.tanh)
-        self.act_f, self.act_g, self.act_h = functions
-        self.recurrent_rz_t = self.recurrent_n_t = None
-        if spec.cell == "gru" and not spec.reset_after:
-            # r∘h enters R_n alone, so the n block gets its own product.
-            rec = self.recurrent_t
-            self.recurrent_rz_t = np.ascontiguousarray(np.concatenate(
-                [block(rec, CANONICAL["gru"], gate, axis=1) for gate in "rz"], axis=1))
-            self.recurrent_n_t = np.ascontiguousarray(block(rec, CANONICAL["gru"], "n", axis=1))
+            for d, p in enumerate(directions):
+                recurrent_bias = prepared(p["bias_hh"][:, None])[0]
+                if family == "gru" and spec.reset_after:
+                    # bR_n sits inside r∘(…): it cannot join the input-side bias.
+                    if self.bias_n is None:
+                        self.bias_n = np.zeros((self.directions, 1, hidden), dtype=dtype)
+                    self.bias_n[d, 0] = recurrent_bias[self.blocks["n"]]
+                    recurrent_bias[self.blocks["n"]] = 0
+                biases[d, 0] = prepared(p["bias_ih"][:, None])[0] + recurrent_bias
+        self.input_bias = biases
+        if family == "gru" and not spec.reset_after:
+            # r∘h enters R_n alone, so the n columns get their own product.
+            self.recurrent_n = np.ascontiguousarray(recurrent[..., self.blocks["n"]])
+            recurrent = np.ascontiguousarray(recurrent[..., :self.blocks["n"].start])
+        self.recurrent = recurrent
+        self.peephole = None
+        if spec.peepholes:
+            weights = np.stack([p["weight_peephole"] for p in directions]).astype(dtype)
+            weights *= self.act_f.scale
+            self.peephole = {gate: weights[:, row, None, :] for row, gate in enumerate("ifo")}
+        self.projection = (np.stack([np.asarray(p["weight_hr"], dtype=dtype).T
+                                     for p in directions]) if spec.proj_size else None)
 
 
-def _prepared(rnn: RNN) -> list[list[_Direction]]:
+def _prepared(rnn: RNN) -> list[_Layer]:
     cached = rnn._cache.get("runtime")
     if cached is None:
         dtype = compute_dtype(rnn.dtype)
-        cached = [[_Direction(rnn.spec, named, dtype) for named in directions]
-                  for directions in rnn.params]
+        cached = [_Layer(rnn.spec, directions, dtype) for directions in rnn.params]
         rnn._cache["runtime"] = cached
     return cached
 
@@ -114,113 +155,236 @@ def run(
     if not time_major:
         inputs = inputs.transpose(1, 0, 2)
     steps, batch, _ = inputs.shape
-    valid = _check_lengths(lengths, batch, steps)
+    lengths = _check_lengths(lengths, batch, steps)
     h0, c0 = _check_state(state, spec, batch, dtype)
-
     directions = spec.num_directions
-    out_size = spec.output_size
-    h_n = np.empty((spec.num_layers * directions, batch, out_size), dtype=dtype)
-    c_n = np.empty((spec.num_layers * directions, batch, spec.hidden_size), dtype=dtype) \
-        if spec.cell == "lstm" else None
+    is_lstm = spec.cell == "lstm"
+
+    packed = _Packing(lengths, steps, batch) if lengths is not None else None
+    if packed is not None:
+        inputs, h0 = inputs[:, packed.order], h0[:, packed.order]
+        c0 = None if c0 is None else c0[:, packed.order]
     layer_input = np.ascontiguousarray(inputs)
-    for layer, prepared in enumerate(_prepared(rnn)):
-        y = np.empty((steps, batch, directions * out_size), dtype=dtype)
-        for direction, params in enumerate(prepared):
-            index = layer * directions + direction
-            out = y[:, :, direction * out_size:(direction + 1) * out_size]
-            h, c = _run_direction(
-                spec, params, layer_input, out, valid, reverse=direction == 1,
-                h=h0[index].copy(), c=None if c0 is None else c0[index].copy())
-            h_n[index] = h
-            if c_n is not None:
-                c_n[index] = c
-        layer_input = y
-    y = layer_input if time_major else layer_input.transpose(1, 0, 2)
-    y = np.ascontiguousarray(y)
-    return y, ((h_n, c_n) if c_n is not None else h_n)
+    h_n = np.empty((spec.num_layers * directions, batch, spec.output_size), dtype=dtype)
+    c_n = np.empty((spec.num_layers * directions, batch, spec.hidden_size), dtype=dtype) \
+        if is_lstm else None
+    with np.errstate(over="ignore"):
+        for index, layer in enumerate(_prepared(rnn)):
+            rows = slice(index * directions, (index + 1) * directions)
+            cell = np.array(c0[rows], copy=True) if is_lstm else None
+            history = _run_layer(layer, layer_input, packed, h0[rows], cell)
+            layer_input = _layer_output(history, packed)
+            h_n[rows] = _final_state(history, packed)
+            if is_lstm:
+                c_n[rows] = cell
+    y = layer_input
+    if packed is not None:
+        y, h_n = y[:, packed.restore], h_n[:, packed.restore]
+        c_n = None if c_n is None else c_n[:, packed.restore]
+    y = np.ascontiguousarray(y if time_major else y.transpose(1, 0, 2))
+    return y, ((h_n, c_n) if is_lstm else h_n)
 
 
-def _run_direction(
-    spec: Any, params: _Direction, inputs: np.ndarray, out: np.ndarray,
-    valid: np.ndarray | None, *, reverse: bool, h: np.ndarray, c: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray | None]:
+class _Packing:
+    """Variable lengths: the batch sorted longest first, and how many run at each step."""
+
+    __slots__ = ("active", "lengths", "order", "restore", "reverse", "valid")
+
+    def __init__(self, lengths: np.ndarray, steps: int, batch: int) -> None:
+        self.order = np.argsort(-lengths, kind="stable")
+        self.restore = np.argsort(self.order)
+        self.lengths = lengths[self.order]
+        time = np.arange(steps)[:, None]
+        self.valid = time < self.lengths[None, :]                    # (T, B)
+        self.active = self.valid.sum(axis=1).tolist()                 # step s runs a prefix
+        # Backward step s reads time length−1−s of its own sequence (padding stays put).
+        self.reverse = np.where(self.valid, self.lengths[None, :] - 1 - time, time)
+
+
+def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: np.ndarray,
+               cell: np.ndarray | None) -> np.ndarray:
+    """Run both directions over ``inputs`` (T, B, I); returns the h history
+    ``(T+1, D, B, H_out)`` in step order (backward steps run from the end). ``cell``
+    (D, B, H) is updated in place and ends as the final cell state."""
     steps, batch, width = inputs.shape
-    hidden = spec.hidden_size
-    projected = inputs.reshape(steps * batch, width) @ params.weight_ih
-    projected += params.input_bias
-    projected = projected.reshape(steps, batch, spec.gate_count, hidden)
-    step = _STEPS[spec.cell]
-    order = range(steps - 1, -1, -1) if reverse else range(steps)
-    for t in order:
-        new_h, new_c = step(spec, params, projected[t], h, c)
-        if valid is None:
-            h, c = new_h, new_c
-            out[t] = h
+    projected = np.empty((layer.directions, steps, batch, layer.width), dtype=inputs.dtype)
+    for direction, weights in enumerate(layer.input_weights):
+        source = inputs
+        if direction == 1:
+            source = (inputs[::-1] if packed is None
+                      else inputs[packed.reverse, np.arange(batch)[None, :]])
+        flat = np.ascontiguousarray(source).reshape(steps * batch, width)
+        np.matmul(flat, weights, out=projected[direction].reshape(steps * batch, layer.width))
+    projected += layer.input_bias[:, None]
+    history = np.empty((steps + 1, layer.directions, batch, layer.out_size), dtype=inputs.dtype)
+    history[0] = h0
+    _LOOPS[layer.cell](layer, projected, history, cell,
+                       None if packed is None else packed.active)
+    return history
+
+
+def _layer_output(history: np.ndarray, packed: _Packing | None) -> np.ndarray:
+    """``(T, B, D·H_out)`` in time order: the backward half put back in original time."""
+    steps = history.shape[0] - 1
+    directions, batch, out_size = history.shape[1:]
+    if directions == 1 and packed is None:
+        return history[1:].reshape(steps, batch, out_size)
+    y = np.empty((steps, batch, directions * out_size), dtype=history.dtype)
+    y[:, :, :out_size] = history[1:, 0]
+    if directions == 2:
+        if packed is None:
+            y[:, :, out_size:] = history[steps:0:-1, 1]
         else:
-            keep = valid[t][:, None]
-            h = np.where(keep, new_h, h)
-            if c is not None:
-                c = np.where(keep, new_c, c)
-            out[t] = np.where(keep, h, 0.0)
-    return h, c
+            y[:, :, out_size:] = history[packed.reverse + 1, 1, np.arange(batch)[None, :]]
+    if packed is not None:
+        y[~packed.valid] = 0
+    return y
 
 
-def _lstm_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarray,
-               c: Any) -> tuple[np.ndarray, np.ndarray]:
-    batch, gates, hidden = projected.shape
-    pre = (projected.reshape(batch, gates * hidden) + h @ params.recurrent_t).reshape(
-        batch, gates, hidden)
-    if params.peephole is not None:
-        pre[:, _LSTM["i"]] += params.peephole[0] * c
-        pre[:, _LSTM["f"]] += params.peephole[1] * c
-    o_pre = pre[:, _LSTM["o"]]
-    if params.peephole is not None:
-        o_pre = o_pre.copy()  # its peephole sees c', so it is clipped after that is known
-    pre = _clip(spec, pre)
-    i = params.act_f(pre[:, _LSTM["i"]])
-    f = 1.0 - i if spec.input_forget else params.act_f(pre[:, _LSTM["f"]])
-    g = params.act_g(pre[:, _LSTM["g"]])
-    new_c = f * c + i * g
-    if spec.cell_clip is not None:
-        np.clip(new_c, -spec.cell_clip, spec.cell_clip, out=new_c)
-    if params.peephole is None:
-        o_pre = pre[:, _LSTM["o"]]
-    else:
-        o_pre = _clip(spec, o_pre + params.peephole[2] * new_c)
-    new_h = params.act_f(o_pre) * params.act_h(new_c)
-    if params.proj_t is not None:
-        new_h = new_h @ params.proj_t
-    return new_h, new_c
+def _final_state(history: np.ndarray, packed: _Packing | None) -> np.ndarray:
+    if packed is None:
+        return history[-1]
+    return history[packed.lengths, :, np.arange(history.shape[2])].transpose(1, 0, 2)
 
 
-def _rnn_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarray,
-              c: Any) -> tuple[np.ndarray, None]:
-    pre = _clip(spec, projected[:, 0] + h @ params.recurrent_t)
-    return (np.tanh(pre) if spec.cell == "rnn_tanh" else np.maximum(pre, 0.0)), None
+class _Scratch:
+    """Per-step buffers, and views of them for the first ``n`` sequences of the batch."""
+
+    def __init__(self, layer: _Layer, shape: tuple[int, int], dtype: np.dtype,
+                 *extra: int) -> None:
+        directions, batch = shape
+        self.buffers = [np.empty((directions, batch, width), dtype=dtype)
+                        for width in (layer.width, *extra)]
+        self.blocks = layer.blocks
+        self._cache: dict[int, list[Any]] = {}
+
+    def views(self, n: int) -> list[Any]:
+        found = self._cache.get(n)
+        if found is None:
+            gates = self.buffers[0][:, :n]
+            found = [gates, {g: gates[..., s] for g, s in self.blocks.items()},
+                     *(buffer[:, :n] for buffer in self.buffers[1:])]
+            self._cache[n] = found
+        return found
 
 
-def _gru_step(spec: Any, params: _Direction, projected: np.ndarray, h: np.ndarray,
-              c: Any) -> tuple[np.ndarray, None]:
-    batch, gates, hidden = projected.shape
-    r_i, z_i, n_i = _GRU["r"], _GRU["z"], _GRU["n"]
-    recurrent = params.recurrent_t  # (H, 3H) in r z n column blocks
-    if spec.reset_after:
-        rec = (h @ recurrent).reshape(batch, gates, hidden)
-        r = params.act_f(_clip(spec, projected[:, r_i] + rec[:, r_i]))
-        z = params.act_f(_clip(spec, projected[:, z_i] + rec[:, z_i]))
-        rec_n = rec[:, n_i]
-        if params.bias_n is not None:
-            rec_n = rec_n + params.bias_n
-        n = params.act_g(_clip(spec, projected[:, n_i] + r * rec_n))
-    else:
-        rec = (h @ params.recurrent_rz_t).reshape(batch, 2, hidden)
-        r = params.act_f(_clip(spec, projected[:, r_i] + rec[:, 0]))
-        z = params.act_f(_clip(spec, projected[:, z_i] + rec[:, 1]))
-        n = params.act_g(_clip(spec, projected[:, n_i] + (r * h) @ params.recurrent_n_t))
-    return n + z * (h - n), None
+def _clip(layer: _Layer, gates: dict[str, np.ndarray], which: str) -> None:
+    for gate in which:
+        bound = layer.clip[gate]
+        np.clip(gates[gate], -bound, bound, out=gates[gate])
 
 
-_STEPS = {"lstm": _lstm_step, "gru": _gru_step, "rnn_tanh": _rnn_step, "rnn_relu": _rnn_step}
+def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
+               active: list[int] | None) -> None:
+    steps, batch = projected.shape[1], projected.shape[2]
+    scratch = _Scratch(layer, (layer.directions, batch), projected.dtype, layer.hidden)
+    blocks = layer.blocks
+    sigmoid_gates = slice(blocks["i"].start, blocks["o"].stop)
+    act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
+    peephole, projection, recurrent = layer.peephole, layer.projection, layer.recurrent
+    for s in range(steps):
+        n = batch if active is None else active[s]
+        if n == 0:
+            break
+        buf, gates, tmp = scratch.views(n)
+        h, h_next, c = history[s, :, :n], history[s + 1, :, :n], cell[:, :n]
+        np.matmul(h, recurrent, out=buf)
+        buf += projected[:, s, :n]
+        if peephole is not None:
+            for gate in "if":
+                np.multiply(peephole[gate], c, out=tmp)
+                gates[gate] += tmp
+        if layer.clip is not None:
+            _clip(layer, gates, "ifg" if peephole is not None else "ifog")
+        if peephole is None:
+            act_f.prescaled(buf[..., sigmoid_gates])
+        else:
+            act_f.prescaled(gates["i"])
+            act_f.prescaled(gates["f"])
+        act_g.prescaled(gates["g"])
+        if layer.input_forget:
+            np.subtract(1.0, gates["i"], out=gates["f"])
+        c *= gates["f"]
+        np.multiply(gates["i"], gates["g"], out=tmp)
+        c += tmp
+        if layer.cell_clip is not None:
+            np.clip(c, -layer.cell_clip, layer.cell_clip, out=c)
+        if peephole is not None:
+            # o's peephole sees the new cell state.
+            np.multiply(peephole["o"], c, out=tmp)
+            gates["o"] += tmp
+            if layer.clip is not None:
+                _clip(layer, gates, "o")
+            act_f.prescaled(gates["o"])
+        if projection is None:
+            act_h.into(c, h_next)
+            h_next *= gates["o"]
+        else:
+            act_h.into(c, tmp)
+            tmp *= gates["o"]
+            np.matmul(tmp, projection, out=h_next)
+
+
+def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
+              active: list[int] | None) -> None:
+    steps, batch = projected.shape[1], projected.shape[2]
+    scratch = _Scratch(layer, (layer.directions, batch), projected.dtype, layer.hidden)
+    blocks = layer.blocks
+    update_gates = slice(blocks["r"].start, blocks["z"].stop)
+    act_f, act_g = layer.act_f, layer.act_g
+    recurrent, recurrent_n, bias_n = layer.recurrent, layer.recurrent_n, layer.bias_n
+    for s in range(steps):
+        n = batch if active is None else active[s]
+        if n == 0:
+            break
+        buf, gates, tmp = scratch.views(n)
+        h, h_next = history[s, :, :n], history[s + 1, :, :n]
+        step_input = projected[:, s, :n]
+        rz = buf[..., update_gates]
+        if recurrent_n is None:  # reset after: n = g(W_n x + bW_n + r∘(R_n h + bR_n))
+            np.matmul(h, recurrent, out=buf)
+            rz += step_input[..., update_gates]
+        else:                    # reset before: n = g(W_n x + bW_n + R_n (r∘h) + bR_n)
+            np.matmul(h, recurrent, out=rz)
+            rz += step_input[..., update_gates]
+        if layer.clip is not None:
+            _clip(layer, gates, "rz")
+        act_f.prescaled(rz)
+        candidate = gates["n"]
+        if recurrent_n is None:
+            if bias_n is not None:
+                candidate += bias_n
+            candidate *= gates["r"]
+        else:
+            np.multiply(gates["r"], h, out=tmp)
+            np.matmul(tmp, recurrent_n, out=candidate)
+        candidate += step_input[..., blocks["n"]]
+        if layer.clip is not None:
+            _clip(layer, gates, "n")
+        act_g.prescaled(candidate)
+        # h' = (1 − z)∘n + z∘h = n + z∘(h − n)
+        np.subtract(h, candidate, out=tmp)
+        tmp *= gates["z"]
+        np.add(candidate, tmp, out=h_next)
+
+
+def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
+              active: list[int] | None) -> None:
+    steps, batch = projected.shape[1], projected.shape[2]
+    act, recurrent = layer.act_g, layer.recurrent
+    for s in range(steps):
+        n = batch if active is None else active[s]
+        if n == 0:
+            break
+        h, h_next = history[s, :, :n], history[s + 1, :, :n]
+        np.matmul(h, recurrent, out=h_next)
+        h_next += projected[:, s, :n]
+        if layer.clip is not None:
+            np.clip(h_next, -layer.clip["h"], layer.clip["h"], out=h_next)
+        act.prescaled(h_next)
+
+
+_LOOPS = {"lstm": _lstm_loop, "gru": _gru_loop, "rnn_tanh": _rnn_loop, "rnn_relu": _rnn_loop}
 
 
 # -- argument checks ---------------------------------------------------------------------
@@ -240,6 +404,7 @@ def _check_input(x: Any, input_size: int, dtype: np.dtype) -> np.ndarray:
 
 
 def _check_lengths(lengths: Any, batch: int, steps: int) -> np.ndarray | None:
+    """``lengths`` as int64, or None when every sequence runs all ``steps``."""
     if lengths is None:
         return None
     array = np.asarray(lengths)
@@ -256,7 +421,7 @@ def _check_lengths(lengths: Any, batch: int, steps: int) -> np.ndarray | None:
                          f"{steps} (the number of time steps in x).")
     if np.all(array == steps):
         return None
-    return np.arange(steps)[:, None] < array[None, :]
+    return array
 
 
 def _check_state(state: Any, spec: Any, batch: int,
