@@ -152,7 +152,7 @@ def rnnport_runner(rnn: rnnport.RNN, x: np.ndarray) -> tuple[Callable[[], Any],
 ENGINES = {"rnnport": rnnport_runner, "torch": torch_runner, "onnxruntime": onnxruntime_runner}
 
 
-def run_forward(workload: Forward, repeat: int, ceiling: float) -> dict[str, Any]:
+def run_forward(workload: Forward, repeat: int, rounds: int, ceiling: float) -> dict[str, Any]:
     rnn = rnnport.RNN.random(workload.spec, seed=1)
     x = np.random.default_rng(2).standard_normal(
         (workload.batch, workload.steps, workload.spec.input_size), dtype=np.float32)
@@ -165,10 +165,15 @@ def run_forward(workload: Forward, repeat: int, ceiling: float) -> dict[str, Any
         raise SystemExit(f"bench {workload.name}: the engines disagree (max |Δ| against PyTorch "
                          f"{agreement}); expected at most {TOLERANCE}. Not timing a wrong answer.")
     flops = workload.flops()
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    # Rounds, each engine in turn, so that a slow spell of a shared machine falls on all.
+    for _ in range(rounds):
+        for name, (call, _) in runners.items():
+            samples[name] += median_time(call, repeat)[1]
     times = {}
-    for name, (call, _) in runners.items():
-        seconds, samples = median_time(call, repeat)
-        times[name] = {"median_s": seconds, "samples_s": samples, "gflops": flops / seconds / 1e9,
+    for name, taken in samples.items():
+        seconds = statistics.median(taken)
+        times[name] = {"median_s": seconds, "samples_s": taken, "gflops": flops / seconds / 1e9,
                        "ceiling_fraction": flops / seconds / 1e9 / ceiling}
     reference_time = times["onnxruntime"]["median_s"]
     for entry in times.values():
@@ -183,7 +188,7 @@ def run_forward(workload: Forward, repeat: int, ceiling: float) -> dict[str, Any
 # -- conversion -------------------------------------------------------------------------------
 
 
-def run_conversion(repeat: int) -> dict[str, Any]:
+def run_conversion(repeat: int, rounds: int) -> dict[str, Any]:
     spec = CONVERSION
     rnn = rnnport.RNN.random(spec, seed=3)
     keras_weights = rnnport.write(rnn, "keras")
@@ -205,8 +210,12 @@ def run_conversion(repeat: int) -> dict[str, Any]:
         if not exact:
             raise SystemExit(f"bench D: layer {layer} differs after keras → cudnn → torch.")
     del state
-    convert_s, convert_samples = median_time(convert, repeat)
-    copy_s, copy_samples = median_time(lambda: [array.copy() for array in arrays], repeat)
+    convert_samples: list[float] = []
+    copy_samples: list[float] = []
+    for _ in range(rounds):
+        convert_samples += median_time(convert, repeat)[1]
+        copy_samples += median_time(lambda: [array.copy() for array in arrays], repeat)[1]
+    convert_s, copy_s = statistics.median(convert_samples), statistics.median(copy_samples)
     fraction = copy_s / convert_s
     return {"title": "keras → cudnn → torch, 12-layer LSTM 1024→1024",
             "params": int(sum(array.size for array in arrays)), "bytes": nbytes,
@@ -305,7 +314,8 @@ def compare(results: dict[str, Any], old: dict[str, Any]) -> str:
                 if before:
                     lines.append(f"  {name} {engine:12} {timing['median_s'] / before:.2f}×")
     if "conversion" in results and "conversion" in old:
-        lines.append(f"  D convert      {results['conversion']['convert_s'] / old['conversion']['convert_s']:.2f}×")
+        ratio = results["conversion"]["convert_s"] / old["conversion"]["convert_s"]
+        lines.append(f"  D convert      {ratio:.2f}×")
     if "import" in results and "import" in old:
         lines.append(f"  E import       {results['import']['median_ms'] / old['import']['median_ms']:.2f}×")
     return "\n".join(lines)
@@ -315,7 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--repeat", type=int, default=7, help="timed calls per engine (default 7)")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="timed calls per engine and round, after one warm-up (default 5)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds over all engines; medians pool every round (default 3)")
     parser.add_argument("--only", default="A,B,C,D,E", help="workloads to run, e.g. A,C")
     parser.add_argument("--json", type=Path, help="where to write the results "
                         "(default bench/results/<time>.json)")
@@ -326,11 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(chosen) - {*FORWARDS, "D", "E"})
     if unknown:
         parser.error(f"--only: unknown workload(s) {', '.join(unknown)}; expected some of A,B,C,D,E")
-    if args.repeat < 1:
-        parser.error("--repeat: expected at least 1")
+    if args.repeat < 1 or args.rounds < 1:
+        parser.error("--repeat and --rounds: expected at least 1")
 
     results: dict[str, Any] = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                               "machine": machine(), "repeat": args.repeat}
+                               "machine": machine(), "repeat": args.repeat,
+                               "rounds": args.rounds}
     # Import time first, before this process has warmed the page cache any further.
     if "E" in chosen:
         results["import"] = run_import(args.repeat)
@@ -339,11 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in chosen:
         if name in FORWARDS:
             print(f"running {name}: {FORWARDS[name].title} …", file=sys.stderr, flush=True)
-            results["forward"][name] = run_forward(FORWARDS[name], args.repeat,
+            results["forward"][name] = run_forward(FORWARDS[name], args.repeat, args.rounds,
                                                    results["ceiling"]["gflops"])
     if "D" in chosen:
         print("running D: conversion …", file=sys.stderr, flush=True)
-        results["conversion"] = run_conversion(args.repeat)
+        results["conversion"] = run_conversion(args.repeat, args.rounds)
 
     path = args.json or HERE / "results" / f"{results['when'].replace(':', '')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

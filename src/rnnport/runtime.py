@@ -43,6 +43,7 @@ How it runs:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -248,24 +249,41 @@ def _final_state(history: np.ndarray, packed: _Packing | None) -> np.ndarray:
 
 
 class _Scratch:
-    """Per-step buffers, and views of them for the first ``n`` sequences of the batch."""
+    """Per-step buffers (``(D, B, width)`` each; the first holds the gates), and views of
+    them for the first ``n`` sequences of the batch."""
 
-    def __init__(self, layer: _Layer, shape: tuple[int, int], dtype: np.dtype,
-                 *extra: int) -> None:
-        directions, batch = shape
-        self.buffers = [np.empty((directions, batch, width), dtype=dtype)
+    def __init__(self, layer: _Layer, batch: int, dtype: np.dtype, *extra: int) -> None:
+        self.buffers = [np.empty((layer.directions, batch, width), dtype=dtype)
                         for width in (layer.width, *extra)]
         self.blocks = layer.blocks
-        self._cache: dict[int, list[Any]] = {}
+        self._cache: dict[int, tuple[Any, ...]] = {}
 
-    def views(self, n: int) -> list[Any]:
+    def views(self, n: int) -> tuple[Any, ...]:
         found = self._cache.get(n)
         if found is None:
             gates = self.buffers[0][:, :n]
-            found = [gates, {g: gates[..., s] for g, s in self.blocks.items()},
-                     *(buffer[:, :n] for buffer in self.buffers[1:])]
+            found = (gates, {g: gates[..., s] for g, s in self.blocks.items()},
+                     *(buffer[:, :n] for buffer in self.buffers[1:]))
             self._cache[n] = found
         return found
+
+
+def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
+           active: list[int] | None, scratch: _Scratch) -> Iterator[tuple[Any, ...]]:
+    """For each step ``s``: its input projection, h, the slot for h', the cell state and
+    the scratch views, cut to the sequences still running (all of them without lengths)."""
+    batch = projected.shape[2]
+    by_step = projected.transpose(1, 0, 2, 3)  # (T, D, B, G·H)
+    full = scratch.views(batch)
+    for s in range(by_step.shape[0]):
+        n = batch if active is None else active[s]
+        if n == batch:
+            yield by_step[s], history[s], history[s + 1], cell, full
+        elif n == 0:
+            return
+        else:
+            yield (by_step[s, :, :n], history[s, :, :n], history[s + 1, :, :n],
+                   None if cell is None else cell[:, :n], scratch.views(n))
 
 
 def _clip(layer: _Layer, gates: dict[str, np.ndarray], which: str) -> None:
@@ -276,32 +294,36 @@ def _clip(layer: _Layer, gates: dict[str, np.ndarray], which: str) -> None:
 
 def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
                active: list[int] | None) -> None:
-    steps, batch = projected.shape[1], projected.shape[2]
-    scratch = _Scratch(layer, (layer.directions, batch), projected.dtype, layer.hidden)
+    scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden)
     blocks = layer.blocks
     sigmoid_gates = slice(blocks["i"].start, blocks["o"].stop)
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
+    # One pass of the shared core over all four gates, then each kernel's own post.
+    shared = act_f.core is act_g.core and layer.peephole is None
     peephole, projection, recurrent = layer.peephole, layer.projection, layer.recurrent
-    for s in range(steps):
-        n = batch if active is None else active[s]
-        if n == 0:
-            break
-        buf, gates, tmp = scratch.views(n)
-        h, h_next, c = history[s, :, :n], history[s + 1, :, :n], cell[:, :n]
+    for step_input, h, h_next, c, (buf, gates, tmp) in _steps(projected, history, cell, active,
+                                                               scratch):
         np.matmul(h, recurrent, out=buf)
-        buf += projected[:, s, :n]
+        buf += step_input
         if peephole is not None:
             for gate in "if":
                 np.multiply(peephole[gate], c, out=tmp)
                 gates[gate] += tmp
         if layer.clip is not None:
             _clip(layer, gates, "ifg" if peephole is not None else "ifog")
-        if peephole is None:
-            act_f.prescaled(buf[..., sigmoid_gates])
+        if shared:
+            act_f.core(buf)
+            if act_f.post is not None:
+                act_f.post(buf[..., sigmoid_gates])
+            if act_g.post is not None:
+                act_g.post(gates["g"])
         else:
-            act_f.prescaled(gates["i"])
-            act_f.prescaled(gates["f"])
-        act_g.prescaled(gates["g"])
+            if peephole is None:
+                act_f.prescaled(buf[..., sigmoid_gates])
+            else:
+                act_f.prescaled(gates["i"])
+                act_f.prescaled(gates["f"])
+            act_g.prescaled(gates["g"])
         if layer.input_forget:
             np.subtract(1.0, gates["i"], out=gates["f"])
         c *= gates["f"]
@@ -327,26 +349,19 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None) -> None:
-    steps, batch = projected.shape[1], projected.shape[2]
-    scratch = _Scratch(layer, (layer.directions, batch), projected.dtype, layer.hidden)
+    scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden)
     blocks = layer.blocks
     update_gates = slice(blocks["r"].start, blocks["z"].stop)
     act_f, act_g = layer.act_f, layer.act_g
     recurrent, recurrent_n, bias_n = layer.recurrent, layer.recurrent_n, layer.bias_n
-    for s in range(steps):
-        n = batch if active is None else active[s]
-        if n == 0:
-            break
-        buf, gates, tmp = scratch.views(n)
-        h, h_next = history[s, :, :n], history[s + 1, :, :n]
-        step_input = projected[:, s, :n]
+    for step_input, h, h_next, _, (buf, gates, tmp) in _steps(projected, history, None, active,
+                                                               scratch):
         rz = buf[..., update_gates]
         if recurrent_n is None:  # reset after: n = g(W_n x + bW_n + r∘(R_n h + bR_n))
             np.matmul(h, recurrent, out=buf)
-            rz += step_input[..., update_gates]
         else:                    # reset before: n = g(W_n x + bW_n + R_n (r∘h) + bR_n)
             np.matmul(h, recurrent, out=rz)
-            rz += step_input[..., update_gates]
+        rz += step_input[..., update_gates]
         if layer.clip is not None:
             _clip(layer, gates, "rz")
         act_f.prescaled(rz)
@@ -370,15 +385,11 @@ def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
 
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None) -> None:
-    steps, batch = projected.shape[1], projected.shape[2]
     act, recurrent = layer.act_g, layer.recurrent
-    for s in range(steps):
-        n = batch if active is None else active[s]
-        if n == 0:
-            break
-        h, h_next = history[s, :, :n], history[s + 1, :, :n]
+    for step_input, h, h_next, _, _ in _steps(projected, history, None, active,
+                                              _Scratch(layer, 0, projected.dtype)):
         np.matmul(h, recurrent, out=h_next)
-        h_next += projected[:, s, :n]
+        h_next += step_input
         if layer.clip is not None:
             np.clip(h_next, -layer.clip["h"], layer.clip["h"], out=h_next)
         act.prescaled(h_next)
