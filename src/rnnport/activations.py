@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["DEFAULTS", "PARAMETERS", "RELU", "SIGMOID", "TANH", "Activation", "Kernel", "function", "kernel",
-           "normalize", "sigmoid"]
+__all__ = ["DEFAULTS", "PARAMETERS", "RELU", "SIGMOID", "TANH", "TANH_WITH_SIGMOID", "Activation",
+           "Kernel", "function", "kernel", "normalize", "sigmoid"]
 
 Activation = tuple[str, float, float]
 
@@ -127,15 +127,24 @@ def _twice_minus_one(values: np.ndarray) -> None:
     values -= 1.0
 
 
+def _tanh(values: np.ndarray) -> None:
+    np.tanh(values, out=values)
+
+
 SIGMOID = Kernel("Sigmoid", -1.0, _logistic)
-# tanh(x) = 2σ(2x) − 1 for gates, which share σ's pass; NumPy's tanh for a cell state.
-TANH = Kernel("Tanh", -2.0, _logistic, _twice_minus_one, lambda x, out: np.tanh(x, out=out))
+TANH = Kernel("Tanh", 1.0, _tanh, direct=lambda x, out: np.tanh(x, out=out))
+# tanh(x) = 2σ(2x) − 1: beside σ gates (an LSTM's g), one shared pass of σ's core is
+# cheaper than a separate tanh; alone (a GRU's n), NumPy's tanh is.
+TANH_WITH_SIGMOID = Kernel("Tanh", -2.0, _logistic, _twice_minus_one, TANH.direct)
 RELU = Kernel("Relu", 1.0, lambda values: np.maximum(values, 0.0, out=values))
 
 
-def kernel(activation: Activation) -> Kernel:
-    """The runtime's in-place form of ``activation`` (``(name, alpha, beta)``)."""
+def kernel(activation: Activation, *, beside: Kernel | None = None) -> Kernel:
+    """The runtime's in-place form of ``activation`` (``(name, alpha, beta)``); ``beside``
+    is the kernel of the blocks next to it, whose pass it may share."""
     name = activation[0]
+    if name == "Tanh" and beside is not None and beside.core is _logistic:
+        return TANH_WITH_SIGMOID
     known = {"Sigmoid": SIGMOID, "Tanh": TANH, "Relu": RELU}
     if name in known:
         return known[name]

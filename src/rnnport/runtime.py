@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .activations import RELU, SIGMOID, TANH, kernel
+from .activations import DEFAULTS, RELU, TANH, kernel
 from .errors import DTypeError, ShapeError, StateError
 from .gates import CANONICAL, block, block_range, gate_family, reorder
 from .model import RNN
@@ -92,9 +92,11 @@ class _Layer:
             act = TANH if spec.cell == "rnn_tanh" else RELU
             self.act_f = self.act_g = self.act_h = act
         else:
-            acts = [kernel(a) for a in spec.activations] or [SIGMOID, TANH, TANH]
-            self.act_f, self.act_g = acts[0], acts[1]
-            self.act_h = acts[2] if len(acts) == 3 else TANH
+            names = spec.activations or [(name, 0.0, 0.0) for name in DEFAULTS[spec.cell]]
+            self.act_f = kernel(names[0])
+            # An LSTM's candidate block sits beside its σ gates and may share their pass.
+            self.act_g = kernel(names[1], beside=self.act_f if family == "lstm" else None)
+            self.act_h = kernel(names[2]) if len(names) == 3 else TANH
         # A gate's scale: the candidate (g, n, or an RNN's only block) takes act_g's.
         scales = {gate: self.act_g.scale if gate in "gnh" else self.act_f.scale for gate in order}
         self.blocks = {gate: slice(*block_range(order, gate, hidden)) for gate in order}
