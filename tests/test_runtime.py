@@ -7,6 +7,7 @@ import pytest
 
 import rnnport
 from rnnport import RNN, Spec
+from rnnport.activations import PARAMETERS, SIGMOID, function, kernel
 from rnnport.gates import CANONICAL, reorder
 
 SPECS = [
@@ -141,3 +142,52 @@ def test_compatible_layers_merge_into_one_network() -> None:
     x = inputs()
     np.testing.assert_array_equal(merged.forward(x)[0], second.forward(first.forward(x)[0])[0])
     assert merged.layers() == [first, second]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe())
+def test_lengths_with_initial_state_keep_each_final_state(spec: Spec) -> None:
+    """Packed steps: unsorted lengths with ties, an initial state, and the cell state too."""
+    rnn = RNN.random(spec, seed=5, scale=0.6)
+    x = inputs(batch=5, steps=7)
+    lengths = np.array([3, 7, 0, 3, 5])
+    rng = np.random.default_rng(4)
+    rows = spec.num_layers * spec.num_directions
+    h0 = rng.normal(size=(rows, 5, spec.output_size)).astype(np.float32)
+    c0 = rng.normal(size=(rows, 5, spec.hidden_size)).astype(np.float32)
+    state = (h0, c0) if spec.cell == "lstm" else h0
+    y, final = rnn.forward(x, state=state, lengths=lengths)
+    for b, length in enumerate(lengths):
+        part = (h0[:, b:b + 1], c0[:, b:b + 1]) if spec.cell == "lstm" else h0[:, b:b + 1]
+        y_b, final_b = rnn.forward(x[b:b + 1, :length], state=part)
+        np.testing.assert_allclose(y[b, :length], y_b[0], atol=1e-6)
+        assert not y[b, length:].any()
+        for got, want in zip(final if spec.cell == "lstm" else [final],
+                             final_b if spec.cell == "lstm" else [final_b], strict=True):
+            np.testing.assert_allclose(got[:, b], want[:, 0], atol=1e-6)
+
+
+def test_zero_steps_return_the_initial_state() -> None:
+    rnn = RNN.random(Spec("gru", 3, 4, num_layers=2, bidirectional=True))
+    h0 = np.random.default_rng(1).normal(size=(4, 2, 4)).astype(np.float32)
+    y, h = rnn.forward(np.zeros((2, 0, 3), np.float32), state=h0)
+    assert y.shape == (2, 0, 8)
+    np.testing.assert_array_equal(h, h0)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_each_activation_kernel_matches_its_definition(name: str) -> None:
+    """The runtime's in-place kernels (scale folded in, shared passes) against the plain
+    functions, over a range that saturates."""
+    activation = (name, 0.7, 0.2)
+    x = np.linspace(-120, 120, 2001).astype(np.float64)
+    # σ through tanh: a different formula from the kernel's exp.
+    reference = (lambda v: 0.5 * (1 + np.tanh(v / 2))) if name == "Sigmoid" else function(activation)
+    want = reference(x)
+    for k in {kernel(activation), kernel(activation, beside=SIGMOID)}:
+        values = x * k.scale
+        with np.errstate(over="ignore"):
+            k.prescaled(values)
+            out = np.empty_like(x)
+            k.into(x, out)
+        np.testing.assert_allclose(values, want, atol=1e-15, err_msg=repr(k))
+        np.testing.assert_allclose(out, want, atol=1e-15, err_msg=repr(k))

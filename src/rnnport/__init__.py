@@ -30,6 +30,7 @@ from .formats import get as _format_module
 from .formats import info as _format_info
 from .formats import sniff as _sniff
 from .model import RNN, Model, Stack, stack
+from .model import shared_with_caller as _shared_with_caller
 from .spec import Spec
 
 __version__ = "0.1.0"
@@ -101,6 +102,7 @@ def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
             f"convert({source_name} → {to}): unknown option(s) {', '.join(unknown)}; reading "
             f"{source_name} and writing {to} take: {', '.join(known) or 'none'}.")
     model = reader.read(source, **read_options)
+    _shared_with_caller(model)  # no one else sees it: the writer may return views of its memory
     return writer.write(model, path=path, **write_options)
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .copying import copy_into
+
 __all__ = [
     "CANONICAL",
     "GateOrder",
@@ -62,13 +64,14 @@ def permutation(source: GateOrder, target: GateOrder) -> tuple[int, ...]:
 
 def reorder(
     array: np.ndarray, source: GateOrder, target: GateOrder, *, axis: int = 0,
-    out: np.ndarray | None = None,
+    out: np.ndarray | None = None, copy: bool = True,
 ) -> np.ndarray:
     """``array`` with its gate blocks along ``axis`` moved from ``source`` to ``target`` order.
 
-    Writes into ``out`` (same shape) when given; otherwise returns a new C-contiguous array
-    (one copy, even when the orders agree), so callers may hand it on as owned data.
-    ``array.shape[axis]`` must be a multiple of the number of gates.
+    Writes into ``out`` (same shape, C-contiguous) when given. Otherwise returns a new
+    array in ``array``'s memory order (a transposed view gives a transposed result), or,
+    with ``copy=False`` and orders that agree, ``array`` itself. ``array.shape[axis]``
+    must be a multiple of the number of gates.
     """
     perm = permutation(source, target)
     axis = axis % array.ndim
@@ -77,12 +80,23 @@ def reorder(
     hidden = size // gates
     if size != hidden * gates:
         raise ValueError(f"axis {axis} of length {size} does not split into {gates} gate blocks")
+    identity = perm == tuple(range(gates))
     if out is None:
+        if identity and not copy:
+            return array
+        if array.ndim == 2 and not array.flags.c_contiguous and array.T.flags.c_contiguous:
+            # Work on the contiguous transpose, so each block is one contiguous copy.
+            return reorder(array.T, source, target, axis=1 - axis).T
         out = np.empty(array.shape, dtype=array.dtype)
     elif out.shape != array.shape or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous with shape {array.shape}")
-    if perm == tuple(range(gates)):
-        out[...] = array
+    if identity:
+        copy_into(out, array)
+        return out
+    if axis == 0:
+        for index, taken in enumerate(perm):
+            copy_into(out[index * hidden:(index + 1) * hidden],
+                      array[taken * hidden:(taken + 1) * hidden])
         return out
     split_shape = (*array.shape[:axis], gates, hidden, *array.shape[axis + 1:])
     np.take(array.reshape(split_shape), perm, axis=axis, out=out.reshape(split_shape))

@@ -20,6 +20,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from .copying import writable_view
 from .errors import DTypeError, RnnportError, ShapeError, SpecError, StateError
 from .spec import Spec
 
@@ -56,7 +57,9 @@ class RNN:
     """A uniform recurrent network in canonical (cuDNN/PyTorch) layout.
 
     ``params[layer][direction]`` maps canonical names to arrays (see :mod:`rnnport.spec`).
-    Arrays are copied unless ``copy=False`` (for readers that hand over fresh arrays).
+    Arrays are copied unless ``copy=False``: readers pass views of their source where its
+    layout agrees (a cuDNN buffer's slices, a Keras kernel's transpose), like
+    ``numpy.asarray``. The model's arrays are read-only either way.
     """
 
     __slots__ = ("_cache", "_dtype", "_params", "_spec")
@@ -192,6 +195,25 @@ class RNN:
         return f"<rnnport.RNN {self._spec.describe()}, {self._dtype}, {self.num_params():,} params>"
 
 
+def shared_with_caller(model: Model) -> None:
+    """Mark ``model`` as :func:`rnnport.convert`'s own intermediate, never seen by the caller:
+    writers may then hand out writable views of its memory (:func:`exported`)."""
+    for part in model.parts if isinstance(model, Stack) else (model,):
+        part._cache["transient"] = True
+
+
+def exported(model: RNN, array: np.ndarray) -> np.ndarray:
+    """``array`` (one of ``model``'s) as a writer hands it out: a new array, or, for
+    :func:`rnnport.convert`'s intermediate model whose array is a view of writable memory
+    (the caller's source), a writable view of that memory. The model's own arrays stay
+    read-only: no caller can change a model it holds."""
+    if model._cache.get("transient"):
+        view = writable_view(array)
+        if view is not None:
+            return view
+    return np.array(array, copy=True)
+
+
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -235,8 +257,10 @@ def _validated(
                     problems.append(f"{where(layer, direction, name)}: expected shape {shape} "
                                     f"({_why(spec, layer, name)}), got {array.shape}")
                     continue
-                array = np.array(array, order="C", copy=True) if copy else np.ascontiguousarray(
-                    array)
+                # Without copy the arrays are taken as they lie (a transposed view stays one),
+                # through a view of their own, so that marking them read-only leaves the
+                # caller's arrays as they were.
+                array = np.array(array, order="C", copy=True) if copy else array.view()
                 array.flags.writeable = False
                 arrays[name] = array
             layer_out.append(MappingProxyType(arrays))

@@ -174,9 +174,8 @@ class FlatFormat:
         for segment in segments:
             piece = buffer[segment.offset:segment.stop].reshape(segment.shape)
             if segment.name != "weight_hr":
-                piece = reorder(piece, order, CANONICAL[gate_family(spec.cell)])
-            else:
-                piece = piece.copy()
+                # A view of the buffer where the gate orders agree (cuDNN's are canonical).
+                piece = reorder(piece, order, CANONICAL[gate_family(spec.cell)], copy=False)
             params[segment.layer][segment.direction][segment.name] = piece
         if bias_mode in ("single_input", "single_recurrent"):
             present, absent = (("bias_ih", "bias_hh") if bias_mode == "single_input"

@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from ..copying import copy_into
 from ..errors import FormatError, ShapeError, UnsupportedFeatureError
 from ..gates import CANONICAL, gate_family, reorder
 from ..model import RNN, Model, Stack, as_float_array, stack
@@ -434,15 +435,16 @@ def _direction(arrays: list[np.ndarray], options: Mapping[str, Any],
                 reset_after=reset_after, bias=bias is not None)
     order, canonical = ORDERS[family], CANONICAL[family]
     params = {
-        "weight_ih": reorder(kernel.T, order, canonical),
-        "weight_hh": reorder(recurrent.T, order, canonical),
+        # Views where the gate orders agree (an LSTM's kernel.T), else one block copy.
+        "weight_ih": reorder(kernel.T, order, canonical, copy=False),
+        "weight_hh": reorder(recurrent.T, order, canonical, copy=False),
     }
     if bias is not None:
         if bias.ndim == 2:
-            params["bias_ih"] = reorder(bias[0], order, canonical)
-            params["bias_hh"] = reorder(bias[1], order, canonical)
+            params["bias_ih"] = reorder(bias[0], order, canonical, copy=False)
+            params["bias_hh"] = reorder(bias[1], order, canonical, copy=False)
         else:
-            params["bias_hh"] = reorder(bias, order, canonical)
+            params["bias_hh"] = reorder(bias, order, canonical, copy=False)
             params["bias_ih"] = np.zeros_like(params["bias_hh"])
     return spec, params
 
@@ -478,8 +480,8 @@ def write(model: Model, path: Any = None, **options: Any) -> list[Any]:
 def _direction_arrays(spec: Spec, named: Mapping[str, np.ndarray], location: str) -> list[Any]:
     family = gate_family(spec.cell)
     order, canonical = ORDERS[family], CANONICAL[family]
-    arrays = [reorder(named["weight_ih"].T, canonical, order, axis=1),
-              reorder(named["weight_hh"].T, canonical, order, axis=1)]
+    arrays = [_kernel(named["weight_ih"], canonical, order),
+              _kernel(named["weight_hh"], canonical, order)]
     if spec.bias:
         if spec.cell == "gru" and spec.reset_after:
             arrays.append(np.stack([reorder(named["bias_ih"], canonical, order),
@@ -488,6 +490,15 @@ def _direction_arrays(spec: Spec, named: Mapping[str, np.ndarray], location: str
             single = combine_biases(spec, named, "hh", f"write(fmt='keras') {location}", "keras")
             arrays.append(reorder(single, canonical, order))
     return arrays
+
+
+def _kernel(weights: np.ndarray, canonical: str, order: str) -> np.ndarray:
+    """Canonical rows ``(G·H, I)`` → a C-contiguous Keras kernel ``(I, G·H)``, as Keras
+    keeps it: blocks reordered as rows (contiguous copies), then one tiled transpose."""
+    rows = reorder(weights, canonical, order, copy=False)
+    kernel = np.empty(rows.shape[::-1], dtype=rows.dtype)
+    copy_into(kernel, rows.T)
+    return kernel
 
 
 def param_count(model: Model, **options: Any) -> int:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
-from ..model import RNN, Model, Stack, stack
+from ..model import RNN, Model, Stack, exported, stack
 from ..spec import Spec
 from ._common import check_options, describe, require, to_numpy
 
@@ -201,7 +201,7 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
         raise FormatError(f"write(fmt='torch'): expected an rnnport.RNN or Stack, got "
                           f"{describe(model)}.")
     check_features(model.spec, "torch", "write(fmt='torch')")
-    state = {key(name, layer, direction): np.array(array, copy=True)
+    state = {key(name, layer, direction): exported(model, array)
              for layer, direction, name, array in model.arrays()}
     if path is not None:
         save(state, path)

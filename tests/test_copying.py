@@ -1,0 +1,91 @@
+"""Layout copies and memory sharing: fast paths give the same arrays as plain NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rnnport
+from rnnport import RNN, Spec
+from rnnport.copying import copy_into, writable_view
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (1024, 1100), (70, 3000), (3000, 70), (2000, 640),
+                                   (5, 40000)])
+def test_tiled_transpose_equals_numpy(shape: tuple[int, int]) -> None:
+    rows = np.random.default_rng(0).standard_normal(shape[::-1]).astype(np.float32)
+    out = np.empty(shape, np.float32)
+    copy_into(out, rows.T)  # tiled (and threaded for the larger ones)
+    np.testing.assert_array_equal(out, rows.T)
+
+
+def test_copy_into_other_layouts_is_a_plain_copy() -> None:
+    source = np.arange(24.0).reshape(4, 6)[:, ::2]
+    out = np.empty((4, 3))
+    copy_into(out, source)
+    np.testing.assert_array_equal(out, source)
+
+
+def test_writable_view_only_of_writable_memory() -> None:
+    base = np.arange(10.0)
+    view = base[2:6]
+    view.flags.writeable = False
+    again = writable_view(view)
+    assert again is not None and again.flags.writeable and np.shares_memory(again, base)
+    again[0] = -1
+    assert base[2] == -1
+    base.flags.writeable = False
+    assert writable_view(base[2:6]) is None
+    assert writable_view(np.arange(3.0)) is None  # owns its memory: nothing to share
+
+
+SPEC = Spec("lstm", 6, 5, num_layers=2, bidirectional=True)
+SHAPE = dict(cell="lstm", input_size=6, hidden_size=5, num_layers=2, bidirectional=True)
+
+
+def test_read_shares_a_buffer_read_only_and_leaves_it_writable() -> None:
+    buffer = rnnport.write(RNN.random(SPEC), "cudnn")
+    model = rnnport.read(buffer, "cudnn", **SHAPE)
+    weight = model.params[1][1]["weight_ih"]
+    assert np.shares_memory(weight, buffer) and not weight.flags.writeable
+    assert buffer.flags.writeable
+
+
+def test_read_leaves_the_callers_arrays_writable() -> None:
+    weights = rnnport.write(RNN.random(Spec("lstm", 3, 4)), "keras")
+    model = rnnport.read(weights, "keras")
+    assert all(array.flags.writeable for array in weights)
+    assert np.shares_memory(model.params[0][0]["weight_ih"], weights[0])
+    assert all(array.flags.c_contiguous for array in weights)
+
+
+def test_convert_returns_views_of_its_source_where_layouts_agree() -> None:
+    buffer = rnnport.write(RNN.random(SPEC, seed=2), "cudnn")
+    state = rnnport.convert(buffer, "torch", fmt="cudnn", **SHAPE)
+    assert all(np.shares_memory(array, buffer) and array.flags.writeable
+               for array in state.values())
+    assert rnnport.read(state, "torch") == rnnport.read(buffer, "cudnn", **SHAPE)
+
+
+def test_write_never_hands_out_a_models_own_memory() -> None:
+    buffer = rnnport.write(RNN.random(SPEC, seed=2), "cudnn")
+    model = rnnport.read(buffer, "cudnn", **SHAPE)
+    state = rnnport.write(model, "torch")
+    assert not any(np.shares_memory(array, buffer) for array in state.values())
+    assert all(array.flags.writeable for array in state.values())
+
+
+def test_keras_to_cudnn_to_torch_is_exact_for_a_large_stack() -> None:
+    """The tiled, threaded transpose on matrices big enough to take it."""
+    spec = Spec("lstm", 700, 300, num_layers=2)
+    model = RNN.random(spec, seed=4)
+    weights = rnnport.write(model, "keras")
+    buffer = rnnport.convert(weights, "cudnn", fmt="keras")
+    state = rnnport.convert(buffer, "torch", fmt="cudnn", cell="lstm", input_size=700,
+                            hidden_size=300, num_layers=2)
+    for layer, (kernel, recurrent, _) in enumerate(weights):
+        np.testing.assert_array_equal(state[f"weight_ih_l{layer}"], kernel.T)
+        np.testing.assert_array_equal(state[f"weight_hh_l{layer}"], recurrent.T)
+    x = np.random.default_rng(1).standard_normal((2, 3, 700)).astype(np.float32)
+    np.testing.assert_allclose(rnnport.read(state, "torch").forward(x)[0], model.forward(x)[0],
+                               atol=1e-5)
