@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -88,7 +87,7 @@ def sniff(source: Any) -> str:
     matches = [name for name in _REGISTRY if get(name).sniff(source)]
     if len(matches) == 1:
         return matches[0]
-    if not matches and isinstance(source, (str, os.PathLike)) and not Path(source).exists():
+    if not matches and isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
         raise FormatError(f"read: {source} does not exist (no such file, folder or checkpoint "
                           "prefix); check the path.")
     if not matches:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -28,6 +27,8 @@ __all__ = [
 
 def close_matches(word: str, candidates: Iterable[str]) -> str:
     """`` Did you mean 'x'?`` or an empty string."""
+    import difflib  # only when a name is misspelt
+
     found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" Did you mean {found[0]!r}?" if found else ""
 
