@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 REFERENCE := ../shared/examples/keras_cudnn_reference.json
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint golden clean
+.PHONY: demo test lint golden bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,11 +28,15 @@ demo: $(VENV)/.base
 	$(PY) -m rnnport demo $(if $(wildcard $(REFERENCE)),--reference $(REFERENCE))
 
 test: $(VENV)/.test
-	$(PY) -m ruff check src tests tools examples
+	$(PY) -m ruff check src tests tools examples bench
 	$(PY) -m pytest
 
 lint: $(VENV)/.test
-	$(PY) -m ruff check src tests tools examples
+	$(PY) -m ruff check src tests tools examples bench
+
+# Speed against PyTorch and ONNX Runtime in one run; JSON results go to bench/results/.
+bench: $(VENV)/.test
+	$(PY) bench/bench.py $(BENCH_ARGS)
 
 golden: $(VENV)/.test
 	$(PY) tools/make_golden.py
