@@ -89,3 +89,31 @@ def test_keras_to_cudnn_to_torch_is_exact_for_a_large_stack() -> None:
     x = np.random.default_rng(1).standard_normal((2, 3, 700)).astype(np.float32)
     np.testing.assert_allclose(rnnport.read(state, "torch").forward(x)[0], model.forward(x)[0],
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("target, name", [
+    ("torch", "model.safetensors"), ("torch", "model.pt"), ("npz", "model.npz"),
+    ("tf1", "model.ckpt"), ("keras", "model.keras"), ("keras", "model.weights.h5"),
+    ("onnx", "model.onnx"), ("cudnn", "model.npy"),
+])
+def test_files_written_from_views_hold_the_same_numbers(tmp_path, target: str,
+                                                        name: str) -> None:
+    """A model read from Keras arrays holds transposed views; every file writer must store
+    their values, not their raw memory."""
+    model = RNN.random(Spec("lstm", 3, 4, num_layers=2), seed=6)
+    weights = rnnport.write(model, "keras")
+    path = tmp_path / name
+    rnnport.convert(weights, target, fmt="keras", path=path)
+    options = ({"cell": "lstm", "input_size": 3, "hidden_size": 4, "num_layers": 2}
+               if target == "cudnn" else {})
+    source = np.load(path) if target == "cudnn" else (str(path) if target == "tf1" else path)
+    back = rnnport.read(source, target, **options)
+    x = np.random.default_rng(3).standard_normal((2, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(back.forward(x)[0], model.forward(x)[0], atol=1e-6)
+
+
+def test_torch_state_dicts_are_c_contiguous_whatever_the_source() -> None:
+    weights = rnnport.write(RNN.random(Spec("gru", 3, 4)), "keras")
+    for state in (rnnport.convert(weights, "torch", fmt="keras"),
+                  rnnport.write(rnnport.read(weights, "keras"), "torch")):
+        assert all(array.flags.c_contiguous and array.flags.writeable for array in state.values())

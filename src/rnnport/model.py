@@ -20,7 +20,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .copying import writable_view
+from .copying import copy_into, writable_view
 from .errors import DTypeError, RnnportError, ShapeError, SpecError, StateError
 from .spec import Spec
 
@@ -203,15 +203,18 @@ def shared_with_caller(model: Model) -> None:
 
 
 def exported(model: RNN, array: np.ndarray) -> np.ndarray:
-    """``array`` (one of ``model``'s) as a writer hands it out: a new array, or, for
-    :func:`rnnport.convert`'s intermediate model whose array is a view of writable memory
-    (the caller's source), a writable view of that memory. The model's own arrays stay
+    """``array`` (one of ``model``'s) as a writer hands it out: a new C-contiguous array,
+    or, for :func:`rnnport.convert`'s intermediate model whose array is a C-contiguous view
+    of writable memory (the caller's source), a writable view of that memory. The model's own arrays stay
     read-only: no caller can change a model it holds."""
-    if model._cache.get("transient"):
+    if model._cache.get("transient") and array.flags.c_contiguous:
         view = writable_view(array)
         if view is not None:
             return view
-    return np.array(array, copy=True)
+    # C order, as every framework stores it (some savers copy raw memory, not values).
+    copy = np.empty(array.shape, dtype=array.dtype)
+    copy_into(copy, array)
+    return copy
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:

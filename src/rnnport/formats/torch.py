@@ -285,7 +285,9 @@ def save(state: Mapping[str, np.ndarray], path: Any) -> None:
     if suffix == ".safetensors":
         safetensors = require("safetensors.numpy", extra="torch",
                               purpose="saving .safetensors files")
-        atomic_write(path, lambda file: file.write(safetensors.save(dict(state))))
+        # safetensors copies raw memory: strided (transposed) views must be made contiguous.
+        contiguous = {key: np.ascontiguousarray(value) for key, value in state.items()}
+        atomic_write(path, lambda file: file.write(safetensors.save(contiguous)))
     elif suffix in (".pt", ".pth"):
         torch = require("torch", extra="torch", purpose="saving .pt files")
         tensors = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in state.items()}
