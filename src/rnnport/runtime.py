@@ -33,8 +33,10 @@ How it runs:
   and one set of elementwise operations for both.
 * Every step writes into buffers allocated once per call, with in-place ufuncs.
 * Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
-  Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``) is folded into the
-  weights and biases once; ±1 and ±2 are powers of two, so no product or sum changes.
+  Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``; an LSTM candidate's
+  tanh(x) = 2σ(2x) − 1 takes ``−2x``) is folded into the weights and biases once, so one
+  ``exp`` pass serves all four LSTM gates. ±1 and ±2 are powers of two: no product or
+  sum changes by a bit. See :class:`rnnport.activations.Kernel`.
 * With ``lengths`` the batch is sorted longest first and step ``s`` computes only the
   sequences still running, a prefix of the batch, as PyTorch's packed sequences do.
   Each backward sequence is reversed within its own length, so it starts at its last
