@@ -82,7 +82,8 @@ FORWARDS = {
 CONVERSION = rnnport.Spec(cell="lstm", input_size=1024, hidden_size=1024, num_layers=12)
 
 
-def median_time(call: Callable[[], Any], repeat: int, warmup: int = 1) -> tuple[float, list[float]]:
+def timed(call: Callable[[], Any], repeat: int, warmup: int = 1) -> list[float]:
+    """Seconds taken by each of ``repeat`` calls, after ``warmup`` untimed ones."""
     for _ in range(warmup):
         call()
     times = []
@@ -90,7 +91,7 @@ def median_time(call: Callable[[], Any], repeat: int, warmup: int = 1) -> tuple[
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+    return times
 
 
 # -- the machine's ceiling -------------------------------------------------------------------
@@ -103,7 +104,7 @@ def matmul_ceiling(repeat: int) -> dict[str, Any]:
     a = rng.standard_normal((size, size), dtype=np.float32)
     b = rng.standard_normal((size, size), dtype=np.float32)
     out = np.empty_like(a)
-    _, times = median_time(lambda: np.matmul(a, b, out=out), max(repeat, 3))
+    times = timed(lambda: np.matmul(a, b, out=out), max(repeat, 3))
     return {"size": size, "gflops": 2.0 * size**3 / min(times) / 1e9}
 
 
@@ -169,7 +170,7 @@ def run_forward(workload: Forward, repeat: int, rounds: int, ceiling: float) -> 
     # Rounds, each engine in turn, so that a slow spell of a shared machine falls on all.
     for _ in range(rounds):
         for name, (call, _) in runners.items():
-            samples[name] += median_time(call, repeat)[1]
+            samples[name] += timed(call, repeat)
     times = {}
     for name, taken in samples.items():
         seconds = statistics.median(taken)
@@ -213,8 +214,8 @@ def run_conversion(repeat: int, rounds: int) -> dict[str, Any]:
     convert_samples: list[float] = []
     copy_samples: list[float] = []
     for _ in range(rounds):
-        convert_samples += median_time(convert, repeat)[1]
-        copy_samples += median_time(lambda: [array.copy() for array in arrays], repeat)[1]
+        convert_samples += timed(convert, repeat)
+        copy_samples += timed(lambda: [array.copy() for array in arrays], repeat)
     convert_s, copy_s = statistics.median(convert_samples), statistics.median(copy_samples)
     fraction = copy_s / convert_s
     return {"title": "keras → cudnn → torch, 12-layer LSTM 1024→1024",
@@ -263,7 +264,7 @@ def machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(),
             "processor": _cpu_name(), "cpus": os.cpu_count(), "numpy": np.__version__,
             "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
-            "rnnport": rnnport.__version__ if hasattr(rnnport, "__version__") else None}
+            "rnnport": rnnport.__version__}
 
 
 def _cpu_name() -> str:

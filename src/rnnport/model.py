@@ -62,7 +62,7 @@ class RNN:
     ``numpy.asarray``. The model's arrays are read-only either way.
     """
 
-    __slots__ = ("_cache", "_dtype", "_params", "_spec")
+    __slots__ = ("_cache", "_dtype", "_params", "_spec", "_transient")
 
     def __init__(
         self, spec: Spec, params: Sequence[Sequence[Mapping[str, Any]]], *, copy: bool = True
@@ -75,6 +75,8 @@ class RNN:
         object.__setattr__(self, "_dtype", validated[0][0]["weight_ih"].dtype)
         # Derived data the runtime prepares once (transposed, compute-dtype weights).
         object.__setattr__(self, "_cache", {})
+        # Set by convert() on its own intermediate model (see exported()).
+        object.__setattr__(self, "_transient", False)
 
     # -- construction helpers ------------------------------------------------------------
 
@@ -199,7 +201,7 @@ def shared_with_caller(model: Model) -> None:
     """Mark ``model`` as :func:`rnnport.convert`'s own intermediate, never seen by the caller:
     writers may then hand out writable views of its memory (:func:`exported`)."""
     for part in model.parts if isinstance(model, Stack) else (model,):
-        part._cache["transient"] = True
+        object.__setattr__(part, "_transient", True)
 
 
 def exported(model: RNN, array: np.ndarray) -> np.ndarray:
@@ -207,7 +209,7 @@ def exported(model: RNN, array: np.ndarray) -> np.ndarray:
     or, for :func:`rnnport.convert`'s intermediate model whose array is a C-contiguous view
     of writable memory (the caller's source), a writable view of that memory. The model's own arrays stay
     read-only: no caller can change a model it holds."""
-    if model._cache.get("transient") and array.flags.c_contiguous:
+    if model._transient and array.flags.c_contiguous:
         view = writable_view(array)
         if view is not None:
             return view

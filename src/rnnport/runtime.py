@@ -193,17 +193,19 @@ def run(
 class _Packing:
     """Variable lengths: the batch sorted longest first, and how many run at each step."""
 
-    __slots__ = ("active", "lengths", "order", "restore", "reverse", "valid")
+    __slots__ = ("active", "columns", "invalid", "lengths", "order", "restore", "reverse")
 
     def __init__(self, lengths: np.ndarray, steps: int, batch: int) -> None:
         self.order = np.argsort(-lengths, kind="stable")
         self.restore = np.argsort(self.order)
         self.lengths = lengths[self.order]
         time = np.arange(steps)[:, None]
-        self.valid = time < self.lengths[None, :]                    # (T, B)
-        self.active = self.valid.sum(axis=1).tolist()                 # step s runs a prefix
+        valid = time < self.lengths[None, :]                          # (T, B)
+        self.invalid = ~valid
+        self.active = valid.sum(axis=1).tolist()                      # step s runs a prefix
         # Backward step s reads time length−1−s of its own sequence (padding stays put).
-        self.reverse = np.where(self.valid, self.lengths[None, :] - 1 - time, time)
+        self.reverse = np.where(valid, self.lengths[None, :] - 1 - time, time)
+        self.columns = np.arange(batch)[None, :]                      # with reverse: (T, B)
 
 
 def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: np.ndarray,
@@ -216,8 +218,7 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
     for direction, weights in enumerate(layer.input_weights):
         source = inputs
         if direction == 1:
-            source = (inputs[::-1] if packed is None
-                      else inputs[packed.reverse, np.arange(batch)[None, :]])
+            source = inputs[::-1] if packed is None else inputs[packed.reverse, packed.columns]
         flat = np.ascontiguousarray(source).reshape(steps * batch, width)
         np.matmul(flat, weights, out=projected[direction].reshape(steps * batch, layer.width))
     projected += layer.input_bias[:, None]
@@ -240,16 +241,16 @@ def _layer_output(history: np.ndarray, packed: _Packing | None) -> np.ndarray:
         if packed is None:
             y[:, :, out_size:] = history[steps:0:-1, 1]
         else:
-            y[:, :, out_size:] = history[packed.reverse + 1, 1, np.arange(batch)[None, :]]
+            y[:, :, out_size:] = history[packed.reverse + 1, 1, packed.columns]
     if packed is not None:
-        y[~packed.valid] = 0
+        y[packed.invalid] = 0
     return y
 
 
 def _final_state(history: np.ndarray, packed: _Packing | None) -> np.ndarray:
     if packed is None:
         return history[-1]
-    return history[packed.lengths, :, np.arange(history.shape[2])].transpose(1, 0, 2)
+    return history[packed.lengths, :, packed.columns[0]].transpose(1, 0, 2)
 
 
 class _Scratch:
@@ -273,12 +274,12 @@ class _Scratch:
 
 
 def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
-           active: list[int] | None, scratch: _Scratch) -> Iterator[tuple[Any, ...]]:
+           active: list[int] | None, scratch: _Scratch | None) -> Iterator[tuple[Any, ...]]:
     """For each step ``s``: its input projection, h, the slot for h', the cell state and
     the scratch views, cut to the sequences still running (all of them without lengths)."""
     batch = projected.shape[2]
     by_step = projected.transpose(1, 0, 2, 3)  # (T, D, B, G·H)
-    full = scratch.views(batch)
+    full = None if scratch is None else scratch.views(batch)
     for s in range(by_step.shape[0]):
         n = batch if active is None else active[s]
         if n == batch:
@@ -287,7 +288,8 @@ def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
             return
         else:
             yield (by_step[s, :, :n], history[s, :, :n], history[s + 1, :, :n],
-                   None if cell is None else cell[:, :n], scratch.views(n))
+                   None if cell is None else cell[:, :n],
+                   None if scratch is None else scratch.views(n))
 
 
 def _clip(layer: _Layer, gates: dict[str, np.ndarray], which: str) -> None:
@@ -390,8 +392,7 @@ def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None) -> None:
     act, recurrent = layer.act_g, layer.recurrent
-    for step_input, h, h_next, _, _ in _steps(projected, history, None, active,
-                                              _Scratch(layer, 0, projected.dtype)):
+    for step_input, h, h_next, _, _ in _steps(projected, history, None, active, None):
         np.matmul(h, recurrent, out=h_next)
         h_next += step_input
         if layer.clip is not None:
