@@ -220,3 +220,30 @@ def test_convert_verify_runs_a_keras_source_in_keras(capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert re.search(r"onnx file read back: max \|Δ\| = \S+ ok", out)
     assert re.search(r"Keras 3 running the source file: max \|Δ\| = \S+ ok", out)
+
+
+def test_explain_html_and_outputs_that_cannot_be_written(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, model_file: Path) -> None:
+    page = tmp_path / "page.html"
+    page.write_text("mine")
+    assert main(["explain", "lstm", "--from", "keras", "--to", "cudnn", "--html", str(page)]) == 1
+    assert page.read_text() == "mine" and "--force" in capsys.readouterr().err
+    assert main(["explain", "lstm", "--from", "keras", "--to", "cudnn", "--html", str(page),
+                 "--force", "-q"]) == 0
+    assert page.read_text().startswith("<!DOCTYPE html") or "<html" in page.read_text()
+    assert main(["explain", "gru", "--from", "keras", "--to", "cudnn", "-i", "100000"]) == 1
+    assert "expected 1 to 64" in capsys.readouterr().err
+    folder = tmp_path / "out.npz"
+    folder.mkdir()
+    assert main(["convert", str(model_file), str(folder), "--force"]) == 1
+    assert "is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"\x93NUMPY\xff\xfe", b"not json", b"[]", b'{"gru": {}}'])
+def test_demo_with_a_bad_reference_says_what_it_needs(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes) -> None:
+    reference = tmp_path / "reference.json"
+    reference.write_bytes(content)
+    assert main(["demo", "--reference", str(reference)]) == 1
+    err = capsys.readouterr().err
+    assert "reference.json" in err and "Traceback" not in err and len(err.splitlines()) == 1

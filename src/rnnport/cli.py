@@ -119,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("-i", "--input-size", type=int, default=2, metavar="I")
     explain.add_argument("-H", "--hidden-size", type=int, default=3, metavar="H")
     explain.add_argument("--html", metavar="OUT", help="also write a standalone HTML page")
+    explain.add_argument("--force", action="store_true", help="replace --html if it exists")
 
     demo = command("demo", "convert the reference Keras GRU and LSTM to cuDNN buffers and check "
                    "them", "Convert the reference Keras GRU and LSTM weights to the cuDNN "
@@ -172,12 +173,13 @@ def _outputs(path: str, fmt: str) -> list[Path]:
 
 
 def _check_output(paths: Sequence[Path], inputs: Sequence[str], force: bool) -> None:
+    """Before any work: every output can be written, is no input, and replaces nothing
+    unless ``--force`` says so."""
+    from .io.atomic import check_target
+
     sources = {Path(p).resolve() for p in inputs}
     for path in paths:
-        folder = path.parent if str(path.parent) else Path(".")
-        if not folder.is_dir():
-            raise FormatError(f"{path}: the folder {folder} does not exist; create it first or "
-                              "choose another output path. Nothing was written.")
+        check_target(path)
         if path.resolve() in sources:
             raise FormatError(f"{path}: is the input file; rnnport never writes over its input. "
                               "Choose another output path.")
@@ -426,6 +428,8 @@ def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     from .explain import explain
     from .io.atomic import atomic_write
 
+    if args.html:
+        _check_output([Path(args.html)], [], args.force)
     result = explain(args.cell, args.source_format, args.target_format,
                      input_size=args.input_size, hidden_size=args.hidden_size)
     print(result.text(color=out.isatty() and "NO_COLOR" not in os.environ), file=out)

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from .errors import FormatError
 from .formats import cudnn, keras
 from .gates import CANONICAL, block_range, gate_family
 from .model import RNN
@@ -23,13 +24,34 @@ from .model import RNN
 __all__ = ["CaseResult", "check_reference", "load_reference", "run_demo"]
 
 
+CASE_KEYS = ("keras_kernel", "keras_recurrent_kernel", "keras_bias", "cudnn_params")
+
+
 def load_reference(path: str | Path | None = None) -> dict[str, Any]:
     """The reference example: ``path`` when given, else the copy bundled with rnnport."""
-    if path is not None:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    text = resources.files("rnnport").joinpath("data/keras_cudnn_reference.json").read_text(
-        encoding="utf-8")
-    return json.loads(text)
+    if path is None:
+        where = "the bundled reference"
+        text = resources.files("rnnport").joinpath("data/keras_cudnn_reference.json").read_text(
+            encoding="utf-8")
+    else:
+        where = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise FormatError(f"{where}: not a text file; expected the JSON reference "
+                              "(keras_cudnn_reference.json).") from None
+    try:
+        reference = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise FormatError(f"{where}: not valid JSON ({error}); expected the reference "
+                          "keras_cudnn_reference.json.") from None
+    missing = [f"{name}.{key}" for name in ("gru", "lstm") for key in CASE_KEYS
+               if not isinstance(reference, dict) or not isinstance(reference.get(name), dict)
+               or key not in reference[name]]
+    if missing:
+        raise FormatError(f"{where}: missing {', '.join(missing)}; expected objects \"gru\" and "
+                          f"\"lstm\", each with {', '.join(CASE_KEYS)}.")
+    return reference
 
 
 def keras_weights(case: dict[str, Any]) -> list[np.ndarray]:

@@ -464,6 +464,9 @@ class Explanation:
         return self.text(color=False)
 
 
+MAX_SIZE = 64  # per side: every element of the layer is traced and drawn
+
+
 def explain(cell: str, source: str, target: str, *, input_size: int = 2,
             hidden_size: int = 3) -> Explanation:
     """Trace where every parameter of a ``cell`` layer sits in ``source`` and ``target``.
@@ -475,6 +478,10 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
     if not isinstance(cell, str) or cell.lower() not in CELL_NAMES:
         raise SpecError(f"explain: cell={cell!r}; expected one of "
                         f"{', '.join(map(repr, CELL_NAMES))}.")
+    for name, size in (("input_size", input_size), ("hidden_size", hidden_size)):
+        if not isinstance(size, int) or not 1 <= size <= MAX_SIZE:
+            raise SpecError(f"explain: {name}={size!r}; expected 1 to {MAX_SIZE}. The tables "
+                            "draw every element, so small sizes show the layout best.")
     source, target = _format_info(source).name, _format_info(target).name
     if "onnx" in (source, target):
         require("onnx", extra="onnx", purpose="explain with the onnx format")

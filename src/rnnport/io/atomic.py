@@ -15,11 +15,11 @@ import numpy as np
 
 from ..errors import FormatError
 
-__all__ = ["atomic_write", "file_mode", "save_npy"]
+__all__ = ["atomic_write", "check_target", "file_mode", "save_npy"]
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
-    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``."""
+def check_target(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a file that can be written: its folder exists and it is not a folder."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
@@ -27,6 +27,13 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any])
                           "choose another output path. Nothing was written.")
     if target.is_dir():
         raise FormatError(f"{target}: is a folder; expected a file path. Nothing was written.")
+    return target
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
+    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``."""
+    target = check_target(path)
+    folder = target.parent if str(target.parent) else Path(".")
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
                                          dir=folder)
     try:
