@@ -397,3 +397,29 @@ def test_writing_to_a_folder_asks_for_a_prefix(tmp_path: Path) -> None:
                                           r"e\.g\. .*model\.ckpt"):
         rnnport.write(_model(Spec("lstm", 4, 5)), "tf1", path=tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_more_bad_input_gets_rnnport_errors(tmp_path) -> None:
+    from rnnport.formats import sniff
+    from rnnport.io import _proto
+    from rnnport.io.tensorbundle import write_bundle
+
+    model = rnnport.RNN.random(rnnport.Spec("lstm", 2, 3))
+    with pytest.raises(rnnport.FormatError, match="structure"):
+        rnnport.write(model, "tf1", structure=["single"])
+    with pytest.raises(rnnport.FormatError, match="rectangular"):
+        rnnport.read({"rnn/lstm_cell/kernel": [[1, 2], [3]], "rnn/lstm_cell/bias": np.zeros(12)},
+                     "tf1")
+    with pytest.raises(rnnport.FormatError, match="path=5"):
+        rnnport.write(model, "tf1", path=5)
+    with pytest.raises(rnnport.FormatError, match="names must be non-empty strings"):
+        write_bundle(tmp_path / "m.ckpt", {1: np.zeros(2), "a": np.zeros(2)})
+    with pytest.raises(rnnport.FormatError, match="rectangular"):
+        write_bundle(tmp_path / "m.ckpt", {"a": [[1, 2], [3]]})
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(_proto.ProtoError, match="64 bits"):
+        _proto.read_varint(b"\xff" * 9 + b"\x7f", 0)
+    assert _proto.read_varint(b"\xff" * 9 + b"\x01", 0) == (2**64 - 1, 10)
+    named_like_a_shard = tmp_path / "train.data-v2.npz"
+    rnnport.write(model, "npz", path=named_like_a_shard)
+    assert sniff(named_like_a_shard) == "npz"

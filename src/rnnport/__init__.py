@@ -9,6 +9,7 @@ buffers, PyTorch, ONNX and TF1 checkpoints, and run them with NumPy alone.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from . import errors
@@ -83,6 +84,7 @@ def write(model: Model, fmt: str, path: Any = None, **options: Any) -> Any:
     if not isinstance(model, (RNN, Stack)):
         raise FormatError(f"write: expected an rnnport.RNN or Stack (from rnnport.read), got "
                           f"{type(model).__name__}.")
+    _check_path("write", path)
     return _format_module(fmt).write(model, path=path, **options)
 
 
@@ -101,9 +103,16 @@ def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
         raise UnknownOptionError(
             f"convert({source_name} → {to}): unknown option(s) {', '.join(unknown)}; reading "
             f"{source_name} and writing {to} take: {', '.join(known) or 'none'}.")
+    _check_path(f"convert({source_name} → {to})", path)
     model = reader.read(source, **read_options)
     _shared_with_caller(model)  # no one else sees it: the writer may return views of its memory
     return writer.write(model, path=path, **write_options)
+
+
+def _check_path(where: str, path: Any) -> None:
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise FormatError(f"{where}: path={path!r}; expected a file name (str or os.PathLike), "
+                          "or None to only return the native object.")
 
 
 def param_count(model: Model, fmt: str | None = None, **options: Any) -> int:

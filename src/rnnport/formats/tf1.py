@@ -144,7 +144,7 @@ def sniff(source: Any) -> bool:
     if _is_path(source):
         text = os.fspath(source)
         path = Path(text)
-        if text.endswith(".index") or ".data-" in path.name:
+        if text.endswith(".index") or tensorbundle.is_data_file(path):
             return True
         if path.is_dir():
             return (path / "checkpoint").is_file() or any(path.glob("*.index"))
@@ -169,7 +169,13 @@ class _Variables:
             self.where = "tf1 variables"
             self._arrays = {_strip(str(key)): value for key, value in source.items()}
             self.names = list(self._arrays)
-            self.shapes = {name: tuple(np.shape(value)) for name, value in self._arrays.items()}
+            self.shapes = {}
+            for name, value in self._arrays.items():
+                try:
+                    self.shapes[name] = tuple(np.shape(value))
+                except ValueError as error:
+                    raise FormatError(f"tf1 variables, {name!r}: not one rectangular array "
+                                      f"({error}).") from None
         else:
             raise FormatError(
                 f"read(fmt='tf1'): expected a checkpoint prefix (e.g. 'model.ckpt-1000', its "
@@ -586,7 +592,7 @@ def _structure(option: Any, bidirectional: bool, layers: int, where: str) -> str
         if bidirectional:
             return "stack_bidirectional"
         return "multi" if layers > 1 else "single"
-    if option not in STRUCTURES:
+    if not isinstance(option, str) or option not in STRUCTURES:
         raise FormatError(f"{where}: structure={option!r}; expected one of "
                           f"{', '.join(map(repr, STRUCTURES))}.{close_matches(str(option), STRUCTURES)}")
     fits = {"single": not bidirectional and layers == 1, "multi": not bidirectional,

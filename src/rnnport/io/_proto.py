@@ -24,12 +24,12 @@ def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
             raise ProtoError("a varint runs past the end of its record")
         byte = data[position]
         position += 1
+        if shift == 63 and byte > 1:
+            raise ProtoError("a varint does not fit in 64 bits")
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return result, position
         shift += 7
-        if shift > 63:
-            raise ProtoError("a varint is longer than 10 bytes")
 
 
 def fields(data: bytes | memoryview) -> Iterator[tuple[int, int | bytes]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import FormatError
 
-__all__ = ["atomic_write", "check_target", "file_mode", "save_npy"]
+__all__ = ["atomic_write", "atomic_write_all", "check_target", "file_mode", "save_npy"]
 
 
 def check_target(path: str | os.PathLike[str]) -> Path:
@@ -32,24 +32,38 @@ def check_target(path: str | os.PathLike[str]) -> Path:
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
     """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``."""
-    target = check_target(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
-                                         dir=folder)
+    return atomic_write_all([(path, write)])[0]
+
+
+def atomic_write_all(
+    files: Sequence[tuple[str | os.PathLike[str], Callable[[BinaryIO], Any]]],
+) -> list[Path]:
+    """Write several files that belong together (a checkpoint's data and index): each to a
+    temporary file first, in order, then rename them all in the same order. A failure
+    leaves none of them half-written and removes every temporary file."""
+    targets = [check_target(path) for path, _ in files]
+    temporaries: list[str] = []
     try:
-        os.chmod(temporary, file_mode())
-        with os.fdopen(handle, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, target)
+        for target, (_, write) in zip(targets, files, strict=True):
+            folder = target.parent if str(target.parent) else Path(".")
+            handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
+                                                 dir=folder)
+            temporaries.append(temporary)
+            os.chmod(temporary, file_mode())
+            with os.fdopen(handle, "wb") as file:
+                write(file)
+                file.flush()
+                os.fsync(file.fileno())
+        for temporary, target in zip(temporaries, targets, strict=True):
+            os.replace(temporary, target)
     except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
+        for temporary in temporaries:
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
         raise
-    return target
+    return targets
 
 
 def file_mode() -> int:

@@ -17,21 +17,23 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
 from . import _proto
-from .atomic import file_mode
+from .atomic import atomic_write_all
 from .crc32c import crc32c, mask, unmask
 
-__all__ = ["Bundle", "Entry", "checkpoint_prefix", "read_bundle", "write_bundle"]
+__all__ = ["Bundle", "Entry", "checkpoint_prefix", "is_data_file", "read_bundle", "write_bundle"]
 
 _MAGIC = 0xDB4775248B80FB57
+_DATA_NAME = re.compile(r"\.data-\d{5}-of-\d{5}$")
 _FOOTER = 48
 _TRAILER = 5
 
@@ -69,13 +71,18 @@ class Entry:
         return _DTYPES.get(self.dtype_code, _tf_name(self.dtype_code))
 
 
+def is_data_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is named as a checkpoint's data shard, ``PREFIX.data-00000-of-00001``."""
+    return _DATA_NAME.search(Path(path).name) is not None
+
+
 def checkpoint_prefix(path: str | os.PathLike[str]) -> Path:
     """The prefix a path names: itself, ``X.index`` → ``X``, a folder → its latest checkpoint."""
     path = Path(path)
     text = str(path)
     if text.endswith(".index"):
         return Path(text[: -len(".index")])
-    if ".data-" in path.name and path.name.rsplit(".data-", 1)[1][:5].isdigit():
+    if is_data_file(path):
         return path.with_name(path.name.rsplit(".data-", 1)[0])
     if path.is_dir():
         return _latest_in(path)
@@ -437,15 +444,17 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
     into place, so a failure leaves no half-written checkpoint behind.
     """
     prefix = Path(prefix)
-    folder = prefix.parent if str(prefix.parent) else Path(".")
-    if not folder.is_dir():
-        raise FormatError(f"{prefix}: the folder {folder} does not exist; create it first or "
-                          "choose another checkpoint prefix. Nothing was written.")
-    tensors = []
-    for name in sorted(arrays, key=lambda n: n.encode("utf-8")):
+    names = list(arrays)
+    for name in names:
         if not isinstance(name, str) or not name:
             raise FormatError(f"{prefix}: tensor names must be non-empty strings; got {name!r}.")
-        array = np.asarray(arrays[name])
+    tensors = []
+    for name in sorted(names, key=lambda n: n.encode("utf-8")):
+        try:
+            array = np.asarray(arrays[name])
+        except ValueError as error:
+            raise FormatError(f"{prefix}: tensor {name!r} is not one rectangular array "
+                              f"({error}).") from None
         dtype = array.dtype.newbyteorder("=") if array.dtype.byteorder != "|" else array.dtype
         if dtype not in _CODES:
             raise DTypeError(f"{prefix}: tensor {name!r} has dtype {array.dtype}, which a "
@@ -453,38 +462,18 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
         tensors.append((name, _CODES[dtype], np.asarray(array, dtype=dtype.newbyteorder("<"), order="C")))
     index_path = Path(f"{prefix}.index")
     data_path = _data_path(prefix, 0, 1)
-    temporaries: list[str] = []
-    try:
-        entries = []
-        handle, data_temp = tempfile.mkstemp(prefix=f".{data_path.name}.", suffix=".partial",
-                                             dir=folder)
-        temporaries.append(data_temp)
-        os.chmod(data_temp, file_mode())
-        with os.fdopen(handle, "wb") as file:
-            offset = 0
-            for name, code, array in tensors:
-                raw = array.reshape(-1).view(np.uint8)
-                file.write(raw.tobytes() if raw.size < 1 << 20 else memoryview(raw))
-                entries.append((name.encode("utf-8"),
-                                _entry_proto(code, array.shape, offset, len(raw), mask(crc32c(raw)))))
-                offset += len(raw)
-            file.flush()
-            os.fsync(file.fileno())
-        handle, index_temp = tempfile.mkstemp(prefix=f".{index_path.name}.", suffix=".partial",
-                                              dir=folder)
-        temporaries.append(index_temp)
-        os.chmod(index_temp, file_mode())
-        with os.fdopen(handle, "wb") as file:
-            file.write(_index(entries))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(data_temp, data_path)
-        os.replace(index_temp, index_path)
-    except BaseException:
-        for temporary in temporaries:
-            try:
-                os.unlink(temporary)
-            except FileNotFoundError:
-                pass
-        raise
+    entries: list[tuple[bytes, bytes]] = []
+
+    def write_data(file: BinaryIO) -> None:
+        offset = 0
+        for name, code, array in tensors:
+            raw = array.reshape(-1).view(np.uint8)
+            file.write(memoryview(raw))
+            entries.append((name.encode("utf-8"),
+                            _entry_proto(code, array.shape, offset, len(raw), mask(crc32c(raw)))))
+            offset += len(raw)
+
+    # The data file first and the index last, so a reader never finds an index without data.
+    atomic_write_all([(data_path, write_data),
+                      (index_path, lambda file: file.write(_index(entries)))])
     return [index_path, data_path]
