@@ -423,3 +423,12 @@ def test_more_bad_input_gets_rnnport_errors(tmp_path) -> None:
     named_like_a_shard = tmp_path / "train.data-v2.npz"
     rnnport.write(model, "npz", path=named_like_a_shard)
     assert sniff(named_like_a_shard) == "npz"
+
+
+def test_write_refuses_options_its_cells_do_not_take() -> None:
+    gru = rnnport.RNN.random(rnnport.Spec("gru", 2, 3))
+    with pytest.raises(rnnport.FormatError, match="forget_bias= applies to LSTM cells"):
+        rnnport.write(gru, "tf1", forget_bias=2.0)
+    lstm = rnnport.RNN.random(rnnport.Spec("lstm", 2, 3))
+    with pytest.raises(rnnport.FormatError, match="cell_clip= applies to LSTMCell"):
+        rnnport.write(lstm, "tf1", cell="BasicLSTMCell", cell_clip=2.0)

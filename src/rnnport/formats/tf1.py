@@ -339,7 +339,7 @@ def read(source: Any, **options: Any) -> Model:
         raise FormatError(f"{where}: {network.summary()} lacks {text}; the checkpoint is "
                           "incomplete (or holds cells with custom names).")
     kinds = {BY_SCOPE[cell] for cell, _ in network.cells.values()}
-    _check_read_options(options, kinds, where)
+    _check_cell_options(options, kinds, where)
     parts: list[RNN] = []
     for layer in range(layers):
         found = [_read_cell(variables, *network.cells[layer, direction], options)
@@ -362,7 +362,8 @@ def read(source: Any, **options: Any) -> Model:
     return stack(parts)
 
 
-def _check_read_options(options: Mapping[str, Any], kinds: set[Cell], where: str) -> None:
+def _check_cell_options(options: Mapping[str, Any], kinds: set[Cell], where: str) -> None:
+    """Options only some cells take, checked against the cells read or written."""
     families = {cell.family for cell in kinds}
     if options.get("forget_bias") is not None:
         if "lstm" not in families:
@@ -635,13 +636,8 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
     if not isinstance(scope, str):
         raise FormatError(f"{where}: scope={scope!r}; expected a string such as 'rnn'.")
     scope = scope.strip("/")
-    if "activation" in options and options["activation"] not in ("tanh", "relu"):
-        raise UnsupportedFeatureError(f"{where}: activation={options['activation']!r}; expected "
-                                      "'tanh' or 'relu' (BasicRNNCell).")
     cells = _cells_for(layers, options.get("cell"), where)
-    if options.get("activation", "tanh") != "tanh" and not any(c.family == "rnn" for c in cells):
-        raise FormatError(f"{where}: activation={options['activation']!r} applies to BasicRNNCell; "
-                          "this model has none. Drop the option.")
+    _check_cell_options(options, set(cells), where)
     out: dict[str, np.ndarray] = {}
     for index, (layer, cell) in enumerate(zip(layers, cells, strict=True)):
         location = f"{where}, layer {index}"
