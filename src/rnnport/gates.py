@@ -34,6 +34,7 @@ __all__ = [
     "gate_family",
     "permutation",
     "reorder",
+    "transposed",
 ]
 
 CANONICAL: dict[str, str] = {"lstm": "ifgo", "gru": "rzn", "rnn": "h"}
@@ -100,6 +101,20 @@ def reorder(
         return out
     split_shape = (*array.shape[:axis], gates, hidden, *array.shape[axis + 1:])
     np.take(array.reshape(split_shape), perm, axis=axis, out=out.reshape(split_shape))
+    return out
+
+
+def transposed(rows: np.ndarray, source: GateOrder | None = None, target: GateOrder | None = None,
+               *, out: np.ndarray | None = None) -> np.ndarray:
+    """Canonical-style rows ``(G·H, N)`` as a C-contiguous kernel ``(N, G·H)`` (Keras, TF1),
+    gate blocks moved from ``source`` to ``target`` order when given: blocks reordered as
+    rows (contiguous copies, none when the orders agree), then one tiled transpose into
+    ``out`` (which may be a row range of a larger kernel)."""
+    if source is not None and target is not None:
+        rows = reorder(rows, source, target, copy=False)
+    if out is None:
+        out = np.empty(rows.shape[::-1], dtype=rows.dtype)
+    copy_into(out, rows.T)
     return out
 
 

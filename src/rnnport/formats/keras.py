@@ -55,9 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from ..copying import copy_into
 from ..errors import FormatError, ShapeError, UnsupportedFeatureError
-from ..gates import CANONICAL, gate_family, reorder
+from ..gates import CANONICAL, gate_family, reorder, transposed
 from ..model import RNN, Model, Stack, as_float_array, stack
 from ..spec import Spec
 from ._common import check_options, combine_biases, describe, to_numpy
@@ -480,8 +479,8 @@ def write(model: Model, path: Any = None, **options: Any) -> list[Any]:
 def _direction_arrays(spec: Spec, named: Mapping[str, np.ndarray], location: str) -> list[Any]:
     family = gate_family(spec.cell)
     order, canonical = ORDERS[family], CANONICAL[family]
-    arrays = [_kernel(named["weight_ih"], canonical, order),
-              _kernel(named["weight_hh"], canonical, order)]
+    arrays = [transposed(named["weight_ih"], canonical, order),
+              transposed(named["weight_hh"], canonical, order)]
     if spec.bias:
         if spec.cell == "gru" and spec.reset_after:
             arrays.append(np.stack([reorder(named["bias_ih"], canonical, order),
@@ -490,15 +489,6 @@ def _direction_arrays(spec: Spec, named: Mapping[str, np.ndarray], location: str
             single = combine_biases(spec, named, "hh", f"write(fmt='keras') {location}", "keras")
             arrays.append(reorder(single, canonical, order))
     return arrays
-
-
-def _kernel(weights: np.ndarray, canonical: str, order: str) -> np.ndarray:
-    """Canonical rows ``(G·H, I)`` → a C-contiguous Keras kernel ``(I, G·H)``, as Keras
-    keeps it: blocks reordered as rows (contiguous copies), then one tiled transpose."""
-    rows = reorder(weights, canonical, order, copy=False)
-    kernel = np.empty(rows.shape[::-1], dtype=rows.dtype)
-    copy_into(kernel, rows.T)
-    return kernel
 
 
 def param_count(model: Model, **options: Any) -> int:

@@ -56,7 +56,7 @@ from ..errors import (
     ShapeError,
     UnsupportedFeatureError,
 )
-from ..gates import CANONICAL, block, gate_family, reorder
+from ..gates import CANONICAL, block, block_range, gate_family, reorder, transposed
 from ..io import tensorbundle
 from ..model import RNN, Model, Stack, as_float_array, stack
 from ..spec import Spec
@@ -69,6 +69,7 @@ READ_OPTIONS = frozenset({"scope", "forget_bias", "cell_clip", "activation"})
 WRITE_OPTIONS = frozenset({"cell", "scope", "structure", "forget_bias", "cell_clip", "activation"})
 
 LSTM_ORDER = "igfo"  # TF1's i, j, f, o with j written as the candidate g
+GRU_ORDER = "rzn"  # TF1's r, u under gates/, then the candidate: the canonical order
 
 
 @dataclass(frozen=True)
@@ -689,8 +690,7 @@ def _cell_arrays(cell: Cell, spec: Spec, named: Mapping[str, np.ndarray], forget
         else:
             single = sum_exact(bias_ih, bias_hh)
             block(single, CANONICAL["lstm"], "f")[...] -= block(shift, CANONICAL["lstm"], "f")
-        out = {"kernel": reorder(np.concatenate([weight_ih, weight_hh], axis=1).T,
-                                 CANONICAL["lstm"], LSTM_ORDER, axis=1),
+        out = {"kernel": _kernel([weight_ih, weight_hh], CANONICAL["lstm"], LSTM_ORDER),
                "bias": reorder(single, CANONICAL["lstm"], LSTM_ORDER)}
         if spec.peepholes:
             for row, gate in enumerate("ifo"):
@@ -699,26 +699,36 @@ def _cell_arrays(cell: Cell, spec: Spec, named: Mapping[str, np.ndarray], forget
             out["projection/kernel"] = np.ascontiguousarray(named["weight_hr"].T)
         return out
     if family == "rnn":
-        return {"kernel": np.ascontiguousarray(np.concatenate([weight_ih, weight_hh], axis=1).T),
-                "bias": sum_exact(bias_ih, bias_hh)}
+        return {"kernel": _kernel([weight_ih, weight_hh]), "bias": sum_exact(bias_ih, bias_hh)}
+    # TF1's GRU keeps r and u (z) together under gates/, the candidate apart.
     hidden = spec.hidden_size
-    gates = slice(0, 2 * hidden)
-    candidate = slice(2 * hidden, 3 * hidden)
-    out = {"gates/kernel": np.ascontiguousarray(
-               np.concatenate([weight_ih[gates], weight_hh[gates]], axis=1).T),
+    gates = slice(block_range(GRU_ORDER, "r", hidden)[0], block_range(GRU_ORDER, "z", hidden)[1])
+    candidate = slice(*block_range(GRU_ORDER, "n", hidden))
+    out = {"gates/kernel": _kernel([weight_ih[gates], weight_hh[gates]]),
            "gates/bias": sum_exact(bias_ih[gates], bias_hh[gates])}
     if cell.scope == "gru_cell":
         single = combine_biases(spec, {"bias_ih": bias_ih, "bias_hh": bias_hh}, "hh", where,
                                 "tf1 GRUCell")
-        out["candidate/kernel"] = np.ascontiguousarray(
-            np.concatenate([weight_ih[candidate], weight_hh[candidate]], axis=1).T)
+        out["candidate/kernel"] = _kernel([weight_ih[candidate], weight_hh[candidate]])
         out["candidate/bias"] = np.array(single[candidate], copy=True)
     else:
-        out["candidate/input_projection/kernel"] = np.ascontiguousarray(weight_ih[candidate].T)
+        out["candidate/input_projection/kernel"] = _kernel([weight_ih[candidate]])
         out["candidate/input_projection/bias"] = np.array(bias_ih[candidate], copy=True)
-        out["candidate/hidden_projection/kernel"] = np.ascontiguousarray(weight_hh[candidate].T)
+        out["candidate/hidden_projection/kernel"] = _kernel([weight_hh[candidate]])
         out["candidate/hidden_projection/bias"] = np.array(bias_hh[candidate], copy=True)
     return out
+
+
+def _kernel(parts: list[np.ndarray], source: str | None = None,
+            target: str | None = None) -> np.ndarray:
+    """A TF1 kernel ``(I + H, G·H)``: the canonical input rows' transpose above the
+    recurrent rows', gate columns in ``target`` order; one copy of each element."""
+    kernel = np.empty((sum(p.shape[1] for p in parts), parts[0].shape[0]), dtype=parts[0].dtype)
+    start = 0
+    for part in parts:
+        transposed(part, source, target, out=kernel[start:start + part.shape[1]])
+        start += part.shape[1]
+    return kernel
 
 
 def param_count(model: Model, **options: Any) -> int:
