@@ -30,13 +30,14 @@ def test_writable_view_only_of_writable_memory() -> None:
     base = np.arange(10.0)
     view = base[2:6]
     view.flags.writeable = False
-    again = writable_view(view)
+    again = writable_view(view, [base])
     assert again is not None and again.flags.writeable and np.shares_memory(again, base)
     again[0] = -1
     assert base[2] == -1
     base.flags.writeable = False
-    assert writable_view(base[2:6]) is None
-    assert writable_view(np.arange(3.0)) is None  # owns its memory: nothing to share
+    assert writable_view(base[2:6], [base]) is None
+    assert writable_view(np.arange(4.0)[1:], [base]) is None  # memory no caller offered
+    assert writable_view(np.arange(3.0), [base]) is None  # owns its memory: nothing to share
 
 
 SPEC = Spec("lstm", 6, 5, num_layers=2, bidirectional=True)
@@ -117,3 +118,17 @@ def test_torch_state_dicts_are_c_contiguous_whatever_the_source() -> None:
     for state in (rnnport.convert(weights, "torch", fmt="keras"),
                   rnnport.write(rnnport.read(weights, "keras"), "torch")):
         assert all(array.flags.c_contiguous and array.flags.writeable for array in state.values())
+
+
+def test_convert_never_opens_memory_a_model_holds_or_the_caller_gave_read_only() -> None:
+    held = RNN.random(Spec("lstm", 4, 3))
+    p = held.params[0][0]
+    state = rnnport.convert([p["weight_ih"].T, p["weight_hh"].T, p["bias_hh"]], "torch")
+    for array in state.values():
+        array[...] = 42
+    assert not np.any(p["weight_ih"] == 42) and not np.any(p["bias_hh"] == 42)
+    buffer = rnnport.write(RNN.random(SPEC), "cudnn")
+    read_only = buffer.view()
+    read_only.flags.writeable = False
+    state = rnnport.convert(read_only, "torch", fmt="cudnn", **SHAPE)
+    assert not any(np.shares_memory(array, buffer) for array in state.values())

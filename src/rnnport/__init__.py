@@ -105,7 +105,7 @@ def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
             f"{source_name} and writing {to} take: {', '.join(known) or 'none'}.")
     _check_path(f"convert({source_name} → {to})", path)
     model = reader.read(source, **read_options)
-    _shared_with_caller(model)  # no one else sees it: the writer may return views of its memory
+    _shared_with_caller(model, source)  # the writer may return views of the source's arrays
     return writer.write(model, path=path, **write_options)
 
 

@@ -8,14 +8,15 @@ three passes that each read or write contiguous runs, about five times faster, a
 large matrices split their rows between threads (NumPy's copies release the GIL).
 
 :func:`writable_view` gives write access to memory that a read-only view came from,
-when that memory is writable: :func:`rnnport.convert` hands back views of its source
-instead of copies where the layouts agree.
+when that memory is one of the caller's own writable arrays: :func:`rnnport.convert`
+hands back views of its source instead of copies where the layouts agree.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -82,13 +83,13 @@ def _transpose_into(destination: np.ndarray, rows_source: np.ndarray) -> None:
             np.copyto(destination[start:stop, full:], rows_source[full:, start:stop].T)
 
 
-def writable_view(array: np.ndarray) -> np.ndarray | None:
+def writable_view(array: np.ndarray, owners: Sequence[np.ndarray]) -> np.ndarray | None:
     """A writable view of the memory ``array`` (a view, possibly read-only) looks at, when
-    the array that owns that memory is writable; else None."""
-    root = array
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    if root is array:
+    that memory belongs to one of ``owners`` (arrays that own their data) and the owner is
+    writable; else None. NumPy points every view straight at the owner, so the owners must
+    be named: a read-only view in between would not show."""
+    root = array.base
+    if not isinstance(root, np.ndarray) or not any(root is owner for owner in owners):
         return None
     if root.base is not None or not root.flags.writeable or not root.flags.c_contiguous:
         return None

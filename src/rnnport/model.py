@@ -62,7 +62,7 @@ class RNN:
     ``numpy.asarray``. The model's arrays are read-only either way.
     """
 
-    __slots__ = ("_cache", "_dtype", "_params", "_spec", "_transient")
+    __slots__ = ("_cache", "_dtype", "_owners", "_params", "_spec")
 
     def __init__(
         self, spec: Spec, params: Sequence[Sequence[Mapping[str, Any]]], *, copy: bool = True
@@ -76,7 +76,7 @@ class RNN:
         # Derived data the runtime prepares once (transposed, compute-dtype weights).
         object.__setattr__(self, "_cache", {})
         # Set by convert() on its own intermediate model (see exported()).
-        object.__setattr__(self, "_transient", False)
+        object.__setattr__(self, "_owners", ())
 
     # -- construction helpers ------------------------------------------------------------
 
@@ -197,20 +197,36 @@ class RNN:
         return f"<rnnport.RNN {self._spec.describe()}, {self._dtype}, {self.num_params():,} params>"
 
 
-def shared_with_caller(model: Model) -> None:
-    """Mark ``model`` as :func:`rnnport.convert`'s own intermediate, never seen by the caller:
-    writers may then hand out writable views of its memory (:func:`exported`)."""
+def shared_with_caller(model: Model, source: Any) -> None:
+    """Mark ``model`` as :func:`rnnport.convert`'s own intermediate, read from ``source``:
+    writers may hand out writable views of the memory of the arrays the caller passed
+    (:func:`exported`), never of anything else."""
+    owners = tuple(_writable_arrays(source))
     for part in model.parts if isinstance(model, Stack) else (model,):
-        object.__setattr__(part, "_transient", True)
+        object.__setattr__(part, "_owners", owners)
+
+
+def _writable_arrays(source: Any, depth: int = 0) -> Iterator[np.ndarray]:
+    """The writable arrays owning their memory in ``source`` (an array, or lists, tuples
+    and dicts of them, as Keras weights and state_dicts come)."""
+    if isinstance(source, np.ndarray):
+        if source.base is None and source.flags.writeable:
+            yield source
+    elif depth < 3 and isinstance(source, (list, tuple)):
+        for item in source:
+            yield from _writable_arrays(item, depth + 1)
+    elif depth < 3 and isinstance(source, Mapping):
+        for item in source.values():
+            yield from _writable_arrays(item, depth + 1)
 
 
 def exported(model: RNN, array: np.ndarray) -> np.ndarray:
     """``array`` (one of ``model``'s) as a writer hands it out: a new C-contiguous array,
     or, for :func:`rnnport.convert`'s intermediate model whose array is a C-contiguous view
-    of writable memory (the caller's source), a writable view of that memory. The model's own arrays stay
-    read-only: no caller can change a model it holds."""
-    if model._transient and array.flags.c_contiguous:
-        view = writable_view(array)
+    of an array the caller passed, a writable view of that memory. No one gets write access
+    to memory a model holds for itself or to arrays the caller gave as read-only."""
+    if model._owners and array.flags.c_contiguous:
+        view = writable_view(array, model._owners)
         if view is not None:
             return view
     # C order, as every framework stores it (some savers copy raw memory, not values).
