@@ -239,3 +239,21 @@ def test_model_is_immutable() -> None:
     copy = rnnport.read(source)
     source["weight_ih_l0"][0, 0] = 5.0
     assert copy.params[0][0]["weight_ih"][0, 0] == 1.0
+
+
+def test_ragged_arrays_stray_layers_and_odd_prefixes_are_clear_errors() -> None:
+    import time
+
+    with pytest.raises(rnnport.ShapeError, match="not one rectangular array"):
+        rnnport.read([[1.0], [1.0, 2.0]], "cudnn", cell="lstm", input_size=1, hidden_size=1)
+    with pytest.raises(rnnport.ShapeError, match="weight_ih_l0: not one rectangular array"):
+        rnnport.read({"weight_ih_l0": [[1.0], [1.0, 2.0]], "weight_hh_l0": np.zeros((4, 1))},
+                     "torch")
+    start = time.perf_counter()
+    with pytest.raises(rnnport.FormatError, match=r"missing weight_ih_l1, .*…"):
+        rnnport.read({"weight_ih_l0": np.zeros((4, 2)), "weight_hh_l0": np.zeros((4, 1)),
+                      "weight_ih_l99999999": np.zeros((4, 1))}, "torch")
+    assert time.perf_counter() - start < 5
+    with pytest.raises(rnnport.FormatError, match="no RNN with prefix"):
+        rnnport.read({"weight_ih_l0": np.zeros((4, 2)), "weight_hh_l0": np.zeros((4, 1))},
+                     "torch", prefix=[1])

@@ -38,9 +38,19 @@ def where(layer: int, direction: int, name: str | None = None) -> str:
     return f"{text}, {name}" if name else text
 
 
+def as_array(value: Any, location: str) -> np.ndarray:
+    """``np.asarray(value)``, or a ShapeError naming ``location`` for nested lists of
+    unequal lengths (which NumPy refuses)."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as error:
+        raise ShapeError(f"{location}: not one rectangular array ({error}); expected equal "
+                         "lengths on every axis.") from None
+
+
 def as_float_array(value: Any, location: str) -> np.ndarray:
     """``value`` as a NumPy array of a float dtype, or a DTypeError naming ``location``."""
-    array = np.asarray(value)
+    array = as_array(value, location)
     if array.dtype not in FLOAT_DTYPES:
         kind = {"i": "integer", "u": "unsigned integer", "b": "boolean", "c": "complex",
                 "O": "object", "U": "string", "V": "raw (e.g. bfloat16)"}.get(array.dtype.kind,

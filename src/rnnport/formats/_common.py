@@ -13,6 +13,7 @@ from ..errors import (
     UnsupportedFeatureError,
 )
 from ..gates import CANONICAL, block
+from ..model import as_array
 from ..spec import Spec
 
 __all__ = [
@@ -55,7 +56,7 @@ def require(module: str, *, extra: str, purpose: str) -> Any:
             f"Install it with: pip install 'rnnport[{extra}]'") from error
 
 
-def to_numpy(value: Any) -> np.ndarray:
+def to_numpy(value: Any, location: str = "an input array") -> np.ndarray:
     """A framework tensor or array-like as a NumPy array, without importing any framework.
 
     bfloat16 tensors become float32 (exact); everything else keeps its dtype.
@@ -69,7 +70,7 @@ def to_numpy(value: Any) -> np.ndarray:
         return tensor.numpy()
     if hasattr(value, "numpy") and callable(value.numpy):  # tf / keras tensors and variables
         return np.asarray(value.numpy())
-    return np.asarray(value)
+    return as_array(value, location)
 
 
 def sum_exact(first: np.ndarray, second: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ checkpoint (``{"state_dict": ...}``, ``{"model_state_dict": ...}``) is unwrapped
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections import defaultdict
@@ -130,19 +131,22 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
             raise AmbiguousSourceError(f"{location}: holds {len(groups)} RNNs, with key prefixes "
                                        f"{listing}; pass prefix= with one of them.")
         prefix = next(iter(groups))
-    elif prefix not in groups:
+    elif not isinstance(prefix, str) or prefix not in groups:
         raise FormatError(f"{location}: no RNN with prefix {prefix!r}; prefixes found: "
                           f"{', '.join(repr(p) for p in groups)}.")
     entries = groups[prefix]
     where = f"{location}{f' (prefix {prefix!r})' if prefix else ''}"
     layers = 1 + max(layer for layer, _ in entries)
     directions = 1 + max(direction for _, direction in entries)
-    missing = [f"weight_ih_l{k}{'_reverse' if d else ''}" for k in range(layers)
-               for d in range(directions) if (k, d) not in entries]
+    # Named lazily: a stray key such as weight_ih_l99999999 must not list 10⁸ gaps.
+    missing = list(itertools.islice(
+        (f"weight_ih_l{k}{'_reverse' if d else ''}" for k in range(layers)
+         for d in range(directions) if (k, d) not in entries), 6))
     if missing:
-        raise FormatError(f"{where}: missing {', '.join(missing)}; expected layers 0…{layers - 1}"
+        listed = ", ".join(missing[:5]) + (", …" if len(missing) > 5 else "")
+        raise FormatError(f"{where}: missing {listed}; expected layers 0…{layers - 1}"
                           f" with {directions} direction(s) each.")
-    first = {name: to_numpy(value) for name, value in entries[(0, 0)].items()}
+    first = {name: to_numpy(value, f"{where}, {name}_l0") for name, value in entries[(0, 0)].items()}
     for required in ("weight_ih", "weight_hh"):
         if required not in first:
             raise FormatError(f"{where}: missing {required}_l0.")
@@ -168,7 +172,8 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
                 bidirectional=directions == 2,
                 proj_size=projection.shape[0] if projection is not None else 0,
                 bias="bias_ih" in first or "bias_hh" in first)
-    params = [[{name: np.array(to_numpy(value), copy=True)
+    # Copied: a state_dict usually holds a live module's parameters, which training changes.
+    params = [[{name: np.array(to_numpy(value, f"{where}, {name}"), copy=True)
                 for name, value in entries[(layer, direction)].items()}
                for direction in range(directions)] for layer in range(layers)]
     return RNN(spec, params, copy=False)
