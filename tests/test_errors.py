@@ -242,18 +242,15 @@ def test_model_is_immutable() -> None:
 
 
 def test_ragged_arrays_stray_layers_and_odd_prefixes_are_clear_errors() -> None:
-    import time
-
     with pytest.raises(rnnport.ShapeError, match="not one rectangular array"):
         rnnport.read([[1.0], [1.0, 2.0]], "cudnn", cell="lstm", input_size=1, hidden_size=1)
     with pytest.raises(rnnport.ShapeError, match="weight_ih_l0: not one rectangular array"):
         rnnport.read({"weight_ih_l0": [[1.0], [1.0, 2.0]], "weight_hh_l0": np.zeros((4, 1))},
                      "torch")
-    start = time.perf_counter()
+    # Named lazily: listing every gap up to layer 99999999 would not finish.
     with pytest.raises(rnnport.FormatError, match=r"missing weight_ih_l1, .*…"):
         rnnport.read({"weight_ih_l0": np.zeros((4, 2)), "weight_hh_l0": np.zeros((4, 1)),
                       "weight_ih_l99999999": np.zeros((4, 1))}, "torch")
-    assert time.perf_counter() - start < 5
     with pytest.raises(rnnport.FormatError, match="no RNN with prefix"):
         rnnport.read({"weight_ih_l0": np.zeros((4, 2)), "weight_hh_l0": np.zeros((4, 1))},
                      "torch", prefix=[1])
