@@ -277,3 +277,40 @@ def test_truncated_file(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="not a readable ONNX model"):
         rnnport.read(target)
     assert target.read_bytes() == data[: len(data) // 2]
+
+
+def test_malformed_graphs_get_rnnport_errors() -> None:
+    import onnx
+
+    def model() -> onnx.ModelProto:
+        return rnnport.write(RNN.random(rnnport.Spec("lstm", 2, 3)), "onnx")
+
+    def lstm(proto: onnx.ModelProto) -> onnx.NodeProto:
+        return next(n for n in proto.graph.node if n.op_type == "LSTM")
+
+    def replace(proto: onnx.ModelProto, node: onnx.NodeProto) -> onnx.ModelProto:
+        """The LSTM's W initializer computed by ``node`` instead."""
+        name = lstm(proto).input[1]
+        kept = [t for t in proto.graph.initializer if t.name != name]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(kept)
+        proto.graph.node.insert(0, node)
+        return proto
+
+    truncated = model()
+    weights = next(t for t in truncated.graph.initializer if t.name == lstm(truncated).input[1])
+    weights.raw_data = onnx.numpy_helper.to_array(weights).tobytes()[:7]
+    cyclic = model()
+    name = lstm(cyclic).input[1]
+    replace(cyclic, onnx.helper.make_node("Identity", [name], [name]))
+    untyped = model()
+    name = lstm(untyped).input[1]
+    untyped.graph.initializer.append(onnx.numpy_helper.from_array(
+        np.zeros((1, 12, 2), np.float32), "source"))
+    replace(untyped, onnx.helper.make_node("Cast", ["source"], [name]))
+    clipped = model()
+    lstm(clipped).attribute.append(onnx.helper.make_attribute("clip", "x"))
+    for proto, message in ((truncated, "cannot be read"), (cyclic, "computed from itself"),
+                           (untyped, "not an ONNX tensor type"), (clipped, "clip=")):
+        with pytest.raises(rnnport.FormatError, match=message):
+            rnnport.read(proto, "onnx")

@@ -295,25 +295,32 @@ class _Values:
         self.graph_inputs = {i.name for i in graph.input}
         self.producers = {out: node for node in graph.node for out in node.output}
 
-    def get(self, name: str, where: str) -> np.ndarray:
+    def get(self, name: str, where: str, seen: frozenset[str] = frozenset()) -> np.ndarray:
         if name in self.graph_inputs:
             raise UnsupportedFeatureError(
                 f"{where}: {name!r} is a graph input fed at run time, not a constant; rnnport "
                 "reads weights stored in the file. Fold it into an initializer first.")
+        if name in seen:
+            raise FormatError(f"{where}: {name!r} is computed from itself (a cycle of "
+                              f"{', '.join(sorted(seen))}); the graph is malformed.")
         if name in self.initializers:
-            return self.numpy_helper.to_array(self.initializers[name])
+            return self._array(self.initializers[name], where)
         node = self.producers.get(name)
         if node is not None and node.op_type == "Constant":
             for attribute in node.attribute:
                 if attribute.name == "value":
-                    return self.numpy_helper.to_array(attribute.t)
-        if node is not None and node.op_type in ("Cast", "Identity"):
-            value = self.get(node.input[0], where)
+                    return self._array(attribute.t, where)
+        if node is not None and node.op_type in ("Cast", "Identity") and node.input:
+            value = self.get(node.input[0], where, seen | {name})
             if node.op_type == "Cast":
                 from onnx import helper
 
-                to = np.dtype(helper.tensor_dtype_to_np_dtype(
-                    next(a.i for a in node.attribute if a.name == "to")))
+                code = next((a.i for a in node.attribute if a.name == "to"), None)
+                try:
+                    to = np.dtype(helper.tensor_dtype_to_np_dtype(code))
+                except (KeyError, TypeError, ValueError):
+                    raise FormatError(f"{where}: the Cast producing {name!r} has to={code!r}, "
+                                      "not an ONNX tensor type; the graph is malformed.") from None
                 # A float→float cast only sets the graph's compute precision: keep the weights
                 # as stored, so a round trip gives them back unchanged.
                 if not (value.dtype.kind == "f" and to.kind == "f"):
@@ -323,6 +330,13 @@ class _Values:
             f"{where}: {name!r} is computed by {node.op_type if node else 'nothing'} at run "
             "time, not a constant; rnnport reads weights stored as initializers or Constant "
             "nodes.")
+
+    def _array(self, tensor: Any, where: str) -> np.ndarray:
+        try:
+            return self.numpy_helper.to_array(tensor)
+        except (ValueError, KeyError, TypeError) as error:
+            raise FormatError(f"{where}: tensor {tensor.name!r} cannot be read ({error}); its "
+                              "data does not match its type and shape.") from None
 
 
 def _attributes(node: Any) -> dict[str, Any]:
@@ -337,6 +351,10 @@ def _label(node: Any) -> str:
 
 def _chains(graph: Any) -> list[list[Any]]:
     nodes = [n for n in graph.node if n.op_type in OPS and n.domain in ("", "ai.onnx")]
+    for node in nodes:
+        if not node.output or not node.output[0]:
+            raise FormatError(f"ONNX {node.op_type} node {node.name!r}: no output Y; the "
+                              "graph is malformed.")
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
         for name in node.input:
@@ -410,6 +428,8 @@ def _read_node(node: Any, values: _Values) -> RNN:
             "read the node as a forward one, or export it bidirectional.")
     clip = attributes.get("clip")
     if clip is not None:
+        if not isinstance(clip, (int, float)):
+            raise FormatError(f"{where}: clip={clip!r}; expected a number.")
         # ONNX keeps float attributes as float32: take the shortest decimal that gives it back.
         clip = float(str(np.float32(clip)))
     input_forget = bool(attributes.get("input_forget", 0))
