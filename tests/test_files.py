@@ -99,3 +99,26 @@ def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
             assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
     finally:
         os.umask(umask)
+
+
+def test_damaged_headers_and_archives_are_format_errors(tmp_path: Path) -> None:
+    import json
+    import zipfile
+
+    np.savez(tmp_path / "parts.npz", rnnport=np.array(json.dumps({"version": 1, "parts": 5})))
+    with pytest.raises(FormatError, match="expected a list of one spec per part"):
+        rnnport.read(tmp_path / "parts.npz")
+    model = RNN.random(Spec("lstm", 3, 4))
+    rnnport.write(model, "keras", path=tmp_path / "m.keras")
+    with zipfile.ZipFile(tmp_path / "m.keras") as source, \
+            zipfile.ZipFile(tmp_path / "odd.keras", "w") as target:
+        for info in source.infolist():
+            target.writestr(info, source.read(info.filename))
+    data = bytearray((tmp_path / "odd.keras").read_bytes())
+    for offset in range(len(data) - 4):  # every member's compression method: 99, unknown
+        if data[offset:offset + 4] in (b"PK\x03\x04", b"PK\x01\x02"):
+            at = offset + (8 if data[offset + 2] == 3 else 10)
+            data[at:at + 2] = (99).to_bytes(2, "little")
+    (tmp_path / "odd.keras").write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="cannot read|cannot be read"):
+        rnnport.read(tmp_path / "odd.keras")

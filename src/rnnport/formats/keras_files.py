@@ -257,12 +257,16 @@ def _member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
         raise FormatError(
             f"{path}: archive member {name!r} cannot be read ({error}); the file is truncated "
             "or damaged. Save the model again.") from None
+    except (NotImplementedError, RuntimeError) as error:  # a compression method, encryption
+        raise FormatError(
+            f"{path}: archive member {name!r} is stored in a way zipfile cannot read ({error}); "
+            "Keras stores members uncompressed or deflated. Save the model again.") from None
 
 
-def _json(data: bytes | str, where: str) -> Any:
+def _json(data: Any, where: str) -> Any:
     try:
         return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, TypeError) as error:
         raise FormatError(f"{where}: not valid JSON ({error}); expected the model config Keras "
                           "writes. The file may be damaged.") from None
 
@@ -376,7 +380,8 @@ def _model_entries(config: Any, where: str) -> tuple[list[tuple[str, str, Mappin
     model_class = config.get("class_name")
     inner = config.get("config")
     if model_class == "Sequential":
-        entries = inner if isinstance(inner, list) else (inner or {}).get("layers")
+        entries = inner if isinstance(inner, list) else (
+            inner.get("layers") if isinstance(inner, Mapping) else None)
         functional = False
     elif isinstance(inner, Mapping) and ("input_layers" in inner or model_class in
                                          keras.MODEL_CLASSES):

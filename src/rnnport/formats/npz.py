@@ -107,6 +107,9 @@ def read(source: Any, **options: Any) -> Model:
     if version != VERSION:
         raise FormatError(f"{where}: container version {version!r}; this rnnport reads "
                           f"version {VERSION}. Upgrade rnnport.")
+    if not isinstance(specs, list) or not specs:
+        raise FormatError(f"{where}: the {HEADER!r} header's parts is {specs!r}; expected a "
+                          "list of one spec per part.")
     parts: list[RNN] = []
     used = {HEADER}
     for index, fields_ in enumerate(specs):
