@@ -132,3 +132,11 @@ def test_convert_never_opens_memory_a_model_holds_or_the_caller_gave_read_only()
     read_only.flags.writeable = False
     state = rnnport.convert(read_only, "torch", fmt="cudnn", **SHAPE)
     assert not any(np.shares_memory(array, buffer) for array in state.values())
+
+
+def test_tiled_copy_of_a_row_block_of_a_transposed_matrix() -> None:
+    rows = np.random.default_rng(1).standard_normal((700, 1200)).astype(np.float32)
+    source = rows.T[300:900]  # columns contiguous, rows 1200 apart: still tiled
+    out = np.empty(source.shape, np.float32)
+    copy_into(out, source)
+    np.testing.assert_array_equal(out, source)

@@ -31,10 +31,11 @@ _POOL: list[Any] = []  # one thread pool, made on first use
 
 
 def copy_into(destination: np.ndarray, source: np.ndarray) -> None:
-    """``destination[...] = source``, tiled when ``source`` is a transposed C-contiguous
-    matrix and ``destination`` is C-contiguous (the Keras → cuDNN case)."""
+    """``destination[...] = source``, tiled when ``source`` is a transposed matrix (its
+    columns contiguous: a Keras kernel's transpose, or a row block of one) and
+    ``destination`` is C-contiguous (the Keras → cuDNN case)."""
     if (source.ndim == 2 and source.size >= _MIN_TILED and destination.flags.c_contiguous
-            and source.T.flags.c_contiguous and not source.flags.c_contiguous
+            and source.strides[0] == source.itemsize and source.strides[1] != source.itemsize
             and destination.shape == source.shape):
         _transpose_threaded(destination, source.T)
     else:
@@ -59,7 +60,7 @@ def _transpose_threaded(destination: np.ndarray, rows_source: np.ndarray) -> Non
 
 
 def _transpose_into(destination: np.ndarray, rows_source: np.ndarray) -> None:
-    """``destination (m, n) = rows_source.T`` with ``rows_source (n, m)`` C-contiguous."""
+    """``destination (m, n) = rows_source.T`` with ``rows_source (n, m)``'s rows contiguous."""
     m, n = destination.shape
     full = n - n % TILE
     tiles = full // TILE

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..copying import copy_into
 from ..errors import FormatError, ShapeError, UnsupportedFeatureError
 from ..gates import CANONICAL, gate_family, reorder
 from ..model import RNN, Model, Stack, as_float_array, where
@@ -107,7 +108,7 @@ def layout(spec: Spec, bias_mode: str = "double") -> list[Segment]:
 
 def buffer_size(spec: Spec, bias_mode: str = "double") -> int:
     segments = layout(spec, bias_mode)
-    return segments[-1].stop if segments else 0
+    return segments[-1].stop
 
 
 class FlatFormat:
@@ -127,12 +128,7 @@ class FlatFormat:
         return bias_mode
 
     def order(self, cell: str) -> str:
-        family = gate_family(cell)
-        if family not in self.orders:
-            raise UnsupportedFeatureError(
-                f"{self.name}: {cell} cells are not supported by this format's gate-order table "
-                f"(known: {', '.join(self.orders)}).")
-        return self.orders[family]
+        return self.orders[gate_family(cell)]
 
     # -- read ----------------------------------------------------------------------------
 
@@ -219,12 +215,12 @@ class FlatFormat:
             for layer, direction, named in _pseudo_layers(model)
         }
         segments = layout(spec, bias_mode)
-        buffer = np.empty(segments[-1].stop if segments else 0, dtype=model.dtype)
+        buffer = np.empty(segments[-1].stop, dtype=model.dtype)
         for segment in segments:
             value = values[(segment.layer, segment.direction)][segment.name]
             target = buffer[segment.offset:segment.stop].reshape(segment.shape)
             if segment.name == "weight_hr":
-                target[...] = value
+                copy_into(target, value)
             else:
                 reorder(value, canonical, order, out=target)
         if path is not None:

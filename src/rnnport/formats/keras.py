@@ -357,8 +357,8 @@ def _cudnn_direction(arrays: list[np.ndarray], family: str, options: Mapping[str
     weight_hh = np.ascontiguousarray(recurrent.reshape(hidden, gates, hidden).transpose(1, 0, 2))
     input_bias, recurrent_bias = bias.reshape(2, columns)
     params = {
-        "weight_ih": reorder(weight_ih.reshape(columns, inputs), order, canonical),
-        "weight_hh": reorder(weight_hh.reshape(columns, hidden), order, canonical),
+        "weight_ih": reorder(weight_ih.reshape(columns, inputs), order, canonical, copy=False),
+        "weight_hh": reorder(weight_hh.reshape(columns, hidden), order, canonical, copy=False),
         "bias_ih": reorder(input_bias, order, canonical),
         "bias_hh": reorder(recurrent_bias, order, canonical),
     }

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError, RnnportError
-from ..model import DIRECTION_NAMES, RNN, Model, Stack
+from ..model import DIRECTION_NAMES, RNN, Model, Stack, exported
 from ..spec import Spec
 from ._common import check_options, describe
 
@@ -65,7 +65,7 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
         HEADER: np.array(json.dumps({"format": HEADER, "version": VERSION, "parts": specs}))}
     for index, part in enumerate(parts):
         for layer, direction, name, array in part.arrays():
-            out[_key(index, layer, direction, name)] = np.array(array, copy=True)
+            out[_key(index, layer, direction, name)] = exported(part, array)
     if path is not None:
         from ..io.atomic import atomic_write
 

@@ -203,16 +203,24 @@ def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str, batch:
         states[name] = graph.one("Expand", [full, target])
     finals: dict[str, list[str]] = {"h_n": [], "c_n": []}
     for layer, named_directions in enumerate(part.params):
-        def stacked_param(build: Any, base: str, named_directions: Any = named_directions) -> str:
-            value = np.stack([build(named) for named in named_directions])
+        def weights(value: np.ndarray, base: str) -> str:
             name = graph.constant(base, value)
             if value.dtype != compute:
                 name = graph.one("Cast", [name], to=elem)
             return name
 
-        inputs = [layer_input,
-                  stacked_param(lambda n: reorder(n["weight_ih"], canonical, order), "W"),
-                  stacked_param(lambda n: reorder(n["weight_hh"], canonical, order), "R")]
+        def stacked_param(build: Any, base: str, named_directions: Any = named_directions) -> str:
+            return weights(np.stack([build(named) for named in named_directions]), base)
+
+        def stacked_matrix(key: str, base: str, named_directions: Any = named_directions) -> str:
+            """(D, G·H, ·): each direction's matrix reordered straight into its place."""
+            first = named_directions[0][key]
+            value = np.empty((len(named_directions), *first.shape), dtype=first.dtype)
+            for direction, named in enumerate(named_directions):
+                reorder(named[key], canonical, order, out=value[direction])
+            return weights(value, base)
+
+        inputs = [layer_input, stacked_matrix("weight_ih", "W"), stacked_matrix("weight_hh", "R")]
         inputs.append(stacked_param(lambda n: np.concatenate(
             [reorder(n["bias_ih"], canonical, order), reorder(n["bias_hh"], canonical, order)]),
             "B") if spec.bias else "")

@@ -235,7 +235,7 @@ def to_module(model: RNN, state: Mapping[str, np.ndarray], *, batch_first: bool)
         module = torch.nn.RNN(nonlinearity=spec.nonlinearity, **kwargs)
     module = module.to({np.float16: torch.float16, np.float32: torch.float32,
                         np.float64: torch.float64}[model.dtype.type])
-    module.load_state_dict({k: torch.from_numpy(np.array(v, copy=True)) for k, v in state.items()})
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})  # it copies
     return module.eval()
 
 
