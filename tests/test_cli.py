@@ -247,3 +247,11 @@ def test_demo_with_a_bad_reference_says_what_it_needs(
     assert main(["demo", "--reference", str(reference)]) == 1
     err = capsys.readouterr().err
     assert "reference.json" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_a_legacy_h5_output_is_refused_before_reading(capsys: pytest.CaptureFixture[str],
+                                                      model_file: Path, tmp_path: Path) -> None:
+    assert main(["convert", str(model_file), str(tmp_path / "out.h5")]) == 1
+    err = capsys.readouterr().err
+    assert "a legacy Keras .h5 is read, not written" in err and "reading" not in err
+    assert not (tmp_path / "out.h5").exists()

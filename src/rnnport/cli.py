@@ -23,7 +23,7 @@ from .errors import FormatError, RnnportError
 __all__ = ["main", "main_entry"]
 
 # Output file suffix → format (longest first: ".weights.h5" before ".h5").
-TARGETS = ((".weights.h5", "keras"), (".keras", "keras"), (".h5", "keras"), (".npz", "npz"),
+TARGETS = ((".weights.h5", "keras"), (".keras", "keras"), (".npz", "npz"),
            (".onnx", "onnx"), (".pt", "torch"), (".pth", "torch"), (".safetensors", "torch"),
            (".npy", "cudnn"), (".ckpt", "tf1"), (".index", "tf1"))
 TOLERANCE = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
@@ -159,8 +159,10 @@ def _target(path: str, fmt: str | None) -> str:
     for suffix, name in TARGETS:
         if lower.endswith(suffix):
             return name
+    suffixes = ", ".join(suffix for suffix, _ in TARGETS)
     raise FormatError(f"{path}: cannot tell the output format from the name; pass --to FORMAT "
-                      "(e.g. --to tf1 for a checkpoint prefix).")
+                      f"(e.g. --to tf1 for a checkpoint prefix). Files rnnport writes end in "
+                      f"{suffixes}; a legacy Keras .h5 is read, not written.")
 
 
 def _outputs(path: str, fmt: str) -> list[Path]:
@@ -192,7 +194,7 @@ def _input_files(path: str) -> list[str]:
 
     files = [path]
     if not path.lower().endswith((".npz", ".npy", ".onnx", ".pt", ".pth", ".safetensors",
-                                  ".keras", ".h5")):
+                                  ".keras", ".h5", ".hdf5")):
         prefix = checkpoint_prefix(path)
         files += [f"{prefix}.index", *map(str, prefix.parent.glob(f"{prefix.name}.data-*"))]
     return files
@@ -277,7 +279,7 @@ def _verify_read_options(model: Any, fmt: str, options: dict[str, Any]) -> dict[
         out.update(cell=spec.cell, input_size=spec.input_size, hidden_size=spec.hidden_size,
                    num_layers=spec.num_layers, bidirectional=spec.bidirectional,
                    proj_size=spec.proj_size)
-        out.setdefault("bias_mode", options.get("bias_mode", "double" if spec.bias else "none"))
+        out.setdefault("bias_mode", "double" if spec.bias else "none")
     if spec.cell.startswith("rnn") and fmt in ("keras", "tf1"):
         out.setdefault("activation", spec.nonlinearity)
     if spec.cell.startswith("rnn") and fmt == "torch":
@@ -385,7 +387,7 @@ def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     from .io.atomic import atomic_write
 
     if args.output:
-        if not args.output.endswith(".npz"):
+        if not args.output.lower().endswith(".npz"):
             raise FormatError(f"{args.output}: --output should end in .npz.")
         _check_output([Path(args.output)], [args.source, args.input], args.force)
     model, _ = _read(args.source, args.fmt, dict(args.options), progress)
@@ -441,14 +443,14 @@ def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
 
 
 def _formats(out: TextIO) -> int:
-    from .formats import _REGISTRY, get
+    from .formats import formats, get, info
 
-    for name, info in _REGISTRY.items():
+    for name in formats():
         module = get(name)
         extra = module.EXTRA
         needs = f"framework objects need pip install 'rnnport[{extra}]'" if extra else \
             "NumPy only"
-        print(f"{name:<7} {info.summary}; {needs}", file=out)
+        print(f"{name:<7} {info(name).summary}; {needs}", file=out)
         for kind, names in (("read", module.READ_OPTIONS), ("write", module.WRITE_OPTIONS)):
             if names:
                 print(f"{'':<8}{kind} options: {', '.join(sorted(names))}", file=out)

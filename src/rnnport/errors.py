@@ -18,6 +18,7 @@ __all__ = [
     "RnnportError",
     "ShapeError",
     "SpecError",
+    "StackSpecError",
     "StateError",
     "UnknownFormatError",
     "UnknownOptionError",
@@ -31,6 +32,10 @@ class RnnportError(Exception):
 
 class SpecError(RnnportError, ValueError):
     """A Spec field is missing, of the wrong type, or inconsistent with another."""
+
+
+class StackSpecError(SpecError, AttributeError):
+    """Raised by ``Stack.spec``: a stack of different networks has no single Spec."""
 
 
 class ShapeError(RnnportError, ValueError):

@@ -239,15 +239,15 @@ class TracedArray:
     def _view(self, values: np.ndarray) -> np.ndarray:
         return values.reshape(1, -1) if values.ndim <= 1 else values.reshape(-1, values.shape[-1])
 
-    def _view_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _view_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         book = self.book
         first, second = self._view(self.first), self._view(self.second)
         code = np.where(first > 0, first, second)
         return (_kinds(book, first, second), _gates(book, first, second), book.unit[code],
-                book.column[first], first)
+                book.column[first])
 
     def regions(self) -> list[_Region]:
-        kinds, gates, units, columns, _ = self._view_parts()
+        kinds, gates, units, columns = self._view_parts()
         out = []
         for rows, cols in _split(kinds, (0, kinds.shape[0]), (0, kinds.shape[1])):
             block = (slice(*rows), slice(*cols))
@@ -813,7 +813,7 @@ class _Grid:
 
 
 def _grid(array: TracedArray, elide: bool) -> _Grid:
-    kinds, gates, _, _, _ = array._view_parts()
+    kinds, gates, _, _ = array._view_parts()
     first, second = array._view(array.first), array._view(array.second)
     book = array.book
 

@@ -21,7 +21,7 @@ from typing import Any, Union
 import numpy as np
 
 from .copying import copy_into, writable_view
-from .errors import DTypeError, RnnportError, ShapeError, SpecError, StateError
+from .errors import DTypeError, ShapeError, SpecError, StackSpecError, StateError
 from .spec import Spec
 
 __all__ = ["RNN", "Model", "Stack", "stack"]
@@ -418,10 +418,6 @@ class Stack:
     def __repr__(self) -> str:
         inner = " → ".join(part.spec.describe() for part in self._parts)
         return f"<rnnport.Stack {inner}, {self.dtype}, {self.num_params():,} params>"
-
-
-class StackSpecError(RnnportError, AttributeError):
-    """Raised by ``Stack.spec``: a stack of different networks has no single Spec."""
 
 
 Model = Union[RNN, Stack]
