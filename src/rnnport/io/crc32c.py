@@ -114,10 +114,11 @@ def crc32c(data: bytes | bytearray | memoryview | np.ndarray, value: int = 0) ->
     register = value ^ 0xFFFFFFFF
     if size < 4096:
         return _raw_bytes(register, array.tobytes()) ^ 0xFFFFFFFF
-    width = max(16, size // _CHUNKS)
+    # A power of two, so the merge tables (for width·2^k bytes) serve every size.
+    width = 1 << max(4, (size // _CHUNKS - 1).bit_length())
     body = size - size % width
     raw = _raw_chunks(array[:body], width)
-    register = int(_shift(np.array([register], dtype=np.uint32), body)[0]) ^ raw
+    register = _apply(_shift_columns(body), register) ^ raw  # one register: no table
     return _raw_bytes(register, array[body:].tobytes()) ^ 0xFFFFFFFF
 
 
