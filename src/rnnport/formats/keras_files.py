@@ -52,9 +52,11 @@ recurrent layers, which makes separate stacks; then ``layer="name"`` picks the s
 that layer and ``layer=["a", "b"]`` exactly those layers, in that order.
 
 **Safety.** Zip members are read into memory by name (never extracted); an archive with an
-absolute member name or one containing ``..`` is refused, as is a member that declares far
-more bytes than it stores. HDF5 soft and external links, external and virtual datasets are
-refused (they could read other files). Every damaged or unexpected input is a
+absolute member name or one containing ``..`` is refused, as is a member that declares more
+bytes than it could store (:mod:`rnnport.io.archive`). HDF5 is parsed by h5py in a separate,
+limited process (:mod:`rnnport.io.hdf5`), so a file that would crash or stall the HDF5
+library only fails the read. HDF5 soft and external links, external and virtual datasets
+are refused (they could read other files). Every damaged or unexpected input is a
 :class:`~rnnport.errors.FormatError` naming the file and the layer or dataset.
 
 **Writing** gives a Keras 3 Sequential: an ``InputLayer`` ``(None, None, I)`` in the model's
@@ -86,6 +88,8 @@ from ..errors import (
     UnsupportedFeatureError,
 )
 from ..gates import gate_family
+from ..io import hdf5
+from ..io.archive import open_zip, read_member
 from ..io.atomic import atomic_write
 from ..model import Model
 from ..spec import Spec
@@ -101,8 +105,6 @@ ARCHIVE_METADATA = "metadata.json"
 CONTAINERS = ("layers", "_layer_checkpoint_dependencies")
 # A member that expands more than this many times over its stored size, past 1 GiB, is
 # refused as a decompression bomb (Keras refuses 100× past 4 GiB).
-BOMB_RATIO = 100
-BOMB_FLOOR = 1 << 30
 # Recurrent layers rnnport cannot read; reading the rest of a model must not hide them.
 OTHER_RECURRENT = {"RNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "StackedRNNCells",
                    "PeepholeLSTMCell", "LSTMCell", "GRUCell", "SimpleRNNCell"}
@@ -184,11 +186,11 @@ def read_file(source: Any, **options: Any) -> Model:
         raise FormatError(f"read(fmt='keras'): {path} {what}; expected a Keras model file. "
                           "Check the path.")
     choice = options.pop("layer", None)
-    h5py = require("h5py", extra="keras", purpose="Reading Keras model files")
+    require("h5py", extra="keras", purpose="Reading Keras model files")
     if path.name.lower().endswith(".keras"):
-        layers, functional, ordered = _archive_layers(h5py, path)
+        layers, functional, ordered = _archive_layers(hdf5, path)
     else:
-        layers, functional, ordered = _h5_layers(h5py, path)
+        layers, functional, ordered = _h5_layers(hdf5, path)
     chosen = _select(layers, choice, str(path), functional=functional, ordered=ordered)
     for option, gates, owner in (("activation", 1, "SimpleRNN"), ("reset_after", 3, "GRU")):
         if option in options and not any(_gates(layer) == gates for layer in chosen):
@@ -207,18 +209,9 @@ def _gates(layer: FileLayer) -> int:
 
 
 def _archive_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]:
-    try:
-        archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
-        raise FormatError(
-            f"{path}: not a readable .keras archive ({error}); expected the zip file Keras 3 "
-            "writes with model.save('m.keras'). The file may be truncated or damaged; save "
-            "the model again.") from None
-    with archive:
-        infos = archive.infolist()
-        for info in infos:
-            _check_member_name(path, info.filename)
-        names = {info.filename for info in infos}
+    with open_zip(path, ".keras archive (the zip file Keras 3 writes with "
+                  "model.save('m.keras'))") as archive:
+        names = set(archive.namelist())
         missing = [name for name in (ARCHIVE_CONFIG, ARCHIVE_WEIGHTS) if name not in names]
         if missing:
             found = ", ".join(sorted(names)) or "nothing"
@@ -228,39 +221,12 @@ def _archive_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]
                 f"{path}: the archive lacks {' and '.join(missing)}; expected config.json and "
                 f"model.weights.h5 (what Keras 3 model.save('m.keras') writes), found {found}."
                 f"{other}")
-        config_bytes = _member(archive, path, ARCHIVE_CONFIG)
-        weights_bytes = _member(archive, path, ARCHIVE_WEIGHTS)
+        config_bytes = read_member(archive, ARCHIVE_CONFIG, str(path))
+        weights_bytes = read_member(archive, ARCHIVE_WEIGHTS, str(path))
     config = _json(config_bytes, f"{path}, {ARCHIVE_CONFIG}")
     where = f"{path}, {ARCHIVE_WEIGHTS}"
-    with _open_h5(h5py, io.BytesIO(weights_bytes), where) as h5:
+    with _open_h5(h5py, weights_bytes, where) as h5:
         return _keras3_layers(h5py, h5, config, where, f"{path}, {ARCHIVE_CONFIG}")
-
-
-def _check_member_name(path: Path, name: str) -> None:
-    parts = re.split(r"[\\/]", name)
-    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts:
-        raise FormatError(
-            f"{path}: archive member {name!r} has a path that leaves the archive's folder "
-            "(absolute, or through '..'); a .keras file written by Keras never holds one. "
-            "Refusing to read the file; nothing was extracted.")
-
-
-def _member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
-    info = archive.getinfo(name)
-    if info.file_size > BOMB_FLOOR and info.file_size > BOMB_RATIO * max(info.compress_size, 1):
-        raise FormatError(
-            f"{path}: archive member {name!r} declares {info.file_size:,} bytes but stores "
-            f"{info.compress_size:,}; refusing a possible decompression bomb.")
-    try:
-        return archive.read(name)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
-        raise FormatError(
-            f"{path}: archive member {name!r} cannot be read ({error}); the file is truncated "
-            "or damaged. Save the model again.") from None
-    except (NotImplementedError, RuntimeError) as error:  # a compression method, encryption
-        raise FormatError(
-            f"{path}: archive member {name!r} is stored in a way zipfile cannot read ({error}); "
-            "Keras stores members uncompressed or deflated. Save the model again.") from None
 
 
 def _json(data: Any, where: str) -> Any:
@@ -273,21 +239,15 @@ def _json(data: Any, where: str) -> Any:
 
 @contextmanager
 def _open_h5(h5py: Any, source: Any, where: str) -> Iterator[Any]:
-    try:
-        h5 = h5py.File(source, "r")
-    except OSError as error:
-        raise FormatError(
-            f"{where}: not a readable HDF5 file ({error}); expected a Keras weights or model "
-            "file. It may be truncated or damaged; save it again.") from None
+    """The file's tree, read by :func:`rnnport.io.hdf5.snapshot` in a limited child process."""
+    h5 = h5py.snapshot(source, where)
     try:
         yield h5
     except RnnportError:
         raise
-    except (OSError, KeyError, RuntimeError) as error:
+    except (KeyError, TypeError) as error:
         raise FormatError(f"{where}: cannot read the HDF5 data ({type(error).__name__}: "
                           f"{error}); the file may be truncated or damaged.") from None
-    finally:
-        h5.close()
 
 
 def _h5_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]:

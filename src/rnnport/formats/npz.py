@@ -8,7 +8,8 @@ the canonical arrays in their own dtype, bit for bit. Keys::
                                     "parts": [spec fields, ...]}
     part{p}/layer{k}/{forward|backward}/{name}    e.g. part0/layer1/backward/weight_hh
 
-The file is read with ``allow_pickle=False`` and needs NumPy alone. ``write`` returns
+The file is read member by member with size checks, never unpickling (see
+:mod:`rnnport.io.archive`), and needs NumPy alone. ``write`` returns
 the dict of arrays; ``path=`` saves it atomically.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError, RnnportError
+from ..io.archive import open_zip, read_member, read_npy
 from ..model import DIRECTION_NAMES, RNN, Model, Stack, exported
 from ..spec import Spec
 from ._common import check_options, describe
@@ -80,14 +81,16 @@ def read(source: Any, **options: Any) -> Model:
     check_options("read(fmt='npz')", options, READ_OPTIONS)
     if isinstance(source, (str, os.PathLike)):
         where = str(source)
-        try:
-            with np.load(source, allow_pickle=False) as data:
-                arrays = {key: data[key] for key in data.files}
-        except FileNotFoundError:
-            raise FormatError(f"{where}: no such file.") from None
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-            raise FormatError(f"{where}: not a readable .npz file ({error}); it may be truncated "
-                              "or hold pickled objects, which rnnport does not load.") from None
+        if not Path(source).is_file():
+            raise FormatError(f"{where}: no such file.")
+        arrays = {}
+        with open_zip(source, ".npz file") as archive:
+            for name in archive.namelist():
+                if not name.endswith(".npy"):
+                    raise FormatError(f"{where}: member {name!r} is not an .npy array; an .npz "
+                                      "file holds nothing else.")
+                data = read_member(archive, name, where)
+                arrays[name[:-4]] = read_npy(data, f"{where}, {name}")
     elif isinstance(source, Mapping):
         where = "npz arrays"
         arrays = dict(source)

@@ -340,9 +340,17 @@ class _Values:
             "nodes.")
 
     def _array(self, tensor: Any, where: str) -> np.ndarray:
+        if tensor.data_location == 1 or len(tensor.external_data):  # TensorProto.EXTERNAL
+            raise UnsupportedFeatureError(
+                f"{where}: tensor {tensor.name!r} keeps its data in another file (ONNX external "
+                "data); rnnport reads only what the model file itself holds, never files it "
+                "names. Save the model with its weights inside: onnx.save_model(model, path, "
+                "save_as_external_data=False).")
         try:
             return self.numpy_helper.to_array(tensor)
-        except (ValueError, KeyError, TypeError) as error:
+        except MemoryError:
+            raise
+        except Exception as error:  # onnx raises what NumPy and protobuf raise
             raise FormatError(f"{where}: tensor {tensor.name!r} cannot be read ({error}); its "
                               "data does not match its type and shape.") from None
 

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from ..io.archive import open_zip
 from ..model import RNN, Model, Stack, exported, stack
 from ..spec import Spec
 from ._common import check_options, describe, require, to_numpy
@@ -259,19 +260,28 @@ def load(path: Any) -> dict[str, Any]:
                               "truncated or damaged, or hold bfloat16 tensors NumPy cannot "
                               "represent (convert them to float32 first).") from None
     torch = require("torch", extra="torch", purpose="reading .pt files")
-    import pickle
-
+    with open(path, "rb") as file:
+        magic = file.read(4)
+    if magic != b"PK\x03\x04":
+        raise FormatError(
+            f"{path}: not the zip archive torch.save has written since PyTorch 1.6; the file is "
+            "truncated or damaged, or comes from an older PyTorch. That legacy format's sizes "
+            "cannot be checked before memory is allocated, so rnnport does not read it; "
+            "re-save it with a current PyTorch: torch.save(torch.load(path), path).")
+    open_zip(path, "PyTorch file").close()  # member names and sizes checked before torch reads
     try:
         loaded = torch.load(str(path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise FormatError(
-            f"{path}: holds Python objects that are not plain weights (e.g. a whole nn.Module "
-            "or custom classes); rnnport loads .pt files with torch.load(weights_only=True) and "
-            "never runs pickled code. Re-save the weights only: "
-            "torch.save(module.state_dict(), path).") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as error:
-        raise FormatError(f"{path}: not a readable PyTorch file ({error}); it may be truncated "
-                          "or damaged.") from None
+    except MemoryError:
+        raise
+    except Exception as error:  # torch raises many types for damaged files
+        if "Unsupported global" in str(error) or "Unsupported class" in str(error):
+            raise FormatError(
+                f"{path}: holds Python objects that are not plain weights (e.g. a whole "
+                "nn.Module or custom classes); rnnport loads .pt files with "
+                "torch.load(weights_only=True) and never runs pickled code. Re-save the "
+                "weights only: torch.save(module.state_dict(), path).") from None
+        raise FormatError(f"{path}: not a readable PyTorch file ({type(error).__name__}: "
+                          f"{str(error)[:300]}); it may be truncated or damaged.") from None
     for key in ("state_dict", "model_state_dict", "model"):  # common checkpoint wrappers
         if isinstance(loaded, Mapping) and isinstance(loaded.get(key), Mapping) \
                 and not any(KEY.match(str(k)) for k in loaded):

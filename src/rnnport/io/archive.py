@@ -1,0 +1,112 @@
+"""Zip archives from anywhere (.keras, .npz, PyTorch .pt), opened and read defensively.
+
+Members are read into memory by name and never extracted. An archive is refused before
+anything is read when a member's name leaves the archive's folder (absolute, a drive, or
+through ``..``), or when a member declares more bytes than it could hold: stored members
+must declare what they store, compressed ones at most :data:`RATIO` times it (deflate's
+largest expansion), and every member must lie inside the file. Every failure of zipfile
+itself (bad headers, CRC mismatches, unknown compression, encryption) becomes a
+:class:`~rnnport.errors.FormatError` naming the file and the member.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import struct
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DTypeError, FormatError
+
+__all__ = ["RATIO", "open_zip", "read_member", "read_npy"]
+
+RATIO = 1032
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+               NotImplementedError, RuntimeError, KeyError, IndexError, TypeError,
+               UnicodeDecodeError, struct.error, zlib.error, OverflowError)
+
+
+def open_zip(path: str | os.PathLike[str], what: str) -> zipfile.ZipFile:
+    """``path`` as a checked ZipFile; ``what`` names the expected kind of file in messages."""
+    size = os.path.getsize(path)
+    try:
+        archive = zipfile.ZipFile(path)
+        infos = archive.infolist()
+    except _ZIP_ERRORS as error:
+        raise FormatError(f"{path}: not a readable {what} ({type(error).__name__}: {error}); "
+                          "the file is truncated or damaged.") from None
+    try:
+        for info in infos:
+            _check(Path(path), info, size)
+    except BaseException:
+        archive.close()
+        raise
+    return archive
+
+
+def _check(path: Path, info: zipfile.ZipInfo, size: int) -> None:
+    name = info.filename
+    parts = re.split(r"[\\/]", name)
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts:
+        raise FormatError(
+            f"{path}: archive member {name!r} has a path that leaves the archive's folder "
+            "(absolute, or through '..'); no framework writes one. Refusing to read the "
+            "file; nothing was extracted.")
+    stored = info.compress_type == zipfile.ZIP_STORED
+    if info.compress_size > size or info.header_offset > size or (
+            info.file_size != info.compress_size if stored
+            else info.file_size > RATIO * info.compress_size + 64):
+        raise FormatError(
+            f"{path}: archive member {name!r} declares {info.file_size:,} bytes, stored in "
+            f"{info.compress_size:,} of a {size:,}-byte file; that cannot be (the archive is "
+            "damaged, or built to exhaust memory). Nothing was read.")
+
+
+def read_member(archive: zipfile.ZipFile, name: str, where: str) -> bytes:
+    """The bytes of member ``name`` (checked by :func:`open_zip`), CRC verified."""
+    try:
+        return archive.read(name)
+    except _ZIP_ERRORS as error:
+        raise FormatError(f"{where}: archive member {name!r} cannot be read "
+                          f"({type(error).__name__}: {error}); the file is truncated or "
+                          "damaged.") from None
+
+
+def read_npy(data: bytes, where: str) -> np.ndarray:
+    """An ``.npy`` file's array from its bytes, never unpickling, size checked against them."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f"format version {version}")
+    except MemoryError:
+        raise
+    except Exception as error:  # NumPy parses the header with ast and tokenize
+        raise FormatError(f"{where}: not a readable .npy array ({type(error).__name__}: "
+                          f"{error}); the file is damaged.") from None
+    if dtype.hasobject:
+        raise DTypeError(f"{where}: an array of Python objects, which only unpickling could "
+                         "load; rnnport never unpickles. Save plain numeric arrays.")
+    if dtype.kind not in "biufcSUV":
+        raise DTypeError(f"{where}: dtype {dtype} is not one rnnport reads.")
+    count = 1
+    for dim in shape:
+        count *= dim
+    start = stream.tell()
+    if count * dtype.itemsize != len(data) - start:
+        raise FormatError(f"{where}: the header gives shape {shape} of {dtype} "
+                          f"({count * dtype.itemsize:,} bytes), but {len(data) - start:,} "
+                          "follow it; the file is truncated or damaged.")
+    array = np.frombuffer(bytearray(data[start:]), dtype=dtype)
+    if fortran:
+        return array.reshape(shape[::-1]).transpose()
+    return array.reshape(shape)

@@ -1,0 +1,179 @@
+"""HDF5 files read in a separate, limited process, as a snapshot the caller walks safely.
+
+The HDF5 library parses files in native code, and a damaged or hostile file can make it
+hang or crash. So h5py runs in a child process (``python -I _hdf5_child.py``, which
+imports nothing from rnnport) with a memory limit, a CPU-time limit and a wall-clock
+timeout. The child copies the tree out: groups, their links (hard links are followed, soft and external links only
+named), attributes, and each dataset's array. The caller gets plain objects with the
+few h5py-like methods the Keras reader uses (:class:`Group`, :class:`Dataset`,
+:class:`HardLink`), or a :class:`~rnnport.errors.FormatError` when the child fails,
+crashes, runs out of time or memory, or returns something malformed.
+
+The child's bounds come from the file's own size: the bytes of uncompressed datasets at
+most the file's size, of compressed ones at most 1032 times it (deflate's largest
+expansion); at most 100,000 objects, 64 levels deep, each reached once. Datasets kept in
+other files (external or virtual storage) are recorded but never read.
+
+Protocol (child → parent, on stdout): 8 bytes little-endian header length, a JSON
+header, then the arrays' raw bytes in C order at the offsets the header gives. A child
+error is a JSON header ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError
+
+__all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "SoftLink", "snapshot"]
+
+CHILD = Path(__file__).with_name("_hdf5_child.py")
+TIMEOUT = 120.0              # seconds for the child, plus one per 10 MB of file
+
+
+# -- the snapshot -----------------------------------------------------------------------------
+
+
+class HardLink:
+    pass
+
+
+class SoftLink:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+class ExternalLink:
+    def __init__(self, filename: str, path: str) -> None:
+        self.filename, self.path = filename, path
+
+
+class Node:
+    def __init__(self, name: str, attrs: Mapping[str, Any]) -> None:
+        self.name = name
+        self.attrs = dict(attrs)
+
+
+class Dataset(Node):
+    def __init__(self, name: str, attrs: Mapping[str, Any], value: np.ndarray | None,
+                 problem: str | None, is_virtual: bool, external: bool) -> None:
+        super().__init__(name, attrs)
+        self._value, self._problem = value, problem
+        self.is_virtual, self.external = is_virtual, external
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if key != ():
+            raise TypeError("only dataset[()] is supported")
+        if self._value is None:
+            raise FormatError(f"dataset {self.name}: {self._problem}")
+        return self._value
+
+
+class Group(Node):
+    def __init__(self, name: str, attrs: Mapping[str, Any]) -> None:
+        super().__init__(name, attrs)
+        self._links: dict[str, tuple[Any, Node | None]] = {}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._links)
+
+    def __len__(self) -> int:
+        return len(self._links)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._links
+
+    def get(self, name: str, default: Any = None, getlink: bool = False) -> Any:
+        if name not in self._links:
+            return default
+        link, node = self._links[name]
+        return link if getlink else node
+
+    def __getitem__(self, name: str) -> Node:
+        link, node = self._links[name]
+        if node is None:
+            raise KeyError(f"{self.name}/{name} is a {type(link).__name__}, not followed")
+        return node
+
+
+# -- the parent side --------------------------------------------------------------------------
+
+
+def snapshot(source: str | os.PathLike[str] | bytes, where: str) -> Group:
+    """The tree of the HDF5 file ``source`` (a path, or the file's bytes), read by a child."""
+    if isinstance(source, bytes):
+        size, argument, stdin = len(source), "-", source
+    else:
+        size, argument, stdin = os.path.getsize(source), os.fspath(source), b""
+    command = [sys.executable, "-I", str(CHILD), argument, str(size)]
+    timeout = TIMEOUT + size / 10e6
+    try:
+        done = subprocess.run(command, input=stdin, capture_output=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise FormatError(f"{where}: the HDF5 library did not finish reading the file within "
+                          f"{timeout:.0f} s; the file is damaged or built to stall a reader. "
+                          "Nothing was read.") from None
+    if done.returncode != 0 or len(done.stdout) < 8:
+        detail = done.stderr.decode("utf8", "replace").strip().splitlines()[-1:] or [""]
+        how = (f"was killed by signal {-done.returncode}" if done.returncode < 0 else
+               f"failed (exit status {done.returncode})")
+        raise FormatError(f"{where}: the HDF5 reader {how} on this file {detail[0]!r}; the "
+                          "file is damaged or not HDF5. Nothing was read.")
+    return _parse(done.stdout, where)
+
+
+def _parse(output: bytes, where: str) -> Group:
+    length = int.from_bytes(output[:8], "little")
+    try:
+        header = json.loads(output[8:8 + length])
+    except ValueError:
+        raise FormatError(f"{where}: the HDF5 reader's answer is malformed.") from None
+    if "error" in header:
+        raise FormatError(f"{where}: not a readable HDF5 file ({header['error']}); expected a "
+                          "Keras weights or model file. It may be truncated or damaged; save it "
+                          "again.")
+    data = memoryview(bytearray(output[8 + length:]))
+    return _build(header["root"], data)
+
+
+def _build(entry: Mapping[str, Any], data: memoryview) -> Any:
+    attrs = {name: _attribute(value) for name, value in entry["attrs"].items()}
+    if entry["kind"] == "dataset":
+        value, problem = None, entry.get("problem")
+        if problem is None:
+            dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
+            start = entry["offset"]
+            end = start + dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            if not 0 <= start <= end <= len(data):
+                raise FormatError(f"dataset {entry['name']}: the HDF5 reader's answer is "
+                                  "malformed.")
+            value = np.frombuffer(data[start:end], dtype=dtype).reshape(shape)
+        return Dataset(entry["name"], attrs, value, problem, entry["virtual"], entry["external"])
+    group = Group(entry["name"], attrs)
+    for name, (kind, target) in entry["links"].items():
+        if kind == "hard":
+            group._links[name] = (HardLink(), _build(target, data))
+        elif kind == "soft":
+            group._links[name] = (SoftLink(target), None)
+        else:
+            group._links[name] = (ExternalLink(*target), None)
+    return group
+
+
+def _attribute(encoded: Mapping[str, Any]) -> Any:
+    if "str" in encoded:
+        return encoded["str"]
+    if "bytes" in encoded:
+        return np.bytes_(encoded["bytes"].encode("latin-1"))
+    if "strings" in encoded:
+        return np.array([_attribute(item) for item in encoded["strings"]], dtype=object)
+    return np.array(encoded["values"], dtype=encoded["dtype"]).reshape(encoded["shape"])
