@@ -3,8 +3,8 @@
 The HDF5 library parses files in native code, and a damaged or hostile file can make it
 hang or crash. So h5py runs in a child process (``python -I _hdf5_child.py``, which
 imports nothing from rnnport) with a memory limit, a CPU-time limit and a wall-clock
-timeout. The child copies the tree out: groups, their links (hard links are followed, soft and external links only
-named), attributes, and each dataset's array. The caller gets plain objects with the
+timeout. The child copies the tree out: groups, their links (hard links are followed,
+soft and external links only named), attributes, and each dataset's array. The caller gets plain objects with the
 few h5py-like methods the Keras reader uses (:class:`Group`, :class:`Dataset`,
 :class:`HardLink`), or a :class:`~rnnport.errors.FormatError` when the child fails,
 crashes, runs out of time or memory, or returns something malformed.
