@@ -539,8 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=FORMATS,
                         help="fuzz only this format's reader (repeatable)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
-    parser.add_argument("--timeout", type=float, default=10.0,
-                        help="seconds one read may take (default 10)")
+    parser.add_argument("--timeout", type=float, default=40.0,
+                        help="seconds one read may take (default 40; the HDF5 reader itself "
+                        "gives up after 20)")
     parser.add_argument("--memory", type=int, default=512,
                         help="MiB one worker may allocate beyond its imports (default 512)")
     parser.add_argument("--keep", type=Path, help="save failing inputs in this folder")

@@ -4,9 +4,9 @@ The HDF5 library parses files in native code, and a damaged or hostile file can 
 hang or crash. So h5py runs in a child process (``python -I _hdf5_child.py``, which
 imports nothing from rnnport) with a memory limit, a CPU-time limit and a wall-clock
 timeout. The child copies the tree out: groups, their links (hard links are followed,
-soft and external links only named), attributes, and each dataset's array. The caller gets plain objects with the
-few h5py-like methods the Keras reader uses (:class:`Group`, :class:`Dataset`,
-:class:`HardLink`), or a :class:`~rnnport.errors.FormatError` when the child fails,
+soft and external links only named), attributes, and each dataset's array. The caller
+gets plain objects with the few h5py-like methods the Keras reader uses (:class:`Group`,
+:class:`Dataset`, :class:`HardLink`), or a :class:`~rnnport.errors.FormatError` when the child fails,
 crashes, runs out of time or memory, or returns something malformed.
 
 The child's bounds come from the file's own size: the bytes of uncompressed datasets at
@@ -36,7 +36,7 @@ from ..errors import FormatError
 __all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "SoftLink", "snapshot"]
 
 CHILD = Path(__file__).with_name("_hdf5_child.py")
-TIMEOUT = 120.0              # seconds for the child, plus one per 10 MB of file
+TIMEOUT = 20.0               # seconds for the child, plus one per 10 MB of file
 
 
 # -- the snapshot -----------------------------------------------------------------------------
@@ -123,12 +123,26 @@ def snapshot(source: str | os.PathLike[str] | bytes, where: str) -> Group:
                           f"{timeout:.0f} s; the file is damaged or built to stall a reader. "
                           "Nothing was read.") from None
     if done.returncode != 0 or len(done.stdout) < 8:
-        detail = done.stderr.decode("utf8", "replace").strip().splitlines()[-1:] or [""]
-        how = (f"was killed by signal {-done.returncode}" if done.returncode < 0 else
-               f"failed (exit status {done.returncode})")
-        raise FormatError(f"{where}: the HDF5 reader {how} on this file {detail[0]!r}; the "
-                          "file is damaged or not HDF5. Nothing was read.")
+        if done.returncode < 0:
+            name = _signal_name(-done.returncode)
+            how = {"SIGXCPU": "ran out of CPU time", "SIGSEGV": "crashed (SIGSEGV)",
+                   "SIGABRT": "aborted"}.get(name, f"was stopped by {name}")
+        else:
+            lines = done.stderr.decode("utf8", "replace").strip().splitlines()
+            how = f"failed ({lines[-1] if lines else f'exit status {done.returncode}'})"
+        raise FormatError(f"{where}: the HDF5 library {how} reading this file; the file is "
+                          "damaged or built to break a reader (it ran in a separate process, "
+                          "so nothing else was affected). Nothing was read.")
     return _parse(done.stdout, where)
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _parse(output: bytes, where: str) -> Group:
