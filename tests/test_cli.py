@@ -123,7 +123,8 @@ def test_convert_refuses_to_overwrite_and_never_writes_over_its_input(
     other = model_file.parent / "other.npz"
     other.write_bytes(b"keep me")
     assert main(["convert", str(model_file), str(other)]) == 1
-    assert capsys.readouterr().err.strip().endswith("other.npz: exists; pass --force to replace it.")
+    assert capsys.readouterr().err.strip().endswith(
+        "other.npz: exists; pass --force to replace it. Nothing was written.")
     assert other.read_bytes() == b"keep me"
     assert main(["convert", str(model_file), str(other), "--force", "-q"]) == 0
     assert rnnport.read(other) == rnnport.read(model_file)

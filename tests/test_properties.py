@@ -1,4 +1,5 @@
-"""Property tests: random specs × every format pair → bit-exact round trips, equal outputs."""
+"""Property tests: random specs × every format pair → bit-exact round trips, equal outputs,
+or an error naming the feature the format lacks, exactly as the conversion matrix says."""
 
 from __future__ import annotations
 
@@ -11,25 +12,39 @@ from hypothesis import strategies as st
 import rnnport
 from rnnport import RNN, Spec
 from rnnport.errors import UnsupportedFeatureError
-from rnnport.formats import get
+from rnnport.formats import bias_kind, get, one_bias
 
 FORMATS = rnnport.formats()
 TOLERANCE = {np.float16: 2e-3, np.float32: 2e-5, np.float64: 1e-12}
+ACTIVATIONS = {"lstm": (("HardSigmoid", 0.3, 0.4), ("Tanh", 0, 0), ("Softsign", 0, 0)),
+               "gru": (("Sigmoid", 0, 0), ("ScaledTanh", 1.5, 0.7))}
+# How an UnsupportedFeatureError names each feature (written here, not taken from rnnport).
+NAMES = {"projection": "projection", "peepholes": "peepholes", "cell_clip": "cell clip",
+         "gate_clip": "gate clip", "input_forget": "coupled input and forget gates",
+         "activations": "non-default activations", "reset_before": "reset-before GRU"}
 
 
 @st.composite
 def models(draw: Any) -> RNN:
     cell = draw(st.sampled_from(["lstm", "gru", "rnn_tanh", "rnn_relu"]))
     hidden = draw(st.integers(1, 5))
+    lstm = cell == "lstm"
+    extras = draw(st.booleans())  # half the specs use none of the optional features
     spec = Spec(
         cell=cell,
         input_size=draw(st.integers(1, 5)),
         hidden_size=hidden,
         num_layers=draw(st.integers(1, 3)),
         bidirectional=draw(st.booleans()),
-        proj_size=draw(st.integers(0, hidden - 1)) if cell == "lstm" and hidden > 1 else 0,
+        proj_size=draw(st.integers(0, hidden - 1)) if lstm and hidden > 1 else 0,
         reset_after=draw(st.booleans()) if cell == "gru" else True,
         bias=draw(st.booleans()),
+        peepholes=extras and lstm and draw(st.booleans()),
+        cell_clip=draw(st.sampled_from([None, 0.5, 3.0])) if extras and lstm else None,
+        gate_clip=draw(st.sampled_from([None, 2.0])) if extras else None,
+        input_forget=extras and lstm and draw(st.booleans()),
+        activations=draw(st.sampled_from([(), ACTIVATIONS[cell]]))
+        if extras and cell in ACTIVATIONS else (),
     )
     dtype = draw(st.sampled_from([np.float16, np.float32, np.float64]))
     return RNN.random(spec, seed=draw(st.integers(0, 2**32 - 1)), dtype=dtype)
@@ -44,8 +59,9 @@ def read_options(fmt: str, spec: Spec) -> dict[str, Any]:
         return {"nonlinearity": spec.nonlinearity} if spec.cell.startswith("rnn") else {}
     if fmt in ("onnx", "npz"):
         return {}
-    if fmt == "tf1":
-        return {"activation": spec.nonlinearity} if spec.cell.startswith("rnn") else {}
+    if fmt == "tf1":  # a checkpoint stores neither a BasicRNNCell's activation nor a clip
+        return {"activation": spec.nonlinearity} if spec.cell.startswith("rnn") else \
+            {"cell_clip": spec.cell_clip} if spec.cell_clip is not None else {}
     if fmt in ("cudnn", "miopen"):
         return dict(cell=spec.cell, input_size=spec.input_size, hidden_size=spec.hidden_size,
                     num_layers=spec.num_layers, bidirectional=spec.bidirectional,
@@ -54,9 +70,12 @@ def read_options(fmt: str, spec: Spec) -> dict[str, Any]:
 
 
 def write_options(fmt: str, spec: Spec) -> dict[str, Any]:
-    """TF1 checkpoints do not store a BasicRNNCell's activation: the writer is told it."""
+    """TF1 checkpoints store neither a BasicRNNCell's activation nor a cell clip: the
+    writer is told them, as the graph would be."""
     if fmt == "tf1" and spec.cell.startswith("rnn"):
         return {"activation": spec.nonlinearity}
+    if fmt == "tf1" and spec.cell_clip is not None:
+        return {"cell_clip": spec.cell_clip}
     return {}
 
 
@@ -68,21 +87,38 @@ def through(model: RNN, fmt: str) -> RNN:
     return rnnport.read(write(model, fmt), fmt, **read_options(fmt, model.spec))
 
 
+def used(spec: Spec) -> list[str]:
+    """The optional features ``spec`` uses, found from its fields."""
+    return [feature for feature, on in (
+        ("projection", spec.proj_size > 0), ("peepholes", spec.peepholes),
+        ("cell_clip", spec.cell_clip is not None), ("gate_clip", spec.gate_clip is not None),
+        ("input_forget", spec.input_forget), ("activations", bool(spec.activations)),
+        ("reset_before", spec.cell == "gru" and not spec.reset_after)) if on]
+
+
+def lacks(fmt: str, spec: Spec) -> list[str]:
+    return [feature for feature in used(spec) if feature not in get(fmt).FEATURES]
+
+
 def holds(fmt: str, spec: Spec) -> bool:
-    features = get(fmt).FEATURES
-    return ((not spec.proj_size or "projection" in features)
-            and (spec.cell != "gru" or spec.reset_after or "reset_before" in features))
+    return not lacks(fmt, spec)
 
 
 def single_bias(fmt: str, spec: Spec) -> bool:
-    """Whether ``fmt`` keeps one bias where the model has two (so a trip sums them).
+    """Whether ``fmt`` keeps one bias where the model has two (so a trip sums them). TF1
+    cells always save a bias: a bias-free model comes back with zero biases."""
+    return (spec.bias or fmt == "tf1") and bias_kind(spec) in one_bias(fmt)
 
-    TF1 cells always save biases (zeros for a bias-free model, less the forget bias), and
-    even CudnnCompatibleGRUCell sums the gates' two biases.
-    """
-    if fmt == "tf1":
-        return True
-    return fmt == "keras" and spec.bias and not (spec.cell == "gru" and spec.reset_after)
+
+def assert_refused(model: RNN, fmt: str) -> None:
+    """Writing ``model`` as ``fmt`` fails with an error naming a feature ``fmt`` lacks."""
+    try:
+        write(model, fmt)
+    except UnsupportedFeatureError as error:
+        assert any(NAMES[feature] in str(error) for feature in lacks(fmt, model.spec)), error
+        assert fmt in str(error) and "cannot hold" in str(error), error
+        return
+    raise AssertionError(f"{fmt} accepted {model.spec}")
 
 
 def leaves(native: Any) -> list[np.ndarray]:
@@ -106,7 +142,7 @@ def assert_same_native(a: Any, b: Any) -> None:
         assert np.array_equal(x.view(f"u{x.itemsize}"), y.view(f"u{y.itemsize}"))
 
 
-settings.register_profile("rnnport", max_examples=150, deadline=None,
+settings.register_profile("rnnport", max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rnnport")
 
@@ -115,11 +151,8 @@ settings.load_profile("rnnport")
 def test_each_format_round_trips_or_says_why_not(model: RNN) -> None:
     for fmt in FORMATS:
         if not holds(fmt, model.spec):
-            try:
-                write(model, fmt)
-            except UnsupportedFeatureError:
-                continue
-            raise AssertionError(f"{fmt} accepted {model.spec}")
+            assert_refused(model, fmt)
+            continue
         back = through(model, fmt)
         if single_bias(fmt, model.spec):
             # One stored bias: the trip sums the two slots; a second trip changes nothing.
@@ -131,9 +164,15 @@ def test_each_format_round_trips_or_says_why_not(model: RNN) -> None:
 
 @given(models(), st.sampled_from(FORMATS), st.sampled_from(FORMATS))
 def test_every_format_pair_keeps_the_function(model: RNN, first: str, second: str) -> None:
-    if not (holds(first, model.spec) and holds(second, model.spec)):
+    """read(write(A)) → write(B) → read(B): the same outputs, bit-equal arrays unless a bias
+    had to be summed; or an error naming the feature A or B cannot hold."""
+    if not holds(first, model.spec):
+        assert_refused(model, first)
         return
     via_first = through(model, first)
+    if not holds(second, model.spec):
+        assert_refused(via_first, second)
+        return
     via_both = through(via_first, second)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 4, model.spec.input_size))
     y_model, _ = model.forward(x)
@@ -143,3 +182,57 @@ def test_every_format_pair_keeps_the_function(model: RNN, first: str, second: st
     assert_same_native(write(via_both, second), write(via_first, second))
     if not single_bias(first, model.spec) and not single_bias(second, model.spec):
         assert via_both == model
+    elif model.spec.bias:  # a summing format really does sum: the two slots become one
+        assert via_both != model or not np.any(model.params[0][0]["bias_hh"])
+
+
+def test_the_matrix_says_what_the_pairs_do() -> None:
+    """Each matrix cell against the formats' behaviour on one network per feature."""
+    from rnnport.formats import FEATURE_CODES, matrix
+
+    for row in matrix():
+        for pair in row:
+            for feature in FEATURE_CODES:
+                spec = _spec_using(feature)
+                model = RNN.random(spec, seed=1)
+                refused = feature in pair.refused
+                can_start = holds(pair.source, spec)
+                if not can_start:
+                    continue
+                via = through(model, pair.source)
+                if refused:
+                    assert_refused(via, pair.target)
+                else:
+                    through(via, pair.target)
+            for kind, spec in (("lstm", Spec("lstm", 2, 3)), ("gru", Spec("gru", 2, 3)),
+                               ("gru_reset_before", Spec("gru", 2, 3, reset_after=False)),
+                               ("rnn", Spec("rnn_tanh", 2, 3))):
+                if not holds(pair.source, spec) or not holds(pair.target, spec):
+                    continue
+                model = RNN.random(spec, seed=2)
+                via = through(through(model, pair.source), pair.target)
+                summed = single_bias(pair.source, spec) or single_bias(pair.target, spec)
+                assert (via != model) == summed, (pair, kind)
+                assert (kind in pair.summed) == (summed and not single_bias(pair.source, spec))
+
+
+def _spec_using(feature: str) -> Spec:
+    return {"projection": Spec("lstm", 2, 3, proj_size=2),
+            "peepholes": Spec("lstm", 2, 3, peepholes=True),
+            "cell_clip": Spec("lstm", 2, 3, cell_clip=1.0),
+            "gate_clip": Spec("gru", 2, 3, gate_clip=1.0),
+            "input_forget": Spec("lstm", 2, 3, input_forget=True),
+            "activations": Spec("gru", 2, 3, activations=ACTIVATIONS["gru"]),
+            "reset_before": Spec("gru", 2, 3, reset_after=False)}[feature]
+
+
+def test_the_readme_shows_the_generated_matrix() -> None:
+    from pathlib import Path
+
+    from rnnport.formats import matrix_markdown
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    start, end = "<!-- matrix: generated by tools/readme_matrix.py -->", "<!-- /matrix -->"
+    assert start in readme and end in readme, "README lacks the matrix markers"
+    shown = readme.split(start, 1)[1].split(end, 1)[0].strip()
+    assert shown == matrix_markdown(), "run: python tools/readme_matrix.py"

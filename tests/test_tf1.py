@@ -365,8 +365,9 @@ def test_param_count_is_what_the_cells_save() -> None:
 def test_float16_and_float64_checkpoints_keep_their_dtype(tmp_path: Path) -> None:
     for dtype in (np.float16, np.float64):
         model = _model(Spec("lstm", 4, 5, num_layers=2), dtype=dtype)
-        rnnport.write(model, "tf1", path=tmp_path / "m.ckpt")
-        back = rnnport.read(tmp_path / "m.ckpt")
+        prefix = tmp_path / f"m{np.dtype(dtype).itemsize}.ckpt"
+        rnnport.write(model, "tf1", path=prefix)
+        back = rnnport.read(prefix)
         assert back.dtype == dtype
         assert rnnport.write(back, "tf1").keys() == rnnport.write(model, "tf1").keys()
 

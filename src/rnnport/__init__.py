@@ -78,21 +78,25 @@ def read(source: Any, fmt: str | None = None, **options: Any) -> Model:
     return _format_module(name).read(source, **options)
 
 
-def write(model: Model, fmt: str, path: Any = None, **options: Any) -> Any:
+def write(model: Model, fmt: str, path: Any = None, *, overwrite: bool = False,
+          **options: Any) -> Any:
     """Write ``model`` in format ``fmt``; returns the format's native object and, when
-    ``path`` is given, also saves it there (atomically)."""
+    ``path`` is given, also saves it there (atomically). An existing file is replaced only
+    with ``overwrite=True``."""
     if not isinstance(model, (RNN, Stack)):
         raise FormatError(f"write: expected an rnnport.RNN or Stack (from rnnport.read), got "
                           f"{type(model).__name__}.")
-    _check_path("write", path)
-    return _format_module(fmt).write(model, path=path, **options)
+    module = _format_module(fmt)
+    _check_path("write", path, fmt, overwrite, None)
+    return module.write(model, path=path, **options)
 
 
 def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
-            **options: Any) -> Any:
-    """``write(read(source, fmt), to, path)``; each option goes to the side that takes it."""
+            overwrite: bool = False, **options: Any) -> Any:
+    """``write(read(source, fmt), to, path)``; each option goes to the side that takes it.
+    ``path`` is never the source file, and replaces a file only with ``overwrite=True``."""
     if fmt is None and isinstance(source, (RNN, Stack)):
-        return write(source, to, path=path, **options)
+        return write(source, to, path=path, overwrite=overwrite, **options)
     source_name = _sniff(source) if fmt is None else _format_info(fmt).name
     reader, writer = _format_module(source_name), _format_module(to)
     read_options = {k: v for k, v in options.items() if k in reader.READ_OPTIONS}
@@ -103,16 +107,24 @@ def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
         raise UnknownOptionError(
             f"convert({source_name} → {to}): unknown option(s) {', '.join(unknown)}; reading "
             f"{source_name} and writing {to} take: {', '.join(known) or 'none'}.")
-    _check_path(f"convert({source_name} → {to})", path)
+    _check_path(f"convert({source_name} → {to})", path, to, overwrite, source)
     model = reader.read(source, **read_options)
     _shared_with_caller(model, source)  # the writer may return views of the source's arrays
     return writer.write(model, path=path, **write_options)
 
 
-def _check_path(where: str, path: Any) -> None:
-    if path is not None and not isinstance(path, (str, os.PathLike)):
+def _check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any) -> None:
+    """Before any work: ``path`` names files that can be written, none of them the source's
+    or (unless ``overwrite``) an existing file."""
+    if path is None:
+        return
+    if not isinstance(path, (str, os.PathLike)):
         raise FormatError(f"{where}: path={path!r}; expected a file name (str or os.PathLike), "
                           "or None to only return the native object.")
+    from .io.atomic import check_outputs, input_files, output_files
+
+    check_outputs(output_files(path, _format_info(fmt).name), input_files(source), overwrite,
+                  "pass overwrite=True")
 
 
 def param_count(model: Model, fmt: str | None = None, **options: Any) -> int:

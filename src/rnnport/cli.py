@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from .errors import FormatError, RnnportError
+from .io.atomic import check_outputs, input_files, output_files
 
 __all__ = ["main", "main_entry"]
 
@@ -126,8 +127,11 @@ def _parser() -> argparse.ArgumentParser:
                    "parameter buffer and check every value against the buffer cuDNN received.")
     demo.add_argument("--reference", metavar="JSON",
                       help="reference file (default: the copy bundled with rnnport)")
-    command("formats", "list the formats, what they read and write, and their options",
-            "List the registered formats.")
+    listing = command("formats", "list the formats, what they read and write, and their options",
+                      "List the registered formats, or with --matrix which conversions are "
+                      "exact, which sum biases and which features each pair refuses.")
+    listing.add_argument("--matrix", action="store_true",
+                         help="print the conversion matrix (Markdown) instead")
     return parser
 
 
@@ -163,41 +167,6 @@ def _target(path: str, fmt: str | None) -> str:
     raise FormatError(f"{path}: cannot tell the output format from the name; pass --to FORMAT "
                       f"(e.g. --to tf1 for a checkpoint prefix). Files rnnport writes end in "
                       f"{suffixes}; a legacy Keras .h5 is read, not written.")
-
-
-def _outputs(path: str, fmt: str) -> list[Path]:
-    if fmt == "tf1":
-        from .io.tensorbundle import checkpoint_prefix
-
-        prefix = checkpoint_prefix(path)
-        return [Path(f"{prefix}.index"), Path(f"{prefix}.data-00000-of-00001")]
-    return [Path(path)]
-
-
-def _check_output(paths: Sequence[Path], inputs: Sequence[str], force: bool) -> None:
-    """Before any work: every output can be written, is no input, and replaces nothing
-    unless ``--force`` says so."""
-    from .io.atomic import check_target
-
-    sources = {Path(p).resolve() for p in inputs}
-    for path in paths:
-        check_target(path)
-        if path.resolve() in sources:
-            raise FormatError(f"{path}: is the input file; rnnport never writes over its input. "
-                              "Choose another output path.")
-        if path.exists() and not force:
-            raise FormatError(f"{path}: exists; pass --force to replace it.")
-
-
-def _input_files(path: str) -> list[str]:
-    from .io.tensorbundle import checkpoint_prefix
-
-    files = [path]
-    if not path.lower().endswith((".npz", ".npy", ".onnx", ".pt", ".pth", ".safetensors",
-                                  ".keras", ".h5", ".hdf5")):
-        prefix = checkpoint_prefix(path)
-        files += [f"{prefix}.index", *map(str, prefix.parent.glob(f"{prefix.name}.data-*"))]
-    return files
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -303,7 +272,8 @@ def _convert(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     options = dict(args.options)
     target = _target(args.destination, args.to)
     writer = get(target)
-    _check_output(_outputs(args.destination, target), _input_files(args.source), args.force)
+    check_outputs(output_files(args.destination, target), input_files(args.source), args.force,
+                  "pass --force")
     write_options = {k: v for k, v in options.items() if k in writer.WRITE_OPTIONS}
     model, source_fmt = _read(args.source, args.fmt, options, progress, only_known=True)
     unknown = sorted(set(options) - set(get(source_fmt).READ_OPTIONS) - set(write_options))
@@ -312,8 +282,8 @@ def _convert(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
             f"option(s) {', '.join(unknown)} apply to neither {source_fmt} (reading) nor "
             f"{target} (writing); `rnnport formats` lists each format's options.")
     progress(f"writing {args.destination} ({target}) …")
-    rnnport.write(model, target, path=args.destination, **write_options)
-    size = sum(p.stat().st_size for p in _outputs(args.destination, target) if p.exists())
+    rnnport.write(model, target, path=args.destination, overwrite=True, **write_options)
+    size = sum(p.stat().st_size for p in output_files(args.destination, target) if p.exists())
     what = (f"a stack of {len(model.parts)} networks" if isinstance(model, rnnport.Stack)
             else model.spec.describe())
     print(f"wrote {args.destination} ({target}, {size:,} bytes): {what}", file=out)
@@ -389,7 +359,8 @@ def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     if args.output:
         if not args.output.lower().endswith(".npz"):
             raise FormatError(f"{args.output}: --output should end in .npz.")
-        _check_output([Path(args.output)], [args.source, args.input], args.force)
+        check_outputs([Path(args.output)], [*input_files(args.source), Path(args.input)],
+                      args.force, "pass --force")
     model, _ = _read(args.source, args.fmt, dict(args.options), progress)
     x = _load_array(args.input, "--input")
     lengths = _load_array(args.lengths, "--lengths") if args.lengths else None
@@ -431,7 +402,7 @@ def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     from .io.atomic import atomic_write
 
     if args.html:
-        _check_output([Path(args.html)], [], args.force)
+        check_outputs([Path(args.html)], [], args.force, "pass --force")
     result = explain(args.cell, args.source_format, args.target_format,
                      input_size=args.input_size, hidden_size=args.hidden_size)
     print(result.text(color=out.isatty() and "NO_COLOR" not in os.environ), file=out)
@@ -442,9 +413,12 @@ def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     return 0
 
 
-def _formats(out: TextIO) -> int:
-    from .formats import formats, get, info
+def _formats(args: argparse.Namespace, out: TextIO) -> int:
+    from .formats import formats, get, info, matrix_markdown
 
+    if args.matrix:
+        print(matrix_markdown(), file=out)
+        return 0
     for name in formats():
         module = get(name)
         extra = module.EXTRA
@@ -475,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_demo(args.reference, out)
         if args.command == "formats":
-            return _formats(out)
+            return _formats(args, out)
         handler = {"inspect": _inspect, "convert": _convert, "run": _run,
                    "explain": _explain}[args.command]
         return handler(args, out, progress)

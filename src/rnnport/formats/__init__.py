@@ -10,6 +10,8 @@ Every format module has the same surface:
 * ``FEATURES``: which of ``projection``, ``peepholes``, ``cell_clip``, ``gate_clip``,
   ``input_forget``, ``activations``, ``reset_before`` (GRU) it can hold, checked by
   :func:`check_features` before writing
+* ``ONE_BIAS`` (optional, default none): the cell kinds (``lstm``, ``gru``,
+  ``gru_reset_before``, ``rnn``) whose two biases it stores as one sum
 * ``param_count(model, **options) -> int``: parameters as the format stores them
 
 Adding a format is one module plus one line in ``_REGISTRY``.
@@ -32,7 +34,8 @@ from ..errors import (
 from ..spec import Spec
 from ._common import close_matches, describe
 
-__all__ = ["FormatInfo", "check_features", "formats", "get", "info", "missing_feature", "sniff"]
+__all__ = ["FEATURE_CODES", "FormatInfo", "bias_kind", "check_features", "formats", "get", "info",
+           "matrix", "matrix_markdown", "missing_feature", "one_bias", "sniff"]
 
 
 @dataclass(frozen=True)
@@ -143,3 +146,78 @@ def check_features(spec: Spec, name: str, where: str) -> None:
         raise UnsupportedFeatureError(
             f"{where}: the {name} format cannot hold {what}: {why}. Converting would "
             f"change the numbers, so nothing was written. {alternatives}")
+
+
+# -- what converts to what ---------------------------------------------------------------------
+
+# Each optional feature, with the short code the conversion matrix uses for it.
+FEATURE_CODES = {"projection": ("P", "LSTM projection"), "peepholes": ("p", "LSTM peepholes"),
+                 "cell_clip": ("c", "LSTM cell clip"), "gate_clip": ("g", "gate clip"),
+                 "input_forget": ("f", "coupled input-forget gates"),
+                 "activations": ("a", "non-default activations"),
+                 "reset_before": ("r", "reset-before GRU")}
+BIAS_KINDS = {"lstm": "LSTM", "gru": "GRU", "gru_reset_before": "reset-before GRU",
+              "rnn": "simple RNN"}
+
+
+def bias_kind(spec: Spec) -> str:
+    """``lstm``, ``gru`` (reset after), ``gru_reset_before`` or ``rnn``: how biases combine."""
+    if spec.cell == "gru":
+        return "gru" if spec.reset_after else "gru_reset_before"
+    return "rnn" if spec.cell.startswith("rnn") else spec.cell
+
+
+def one_bias(name: str) -> frozenset[str]:
+    """The cell kinds whose two biases format ``name`` stores as their sum."""
+    return getattr(get(name), "ONE_BIAS", frozenset())
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Converting one network from ``source`` to ``target``."""
+
+    source: str
+    target: str
+    refused: tuple[str, ...]    # features the source can hold and the target cannot
+    summed: tuple[str, ...]     # cell kinds whose separate biases the target sums
+
+    def cell(self) -> str:
+        mark = "Σ" if self.summed else "✓"
+        codes = " ".join(FEATURE_CODES[feature][0] for feature in self.refused)
+        return f"{mark} −{codes}" if codes else mark
+
+
+def matrix() -> list[list[Pair]]:
+    """For every ordered pair of formats: which features stop a conversion (an error naming
+    the feature) and which cells' biases get summed (the function is kept, the arrays are
+    not bit-equal). Everything else converts with bit-equal arrays."""
+    names = formats()
+    holds = {name: get(name).FEATURES for name in names}
+    return [[Pair(source, target,
+                  tuple(f for f in FEATURE_CODES if f in holds[source] - holds[target]),
+                  tuple(k for k in BIAS_KINDS if k in one_bias(target) - one_bias(source)))
+             for target in names] for source in names]
+
+
+def matrix_markdown() -> str:
+    """The conversion matrix as a Markdown table with its legend."""
+    names = formats()
+    lines = ["| from ↓ to → | " + " | ".join(f"`{name}`" for name in names) + " |",
+             "|---|" + "---|" * len(names)]
+    for row in matrix():
+        lines.append(f"| `{row[0].source}` | " + " | ".join(p.cell() for p in row) + " |")
+    codes = ", ".join(f"{code} {what}" for code, what in FEATURE_CODES.values())
+    summed = "; ".join(f"`{name}`: {', '.join(v for k, v in BIAS_KINDS.items() if k in one_bias(name))}"
+                       for name in names if one_bias(name))
+    lines += [
+        "",
+        "* ✓: every network the source format holds converts, and its arrays read back "
+        "bit-equal.",
+        "* Σ: the target keeps one bias where the source keeps two, so they are summed (the "
+        f"same function, rounded once): {summed}. TF1 cells also store zero biases for a "
+        "network without them.",
+        f"* −x: networks using feature x are refused with an error naming it: {codes}.",
+        "* Every format holds LSTM, GRU and simple RNN (tanh and relu) cells, any number of "
+        "layers, one or two directions, with or without biases.",
+    ]
+    return "\n".join(lines)

@@ -64,6 +64,8 @@ from ._common import check_options, combine_biases, describe, to_numpy
 DESCRIPTION = "Keras layers, get_weights() lists and model files (.keras, .h5, .weights.h5)"
 EXTRA = "keras"
 FEATURES = frozenset({"reset_before"})
+# Cells whose two biases Keras keeps as one (a GRU with reset_after=True keeps both).
+ONE_BIAS = frozenset({"lstm", "gru_reset_before", "rnn"})
 READ_OPTIONS = frozenset({"activation", "reset_after", "layer"})
 WRITE_OPTIONS: frozenset[str] = frozenset()
 

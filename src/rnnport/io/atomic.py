@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import FormatError
 
-__all__ = ["atomic_write", "atomic_write_all", "check_target", "file_mode", "save_npy"]
+__all__ = ["atomic_write", "atomic_write_all", "check_outputs", "check_target", "file_mode",
+           "input_files", "output_files", "save_npy"]
 
 
 def check_target(path: str | os.PathLike[str]) -> Path:
@@ -28,6 +29,47 @@ def check_target(path: str | os.PathLike[str]) -> Path:
     if target.is_dir():
         raise FormatError(f"{target}: is a folder; expected a file path. Nothing was written.")
     return target
+
+
+def output_files(path: str | os.PathLike[str], fmt: str) -> list[Path]:
+    """The files ``write(model, fmt, path=path)`` creates."""
+    if fmt == "tf1":
+        from .tensorbundle import checkpoint_prefix
+
+        if Path(path).is_dir():
+            raise FormatError(f"{path} is a folder; pass a checkpoint prefix inside it, e.g. "
+                              f"{Path(path) / 'model.ckpt'}. Nothing was written.")
+        prefix = checkpoint_prefix(path)
+        return [Path(f"{prefix}.index"), Path(f"{prefix}.data-00000-of-00001")]
+    return [Path(path)]
+
+
+def input_files(source: object) -> list[Path]:
+    """The files a read of ``source`` may open (a checkpoint prefix: its index and data)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return []
+    path = Path(source)
+    if path.suffix.lower() in (".npz", ".npy", ".onnx", ".pt", ".pth", ".safetensors",
+                               ".keras", ".h5", ".hdf5"):
+        return [path]
+    from .tensorbundle import checkpoint_prefix
+
+    prefix = checkpoint_prefix(path)
+    return [path, Path(f"{prefix}.index"), *prefix.parent.glob(f"{prefix.name}.data-*")]
+
+
+def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bool,
+                  how: str) -> None:
+    """Before any work: every output can be written, is none of the inputs, and replaces
+    nothing unless ``overwrite``; ``how`` says how to allow that (``pass --force``)."""
+    sources = {path.resolve() for path in inputs}
+    for path in outputs:
+        check_target(path)
+        if path.resolve() in sources:
+            raise FormatError(f"{path}: is the input file; rnnport never writes over its input. "
+                              "Choose another output path. Nothing was written.")
+        if path.exists() and not overwrite:
+            raise FormatError(f"{path}: exists; {how} to replace it. Nothing was written.")
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:

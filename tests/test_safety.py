@@ -1,0 +1,202 @@
+"""Safe by default: no pickled code runs, archives stay inside themselves, no network, no
+file written over an input or (without overwrite=True / --force) over an existing one, and
+a file that breaks the HDF5 library breaks only the child process that reads it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rnnport
+from rnnport import RNN, Spec
+from rnnport.errors import DTypeError, FormatError, RnnportError, UnsupportedFeatureError
+
+MODEL = RNN.random(Spec("lstm", 3, 4, bidirectional=True), seed=5)
+
+
+class Touch:
+    """Unpickling this creates the file ``path``: proof that pickled code ran."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.path,))
+
+
+def test_pickled_code_is_never_run(tmp_path: Path) -> None:
+    import torch
+
+    marker = tmp_path / "ran"
+    torch.save({"weight_ih_l0": Touch(marker)}, tmp_path / "evil.pt")
+    np.savez(tmp_path / "evil.npz", rnnport=np.array([Touch(marker)], dtype=object))
+    with pytest.raises(FormatError, match="never runs pickled code"):
+        rnnport.read(tmp_path / "evil.pt")
+    with pytest.raises(DTypeError, match="rnnport never unpickles"):
+        rnnport.read(tmp_path / "evil.npz")
+    assert not marker.exists()
+
+
+def _with_member(source: Path, target: Path, name: str, data: bytes) -> Path:
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for info in old.infolist():
+            new.writestr(info, old.read(info.filename))
+        new.writestr(zipfile.ZipInfo(name), data)
+    return target
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".keras"])
+@pytest.mark.parametrize("member", ["../evil.npy", "/tmp/evil.npy", "C:/evil.npy"])
+def test_archive_members_stay_inside_the_archive(tmp_path: Path, suffix: str,
+                                                 member: str) -> None:
+    fmt = {".npz": "npz", ".pt": "torch", ".keras": "keras"}[suffix]
+    rnnport.write(MODEL, fmt, path=tmp_path / f"good{suffix}")
+    evil = _with_member(tmp_path / f"good{suffix}", tmp_path / f"evil{suffix}", member, b"x")
+    with pytest.raises(FormatError, match=r"has a path that leaves the archive's folder"):
+        rnnport.read(evil)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"good{suffix}",
+                                                                 f"evil{suffix}"])
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".keras"])
+def test_a_member_declaring_more_than_it_stores_is_refused(tmp_path: Path, suffix: str) -> None:
+    fmt = {".npz": "npz", ".pt": "torch", ".keras": "keras"}[suffix]
+    rnnport.write(MODEL, fmt, path=tmp_path / f"m{suffix}")
+    data = bytearray((tmp_path / f"m{suffix}").read_bytes())
+    at = data.index(b"PK\x01\x02")  # the first central directory entry: its declared size
+    data[at + 24:at + 28] = (2**32 - 2).to_bytes(4, "little")
+    (tmp_path / f"big{suffix}").write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=r"declares 4,294,967,294 bytes"):
+        rnnport.read(tmp_path / f"big{suffix}")
+
+
+def test_an_npy_header_cannot_ask_for_more_than_the_file_holds(tmp_path: Path) -> None:
+    rnnport.write(MODEL, "npz", path=tmp_path / "m.npz")
+    with zipfile.ZipFile(tmp_path / "m.npz") as old, \
+            zipfile.ZipFile(tmp_path / "huge.npz", "w") as new:
+        for info in old.infolist():
+            data = old.read(info.filename)
+            if info.filename != "rnnport.npy":
+                data = data.replace(b"'shape': (", b"'shape': (100000000000, ", 1)
+            new.writestr(info, data)
+    with pytest.raises(FormatError, match=r"the header gives shape \(100000000000, .* but "
+                                          r"[\d,]+ follow it"):
+        rnnport.read(tmp_path / "huge.npz")
+
+
+def test_onnx_external_data_is_never_opened(tmp_path: Path) -> None:
+    import onnx
+
+    model = rnnport.write(MODEL, "onnx")
+    onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    (tmp_path / "weights.bin").unlink()  # a reader that followed the reference would fail
+    with pytest.raises(UnsupportedFeatureError, match="keeps its data in another file"):
+        rnnport.read(tmp_path / "m.onnx")
+
+
+READ_EVERY_FORMAT = """
+import sys, socket
+from pathlib import Path
+events = []
+def hook(event, args):
+    if event.startswith(("socket.", "urllib.", "http.")) or event == "ftplib.connect":
+        events.append(event)
+sys.addaudithook(hook)
+import rnnport
+for path in sys.argv[1:]:
+    rnnport.read(path)
+print(sorted(set(events)))
+"""
+
+
+def test_reading_every_file_format_opens_no_socket(tmp_path: Path) -> None:
+    paths = []
+    for name, fmt in (("m.npz", "npz"), ("m.keras", "keras"), ("m.weights.h5", "keras"),
+                      ("m.onnx", "onnx"), ("m.pt", "torch"), ("m.safetensors", "torch"),
+                      ("m.ckpt", "tf1")):
+        rnnport.write(MODEL, fmt, path=tmp_path / name)
+        paths.append(str(tmp_path / name))
+    done = subprocess.run([sys.executable, "-c", READ_EVERY_FORMAT, *paths],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("npz", "m.npz"), ("tf1", "m.ckpt"),
+                                           ("keras", "m.keras"), ("torch", "m.pt")])
+def test_write_refuses_to_replace_a_file_unless_told(tmp_path: Path, fmt: str, name: str) -> None:
+    first = rnnport.write(MODEL, fmt, path=tmp_path / name)
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    other = RNN.random(MODEL.spec, seed=6)
+    with pytest.raises(FormatError, match=r"exists; pass overwrite=True to replace it\. "
+                                          "Nothing was written"):
+        rnnport.write(other, fmt, path=tmp_path / name)
+    with pytest.raises(FormatError, match=r"exists; pass overwrite=True"):
+        rnnport.convert(other, fmt, path=tmp_path / name)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
+    rnnport.write(other, fmt, path=tmp_path / name, overwrite=True)
+    assert rnnport.read(tmp_path / "m.ckpt" if fmt == "tf1" else tmp_path / name) == \
+        rnnport.read(rnnport.write(other, fmt), fmt) != rnnport.read(first, fmt)
+
+
+def test_convert_never_writes_over_its_source(tmp_path: Path) -> None:
+    rnnport.write(MODEL, "npz", path=tmp_path / "m.npz")
+    rnnport.write(MODEL, "tf1", path=tmp_path / "m.ckpt")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(FormatError, match="is the input file; rnnport never writes over"):
+        rnnport.convert(tmp_path / "m.npz", "npz", path=tmp_path / "m.npz", overwrite=True)
+    with pytest.raises(FormatError, match="is the input file"):
+        rnnport.convert(tmp_path / "m.ckpt", "tf1", path=tmp_path / "m.ckpt", overwrite=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def _fake_child(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "child.py"
+    script.write_text(body)
+    return script
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", r"crashed \(SIGSEGV\)"),
+    ("import time\ntime.sleep(60)\n", "did not finish reading the file within 1 s"),
+    ("import sys\nsys.stdout.buffer.write(b'garbage, not an answer')\n", "answer is malformed"),
+    ("raise SystemExit('boom')\n", r"failed \(boom\)"),
+])
+def test_an_hdf5_file_that_breaks_the_library_is_only_a_format_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, message: str) -> None:
+    from rnnport.io import hdf5
+
+    rnnport.write(MODEL, "keras", path=tmp_path / "m.weights.h5")
+    monkeypatch.setattr(hdf5, "CHILD", _fake_child(tmp_path, body))
+    monkeypatch.setattr(hdf5, "TIMEOUT", 1.0)
+    with pytest.raises(FormatError, match=message):
+        rnnport.read(tmp_path / "m.weights.h5")
+
+
+def test_the_hdf5_child_refuses_datasets_larger_than_the_file(tmp_path: Path) -> None:
+    import h5py
+
+    with h5py.File(tmp_path / "sparse.weights.h5", "w") as h5:
+        # Chunked, never written: a few hundred bytes on disk that read as 4 GB of fill.
+        h5.create_dataset("layers/lstm/cell/vars/0", shape=(2**15, 2**15), dtype="f4",
+                          chunks=(64, 64))
+    with pytest.raises(FormatError, match=r"declares 4,294,967,296 bytes, more than the file "
+                                          r"can hold"):
+        rnnport.read(tmp_path / "sparse.weights.h5")
+
+
+def test_errors_from_every_reader_are_rnnport_errors(tmp_path: Path) -> None:
+    """One representative damage per file kind (tools/fuzz.py tries thousands)."""
+    for name, fmt in (("m.npz", "npz"), ("m.keras", "keras"), ("m.weights.h5", "keras"),
+                      ("m.onnx", "onnx"), ("m.pt", "torch"), ("m.safetensors", "torch")):
+        rnnport.write(MODEL, fmt, path=tmp_path / name)
+        data = (tmp_path / name).read_bytes()
+        damaged = tmp_path / f"bad-{name}"
+        damaged.write_bytes(data[:40] + bytes(reversed(data[40:200])) + data[200:])
+        with pytest.raises(RnnportError):
+            rnnport.read(damaged, fmt)
