@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 REFERENCE := ../shared/examples/keras_cudnn_reference.json
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint golden bench clean
+.PHONY: demo test lint golden bench fuzz clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ lint: $(VENV)/.test
 # Speed against PyTorch and ONNX Runtime in one run; JSON results go to bench/results/.
 bench: $(VENV)/.test
 	$(PY) bench/bench.py $(BENCH_ARGS)
+
+# Mutated golden files against every file reader; failing inputs are kept in fuzz-failures/.
+FUZZ_SECONDS ?= 600
+fuzz: $(VENV)/.test
+	$(PY) tools/fuzz.py --seconds $(FUZZ_SECONDS) --jobs 2 --keep fuzz-failures $(FUZZ_ARGS)
 
 golden: $(VENV)/.test
 	$(PY) tools/make_golden.py

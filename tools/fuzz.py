@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -427,6 +428,8 @@ def worker(job: dict[str, Any]) -> None:
     limit = _data_size() + job["memory"] * 2**20
     resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.getrlimit(resource.RLIMIT_DATA)[1]))
     signal.signal(signal.SIGALRM, _alarm)
+    # NumPy's warnings on weights a mutation made infinite, torch's on odd pickle protocols.
+    warnings.simplefilter("ignore")
     scratch = Path(tempfile.mkdtemp(prefix="rnnport-fuzz-"))
     try:
         case = job["start"]

@@ -356,9 +356,26 @@ class _Values:
 
 
 def _attributes(node: Any) -> dict[str, Any]:
+    """A node's attributes, strings decoded; a malformed one is a FormatError."""
     from onnx import helper
 
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    out = {}
+    for attribute in node.attribute:
+        try:
+            value = helper.get_attribute_value(attribute)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8")
+            elif isinstance(value, list) and any(isinstance(item, bytes) for item in value):
+                value = [item.decode("utf-8") if isinstance(item, bytes) else item
+                         for item in value]
+        except MemoryError:
+            raise
+        except Exception as error:  # an unknown attribute type, text that is not UTF-8
+            raise FormatError(f"{_label(node)}: attribute {attribute.name!r} cannot be read "
+                              f"({type(error).__name__}: {error}); the model is damaged.") \
+                from None
+        out[attribute.name] = value
+    return out
 
 
 def _label(node: Any) -> str:
