@@ -89,6 +89,35 @@ def test_an_npy_header_cannot_ask_for_more_than_the_file_holds(tmp_path: Path) -
         rnnport.read(tmp_path / "huge.npz")
 
 
+def test_a_torch_tensor_larger_than_its_file_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    state = rnnport.write(RNN.random(Spec("rnn_tanh", 2, 3), seed=1), "torch")
+    tensors = {k: torch.from_numpy(v) for k, v in state.items()}
+    tensors["weight_ih_l0"] = torch.zeros(1).as_strided((3, 2), (0, 0))
+    torch.save(tensors, tmp_path / "repeat.pt")
+    tensors["weight_ih_l0"] = torch.zeros(1).as_strided((2**20, 2**20), (0, 0))
+    torch.save(tensors, tmp_path / "huge.pt")
+    assert rnnport.read(tmp_path / "repeat.pt").params[0][0]["weight_ih"].shape == (3, 2)
+    with pytest.raises(FormatError, match=r"tensor 'weight_ih_l0' has shape \(1048576, 1048576\) "
+                                          r"\(1,099,511,627,776 elements\) but the file is"):
+        rnnport.read(tmp_path / "huge.pt")
+
+
+def test_json_nested_past_the_recursion_limit_is_a_format_error(tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    rnnport.write(MODEL, "keras", path=tmp_path / "m.keras")
+    with zipfile.ZipFile(tmp_path / "m.keras") as old, \
+            zipfile.ZipFile(tmp_path / "deep.keras", "w") as new:
+        for info in old.infolist():
+            new.writestr(info, deep if info.filename == "config.json" else old.read(info))
+    np.savez(tmp_path / "deep.npz", rnnport=np.array(deep))
+    with pytest.raises(FormatError, match="config.json: not valid JSON"):
+        rnnport.read(tmp_path / "deep.keras")
+    with pytest.raises(FormatError, match="is not rnnport's JSON header"):
+        rnnport.read(tmp_path / "deep.npz")
+
+
 def test_onnx_external_data_is_never_opened(tmp_path: Path) -> None:
     import onnx
 

@@ -12,9 +12,10 @@ than ``--memory`` MiB beyond what the process held before it.
     python tools/fuzz.py --only tf1 --seconds 600 --jobs 2 --keep fuzz-failures
     python tools/fuzz.py --seed 1 --case 1234    # rerun one case in this process, verbosely
 
-Seeds: the TF1 golden checkpoints as TensorFlow wrote them, and golden Keras and PyTorch
-cases saved by rnnport in every file form (.keras, .weights.h5, .onnx, .npz, .pt,
-.safetensors). Case ``k`` mutates seed ``k mod n`` with a generator seeded by
+Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the files in
+``tests/golden/files`` (legacy Keras HDF5 saved by tf_keras, ``torch.save`` and
+safetensors files), and golden Keras and PyTorch cases saved by rnnport in every file form
+(.keras, .weights.h5, .onnx, .npz, .pt, .safetensors). Case ``k`` mutates seed ``k mod n`` with a generator seeded by
 ``(seed, k)``, so ``--seed`` and the case number reproduce any input. Mutations: bit
 flips, random and boundary-value bytes and integers, truncation, deleted, repeated and
 spliced ranges, and format-aware ones that keep the container's checksums right so the
@@ -108,6 +109,13 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             target = folder / npz.stem
             shutil.copytree(prefix.parent, target)
             seeds.append(Seed(npz.stem, "tf1", target, prefix.name, meta["read_options"]))
+    for path in sorted((GOLDEN / "files").iterdir()):  # saved by the frameworks themselves
+        fmt = "torch" if path.suffix in (".pt", ".safetensors") else "keras"
+        if fmt in only:
+            target = folder / f"framework_{path.name.replace('.', '_')}"
+            target.mkdir()
+            shutil.copyfile(path, target / path.name)
+            seeds.append(Seed(target.name, fmt, target, path.name, {}))
     for name in KERAS_CASES + TORCH_CASES:
         with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as data:
             arrays = dict(data)
@@ -130,7 +138,14 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             if fmt == "torch" and case.framework == "keras" and "activation" in options:
                 options = {"nonlinearity": options["activation"]}
             seeds.append(Seed(target.name, fmt, target, f"model{suffix}", options))
-    return seeds
+    readable = []
+    for seed in seeds:  # a seed that does not read as it is would test less
+        try:
+            rnnport.read(seed.folder / seed.entry, seed.fmt, **seed.options)
+        except rnnport.AmbiguousSourceError:
+            continue  # a weights file of mixed layers needs layer=[…] in the model's order
+        readable.append(seed)
+    return readable
 
 
 # -- mutations --------------------------------------------------------------------------------
@@ -207,7 +222,7 @@ def _splice(rng: random.Random, data: bytes, other: bytes) -> bytes:
 
 WEIRD_JSON: tuple[Any, ...] = (None, True, -1, 0, 2**31, 2**63, 10**30, 1e308, -0.5, "",
                                "x" * 40, [], {}, [None], {"class_name": None}, "float16",
-                               [[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]])
+                               [[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]], "NESTED")
 
 
 def _json_nodes(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -237,7 +252,10 @@ def mutate_json(rng: random.Random, data: bytes) -> bytes | None:
         del parent[path[-1]]
     else:
         parent[path[-1]] = rng.choice(WEIRD_JSON)
-    return json.dumps(document).encode()
+    encoded = json.dumps(document)
+    if '"NESTED"' in encoded:  # deeper than Python's recursion limit, built as text
+        encoded = encoded.replace('"NESTED"', "[" * 5000 + "]" * 5000, 1)
+    return encoded.encode()
 
 
 def mutate_zip(rng: random.Random, data: bytes) -> bytes | None:

@@ -5,8 +5,10 @@ list of cases with the framework versions to ``<out>/MANIFEST.json``.  The
 script never imports ``rnnport``; it only records what the frameworks compute.
 The TF1 cases (``tf1_*``, TensorBundle checkpoints under ``<out>/tf1/``) are
 made by ``tools/golden_tf1.py`` in a subprocess, which documents their format.
-``--only keras|torch|tf1`` (repeatable) regenerates only those cases; the
-manifest always lists every case.
+``--only keras|torch|tf1|files`` (repeatable) regenerates only those cases; the
+manifest always lists every case. ``files`` writes ``<out>/files/``: legacy Keras HDF5
+files saved by tf_keras and ``torch.save`` / safetensors files of golden PyTorch cases,
+the framework-made seeds of ``tools/fuzz.py``.
 
 Keys of every ``.npz`` file (all plain arrays, loadable with
 ``allow_pickle=False``):
@@ -71,7 +73,11 @@ CONFIG_KEYS = ("units", "activation", "recurrent_activation", "use_bias", "reset
 TORCH_MODULE_KEYS = (
     "mode", "input_size", "hidden_size", "num_layers", "bidirectional", "proj_size", "bias",
 )
-FRAMEWORKS = ("keras", "torch", "tf1")
+FRAMEWORKS = ("keras", "torch", "tf1", "files")
+# Files the frameworks saved themselves: seeds for tools/fuzz.py (see write_files).
+LEGACY_FILES = ("legacy_stack.h5", "legacy_stack_weights.h5", "legacy_functional.h5",
+                "cudnn_bigru.h5")
+TORCH_FILES = ("torch_lstm_proj_bi_2layer", "torch_gru_bi_3layer")
 Arrays = dict[str, np.ndarray]
 
 
@@ -465,6 +471,35 @@ def run_tf1(out: Path, generate: bool) -> list[str]:
     return list(json.loads(lines[-1]))
 
 
+def write_files(out: Path) -> None:
+    """``<out>/files/``: model files as the frameworks save them, for ``tools/fuzz.py``.
+
+    Legacy Keras HDF5 files from ``tests/tf_keras_writer.py`` (tf_keras, its own process),
+    and ``torch.save`` / safetensors files of golden PyTorch cases' state_dicts.
+    """
+    import tempfile
+
+    import torch
+    from safetensors.torch import save_file
+
+    files = out / "files"
+    files.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as folder:
+        env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
+        subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "tf_keras_writer.py"), folder],
+                       env=env, check=True, stdout=subprocess.DEVNULL)
+        for name in LEGACY_FILES:
+            (files / name).write_bytes((Path(folder) / name).read_bytes())
+            print(f"wrote {files / name}")
+    for name in TORCH_FILES:
+        with np.load(out / f"{name}.npz", allow_pickle=False) as data:
+            state = {key.split("/", 1)[1]: torch.from_numpy(data[key].copy())
+                     for key in data.files if key.startswith("state_dict/")}
+        torch.save(state, files / f"{name}.pt")
+        save_file(state, str(files / f"{name}.safetensors"))
+        print(f"wrote {files / name}.pt and .safetensors")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "golden",
@@ -481,6 +516,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = out / f"{case.name}.npz"
         print(f"wrote {path} ({write_npz(path, runner(case))} bytes)")
     names = [case.name for _, case in jobs] + run_tf1(out, generate="tf1" in only)
+    if "files" in only:
+        write_files(out)
     write_manifest(out, names)
     print(f"wrote {out / 'MANIFEST.json'} ({len(names)} cases)")
     return 0

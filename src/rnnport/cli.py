@@ -50,7 +50,7 @@ def _option(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     try:
         return key.strip(), json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return key.strip(), value
 
 

@@ -42,7 +42,7 @@ def load_reference(path: str | Path | None = None) -> dict[str, Any]:
                               "(keras_cudnn_reference.json).") from None
     try:
         reference = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, RecursionError) as error:
         raise FormatError(f"{where}: not valid JSON ({error}); expected the reference "
                           "keras_cudnn_reference.json.") from None
     missing = [f"{name}.{key}" for name in ("gru", "lstm") for key in CASE_KEYS

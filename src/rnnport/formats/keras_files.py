@@ -187,10 +187,14 @@ def read_file(source: Any, **options: Any) -> Model:
                           "Check the path.")
     choice = options.pop("layer", None)
     require("h5py", extra="keras", purpose="Reading Keras model files")
-    if path.name.lower().endswith(".keras"):
-        layers, functional, ordered = _archive_layers(hdf5, path)
-    else:
-        layers, functional, ordered = _h5_layers(hdf5, path)
+    try:
+        if path.name.lower().endswith(".keras"):
+            layers, functional, ordered = _archive_layers(hdf5, path)
+        else:
+            layers, functional, ordered = _h5_layers(hdf5, path)
+    except RecursionError:  # a config nested deeper than any model's
+        raise FormatError(f"{path}: the model config is nested too deeply to be a Keras "
+                          "config; the file is damaged or built to break a reader.") from None
     chosen = _select(layers, choice, str(path), functional=functional, ordered=ordered)
     for option, gates, owner in (("activation", 1, "SimpleRNN"), ("reset_after", 3, "GRU")):
         if option in options and not any(_gates(layer) == gates for layer in chosen):
@@ -232,7 +236,7 @@ def _archive_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]
 def _json(data: Any, where: str) -> Any:
     try:
         return json.loads(data)
-    except (ValueError, UnicodeDecodeError, TypeError) as error:
+    except (ValueError, UnicodeDecodeError, TypeError, RecursionError) as error:
         raise FormatError(f"{where}: not valid JSON ({error}); expected the model config Keras "
                           "writes. The file may be damaged.") from None
 

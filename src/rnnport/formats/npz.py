@@ -104,7 +104,7 @@ def read(source: Any, **options: Any) -> Model:
     try:
         header = json.loads(str(arrays[HEADER]))
         version, specs = header["version"], header["parts"]
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
         raise FormatError(f"{where}: the {HEADER!r} entry is not rnnport's JSON header "
                           f"({error}).") from None
     if version != VERSION:

@@ -149,7 +149,7 @@ def _parse(output: bytes, where: str) -> Group:
     length = int.from_bytes(output[:8], "little")
     try:
         header = json.loads(output[8:8 + length])
-    except ValueError:
+    except (ValueError, RecursionError):
         raise FormatError(f"{where}: the HDF5 reader's answer is malformed.") from None
     if "error" in header:
         raise FormatError(f"{where}: not a readable HDF5 file ({header['error']}); expected a "
