@@ -16,8 +16,8 @@ Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the files in
 ``tests/golden/files`` (legacy Keras HDF5 saved by tf_keras, ``torch.save`` and
 safetensors files), and golden Keras and PyTorch cases saved by rnnport in every file form
 (.keras, .weights.h5, .onnx, .npz, .pt, .safetensors). Case ``k`` mutates seed ``k mod n``
-with a generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any input. Mutations: bit
-flips, random and boundary-value bytes and integers, truncation, deleted, repeated and
+with a generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any
+input. Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted, repeated and
 spliced ranges, and format-aware ones that keep the container's checksums right so the
 damage reaches the parser underneath (zip members rewritten with fresh CRC-32s, JSON
 values replaced, checkpoint index blocks re-checksummed).
