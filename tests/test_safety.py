@@ -4,6 +4,7 @@ a file that breaks the HDF5 library breaks only the child process that reads it.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
@@ -100,8 +101,14 @@ def test_a_torch_tensor_larger_than_its_file_is_refused(tmp_path: Path) -> None:
     torch.save(tensors, tmp_path / "huge.pt")
     assert rnnport.read(tmp_path / "repeat.pt").params[0][0]["weight_ih"].shape == (3, 2)
     with pytest.raises(FormatError, match=r"tensor 'weight_ih_l0' has shape \(1048576, 1048576\) "
-                                          r"\(1,099,511,627,776 elements\) but the file is"):
+                                          r"\(1,099,511,627,776 elements\).* but the file is"):
         rnnport.read(tmp_path / "huge.pt")
+    # Many keys sharing one stored tensor: each fits the file, together they do not.
+    big = torch.arange(60_000, dtype=torch.float32)
+    shared = {f"layer{i}.weight_ih_l0": big for i in range(40)}
+    torch.save(shared, tmp_path / "shared.pt")
+    with pytest.raises(FormatError, match="strides or shared storage repeat stored values"):
+        rnnport.read(tmp_path / "shared.pt")
 
 
 def test_json_nested_past_the_recursion_limit_is_a_format_error(tmp_path: Path) -> None:
@@ -229,3 +236,77 @@ def test_errors_from_every_reader_are_rnnport_errors(tmp_path: Path) -> None:
         damaged.write_bytes(data[:40] + bytes(reversed(data[40:200])) + data[200:])
         with pytest.raises(RnnportError):
             rnnport.read(damaged, fmt)
+
+
+def test_a_checkpoint_file_cannot_send_the_read_elsewhere(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    rnnport.write(MODEL, "tf1", path=tmp_path / "elsewhere" / "w.ckpt")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for named in (str(tmp_path / "elsewhere" / "w.ckpt"), "../elsewhere/w.ckpt"):
+        (folder / "checkpoint").write_text(f'model_checkpoint_path: "{named}"\n')
+        with pytest.raises(FormatError, match=r"folder/w\.ckpt"):  # looked for here only
+            rnnport.read(folder)
+    rnnport.write(MODEL, "tf1", path=folder / "w.ckpt")  # the same name, in the folder: read
+    assert rnnport.read(folder) == rnnport.read(tmp_path / "elsewhere" / "w.ckpt")
+
+
+def test_the_hdf5_child_loads_no_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rnnport.io import hdf5
+
+    recorded = tmp_path / "environment.json"
+    child = _fake_child(tmp_path, "import json, os, sys\n"
+                        f"open({str(recorded)!r}, 'w').write(json.dumps(dict(os.environ)))\n")
+    monkeypatch.setattr(hdf5, "CHILD", child)
+    monkeypatch.setenv("HDF5_PLUGIN_PATH", str(tmp_path))
+    rnnport.write(MODEL, "keras", path=tmp_path / "m.weights.h5")
+    with pytest.raises(FormatError):
+        rnnport.read(tmp_path / "m.weights.h5")
+    environment = json.loads(recorded.read_text())
+    assert "HDF5_PLUGIN_PATH" not in environment
+    assert environment["HDF5_PLUGIN_PRELOAD"] == "::"
+
+
+@pytest.mark.parametrize(("header", "message"), [
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (-4, -4), }", "non-negative sizes"),
+    ("{'descr': '|S0', 'fortran_order': False, 'shape': (3,), }", "not a plain numeric"),
+    ("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", "not a plain"),
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 1" + "0" * 30 + "), }",
+     "follow it"),
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (1,", "not a readable .npy"),
+])
+def test_odd_npy_headers_are_rnnport_errors(tmp_path: Path, header: str, message: str) -> None:
+    raw = header.encode()
+    raw += b" " * (-(len(raw) + 11) % 64) + b"\n"
+    data = b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw + bytes(64)
+    with zipfile.ZipFile(tmp_path / "odd.npz", "w") as archive:
+        archive.writestr("rnnport.npy", data)
+    with pytest.raises(RnnportError, match=message):
+        rnnport.read(tmp_path / "odd.npz")
+
+
+def test_an_archive_holding_a_name_twice_is_refused(tmp_path: Path) -> None:
+    rnnport.write(MODEL, "npz", path=tmp_path / "m.npz")
+    with zipfile.ZipFile(tmp_path / "m.npz") as archive:
+        first = archive.namelist()[0]
+        data = archive.read(first)
+    with pytest.warns(UserWarning, match="Duplicate name"):
+        _with_member(tmp_path / "m.npz", tmp_path / "twice.npz", first, data)
+    with pytest.raises(FormatError, match="more than once"):
+        rnnport.read(tmp_path / "twice.npz")
+
+
+def test_inputs_are_protected_however_they_are_named(tmp_path: Path) -> None:
+    rnnport.write(MODEL, "tf1", path=tmp_path / "w.pt")  # a checkpoint whose prefix ends in .pt
+    rnnport.write(MODEL, "torch", path=tmp_path / "a.pt")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(FormatError, match="is the input file"):
+        rnnport.convert(tmp_path / "w.pt", "tf1", fmt="tf1", path=tmp_path / "w.pt",
+                        overwrite=True)
+    with pytest.raises(FormatError, match="is the input file"):
+        rnnport.convert([tmp_path / "a.pt"], "torch", fmt="torch", path=tmp_path / "a.pt",
+                        overwrite=True)
+    (tmp_path / "link.npz").symlink_to(tmp_path / "missing.npz")  # dangling: still there
+    with pytest.raises(FormatError, match="exists; pass overwrite=True"):
+        rnnport.write(MODEL, "npz", path=tmp_path / "link.npz")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != "link.npz"} == before

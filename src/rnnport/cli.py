@@ -388,13 +388,11 @@ def _state_arrays(state: Any, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def _load_array(path: str, flag: str) -> np.ndarray:
+    from .io.archive import read_npy
+
     if not Path(path).is_file():
         raise FormatError(f"{flag} {path}: no such file.")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
-        raise FormatError(f"{flag} {path}: not a readable .npy file ({error}); save it with "
-                          "numpy.save.") from None
+    return read_npy(Path(path).read_bytes(), f"{flag} {path}")
 
 
 def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import (
+    FormatError,
     MissingDependencyError,
     UnknownOptionError,
     UnsupportedFeatureError,
@@ -64,13 +65,23 @@ def to_numpy(value: Any, location: str = "an input array") -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
-        tensor = value.detach().cpu()
-        if str(tensor.dtype) == "torch.bfloat16":
-            tensor = tensor.float()
-        return tensor.numpy()
+        try:
+            tensor = value.detach().cpu()
+            if str(tensor.dtype) == "torch.bfloat16":
+                tensor = tensor.float()
+            return tensor.numpy()
+        except (TypeError, RuntimeError, NotImplementedError, ValueError) as error:
+            # sparse, quantized, float8, meta and nested tensors have no NumPy form
+            raise FormatError(f"{location}: a {tensor_kind(value)} tensor, which has no NumPy "
+                              f"array form ({type(error).__name__}: {str(error)[:200]}); "
+                              "expected dense float weights.") from None
     if hasattr(value, "numpy") and callable(value.numpy):  # tf / keras tensors and variables
         return np.asarray(value.numpy())
     return as_array(value, location)
+
+
+def tensor_kind(value: Any) -> str:
+    return " ".join(str(getattr(value, name, "?")) for name in ("layout", "dtype", "device"))
 
 
 def sum_exact(first: np.ndarray, second: np.ndarray) -> np.ndarray:

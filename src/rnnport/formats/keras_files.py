@@ -284,6 +284,9 @@ def _child(h5py: Any, group: Any, name: str, where: str) -> Any:
     for part in name.split("/"):
         if not part:
             continue
+        if not isinstance(node, h5py.Group):
+            raise FormatError(f"{where}: {node.name} is a dataset, but {name!r} goes through "
+                              "it as if it were a group; the file is damaged.")
         link = node.get(part, getlink=True)
         if link is None:
             return None
@@ -312,7 +315,8 @@ def _dataset(h5py: Any, node: Any, where: str) -> np.ndarray:
 
 
 def _text(value: Any) -> str:
-    return value.decode("utf8") if isinstance(value, (bytes, np.bytes_)) else str(value)
+    return value.decode("utf8", "replace") if isinstance(value, (bytes, np.bytes_)) \
+        else str(value)
 
 
 def _attr_strings(node: Any, name: str, where: str) -> list[str] | None:
@@ -501,9 +505,9 @@ def _keras3_arrays(h5py: Any, group: Any, layer: FileLayer, bidirectional: bool)
             raise FormatError(f"{layer.where}: layer {layer.describe()} has no {node.name}/cell/"
                               "vars group; expected the cell's arrays there (0: kernel, "
                               "1: recurrent_kernel, 2: bias). The file may be damaged.")
-        keys = sorted(cell, key=lambda key: (not key.isdigit(), int(key) if key.isdigit() else 0,
-                                             key))
-        if any(not key.isdigit() for key in keys):
+        numbered = {key: int(key) for key in cell if re.fullmatch(r"[0-9]+", key)}
+        keys = sorted(cell, key=lambda key: (key not in numbered, numbered.get(key, 0), key))
+        if len(numbered) != len(keys):
             raise FormatError(f"{layer.where}: {cell.name} holds {keys}; expected datasets "
                               "named 0, 1, 2 (kernel, recurrent_kernel, bias).")
         for key in keys:

@@ -120,7 +120,7 @@ def read(source: Any, **options: Any) -> Model:
             fields_ = dict(fields_)
             fields_["activations"] = tuple(tuple(a) for a in fields_.get("activations", ()))
             spec = Spec(**fields_)
-        except (TypeError, ValueError, RnnportError) as error:
+        except (TypeError, ValueError, OverflowError, RnnportError) as error:
             raise FormatError(f"{where}: part {index}'s spec is invalid ({error}).") from None
         params = []
         for layer in range(spec.num_layers):

@@ -374,8 +374,25 @@ def _attributes(node: Any) -> dict[str, Any]:
             raise FormatError(f"{_label(node)}: attribute {attribute.name!r} cannot be read "
                               f"({type(error).__name__}: {error}); the model is damaged.") \
                 from None
+        expected = _ATTRIBUTE_TYPES.get(attribute.name)
+        if expected is not None and not (
+                isinstance(value, expected[0]) and (expected[1] is None or all(
+                    isinstance(item, expected[1]) for item in value))):
+            raise FormatError(f"{_label(node)}: attribute {attribute.name!r} is {value!r}; "
+                              f"expected {expected[2]}. The model is damaged.")
         out[attribute.name] = value
     return out
+
+
+# The recurrent nodes' attributes: (Python type, element type of a list, what ONNX defines).
+_ATTRIBUTE_TYPES: dict[str, tuple[Any, Any, str]] = {
+    "hidden_size": (int, None, "an integer"), "layout": (int, None, "an integer"),
+    "input_forget": (int, None, "an integer"), "linear_before_reset": (int, None, "an integer"),
+    "clip": ((int, float), None, "a float"), "direction": (str, None, "a string"),
+    "activations": (list, str, "a list of strings"),
+    "activation_alpha": (list, (int, float), "a list of floats"),
+    "activation_beta": (list, (int, float), "a list of floats"),
+}
 
 
 def _label(node: Any) -> str:

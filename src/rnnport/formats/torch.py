@@ -289,16 +289,21 @@ def load(path: Any) -> dict[str, Any]:
     if not isinstance(loaded, Mapping):
         raise FormatError(f"{path}: holds {describe(loaded)}, not a state_dict; save "
                           "module.state_dict() instead.")
-    size = path.stat().st_size
+    size, total = path.stat().st_size, 0
     for key, value in loaded.items():
         # Strides can make a small storage look like a huge tensor (stride 0 repeats an
-        # element); copying it would allocate what the file never held.
-        if isinstance(value, torch.Tensor) and value.numel() * value.element_size() > size:
-            raise FormatError(
-                f"{path}: tensor {key!r} has shape {tuple(value.shape)} ({value.numel():,} "
-                f"elements) but the file is {size:,} bytes; its strides repeat stored values. "
-                "A saved state_dict never does that; the file is damaged or built to exhaust "
-                "memory. Nothing was read.")
+        # element), and many keys can share one storage; copying them would allocate what
+        # the file never held.
+        if isinstance(value, torch.Tensor) and value.layout == torch.strided \
+                and not value.is_nested:
+            total += value.numel() * value.element_size()
+            if total > size:
+                raise FormatError(
+                    f"{path}: tensor {key!r} has shape {tuple(value.shape)} "
+                    f"({value.numel():,} elements), and the tensors so far need {total:,} "
+                    f"bytes, but the file is {size:,} bytes: their strides or shared storage "
+                    "repeat stored values. A saved state_dict never does that; the file is "
+                    "damaged or built to exhaust memory. Nothing was read.")
     return dict(loaded)
 
 

@@ -1,4 +1,7 @@
-"""The child process of :mod:`rnnport.io.hdf5`: ``python -I _hdf5_child.py PATH|- SIZE``.
+"""The child process of :mod:`rnnport.io.hdf5`: ``python -I _hdf5_child.py PATH|- SIZE RATIO``.
+
+``RATIO`` bounds compressed datasets: their bytes may reach ``RATIO × SIZE`` (1032 for a
+file, 1 for an archive member, whose decompression was bounded already).
 
 Reads an HDF5 file with h5py under resource limits and writes its tree to stdout (see
 :mod:`rnnport.io.hdf5` for the protocol). Imports nothing from rnnport, so that a hostile
@@ -19,7 +22,6 @@ import numpy as np
 
 MAX_NODES = 100_000
 MAX_DEPTH = 64
-FILTER_RATIO = 1032          # deflate's largest expansion; other filters are held to it too
 MEMORY = 512 << 20           # bytes beyond the imports, plus three times the file's size
 SECONDS = 20                 # CPU seconds, plus one per 10 MB of file
 
@@ -29,9 +31,12 @@ def encode_attribute(value: Any) -> dict[str, Any] | None:
         return {"str": value}
     if isinstance(value, bytes):
         return {"bytes": value.decode("latin-1")}
+    if isinstance(value, h5py.Empty):
+        return None
     array = np.asarray(value)
     if array.dtype.kind in "OSU":
-        items = [encode_attribute(item) for item in array.reshape(-1).tolist()]
+        items = [encode_attribute(item) if isinstance(item, (str, bytes)) else None
+                 for item in array.reshape(-1).tolist()]
         return None if None in items else {"strings": items}
     if array.dtype.kind in "biuf" and array.size <= 1 << 20:
         return {"values": array.reshape(-1).tolist(), "dtype": array.dtype.str,
@@ -42,8 +47,8 @@ def encode_attribute(value: Any) -> dict[str, Any] | None:
 class Walk:
     """Copies a file's tree out, through hard links, each object once, within the budget."""
 
-    def __init__(self, size: int) -> None:
-        self.plain, self.filtered = size, size * FILTER_RATIO
+    def __init__(self, size: int, ratio: int) -> None:
+        self.plain, self.filtered = size, size * ratio
         self.nodes = 0
         self.seen: set[int] = set()
         self.arrays: list[np.ndarray] = []
@@ -80,8 +85,11 @@ class Walk:
         out = {"virtual": bool(obj.is_virtual), "external": bool(obj.external)}
         if out["virtual"] or out["external"]:
             return {**out, "problem": "its data lives in other files; Keras never writes that"}
-        if obj.dtype.kind not in "biuf" or obj.dtype.names is not None:
+        if obj.dtype.kind not in "biuf" or obj.dtype.names is not None \
+                or obj.dtype.subdtype is not None:
             return {**out, "problem": f"it holds {obj.dtype}, not numbers"}
+        if obj.shape is None:
+            return {**out, "problem": "it is empty (no dataspace)"}
         nbytes = obj.dtype.itemsize * int(np.prod(obj.shape or (), dtype=object))
         compressed = obj.compression is not None or bool(obj.id.get_create_plist().get_nfilters())
         budget = self.filtered if compressed else self.plain
@@ -108,8 +116,10 @@ def data_size() -> int:
     return 1 << 30
 
 
-def main(argument: str, size: int) -> int:
+def main(argument: str, size: int, ratio: int) -> int:
     out = sys.stdout.buffer
+    while h5py.h5pl.size():  # no folders to load filter plugins from (the parent also sets
+        h5py.h5pl.remove(0)  # HDF5_PLUGIN_PRELOAD="::", which turns plugin loading off)
     data = sys.stdin.buffer.read() if argument == "-" else b""
     limit = data_size() + MEMORY + 3 * size
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
@@ -118,7 +128,7 @@ def main(argument: str, size: int) -> int:
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # it writes nothing but its answer
     try:
         with h5py.File(io.BytesIO(data) if argument == "-" else argument, "r") as file:
-            walk = Walk(size)
+            walk = Walk(size, ratio)
             header = {"root": walk.node(file, 0)}
     except Exception as error:
         message = json.dumps({"error": f"{type(error).__name__}: {error}"[:400]}).encode()
@@ -132,4 +142,4 @@ def main(argument: str, size: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], int(sys.argv[2])))
+    sys.exit(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))

@@ -41,6 +41,11 @@ def open_zip(path: str | os.PathLike[str], what: str) -> zipfile.ZipFile:
         raise FormatError(f"{path}: not a readable {what} ({type(error).__name__}: {error}); "
                           "the file is truncated or damaged.") from None
     try:
+        names = [info.filename for info in infos]
+        if len(set(names)) != len(names):
+            twice = sorted({name for name in names if names.count(name) > 1})
+            raise FormatError(f"{path}: the archive holds {', '.join(map(repr, twice[:3]))} more "
+                              "than once; which copy counts is ambiguous, so the file is refused.")
         for info in infos:
             _check(Path(path), info, size)
     except BaseException:
@@ -96,17 +101,25 @@ def read_npy(data: bytes, where: str) -> np.ndarray:
     if dtype.hasobject:
         raise DTypeError(f"{where}: an array of Python objects, which only unpickling could "
                          "load; rnnport never unpickles. Save plain numeric arrays.")
-    if dtype.kind not in "biufcSUV":
-        raise DTypeError(f"{where}: dtype {dtype} is not one rnnport reads.")
+    if dtype.kind not in "biufcSU" or dtype.names is not None or dtype.subdtype is not None \
+            or dtype.itemsize == 0:
+        raise DTypeError(f"{where}: dtype {dtype} is not a plain numeric or text dtype; "
+                         "rnnport reads no other.")
+    if len(shape) > 32 or not all(isinstance(dim, int) and dim >= 0 for dim in shape):
+        raise FormatError(f"{where}: the header gives shape {shape!r}; expected at most 32 "
+                          "non-negative sizes. The file is damaged.")
     count = 1
     for dim in shape:
         count *= dim
     start = stream.tell()
-    if count * dtype.itemsize != len(data) - start:
+    if count * dtype.itemsize != len(data) - start or (count == 0 and any(
+            dim > 2**40 for dim in shape)):
         raise FormatError(f"{where}: the header gives shape {shape} of {dtype} "
                           f"({count * dtype.itemsize:,} bytes), but {len(data) - start:,} "
                           "follow it; the file is truncated or damaged.")
-    array = np.frombuffer(bytearray(data[start:]), dtype=dtype)
-    if fortran:
-        return array.reshape(shape[::-1]).transpose()
-    return array.reshape(shape)
+    try:
+        array = np.frombuffer(bytearray(data[start:]), dtype=dtype)
+        return array.reshape(shape[::-1]).transpose() if fortran else array.reshape(shape)
+    except ValueError as error:  # a shape NumPy itself cannot make
+        raise FormatError(f"{where}: shape {shape} of {dtype} cannot be built ({error}); the "
+                          "file is damaged.") from None

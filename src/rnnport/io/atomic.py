@@ -45,17 +45,23 @@ def output_files(path: str | os.PathLike[str], fmt: str) -> list[Path]:
 
 
 def input_files(source: object) -> list[Path]:
-    """The files a read of ``source`` may open (a checkpoint prefix: its index and data)."""
+    """The files a read of ``source`` may open: a path, and the index and data shards of a
+    checkpoint with that prefix; every path in a list or tuple of sources."""
+    if isinstance(source, (list, tuple)):
+        return [path for item in source for path in input_files(item)]
     if not isinstance(source, (str, os.PathLike)):
         return []
-    path = Path(source)
-    if path.suffix.lower() in (".npz", ".npy", ".onnx", ".pt", ".pth", ".safetensors",
-                               ".keras", ".h5", ".hdf5"):
-        return [path]
     from .tensorbundle import checkpoint_prefix
 
-    prefix = checkpoint_prefix(path)
-    return [path, Path(f"{prefix}.index"), *prefix.parent.glob(f"{prefix.name}.data-*")]
+    path = Path(source)
+    try:
+        prefix = checkpoint_prefix(path)
+    except FormatError:  # a folder without a checkpoint: nothing more to protect
+        prefix = path
+    files = [path]
+    for base in {path, prefix}:
+        files += [Path(f"{base}.index"), *base.parent.glob(f"{base.name}.data-*")]
+    return files
 
 
 def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bool,
@@ -63,12 +69,14 @@ def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bo
     """Before any work: every output can be written, is none of the inputs, and replaces
     nothing unless ``overwrite``; ``how`` says how to allow that (``pass --force``)."""
     sources = {path.resolve() for path in inputs}
+    existing = [path for path in inputs if path.exists()]
     for path in outputs:
         check_target(path)
-        if path.resolve() in sources:
+        if path.resolve() in sources or (path.exists() and any(
+                os.path.samefile(path, source) for source in existing)):
             raise FormatError(f"{path}: is the input file; rnnport never writes over its input. "
                               "Choose another output path. Nothing was written.")
-        if path.exists() and not overwrite:
+        if os.path.lexists(path) and not overwrite:
             raise FormatError(f"{path}: exists; {how} to replace it. Nothing was written.")
 
 

@@ -108,16 +108,20 @@ class Group(Node):
 
 
 def snapshot(source: str | os.PathLike[str] | bytes, where: str) -> Group:
-    """The tree of the HDF5 file ``source`` (a path, or the file's bytes), read by a child."""
-    if isinstance(source, bytes):
-        size, argument, stdin = len(source), "-", source
+    """The tree of the HDF5 file ``source`` (a path, or the bytes of an archive member),
+    read by a child process."""
+    if isinstance(source, bytes):  # decompression was bounded already: no second factor
+        size, argument, stdin, ratio = len(source), "-", source, 1
     else:
-        size, argument, stdin = os.path.getsize(source), os.fspath(source), b""
-    command = [sys.executable, "-I", str(CHILD), argument, str(size)]
+        size, argument, stdin, ratio = os.path.getsize(source), os.fspath(source), b"", 1032
+    command = [sys.executable, "-I", str(CHILD), argument, str(size), str(ratio)]
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("HDF5_", "PYTHON"))}
+    environment["HDF5_PLUGIN_PRELOAD"] = "::"  # a file cannot make HDF5 load native code
     timeout = TIMEOUT + size / 10e6
     try:
         done = subprocess.run(command, input=stdin, capture_output=True, timeout=timeout,
-                              check=False)
+                              check=False, env=environment)
     except subprocess.TimeoutExpired:
         raise FormatError(f"{where}: the HDF5 library did not finish reading the file within "
                           f"{timeout:.0f} s; the file is damaged or built to stall a reader. "
@@ -155,8 +159,13 @@ def _parse(output: bytes, where: str) -> Group:
         raise FormatError(f"{where}: not a readable HDF5 file ({header['error']}); expected a "
                           "Keras weights or model file. It may be truncated or damaged; save it "
                           "again.")
-    data = memoryview(bytearray(output[8 + length:]))
-    return _build(header["root"], data)
+    data = memoryview(bytearray(output))[8 + length:]
+    try:
+        return _build(header["root"], data)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, UnicodeError,
+            AttributeError, RecursionError) as error:
+        raise FormatError(f"{where}: the HDF5 reader's answer is malformed "
+                          f"({type(error).__name__}: {error}).") from None
 
 
 def _build(entry: Mapping[str, Any], data: memoryview) -> Any:

@@ -95,8 +95,14 @@ def _latest_in(folder: Path) -> Path:
         for line in state.read_text(errors="replace").splitlines():
             name, _, value = line.partition(":")
             if name.strip() == "model_checkpoint_path":
-                prefix = Path(value.strip().strip('"'))
-                return prefix if prefix.is_absolute() else folder / prefix
+                # Only the name counts: the checkpoint is looked for in this folder, never
+                # where the file says (TensorFlow writes absolute paths that go stale on a
+                # copy, and a hostile one could point anywhere).
+                name = re.split(r"[\\/]", value.strip().strip('"'))[-1]
+                if name in ("", ".", ".."):
+                    raise FormatError(f"{state}: model_checkpoint_path names no checkpoint "
+                                      f"({value.strip()!r}); pass the prefix.")
+                return folder / name
     indexes = sorted(folder.glob("*.index"))
     if len(indexes) == 1:
         return Path(str(indexes[0])[: -len(".index")])
@@ -142,11 +148,24 @@ class Bundle(Mapping[str, Entry]):
         self.shards = header.get(1, 1) or 1
         self.big_endian = header.get(2, 0) == 1
         self._entries = entries
+        stored: dict[int, list[Entry]] = {}
         for entry in entries.values():
             if not 0 <= entry.shard < self.shards:
                 raise FormatError(
                     f"{self.index_path}: entry {entry.name!r} names shard {entry.shard}, but the "
                     f"header says there are {self.shards}; the index is damaged.")
+            stored.setdefault(entry.shard, []).append(entry)
+        for shard, listed in stored.items():
+            # Entries that each fit but overlap would make the same bytes count many times.
+            # (One that runs past the end is reported, by name, when it is read.)
+            path = self.data_path(shard)
+            size = path.stat().st_size if path.is_file() else 0
+            total = sum(max(entry.size, 0) for entry in listed)
+            if total > size and all(0 <= e.offset and e.offset + e.size <= size for e in listed):
+                raise FormatError(
+                    f"{self.index_path}: the entries of shard {shard} add up to {total:,} bytes, "
+                    f"more than {path} holds ({size:,}); they overlap, so the index is damaged "
+                    "or built to exhaust memory.")
 
     def __getitem__(self, name: str) -> Entry:
         return self._entries[name]
