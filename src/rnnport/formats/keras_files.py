@@ -103,8 +103,6 @@ ARCHIVE_CONFIG = "config.json"
 ARCHIVE_WEIGHTS = "model.weights.h5"
 ARCHIVE_METADATA = "metadata.json"
 CONTAINERS = ("layers", "_layer_checkpoint_dependencies")
-# A member that expands more than this many times over its stored size, past 1 GiB, is
-# refused as a decompression bomb (Keras refuses 100× past 4 GiB).
 # Recurrent layers rnnport cannot read; reading the rest of a model must not hide them.
 OTHER_RECURRENT = {"RNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "StackedRNNCells",
                    "PeepholeLSTMCell", "LSTMCell", "GRUCell", "SimpleRNNCell"}
@@ -189,9 +187,9 @@ def read_file(source: Any, **options: Any) -> Model:
     require("h5py", extra="keras", purpose="Reading Keras model files")
     try:
         if path.name.lower().endswith(".keras"):
-            layers, functional, ordered = _archive_layers(hdf5, path)
+            layers, functional, ordered = _archive_layers(path)
         else:
-            layers, functional, ordered = _h5_layers(hdf5, path)
+            layers, functional, ordered = _h5_layers(path)
     except RecursionError:  # a config nested deeper than any model's
         raise FormatError(f"{path}: the model config is nested too deeply to be a Keras "
                           "config; the file is damaged or built to break a reader.") from None
@@ -212,7 +210,7 @@ def _gates(layer: FileLayer) -> int:
     return recurrent.shape[1] // recurrent.shape[0]
 
 
-def _archive_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]:
+def _archive_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
     with open_zip(path, ".keras archive (the zip file Keras 3 writes with "
                   "model.save('m.keras'))") as archive:
         names = set(archive.namelist())
@@ -229,8 +227,8 @@ def _archive_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]
         weights_bytes = read_member(archive, ARCHIVE_WEIGHTS, str(path))
     config = _json(config_bytes, f"{path}, {ARCHIVE_CONFIG}")
     where = f"{path}, {ARCHIVE_WEIGHTS}"
-    with _open_h5(h5py, weights_bytes, where) as h5:
-        return _keras3_layers(h5py, h5, config, where, f"{path}, {ARCHIVE_CONFIG}")
+    with _open_h5(weights_bytes, where) as h5:
+        return _keras3_layers(h5, config, where, f"{path}, {ARCHIVE_CONFIG}")
 
 
 def _json(data: Any, where: str) -> Any:
@@ -242,9 +240,9 @@ def _json(data: Any, where: str) -> Any:
 
 
 @contextmanager
-def _open_h5(h5py: Any, source: Any, where: str) -> Iterator[Any]:
+def _open_h5(source: Any, where: str) -> Iterator[Any]:
     """The file's tree, read by :func:`rnnport.io.hdf5.snapshot` in a limited child process."""
-    h5 = h5py.snapshot(source, where)
+    h5 = hdf5.snapshot(source, where)
     try:
         yield h5
     except RnnportError:
@@ -254,21 +252,21 @@ def _open_h5(h5py: Any, source: Any, where: str) -> Iterator[Any]:
                           f"{error}); the file may be truncated or damaged.") from None
 
 
-def _h5_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]:
+def _h5_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
     where = str(path)
-    with _open_h5(h5py, path, where) as h5:
+    with _open_h5(path, where) as h5:
         if "model_config" in h5.attrs:
             config = _json(h5.attrs["model_config"], f"{where}, attribute model_config")
-            weights = _child(h5py, h5, "model_weights", where)
-            if weights is None or not isinstance(weights, h5py.Group):
+            weights = _child(h5, "model_weights", where)
+            if weights is None or not isinstance(weights, hdf5.Group):
                 raise FormatError(f"{where}: a legacy Keras model file without a model_weights "
                                   "group; expected /model_weights/<layer>/… (what "
                                   "model.save('m.h5') writes). The file may be damaged.")
-            return _legacy_layers(h5py, weights, config, where)
+            return _legacy_layers(weights, config, where)
         if _attr_strings(h5, "layer_names", where) is not None:
-            return _legacy_layers(h5py, h5, None, where)
+            return _legacy_layers(h5, None, where)
         if any(name in h5 for name in CONTAINERS) or "vars" in h5:
-            return _keras3_layers(h5py, h5, None, where, where)
+            return _keras3_layers(h5, None, where, where)
         raise FormatError(
             f"{where}: an HDF5 file, but not a Keras one; expected Keras 3 weights (groups "
             "layers/<layer>/…) or a legacy Keras file (attribute layer_names or model_config), "
@@ -278,19 +276,19 @@ def _h5_layers(h5py: Any, path: Path) -> tuple[list[FileLayer], bool, bool]:
 # -- h5 access (links and external data refused) ------------------------------------------
 
 
-def _child(h5py: Any, group: Any, name: str, where: str) -> Any:
+def _child(group: Any, name: str, where: str) -> Any:
     """``group[name]`` through hard links only; None when absent."""
     node = group
     for part in name.split("/"):
         if not part:
             continue
-        if not isinstance(node, h5py.Group):
+        if not isinstance(node, hdf5.Group):
             raise FormatError(f"{where}: {node.name} is a dataset, but {name!r} goes through "
                               "it as if it were a group; the file is damaged.")
         link = node.get(part, getlink=True)
         if link is None:
             return None
-        if not isinstance(link, h5py.HardLink):
+        if not isinstance(link, hdf5.HardLink):
             raise FormatError(
                 f"{where}: {node.name.rstrip('/')}/{part} is an HDF5 {type(link).__name__}; "
                 "Keras never writes links, and one can point outside the file. Refusing to "
@@ -299,13 +297,15 @@ def _child(h5py: Any, group: Any, name: str, where: str) -> Any:
     return node
 
 
-def _dataset(h5py: Any, node: Any, where: str) -> np.ndarray:
-    if not isinstance(node, h5py.Dataset):
+def _dataset(node: Any, where: str) -> np.ndarray:
+    if not isinstance(node, hdf5.Dataset):
         raise FormatError(f"{where}: {node.name} is a group; expected a dataset (an array).")
     if node.is_virtual or node.external:
         raise FormatError(f"{where}: dataset {node.name} keeps its data in other files "
                           "(virtual or external storage); Keras never writes that. Refusing to "
                           "read it.")
+    if node.problem is not None:
+        raise FormatError(f"{where}: dataset {node.name} cannot be read: {node.problem}.")
     array = np.asarray(node[()])
     if _text(node.attrs.get("dtype", "")) == "bfloat16" and array.dtype.itemsize == 2:
         # bfloat16 is the top half of a float32: widening is exact.
@@ -430,22 +430,22 @@ def _holds_recurrent(value: Any) -> bool:
 # -- Keras 3 weights ----------------------------------------------------------------------
 
 
-def _keras3_layers(h5py: Any, h5: Any, config: Any, where: str,
+def _keras3_layers(h5: Any, config: Any, where: str,
                    config_where: str) -> tuple[list[FileLayer], bool, bool]:
-    container = next((_child(h5py, h5, name, where) for name in CONTAINERS if name in h5), None)
+    container = next((_child(h5, name, where) for name in CONTAINERS if name in h5), None)
     groups: dict[str, Any] = {}
     if container is not None:
         for key in container:
-            node = _child(h5py, container, key, where)
-            if isinstance(node, h5py.Group):
+            node = _child(container, key, where)
+            if isinstance(node, hdf5.Group):
                 groups[key] = node
     names: dict[str, str] = {}  # layer name → group key
     for key, group in groups.items():
-        own = _child(h5py, group, "vars", where)
+        own = _child(group, "vars", where)
         if own is not None and "name" in own.attrs:
             names[_text(own.attrs["name"])] = key
     if config is None:
-        return _keras3_weights_only(h5py, groups, names, where), False, False
+        return _keras3_weights_only(groups, names, where), False, False
     entries, functional = _model_entries(config, config_where)
     used: dict[str, int] = {}
     layers = []
@@ -465,12 +465,12 @@ def _keras3_layers(h5py: Any, h5: Any, config: Any, where: str,
                     "model; save the model again.")
             layer.where = f"{where}, {groups[key].name}"
             layer.aliases = (key,)
-            _keras3_arrays(h5py, groups[key], layer, class_name in keras.WRAPPERS)
+            _keras3_arrays(groups[key], layer, class_name in keras.WRAPPERS)
         layers.append(layer)
     return layers, functional, True
 
 
-def _keras3_weights_only(h5py: Any, groups: Mapping[str, Any], names: Mapping[str, str],
+def _keras3_weights_only(groups: Mapping[str, Any], names: Mapping[str, str],
                          where: str) -> list[FileLayer]:
     key_names = {key: name for name, key in names.items()}
     layers = []
@@ -483,25 +483,25 @@ def _keras3_weights_only(h5py: Any, groups: Mapping[str, Any], names: Mapping[st
         if "cell" in group or bidirectional:
             layer.kind = "rnn" if base in RNN_KEYS else "recurrent"
             if layer.kind == "rnn":
-                _keras3_arrays(h5py, group, layer, bidirectional)
+                _keras3_arrays(group, layer, bidirectional)
         elif base in PASSIVE_KEYS:
             layer.kind = "passive"
         layers.append(layer)
     return layers
 
 
-def _keras3_arrays(h5py: Any, group: Any, layer: FileLayer, bidirectional: bool) -> None:
+def _keras3_arrays(group: Any, layer: FileLayer, bidirectional: bool) -> None:
     sides = ("forward_layer", "backward_layer") if bidirectional else ("",)
     for side in sides:
-        node = _child(h5py, group, side, layer.where) if side else group
+        node = _child(group, side, layer.where) if side else group
         if node is None:
             raise FormatError(f"{layer.where}: layer {layer.describe()} has no {side} group; "
                               "expected forward_layer/ and backward_layer/ for a Bidirectional "
                               "layer. The file may be damaged.")
-        cell = _child(h5py, node, "cell/vars", layer.where)
+        cell = _child(node, "cell/vars", layer.where)
         if cell is None:
-            cell = _child(h5py, node, "vars", layer.where)
-        if cell is None or not isinstance(cell, h5py.Group):
+            cell = _child(node, "vars", layer.where)
+        if cell is None or not isinstance(cell, hdf5.Group):
             raise FormatError(f"{layer.where}: layer {layer.describe()} has no {node.name}/cell/"
                               "vars group; expected the cell's arrays there (0: kernel, "
                               "1: recurrent_kernel, 2: bias). The file may be damaged.")
@@ -512,7 +512,7 @@ def _keras3_arrays(h5py: Any, group: Any, layer: FileLayer, bidirectional: bool)
                               "named 0, 1, 2 (kernel, recurrent_kernel, bias).")
         for key in keys:
             path = f"{cell.name}/{key}"
-            layer.arrays.append(_dataset(h5py, _child(h5py, cell, key, layer.where),
+            layer.arrays.append(_dataset(_child(cell, key, layer.where),
                                          f"{layer.where}, {path}"))
             layer.datasets.append(path)
 
@@ -520,7 +520,7 @@ def _keras3_arrays(h5py: Any, group: Any, layer: FileLayer, bidirectional: bool)
 # -- legacy HDF5 --------------------------------------------------------------------------
 
 
-def _legacy_layers(h5py: Any, root: Any, config: Any,
+def _legacy_layers(root: Any, config: Any,
                    where: str) -> tuple[list[FileLayer], bool, bool]:
     layer_names = _attr_strings(root, "layer_names", where)
     if layer_names is None:
@@ -538,8 +538,8 @@ def _legacy_layers(h5py: Any, root: Any, config: Any,
         kind = _kind(class_name, layer_config) if class_name is not None else "other"
         layer = FileLayer(name, class_name, layer_config, where, kind, inputs=inputs)
         if name in stored:
-            group = _child(h5py, root, name, where)
-            if group is None or not isinstance(group, h5py.Group):
+            group = _child(root, name, where)
+            if group is None or not isinstance(group, hdf5.Group):
                 raise FormatError(f"{where}: layer_names lists {name!r} but {root.name}/{name} is "
                                   "not a group; the file may be damaged.")
             layer.where = f"{where}, {group.name}"
@@ -548,12 +548,12 @@ def _legacy_layers(h5py: Any, root: Any, config: Any,
                 layer.kind = _legacy_kind(name, weight_names)
             if layer.kind == "rnn":
                 for weight in weight_names:
-                    node = _child(h5py, group, weight, layer.where)
+                    node = _child(group, weight, layer.where)
                     if node is None:
                         raise FormatError(f"{layer.where}: weight_names lists {weight!r}, but the "
                                           "group holds no such dataset; the file may be "
                                           "damaged.")
-                    layer.arrays.append(_dataset(h5py, node, f"{layer.where}/{weight}"))
+                    layer.arrays.append(_dataset(node, f"{layer.where}/{weight}"))
                     layer.datasets.append(f"{group.name}/{weight}")
         elif layer.kind == "rnn":
             raise FormatError(f"{where}: no weights for layer {layer.describe()}; expected a "

@@ -66,14 +66,15 @@ class Dataset(Node):
     def __init__(self, name: str, attrs: Mapping[str, Any], value: np.ndarray | None,
                  problem: str | None, is_virtual: bool, external: bool) -> None:
         super().__init__(name, attrs)
-        self._value, self._problem = value, problem
+        self._value = value
+        self.problem = problem  # why the child did not copy the data out (then value is None)
         self.is_virtual, self.external = is_virtual, external
 
     def __getitem__(self, key: Any) -> np.ndarray:
         if key != ():
             raise TypeError("only dataset[()] is supported")
         if self._value is None:
-            raise FormatError(f"dataset {self.name}: {self._problem}")
+            raise FormatError(f"dataset {self.name} cannot be read: {self.problem}.")
         return self._value
 
 
