@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -131,12 +132,7 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             except UnsupportedFeatureError:
                 shutil.rmtree(target)
                 continue
-            options = {k: v for k, v in case.meta["read_options"].items()
-                       if fmt == case.framework or (fmt == "keras" and k == "activation")}
-            if fmt == "keras" and case.framework == "torch" and name.startswith("torch_rnn"):
-                options = {"activation": case.meta["read_options"]["nonlinearity"]}
-            if fmt == "torch" and case.framework == "keras" and "activation" in options:
-                options = {"nonlinearity": options["activation"]}
+            options = _read_options(fmt, model)
             seeds.append(Seed(target.name, fmt, target, f"model{suffix}", options))
     readable = []
     for seed in seeds:  # a seed that does not read as it is would test less
@@ -146,6 +142,14 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             continue  # a weights file of mixed layers needs layer=[…] in the model's order
         readable.append(seed)
     return readable
+
+
+def _read_options(fmt: str, model: Any) -> dict[str, Any]:
+    """What a weights-only file does not record: a simple RNN's relu."""
+    parts = model.parts if hasattr(model, "parts") else (model,)
+    if not any(part.spec.cell == "rnn_relu" for part in parts):
+        return {}
+    return {"keras": {"activation": "relu"}, "torch": {"nonlinearity": "relu"}}.get(fmt, {})
 
 
 # -- mutations --------------------------------------------------------------------------------
@@ -424,13 +428,6 @@ def run_case(seeds: list[Seed], seed_value: int, case: int, scratch: Path,
 # -- worker and parent ------------------------------------------------------------------------
 
 
-def _data_size() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmData:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def worker(job: dict[str, Any]) -> None:
     """Run cases ``start, start + step, ...`` and print one JSON line before and after each."""
     import rnnport
@@ -443,7 +440,9 @@ def worker(job: dict[str, Any]) -> None:
     for module in ("h5py", "onnx", "torch", "safetensors.numpy"):
         __import__(module)
     del rnnport
-    limit = _data_size() + job["memory"] * 2**20
+    from rnnport.io._hdf5_child import data_size  # imports h5py, as the worker does anyway
+
+    limit = data_size() + job["memory"] * 2**20
     resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.getrlimit(resource.RLIMIT_DATA)[1]))
     signal.signal(signal.SIGALRM, _alarm)
     # NumPy's warnings on weights a mutation made infinite, torch's on odd pickle protocols.
@@ -506,7 +505,6 @@ def parent(args: argparse.Namespace, seeds: list[Seed]) -> list[dict[str, Any]]:
              "stop": stop, "step": args.jobs, "deadline": deadline, "timeout": args.timeout,
              "memory": args.memory} for j in range(args.jobs)]
     results: list[dict[str, Any]] = []
-    import threading
 
     def drive(job: dict[str, Any]) -> None:
         while True:  # after a crash or hang, a fresh worker goes on with the next case

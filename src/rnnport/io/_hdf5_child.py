@@ -1,7 +1,8 @@
-"""The child process of :mod:`rnnport.io.hdf5`: ``python -I _hdf5_child.py PATH|- SIZE RATIO``.
+"""The child of :mod:`rnnport.io.hdf5`: ``python -I _hdf5_child.py PATH|- SIZE RATIO SECONDS``.
 
 ``RATIO`` bounds compressed datasets: their bytes may reach ``RATIO × SIZE`` (1032 for a
-file, 1 for an archive member, whose decompression was bounded already).
+file, 1 for an archive member, whose decompression was bounded already). ``SECONDS`` is
+the CPU time allowed, the parent's timeout.
 
 Reads an HDF5 file with h5py under resource limits and writes its tree to stdout (see
 :mod:`rnnport.io.hdf5` for the protocol). Imports nothing from rnnport, so that a hostile
@@ -23,7 +24,6 @@ import numpy as np
 MAX_NODES = 100_000
 MAX_DEPTH = 64
 MEMORY = 512 << 20           # bytes beyond the imports, plus three times the file's size
-SECONDS = 20                 # CPU seconds, plus one per 10 MB of file
 
 
 def encode_attribute(value: Any) -> dict[str, Any] | None:
@@ -116,14 +116,13 @@ def data_size() -> int:
     return 1 << 30
 
 
-def main(argument: str, size: int, ratio: int) -> int:
+def main(argument: str, size: int, ratio: int, seconds: int) -> int:
     out = sys.stdout.buffer
     while h5py.h5pl.size():  # no folders to load filter plugins from (the parent also sets
         h5py.h5pl.remove(0)  # HDF5_PLUGIN_PRELOAD="::", which turns plugin loading off)
     data = sys.stdin.buffer.read() if argument == "-" else b""
     limit = data_size() + MEMORY + 3 * size
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    seconds = int(SECONDS + size / 10e6)
     resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))  # SIGXCPU, then SIGKILL
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # it writes nothing but its answer
     try:
@@ -142,4 +141,4 @@ def main(argument: str, size: int, ratio: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    sys.exit(main(sys.argv[1], *map(int, sys.argv[2:5])))

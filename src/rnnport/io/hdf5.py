@@ -36,7 +36,7 @@ from ..errors import FormatError
 __all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "SoftLink", "snapshot"]
 
 CHILD = Path(__file__).with_name("_hdf5_child.py")
-TIMEOUT = 20.0               # seconds for the child, plus one per 10 MB of file
+TIMEOUT = 20.0               # seconds (wall clock and CPU) for the child, plus 1 per 10 MB
 
 
 # -- the snapshot -----------------------------------------------------------------------------
@@ -115,11 +115,12 @@ def snapshot(source: str | os.PathLike[str] | bytes, where: str) -> Group:
         size, argument, stdin, ratio = len(source), "-", source, 1
     else:
         size, argument, stdin, ratio = os.path.getsize(source), os.fspath(source), b"", 1032
-    command = [sys.executable, "-I", str(CHILD), argument, str(size), str(ratio)]
+    timeout = TIMEOUT + size / 10e6
+    command = [sys.executable, "-I", str(CHILD), argument, str(size), str(ratio),
+               str(int(timeout))]
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith(("HDF5_", "PYTHON"))}
     environment["HDF5_PLUGIN_PRELOAD"] = "::"  # a file cannot make HDF5 load native code
-    timeout = TIMEOUT + size / 10e6
     try:
         done = subprocess.run(command, input=stdin, capture_output=True, timeout=timeout,
                               check=False, env=environment)
