@@ -11,7 +11,8 @@ Every format module has the same surface:
   ``input_forget``, ``activations``, ``reset_before`` (GRU) it can hold, checked by
   :func:`check_features` before writing
 * ``ONE_BIAS`` (optional, default none): the cell kinds (``lstm``, ``gru``,
-  ``gru_reset_before``, ``rnn``) whose two biases it stores as one sum
+  ``gru_reset_before``, ``rnn``) whose two biases it stores as one sum; ``ALWAYS_BIAS``
+  (optional, default False): it stores biases (zeros) even for a network without them
 * ``param_count(model, **options) -> int``: parameters as the format stores them
 
 Adding a format is one module plus one line in ``_REGISTRY``.
@@ -34,8 +35,21 @@ from ..errors import (
 from ..spec import Spec
 from ._common import close_matches, describe
 
-__all__ = ["FEATURE_CODES", "FormatInfo", "bias_kind", "check_features", "formats", "get", "info",
-           "matrix", "matrix_markdown", "missing_feature", "one_bias", "sniff"]
+__all__ = [
+    "FEATURE_CODES",
+    "FormatInfo",
+    "bias_kind",
+    "check_features",
+    "formats",
+    "get",
+    "info",
+    "matrix",
+    "matrix_markdown",
+    "missing_feature",
+    "one_bias",
+    "sniff",
+    "sums_biases",
+]
 
 
 @dataclass(frozen=True)
@@ -172,6 +186,13 @@ def one_bias(name: str) -> frozenset[str]:
     return getattr(get(name), "ONE_BIAS", frozenset())
 
 
+def sums_biases(name: str, spec: Spec) -> bool:
+    """Whether a trip through format ``name`` changes the biases of a network of ``spec``
+    (sums its two, or gives a bias-free one zero biases) while keeping its function."""
+    return (spec.bias or getattr(get(name), "ALWAYS_BIAS", False)) \
+        and bias_kind(spec) in one_bias(name)
+
+
 @dataclass(frozen=True)
 class Pair:
     """Converting one network from ``source`` to ``target``."""
@@ -214,8 +235,9 @@ def matrix_markdown() -> str:
         "* ✓: every network the source format holds converts, and its arrays read back "
         "bit-equal.",
         "* Σ: the target keeps one bias where the source keeps two, so they are summed (the "
-        f"same function, rounded once): {summed}. TF1 cells also store zero biases for a "
-        "network without them.",
+        f"same function, rounded once): {summed}. "
+        + " ".join(f"`{name}` also stores zero biases for a network without them."
+                   for name in names if getattr(get(name), "ALWAYS_BIAS", False)),
         f"* −x: networks using feature x are refused with an error naming it: {codes}.",
         "* Every format holds LSTM, GRU and simple RNN (tanh and relu) cells, any number of "
         "layers, one or two directions, with or without biases.",

@@ -65,8 +65,10 @@ from ._common import check_options, close_matches, combine_biases, describe, sum
 DESCRIPTION = "TensorFlow 1.x cells in checkpoints (read without TensorFlow) or name→array dicts"
 EXTRA = None
 FEATURES = frozenset({"projection", "peepholes", "cell_clip", "reset_before"})
-# Every TF1 cell keeps one bias (CudnnCompatibleGRUCell sums even the r and z pairs).
+# Every TF1 cell keeps one bias (CudnnCompatibleGRUCell sums even the r and z pairs), and
+# saves it even for a network without biases (as zeros).
 ONE_BIAS = frozenset({"lstm", "gru", "gru_reset_before", "rnn"})
+ALWAYS_BIAS = True
 READ_OPTIONS = frozenset({"scope", "forget_bias", "cell_clip", "activation"})
 WRITE_OPTIONS = frozenset({"cell", "scope", "structure", "forget_bias", "cell_clip", "activation"})
 
