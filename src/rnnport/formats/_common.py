@@ -72,7 +72,7 @@ def to_numpy(value: Any, location: str = "an input array") -> np.ndarray:
             return tensor.numpy()
         except (TypeError, RuntimeError, NotImplementedError, ValueError) as error:
             # sparse, quantized, float8, meta and nested tensors have no NumPy form
-            raise FormatError(f"{location}: a {tensor_kind(value)} tensor, which has no NumPy "
+            raise FormatError(f"{location}: a {_tensor_kind(value)} tensor, which has no NumPy "
                               f"array form ({type(error).__name__}: {str(error)[:200]}); "
                               "expected dense float weights.") from None
     if hasattr(value, "numpy") and callable(value.numpy):  # tf / keras tensors and variables
@@ -80,7 +80,7 @@ def to_numpy(value: Any, location: str = "an input array") -> np.ndarray:
     return as_array(value, location)
 
 
-def tensor_kind(value: Any) -> str:
+def _tensor_kind(value: Any) -> str:
     return " ".join(str(getattr(value, name, "?")) for name in ("layout", "dtype", "device"))
 
 

@@ -654,10 +654,7 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
                                             location).items():
                 out[base + name] = array
     if path is not None:
-        if Path(path).is_dir():
-            raise FormatError(f"{where}: {path} is a folder; pass a checkpoint prefix inside it, "
-                              f"e.g. {Path(path) / 'model.ckpt'}. Nothing was written.")
-        tensorbundle.write_bundle(tensorbundle.checkpoint_prefix(path), out)
+        tensorbundle.write_bundle(tensorbundle.output_prefix(path), out)
     return out
 
 

@@ -34,13 +34,9 @@ def check_target(path: str | os.PathLike[str]) -> Path:
 def output_files(path: str | os.PathLike[str], fmt: str) -> list[Path]:
     """The files ``write(model, fmt, path=path)`` creates."""
     if fmt == "tf1":
-        from .tensorbundle import checkpoint_prefix
+        from .tensorbundle import bundle_files, output_prefix
 
-        if Path(path).is_dir():
-            raise FormatError(f"{path} is a folder; pass a checkpoint prefix inside it, e.g. "
-                              f"{Path(path) / 'model.ckpt'}. Nothing was written.")
-        prefix = checkpoint_prefix(path)
-        return [Path(f"{prefix}.index"), Path(f"{prefix}.data-00000-of-00001")]
+        return bundle_files(output_prefix(path))
     return [Path(path)]
 
 

@@ -30,7 +30,8 @@ from . import _proto
 from .atomic import atomic_write_all
 from .crc32c import crc32c, mask, unmask
 
-__all__ = ["Bundle", "Entry", "checkpoint_prefix", "is_data_file", "read_bundle", "write_bundle"]
+__all__ = ["Bundle", "Entry", "bundle_files", "checkpoint_prefix", "is_data_file", "output_prefix",
+           "read_bundle", "write_bundle"]
 
 _MAGIC = 0xDB4775248B80FB57
 _DATA_NAME = re.compile(r"\.data-\d{5}-of-\d{5}$")
@@ -87,6 +88,20 @@ def checkpoint_prefix(path: str | os.PathLike[str]) -> Path:
     if path.is_dir():
         return _latest_in(path)
     return path
+
+
+def output_prefix(path: str | os.PathLike[str]) -> Path:
+    """The prefix a checkpoint is written at: ``path``, less an ``.index`` or data-file
+    suffix. A folder is refused: writing must not pick a name inside it."""
+    if Path(path).is_dir():
+        raise FormatError(f"{path} is a folder; pass a checkpoint prefix inside it, e.g. "
+                          f"{Path(path) / 'model.ckpt'}. Nothing was written.")
+    return checkpoint_prefix(path)
+
+
+def bundle_files(prefix: str | os.PathLike[str]) -> list[Path]:
+    """The files :func:`write_bundle` writes at ``prefix``: the index and its one data shard."""
+    return [Path(f"{prefix}.index"), _data_path(Path(prefix), 0, 1)]
 
 
 def _latest_in(folder: Path) -> Path:
@@ -479,8 +494,7 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
             raise DTypeError(f"{prefix}: tensor {name!r} has dtype {array.dtype}, which a "
                              "checkpoint cannot hold; use a float, integer or bool array.")
         tensors.append((name, _CODES[dtype], np.asarray(array, dtype=dtype.newbyteorder("<"), order="C")))
-    index_path = Path(f"{prefix}.index")
-    data_path = _data_path(prefix, 0, 1)
+    index_path, data_path = bundle_files(prefix)
     entries: list[tuple[bytes, bytes]] = []
 
     def write_data(file: BinaryIO) -> None:
