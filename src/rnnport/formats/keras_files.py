@@ -285,7 +285,7 @@ def _child(group: Any, name: str, where: str) -> Any:
         if not isinstance(node, hdf5.Group):
             raise FormatError(f"{where}: {node.name} is a dataset, but {name!r} goes through "
                               "it as if it were a group; the file is damaged.")
-        link = node.get(part, getlink=True)
+        link = node.link(part)
         if link is None:
             return None
         if not isinstance(link, hdf5.HardLink):

@@ -86,17 +86,12 @@ class Group(Node):
     def __iter__(self) -> Iterator[str]:
         return iter(self._links)
 
-    def __len__(self) -> int:
-        return len(self._links)
-
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self._links
 
-    def get(self, name: str, default: Any = None, getlink: bool = False) -> Any:
-        if name not in self._links:
-            return default
-        link, node = self._links[name]
-        return link if getlink else node
+    def link(self, name: str) -> HardLink | SoftLink | ExternalLink | None:
+        """How ``name`` is linked from this group (None when it is not)."""
+        return self._links[name][0] if name in self._links else None
 
     def __getitem__(self, name: str) -> Node:
         link, node = self._links[name]
