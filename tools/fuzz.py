@@ -433,8 +433,7 @@ def worker(job: dict[str, Any]) -> None:
     import rnnport
     from rnnport.formats import get
 
-    seeds = [Seed(s["name"], s["fmt"], Path(s["folder"]), s["entry"], s["options"])
-             for s in job["seeds"]]
+    seeds = [Seed(**{**s, "folder": Path(s["folder"])}) for s in job["seeds"]]
     for fmt in {seed.fmt for seed in seeds}:  # import every framework before the limit
         get(fmt)
     for module in ("h5py", "onnx", "torch", "safetensors.numpy"):
