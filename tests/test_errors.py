@@ -97,7 +97,7 @@ def test_peepholes_and_cell_clip_are_not_dropped() -> None:
                           ("gate_clip", Spec("gru", 2, 3, gate_clip=3.0)),
                           ("input_forget", Spec("lstm", 2, 3, input_forget=True)),
                           ("activations", Spec("gru", 2, 3, activations=["HardSigmoid", "Tanh"]))):
-        lacking = [fmt for fmt in rnnport.formats() if feature not in get(fmt).FEATURES]
+        lacking = [fmt for fmt in rnnport.formats() if feature not in get(fmt).features]
         assert {"keras", "cudnn", "torch"} <= set(lacking)
         for fmt in lacking:
             with pytest.raises(UnsupportedFeatureError):

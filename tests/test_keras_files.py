@@ -26,6 +26,7 @@ from rnnport.errors import (
     UnsupportedFeatureError,
 )
 from rnnport.formats import keras as keras_format
+from rnnport.formats.keras import layers as keras_layers
 
 TOLERANCE = 1e-5
 INPUT = 3
@@ -248,7 +249,7 @@ def test_keras3_loads_and_runs_the_files_we_write(tmp_path: Path, name: str) -> 
     want, _ = model.forward(x)
     returned = rnnport.write(model, "keras", path=tmp_path / "ours.keras")
     assert all(np.array_equal(a, b) for a, b in zip(
-        keras_format._leaves(returned), keras_format._leaves(rnnport.write(model, "keras")),
+        keras_layers.leaves(returned), keras_layers.leaves(rnnport.write(model, "keras")),
         strict=True))
     loaded = keras.saving.load_model(tmp_path / "ours.keras")
     got = keras.ops.convert_to_numpy(loaded(x))

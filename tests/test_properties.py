@@ -52,31 +52,13 @@ def models(draw: Any) -> RNN:
 
 def read_options(fmt: str, spec: Spec) -> dict[str, Any]:
     """What each format needs told because its native object does not record it."""
-    if fmt == "keras":
-        return {"activation": spec.nonlinearity, **(
-            {"reset_after": spec.reset_after} if spec.cell == "gru" and not spec.bias else {})}
-    if fmt == "torch":
-        return {"nonlinearity": spec.nonlinearity} if spec.cell.startswith("rnn") else {}
-    if fmt in ("onnx", "npz"):
-        return {}
-    if fmt == "tf1":  # a checkpoint stores neither a BasicRNNCell's activation nor a clip
-        return {"activation": spec.nonlinearity} if spec.cell.startswith("rnn") else \
-            {"cell_clip": spec.cell_clip} if spec.cell_clip is not None else {}
-    if fmt in ("cudnn", "miopen"):
-        return dict(cell=spec.cell, input_size=spec.input_size, hidden_size=spec.hidden_size,
-                    num_layers=spec.num_layers, bidirectional=spec.bidirectional,
-                    proj_size=spec.proj_size, bias_mode="double" if spec.bias else "none")
-    raise AssertionError(fmt)
+    return get(fmt).read_options_for(spec)
 
 
 def write_options(fmt: str, spec: Spec) -> dict[str, Any]:
-    """TF1 checkpoints store neither a BasicRNNCell's activation nor a cell clip: the
-    writer is told them, as the graph would be."""
-    if fmt == "tf1" and spec.cell.startswith("rnn"):
-        return {"activation": spec.nonlinearity}
-    if fmt == "tf1" and spec.cell_clip is not None:
-        return {"cell_clip": spec.cell_clip}
-    return {}
+    """What each format's writer must be told, as a framework's graph would be (a TF1
+    checkpoint stores neither a BasicRNNCell's activation nor a cell clip)."""
+    return get(fmt).write_options_for(spec)
 
 
 def write(model: RNN, fmt: str) -> Any:
@@ -97,7 +79,7 @@ def used(spec: Spec) -> list[str]:
 
 
 def lacks(fmt: str, spec: Spec) -> list[str]:
-    return [feature for feature in used(spec) if feature not in get(fmt).FEATURES]
+    return [feature for feature in used(spec) if feature not in get(fmt).features]
 
 
 def holds(fmt: str, spec: Spec) -> bool:

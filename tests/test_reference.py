@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import rnnport
-from rnnport.demo import check_reference, keras_weights, load_reference
+from rnnport.demo import Reference, check_reference, load_reference, source_arrays
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "examples" / "keras_cudnn_reference.json"
 
@@ -18,27 +18,27 @@ def bits(array: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def reference() -> dict:
+def reference() -> Reference:
     return load_reference(SHARED if SHARED.exists() else None)
 
 
 @pytest.mark.parametrize("name", ["gru", "lstm"])
-def test_keras_to_cudnn_is_the_reference_buffer(reference: dict, name: str) -> None:
-    case = reference[name]
-    buffer = rnnport.convert(keras_weights(case), "cudnn", fmt="keras")
+def test_keras_to_cudnn_is_the_reference_buffer(reference: Reference, name: str) -> None:
+    case = reference.cases[name]
+    buffer = rnnport.convert(source_arrays(reference, name), "cudnn", fmt="keras")
     expected = np.asarray(case["cudnn_params"], dtype=np.float32)
     assert buffer.dtype == np.float32 and buffer.shape == expected.shape
     assert np.array_equal(bits(buffer), bits(expected))
 
 
 @pytest.mark.parametrize("name", ["gru", "lstm"])
-def test_cudnn_reference_back_to_keras_is_bit_exact(reference: dict, name: str) -> None:
-    case = reference[name]
+def test_cudnn_reference_back_to_keras_is_bit_exact(reference: Reference, name: str) -> None:
+    case = reference.cases[name]
     cell = "gru" if name == "gru" else "lstm"
     buffer = np.asarray(case["cudnn_params"], dtype=np.float32)
     back = rnnport.convert(buffer, "keras", fmt="cudnn", cell=cell,
                            input_size=case["input_size"], hidden_size=case["hidden_size"])
-    for got, want in zip(back, keras_weights(case), strict=True):
+    for got, want in zip(back, source_arrays(reference, name), strict=True):
         assert got.shape == want.shape and np.array_equal(bits(got), bits(want))
 
 
@@ -48,7 +48,7 @@ def test_bundled_reference_is_the_shared_one() -> None:
     assert load_reference(None) == load_reference(SHARED)
 
 
-def test_demo_checks_pass(reference: dict) -> None:
+def test_demo_checks_pass(reference: Reference) -> None:
     results = check_reference(reference)
     assert [r.name for r in results] == ["gru", "lstm"]
     assert all(r.buffer_matches and r.round_trip_matches for r in results)

@@ -1,19 +1,54 @@
-"""Every registered format has the same surface."""
+"""Every registered format declares the protocol, and the registry is a package too."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
 import rnnport
-from rnnport.formats import get
+from rnnport.formats import FEATURE_CODES, get
+from rnnport.formats._protocol import BIAS_KINDS, Format, Suffix
+from rnnport.spec import Spec
 
 
 @pytest.mark.parametrize("name", rnnport.formats())
-def test_format_module_surface(name: str) -> None:
-    module = get(name)
-    for attribute in ("DESCRIPTION", "EXTRA", "FEATURES", "READ_OPTIONS", "WRITE_OPTIONS",
-                      "sniff", "read", "write", "param_count"):
-        assert hasattr(module, attribute), f"{name} lacks {attribute}"
-    assert module.FEATURES <= {"projection", "peepholes", "cell_clip", "gate_clip",
-                               "input_forget", "activations", "reset_before"}
-    assert module.sniff(object()) is False
+def test_every_format_declares_the_protocol(name: str) -> None:
+    declared = get(name)
+    assert isinstance(declared, Format) and declared.name == name
+    for verb in ("sniff", "read", "write", "param_count", "read_options_for",
+                 "write_options_for", "output_files", "input_files", "explain_arrays"):
+        assert callable(getattr(declared, verb)), f"{name}.{verb}"
+    for options in (declared.read_options, declared.write_options, declared.features,
+                    declared.one_bias):
+        assert isinstance(options, frozenset)
+    assert declared.features <= set(FEATURE_CODES) and declared.one_bias <= set(BIAS_KINDS)
+    assert all(isinstance(s, Suffix) and s.text.startswith(".") and s.what
+               for s in declared.suffixes)
+    assert declared.sniff(object()) is False
+    for spec in (Spec("lstm", 2, 3), Spec("rnn_relu", 2, 3, bias=False)):
+        assert set(declared.read_options_for(spec)) <= declared.read_options
+        assert set(declared.write_options_for(spec)) <= declared.write_options
+
+
+def test_a_module_without_a_declaration_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rnnport import formats
+
+    monkeypatch.setattr(formats, "_REGISTRY", dict(formats._REGISTRY))
+    formats.register("nothing", "rnnport.errors", "a module that declares no format")
+    with pytest.raises(rnnport.FormatError, match="declares no FORMAT named 'nothing'"):
+        formats.get("nothing")
+    with pytest.raises(rnnport.FormatError, match="expected a new identifier"):
+        formats.register("cudnn", "rnnport.formats.cudnn", "again")
+
+
+def test_import_rnnport_formats_is_the_package_and_still_callable() -> None:
+    script = ("import rnnport.formats as f, rnnport\n"
+              "assert f is rnnport.formats and f.get('cudnn').name == 'cudnn'\n"
+              "assert rnnport.formats() == f.formats() and callable(f)\n"
+              "from rnnport import formats\n"
+              "print(formats())")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == str(rnnport.formats())

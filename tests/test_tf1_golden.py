@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import rnnport
-from rnnport.formats import tf1
+from rnnport.formats import get, tf1
 from rnnport.io import tensorbundle
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -170,14 +170,6 @@ def test_tensorflow_checkpoints_through_every_other_format_and_back(name: str) -
 
 
 def _through(part: rnnport.RNN, fmt: str) -> rnnport.RNN:
-    spec = part.spec
-    if fmt == "cudnn":
-        return rnnport.read(rnnport.write(part, fmt), fmt, cell=spec.cell,
-                            input_size=spec.input_size, hidden_size=spec.hidden_size,
-                            num_layers=spec.num_layers, bidirectional=spec.bidirectional,
-                            proj_size=spec.proj_size)
-    options = {"keras": {"activation": spec.nonlinearity},
-               "torch": {"nonlinearity": spec.nonlinearity}}.get(fmt, {})
-    if not spec.cell.startswith("rnn"):
-        options = {}
-    return rnnport.read(rnnport.write(part, fmt), fmt, **options)
+    declared = get(fmt)
+    return rnnport.read(rnnport.write(part, fmt, **declared.write_options_for(part.spec)), fmt,
+                        **declared.read_options_for(part.spec))

@@ -15,7 +15,8 @@ than ``--memory`` MiB beyond what the process held before it.
 Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the files in
 ``tests/golden/files`` (legacy Keras HDF5 saved by tf_keras, ``torch.save`` and
 safetensors files), and golden Keras and PyTorch cases saved by rnnport in every file form
-(.keras, .weights.h5, .onnx, .npz, .pt, .safetensors). Case ``k`` mutates seed ``k mod n``
+a registered format writes (one per kind of file its suffixes name: .keras and .weights.h5,
+.pt and .safetensors, …). Case ``k`` mutates seed ``k mod n``
 with a generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any
 input. Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted, repeated and
 spliced ranges, and format-aware ones that keep the container's checksums right so the
@@ -63,9 +64,24 @@ KERAS_CASES = ("keras_bi_lstm", "keras_stack_lstm_gru", "keras_gru_reset_before"
                "keras_simplernn_relu", "keras_lstm_float64")
 TORCH_CASES = ("torch_lstm_proj_bi_2layer", "torch_gru_bi_3layer", "torch_rnn_relu",
                "torch_lstm_nobias")
-FILE_FORMS = ((".keras", "keras"), (".weights.h5", "keras"), (".onnx", "onnx"),
-              (".npz", "npz"), (".pt", "torch"), (".safetensors", "torch"))
-FORMATS = ("tf1", "keras", "onnx", "npz", "torch")
+
+
+def file_forms() -> list[tuple[str, str]]:
+    """(suffix, format) for each kind of file a registered format writes: the first suffix
+    of each description (``.pt`` and ``.pth`` are one kind of file)."""
+    from rnnport import formats
+
+    forms: dict[tuple[str, str], str] = {}
+    for name in formats.formats():
+        for suffix in formats.get(name).suffixes:
+            if suffix.writes:
+                forms.setdefault((name, suffix.what), suffix.text)
+    return [(suffix, name) for (name, _), suffix in forms.items()]
+
+
+def file_formats() -> list[str]:
+    """The formats that read files: every one with a file form."""
+    return list(dict.fromkeys(name for _, name in file_forms()))
 
 INTERESTING = (0, 1, 2, 0x7F, 0x80, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF,
                0x80000000, 0xFFFFFFFF, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
@@ -95,23 +111,25 @@ class Seed:
 def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
     """Write every seed under ``folder``; each seed gets a folder of its own."""
     import rnnport
+    from rnnport import formats
     from rnnport.errors import UnsupportedFeatureError
 
     sys.path.insert(0, str(ROOT / "tests"))
     from golden_cases import Case
 
     seeds: list[Seed] = []
-    if "tf1" in only:
-        for npz in sorted(GOLDEN.glob("tf1_*.npz")):
-            meta = json.loads(str(np.load(npz, allow_pickle=False)["meta"]))
-            if "read_options" not in meta:  # tf1_dtypes holds tensors, not a network
-                continue
-            prefix = GOLDEN / meta["checkpoint"]
+    for npz in sorted(GOLDEN.glob("*.npz")):  # checkpoints the framework itself saved
+        meta = json.loads(str(np.load(npz, allow_pickle=False)["meta"]))
+        if "checkpoint" not in meta or "read_options" not in meta:
+            continue  # a case without a saved file, or one holding tensors, not a network
+        prefix = GOLDEN / meta["checkpoint"]
+        fmt = formats.sniff(prefix)
+        if fmt in only:
             target = folder / npz.stem
             shutil.copytree(prefix.parent, target)
-            seeds.append(Seed(npz.stem, "tf1", target, prefix.name, meta["read_options"]))
+            seeds.append(Seed(npz.stem, fmt, target, prefix.name, meta["read_options"]))
     for path in sorted((GOLDEN / "files").iterdir()):  # saved by the frameworks themselves
-        fmt = "torch" if path.suffix in (".pt", ".safetensors") else "keras"
+        fmt = formats.sniff(path)
         if fmt in only:
             target = folder / f"framework_{path.name.replace('.', '_')}"
             target.mkdir()
@@ -122,17 +140,20 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             arrays = dict(data)
         case = Case(name, json.loads(str(arrays["meta"])), arrays)
         model = case.read()
-        for suffix, fmt in FILE_FORMS:
+        spec = (model.parts[0] if isinstance(model, rnnport.Stack) else model).spec
+        for suffix, fmt in file_forms():
             if fmt not in only:
                 continue
-            target = folder / f"{name}{suffix.replace('.', '_')}"
+            target = folder / f"{name}_{fmt}{suffix.replace('.', '_')}"
             target.mkdir()
+            declared = formats.get(fmt)
             try:
-                rnnport.write(model, fmt, path=target / f"model{suffix}")
+                rnnport.write(model, fmt, path=target / f"model{suffix}",
+                              **declared.write_options_for(spec))
             except UnsupportedFeatureError:
                 shutil.rmtree(target)
                 continue
-            options = _read_options(fmt, model)
+            options = declared.read_options_for(spec)
             seeds.append(Seed(target.name, fmt, target, f"model{suffix}", options))
     readable = []
     for seed in seeds:  # a seed that does not read as it is would test less
@@ -142,14 +163,6 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             continue  # a weights file of mixed layers needs layer=[…] in the model's order
         readable.append(seed)
     return readable
-
-
-def _read_options(fmt: str, model: Any) -> dict[str, Any]:
-    """What a weights-only file does not record: a simple RNN's relu."""
-    parts = model.parts if hasattr(model, "parts") else (model,)
-    if not any(part.spec.cell == "rnn_relu" for part in parts):
-        return {}
-    return {"keras": {"activation": "relu"}, "torch": {"nonlinearity": "relu"}}.get(fmt, {})
 
 
 # -- mutations --------------------------------------------------------------------------------
@@ -430,15 +443,14 @@ def run_case(seeds: list[Seed], seed_value: int, case: int, scratch: Path,
 
 def worker(job: dict[str, Any]) -> None:
     """Run cases ``start, start + step, ...`` and print one JSON line before and after each."""
-    import rnnport
-    from rnnport.formats import get
+    import importlib
+
+    from rnnport import formats
 
     seeds = [Seed(**{**s, "folder": Path(s["folder"])}) for s in job["seeds"]]
-    for fmt in {seed.fmt for seed in seeds}:  # import every framework before the limit
-        get(fmt)
-    for module in ("h5py", "onnx", "torch", "safetensors.numpy"):
-        __import__(module)
-    del rnnport
+    for fmt in {seed.fmt for seed in seeds}:  # every reader's framework, before the limit
+        for module in formats.get(fmt).modules:
+            importlib.import_module(module)
     from rnnport.io._hdf5_child import data_size  # imports h5py, as the worker does anyway
 
     limit = data_size() + job["memory"] * 2**20
@@ -554,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="mutation seed (default: random, printed)")
     parser.add_argument("--case", type=int, action="append",
                         help="rerun this case in this process and print what happened")
-    parser.add_argument("--only", action="append", choices=FORMATS,
+    parser.add_argument("--only", action="append", choices=file_formats(),
                         help="fuzz only this format's reader (repeatable)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--timeout", type=float, default=40.0,
@@ -571,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.seed is None:
         args.seed = random.randrange(2**31)
-    only = set(args.only or FORMATS)
+    only = set(args.only or file_formats())
     with tempfile.TemporaryDirectory(prefix="rnnport-fuzz-seeds-") as folder:
         seeds = make_seeds(Path(folder), only)
         if args.case:

@@ -18,21 +18,25 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from . import api, formats
 from .errors import FormatError, RnnportError
-from .io.atomic import check_outputs, input_files, output_files
+from .io.atomic import atomic_write, check_outputs
+from .model import Model, Stack
 
 __all__ = ["main", "main_entry"]
 
-# Output file suffix → format (longest first: ".weights.h5" before ".h5").
-TARGETS = ((".weights.h5", "keras"), (".keras", "keras"), (".npz", "npz"),
-           (".onnx", "onnx"), (".pt", "torch"), (".pth", "torch"), (".safetensors", "torch"),
-           (".npy", "cudnn"), (".ckpt", "tf1"), (".index", "tf1"))
 TOLERANCE = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
 EPILOG = """format options (-O KEY=VALUE, repeatable; values are JSON when they parse, e.g.
--O forget_bias=1.0 -O bidirectional=true, else text): what a source cannot record or a
-target needs, e.g. -O cell=lstm -O input_size=120 -O hidden_size=320 for a cuDNN .npy
-buffer, -O scope=encoder for a TF1 checkpoint, -O cell=CudnnCompatibleLSTMCell for a TF1
-target. `rnnport formats` lists each format's options."""
+-O forget_bias=1.0 -O bidirectional=true, else text): what a source cannot record (a flat
+buffer's shape: -O cell=lstm -O input_size=120 -O hidden_size=320) or a target needs; each
+goes to the side that takes it. `rnnport formats` lists each format's options."""
+
+
+def _suffixes(*, written: bool) -> str:
+    """``.keras (a Keras 3 .keras archive), …``: the file names formats read or write."""
+    found = {suffix.text: suffix.what for name in formats.formats()
+             for suffix in formats.get(name).suffixes if suffix.writes or not written}
+    return ", ".join(f"{text} ({what})" for text, what in found.items())
 
 
 class _Progress:
@@ -73,9 +77,8 @@ def _parser() -> argparse.ArgumentParser:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
     def source(sub: argparse.ArgumentParser, name: str = "FILE") -> None:
-        sub.add_argument("source", metavar=name, help="a model file: .keras, .h5, .pt, "
-                         ".safetensors, .onnx, .npz, a cuDNN .npy buffer or a TF1 checkpoint "
-                         "(prefix, .index or folder)")
+        sub.add_argument("source", metavar=name, help="a model file (or checkpoint prefix or "
+                         f"folder); by name: {_suffixes(written=False)}")
         sub.add_argument("--from", dest="fmt", metavar="FORMAT",
                          help="the source's format when its name does not tell")
         sub.add_argument("-O", "--option", dest="options", action="append", type=_option,
@@ -94,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     source(convert, "SRC")
     convert.add_argument("destination", metavar="DST", help="the output path")
     convert.add_argument("--to", metavar="FORMAT", help="the output format when DST's name does "
-                         "not tell (.npy: cudnn unless --to miopen; a TF1 prefix: --to tf1)")
+                         f"not tell, or to choose another that writes the same suffix; by name: "
+                         f"{_suffixes(written=True)}")
     convert.add_argument("--verify", action="store_true",
                          help="re-read the output and compare outputs, printing the max error")
     convert.add_argument("--force", action="store_true",
@@ -106,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     source(run)
     run.add_argument("--input", required=True, metavar="X.npy", help="the input sequence")
     run.add_argument("--lengths", metavar="L.npy", help="valid length of each sequence")
-    run.add_argument("--output", metavar="Y.npz", help="save y, h_n (and c_n) here")
+    run.add_argument("--output", metavar="OUT", help="save y, h_n (and c_n) here, as one NumPy "
+                     "archive (numpy.load reads it)")
     run.add_argument("--time-major", action="store_true", help="X is (time, batch, input)")
     run.add_argument("--force", action="store_true", help="replace --output if it exists")
 
@@ -135,62 +140,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# -- sources and targets ---------------------------------------------------------------------
+# -- sources -------------------------------------------------------------------------------
 
 
-def _read(path: str, fmt: str | None, options: dict[str, Any], progress: _Progress, *,
-          only_known: bool = False) -> tuple[Any, str]:
-    """Read a model file; ``only_known`` keeps just the options the source format reads."""
-    import rnnport
-
-    from .formats import get, sniff
-
+def _read(path: str, fmt: str | None, options: dict[str, Any], progress: _Progress) -> Model:
     progress(f"reading {path} …")
-    source: Any = path
-    if fmt in (None, "cudnn", "miopen") and path.lower().endswith(".npy"):
-        source = _load_array(path, "the buffer")
-        fmt = fmt or "cudnn"
-    name = fmt or sniff(source)
-    if only_known:
-        options = {k: v for k, v in options.items() if k in get(name).READ_OPTIONS}
-    return rnnport.read(source, name, **options), name
-
-
-def _target(path: str, fmt: str | None) -> str:
-    if fmt:
-        return fmt
-    lower = path.lower()
-    for suffix, name in TARGETS:
-        if lower.endswith(suffix):
-            return name
-    suffixes = ", ".join(suffix for suffix, _ in TARGETS)
-    raise FormatError(f"{path}: cannot tell the output format from the name; pass --to FORMAT "
-                      f"(e.g. --to tf1 for a checkpoint prefix). Files rnnport writes end in "
-                      f"{suffixes}; a legacy Keras .h5 is read, not written.")
+    return api.read(path, fmt, **options)
 
 
 # -- commands --------------------------------------------------------------------------------
 
 
 def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
-    import rnnport
-
-    from .formats import info
-
     options = dict(args.options)
-    model, fmt = _read(args.source, args.fmt, options, progress)
-    print(f"{args.source}: {fmt} ({info(fmt).summary})", file=out)
-    if fmt == "tf1":
-        from .formats import tf1
-
-        found = tf1.networks(args.source)
-        if len(found) > 1:
-            print(f"{len(found)} networks (-O scope=… picks one):", file=out)
-            for network in found:
-                print(f"  scope={network['scope']!r}: {network['structure']}, "
-                      f"{network['layers']} layer(s) of {', '.join(map(str, network['cells']))}",
-                      file=out)
-    parts = model.parts if isinstance(model, rnnport.Stack) else (model,)
+    fmt = formats.sniff(args.source) if args.fmt is None else formats.info(args.fmt).name
+    model = _read(args.source, fmt, options, progress)
+    print(f"{args.source}: {fmt} ({formats.info(fmt).summary})", file=out)
+    networks = formats.get(fmt).networks
+    choices = networks(args.source) if networks is not None else None
+    if choices is not None and len(choices.entries) > 1:
+        print(f"{len(choices.entries)} networks (-O {choices.option}=… picks one):", file=out)
+        for value, what in choices.entries:
+            print(f"  {choices.option}={value!r}: {what}", file=out)
+    parts = model.parts if isinstance(model, Stack) else (model,)
     if len(parts) > 1:
         print(f"a stack of {len(parts)} networks that differ (each a part):", file=out)
     for index, part in enumerate(parts):
@@ -227,33 +199,12 @@ def _formula(spec: Any, layer: int) -> str:
             f"[{' + '.join(n for _, n in terms)}]")
 
 
-def _stored_count(model: Any, fmt: str, options: dict[str, Any]) -> str:
-    import rnnport
-
-    from .formats import get
-
-    usable = {k: v for k, v in options.items() if k in get(fmt).WRITE_OPTIONS}
+def _stored_count(model: Model, fmt: str, options: dict[str, Any]) -> str:
+    usable = {k: v for k, v in options.items() if k in formats.get(fmt).write_options}
     try:
-        return f"{rnnport.param_count(model, fmt, **usable):,}"
+        return f"{api.param_count(model, fmt, **usable):,}"
     except RnnportError as error:
         return f"n/a ({str(error).splitlines()[0]})"
-
-
-def _verify_read_options(model: Any, fmt: str, options: dict[str, Any]) -> dict[str, Any]:
-    from .formats import get
-
-    spec = model.spec if not hasattr(model, "parts") else model.parts[0].spec
-    out = {k: v for k, v in options.items() if k in get(fmt).READ_OPTIONS}
-    if fmt in ("cudnn", "miopen"):
-        out.update(cell=spec.cell, input_size=spec.input_size, hidden_size=spec.hidden_size,
-                   num_layers=spec.num_layers, bidirectional=spec.bidirectional,
-                   proj_size=spec.proj_size)
-        out.setdefault("bias_mode", "double" if spec.bias else "none")
-    if spec.cell.startswith("rnn") and fmt in ("keras", "tf1"):
-        out.setdefault("activation", spec.nonlinearity)
-    if spec.cell.startswith("rnn") and fmt == "torch":
-        out.setdefault("nonlinearity", spec.nonlinearity)
-    return out
 
 
 def _compare(label: str, got: np.ndarray, want: np.ndarray, dtype: np.dtype,
@@ -265,103 +216,58 @@ def _compare(label: str, got: np.ndarray, want: np.ndarray, dtype: np.dtype,
 
 
 def _convert(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
-    import rnnport
-
-    from .formats import get
-
     options = dict(args.options)
-    target = _target(args.destination, args.to)
-    writer = get(target)
-    check_outputs(output_files(args.destination, target), input_files(args.source), args.force,
-                  "pass --force")
-    write_options = {k: v for k, v in options.items() if k in writer.WRITE_OPTIONS}
-    model, source_fmt = _read(args.source, args.fmt, options, progress, only_known=True)
-    unknown = sorted(set(options) - set(get(source_fmt).READ_OPTIONS) - set(write_options))
-    if unknown:
-        raise rnnport.UnknownOptionError(
-            f"option(s) {', '.join(unknown)} apply to neither {source_fmt} (reading) nor "
-            f"{target} (writing); `rnnport formats` lists each format's options.")
+    target = formats.info(args.to).name if args.to else formats.output_format(args.destination)
+    conversion = api.Conversion.plan(args.source, target, fmt=args.fmt, path=args.destination,
+                                     overwrite=args.force, options=options, how="pass --force")
+    progress(f"reading {args.source} …")
+    model = conversion.read()
     progress(f"writing {args.destination} ({target}) …")
-    rnnport.write(model, target, path=args.destination, overwrite=True, **write_options)
-    size = sum(p.stat().st_size for p in output_files(args.destination, target) if p.exists())
-    what = (f"a stack of {len(model.parts)} networks" if isinstance(model, rnnport.Stack)
+    conversion.write(model)
+    size = sum(p.stat().st_size for p in conversion.output_files() if p.exists())
+    what = (f"a stack of {len(model.parts)} networks" if isinstance(model, Stack)
             else model.spec.describe())
     print(f"wrote {args.destination} ({target}, {size:,} bytes): {what}", file=out)
     if not args.verify:
         return 0
     progress("verifying …")
-    back, _ = _read(args.destination, target, _verify_read_options(model, target, options),
-                    _Progress(quiet=True))
+    first = model.parts[0] if isinstance(model, Stack) else model
+    declared = formats.get(target)
+    back_options = {**declared.read_options_for(first.spec),
+                    **{k: v for k, v in options.items() if k in declared.read_options}}
+    back = api.read(args.destination, target, **back_options)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 7, model.input_size)).astype(model.dtype)
     want, _ = model.forward(x)
     got, _ = back.forward(x)
     print(f"verify: random input {x.shape}, forward() of {args.source} vs {args.destination}:",
           file=out)
     ok = _compare(f"{target} file read back", got, want, np.dtype(model.dtype), out)
-    ok &= _framework_check(model, source_fmt, args.source, x, want, out)
+    ok &= _framework_check(model, conversion.source_format, args.source, x, want, out)
     if not ok:
         raise FormatError(f"convert --verify: {args.destination} does not compute what "
                           f"{args.source} computes (see the errors above).")
     return 0
 
 
-def _framework_check(model: Any, fmt: str, path: str, x: np.ndarray, want: np.ndarray,
+def _framework_check(model: Model, fmt: str, path: str, x: np.ndarray, want: np.ndarray,
                      out: TextIO) -> bool:
     """Compare with the source framework's own computation when it is installed."""
-    import importlib.util
-
-    import rnnport
-
-    if fmt == "keras" and path.lower().endswith(".keras"):
-        return _keras_check(path, x, want, np.dtype(model.dtype), out)
-    if fmt != "torch" or hasattr(model, "parts"):
-        print(f"  ({fmt} source: no framework check; rnnport's runtime is checked against "
-              "each framework by its test suite)", file=out)
+    run = formats.get(fmt).framework_forward
+    found = run(path, model, x) if run is not None else (
+        f"{fmt} source: no framework check; rnnport's runtime is checked against each framework "
+        "by its test suite")
+    if isinstance(found, str):
+        print(f"  ({found})", file=out)
         return True
-    if importlib.util.find_spec("torch") is None:
-        print("  (PyTorch is not installed: no framework check)", file=out)
-        return True
-    import torch
-
-    module = rnnport.write(model, "torch", module=True, batch_first=True)
-    with torch.no_grad():
-        got = module(torch.from_numpy(np.asarray(x)))[0].numpy()
-    return _compare("PyTorch nn." + type(module).__name__ + " on the source weights", got, want,
-                    np.dtype(model.dtype), out)
-
-
-def _keras_check(path: str, x: np.ndarray, want: np.ndarray, dtype: np.dtype,
-                 out: TextIO) -> bool:
-    """Run the source .keras file in Keras 3 itself, when it is only the recurrent stack."""
-    import importlib.util
-
-    if importlib.util.find_spec("keras") is None:
-        print("  (Keras is not installed: no framework check)", file=out)
-        return True
-    import keras
-
-    from .formats.keras import LAYER_CELLS, PASSIVE_LAYERS, WRAPPERS
-
-    loaded = keras.saving.load_model(path, compile=False)
-    others = [layer.name for layer in loaded.layers if type(layer).__name__ not in
-              {*LAYER_CELLS, *WRAPPERS, *PASSIVE_LAYERS}]
-    if others:
-        print(f"  (the Keras model has layers beyond the recurrent stack ({', '.join(others)}): "
-              "no framework check)", file=out)
-        return True
-    got = keras.ops.convert_to_numpy(loaded(x))
-    return _compare("Keras 3 running the source file", got, want, dtype, out)
+    label, got = found
+    return _compare(label, got, want, np.dtype(model.dtype), out)
 
 
 def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
-    from .io.atomic import atomic_write
-
     if args.output:
-        if not args.output.lower().endswith(".npz"):
-            raise FormatError(f"{args.output}: --output should end in .npz.")
-        check_outputs([Path(args.output)], [*input_files(args.source), Path(args.input)],
+        check_outputs([Path(args.output)], [*formats.input_files(args.source), Path(args.input)],
                       args.force, "pass --force")
-    model, _ = _read(args.source, args.fmt, dict(args.options), progress)
+    model = _read(args.source, args.fmt, dict(args.options), progress)
     x = _load_array(args.input, "--input")
     lengths = _load_array(args.lengths, "--lengths") if args.lengths else None
     progress(f"running {x.shape} …")
@@ -388,16 +294,13 @@ def _state_arrays(state: Any, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def _load_array(path: str, flag: str) -> np.ndarray:
-    from .io.archive import read_npy
+    from .io.archive import load_npy
 
-    if not Path(path).is_file():
-        raise FormatError(f"{flag} {path}: no such file.")
-    return read_npy(Path(path).read_bytes(), f"{flag} {path}")
+    return load_npy(path, f"{flag} {path}")
 
 
 def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     from .explain import explain
-    from .io.atomic import atomic_write
 
     if args.html:
         check_outputs([Path(args.html)], [], args.force, "pass --force")
@@ -412,18 +315,16 @@ def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
 
 
 def _formats(args: argparse.Namespace, out: TextIO) -> int:
-    from .formats import formats, get, info, matrix_markdown
-
     if args.matrix:
-        print(matrix_markdown(), file=out)
+        print(formats.matrix_markdown(), file=out)
         return 0
-    for name in formats():
-        module = get(name)
-        extra = module.EXTRA
+    for name in formats.formats():
+        declared = formats.get(name)
+        extra = declared.extra
         needs = f"framework objects need pip install 'rnnport[{extra}]'" if extra else \
             "NumPy only"
-        print(f"{name:<7} {info(name).summary}; {needs}", file=out)
-        for kind, names in (("read", module.READ_OPTIONS), ("write", module.WRITE_OPTIONS)):
+        print(f"{name:<7} {formats.info(name).summary}; {needs}", file=out)
+        for kind, names in (("read", declared.read_options), ("write", declared.write_options)):
             if names:
                 print(f"{'':<8}{kind} options: {', '.join(sorted(names))}", file=out)
     return 0

@@ -1,33 +1,68 @@
-"""``rnnport demo``: Keras GRU and LSTM weights → the exact cuDNN buffer, checked bit for bit.
+"""``rnnport demo``: the bundled reference, converted and checked bit for bit.
 
-The reference (``keras_cudnn_reference.json``) holds the weights a Keras layer had and
-the parameter buffer traced at the cuDNN call made for it. The demo converts the Keras
-weights with rnnport, compares every value with the reference, converts back, and prints
-where each piece of the buffer came from.
+The reference (``keras_cudnn_reference.json``) holds, for a GRU and an LSTM, the weights a
+layer had in one format and the flat parameter buffer traced at the call made for it in
+another. It names its formats in its keys: ``<format>_<array>`` for the source's arrays,
+in the order the format lists them (``keras_kernel``, ``keras_recurrent_kernel``,
+``keras_bias``), and ``<format>_params`` for the target's buffer (``cudnn_params``). The demo
+converts the source arrays with rnnport, compares every value with the buffer, converts
+back, and shows with :func:`rnnport.explain.explain` where each block of the buffer came
+from and the rules that put it there.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from .api import read, write
 from .errors import FormatError
-from .formats import cudnn, keras
-from .gates import CANONICAL, block_range, gate_family
-from .model import RNN
+from .explain import explain
+from .formats import formats, get
+from .model import RNN, Model
 
-__all__ = ["CaseResult", "check_reference", "load_reference", "run_demo"]
+__all__ = ["CaseResult", "Reference", "check_reference", "load_reference", "run_demo",
+           "source_arrays"]
+
+CASES = ("gru", "lstm")
+BUFFER = "params"
 
 
-CASE_KEYS = ("keras_kernel", "keras_recurrent_kernel", "keras_bias", "cudnn_params")
+@dataclass(frozen=True)
+class Reference:
+    """The reference file: its cases and the two formats its keys name."""
+
+    cases: dict[str, dict[str, Any]]
+    source: str
+    target: str
+    where: str = field(compare=False)  # the file's name, for messages
 
 
-def load_reference(path: str | Path | None = None) -> dict[str, Any]:
+def _formats_named(case: dict[str, Any], where: str) -> tuple[str, str]:
+    """(source, target) from a case's keys: the format with the ``params`` buffer is the
+    target, the one format whose arrays are given besides it the source."""
+    known = set(formats())
+    named: dict[str, list[str]] = {}
+    for key in case:
+        fmt, _, array = key.partition("_")
+        if fmt in known and array:
+            named.setdefault(fmt, []).append(array)
+    targets = [fmt for fmt, arrays in named.items() if arrays == [BUFFER]]
+    sources = [fmt for fmt in named if fmt not in targets]
+    if len(targets) != 1 or len(sources) != 1:
+        raise FormatError(
+            f"{where}: keys {sorted(case)}; expected the source format's arrays as "
+            f"<format>_<array> entries and the target's buffer as <format>_{BUFFER}, both "
+            f"formats registered ({', '.join(sorted(known))}).")
+    return sources[0], targets[0]
+
+
+def load_reference(path: str | Path | None = None) -> Reference:
     """The reference example: ``path`` when given, else the copy bundled with rnnport."""
     if path is None:
         where = "the bundled reference"
@@ -41,22 +76,35 @@ def load_reference(path: str | Path | None = None) -> dict[str, Any]:
             raise FormatError(f"{where}: not a text file; expected the JSON reference "
                               "(keras_cudnn_reference.json).") from None
     try:
-        reference = json.loads(text)
+        data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as error:
         raise FormatError(f"{where}: not valid JSON ({error}); expected the reference "
                           "keras_cudnn_reference.json.") from None
-    missing = [f"{name}.{key}" for name in ("gru", "lstm") for key in CASE_KEYS
-               if not isinstance(reference, dict) or not isinstance(reference.get(name), dict)
-               or key not in reference[name]]
+    missing = [name for name in CASES if not isinstance(data, dict)
+               or not isinstance(data.get(name), dict)
+               or not {"input_size", "hidden_size"} <= set(data[name])]
     if missing:
-        raise FormatError(f"{where}: missing {', '.join(missing)}; expected objects \"gru\" and "
-                          f"\"lstm\", each with {', '.join(CASE_KEYS)}.")
-    return reference
+        raise FormatError(f"{where}: missing {', '.join(missing)}; expected objects \"gru\" "
+                          "and \"lstm\", each with input_size, hidden_size, the source format's "
+                          f"arrays (<format>_<array>) and the target's buffer "
+                          f"(<format>_{BUFFER}).")
+    named = {_formats_named(data[name], f"{where}, {name}") for name in CASES}
+    if len(named) != 1:
+        raise FormatError(f"{where}: the cases name different formats ({sorted(named)}); "
+                          "expected one source and one target for all.")
+    (source, target), = named
+    return Reference({name: data[name] for name in CASES}, source, target, where)
 
 
-def keras_weights(case: dict[str, Any]) -> list[np.ndarray]:
-    return [np.asarray(case[key], dtype=np.float32)
-            for key in ("keras_kernel", "keras_recurrent_kernel", "keras_bias")]
+def source_arrays(reference: Reference, name: str) -> list[np.ndarray]:
+    """Case ``name``'s source arrays, in the order the reference lists them."""
+    prefix = f"{reference.source}_"
+    return [np.asarray(value, dtype=np.float32) for key, value in reference.cases[name].items()
+            if key.startswith(prefix)]
+
+
+def _buffer(reference: Reference, name: str) -> np.ndarray:
+    return np.asarray(reference.cases[name][f"{reference.target}_{BUFFER}"], dtype=np.float32)
 
 
 @dataclass
@@ -81,76 +129,64 @@ class CaseResult:
             for a, b in zip(self.back, self.original, strict=False))
 
 
-def check_reference(reference: dict[str, Any]) -> list[CaseResult]:
+def _leaves(native: Any) -> list[np.ndarray]:
+    if isinstance(native, (list, tuple)):
+        return [leaf for item in native for leaf in _leaves(item)]
+    return [np.asarray(native)]
+
+
+def _one_network(model: Model, where: str) -> RNN:
+    if not isinstance(model, RNN):
+        raise FormatError(f"{where}: the arrays read as a stack of networks; expected one layer.")
+    return model
+
+
+def check_reference(reference: Reference) -> list[CaseResult]:
+    """Each case: source arrays → target buffer, compared; and the buffer converted back."""
     results = []
-    for name in ("gru", "lstm"):
-        case = reference[name]
-        original = keras_weights(case)
-        rnn = keras.read(original)
-        buffer = cudnn.write(rnn)
-        back = keras.write(cudnn.read(buffer, cell=rnn.spec.cell, input_size=rnn.spec.input_size,
-                                      hidden_size=rnn.spec.hidden_size))
-        expected = np.asarray(case["cudnn_params"], dtype=np.float32)
-        results.append(CaseResult(name, rnn, buffer, expected, back, original))
+    for name in CASES:
+        original = source_arrays(reference, name)
+        rnn = _one_network(read(original, reference.source), f"{reference.where}, {name}")
+        buffer = np.asarray(write(rnn, reference.target))
+        back_options = get(reference.target).read_options_for(rnn.spec)
+        back = write(read(_buffer(reference, name), reference.target, **back_options),
+                     reference.source)
+        results.append(CaseResult(name, rnn, buffer, _buffer(reference, name), _leaves(back),
+                                  original))
     return results
 
 
-def _origin(rnn: RNN, name: str, gate: str) -> str:
-    """Where a cuDNN gate block came from in the Keras arrays."""
-    spec = rnn.spec
-    family = gate_family(spec.cell)
-    start, stop = block_range(keras.ORDERS[family], gate, spec.hidden_size)
-    columns = f"{start}:{stop}"
-    if name == "weight_ih":
-        return f"kernel[:, {columns}]ᵀ"
-    if name == "weight_hh":
-        return f"recurrent_kernel[:, {columns}]ᵀ"
-    if spec.cell == "gru" and spec.reset_after:
-        return f"bias[{0 if name == 'bias_ih' else 1}, {columns}]"
-    return "zeros (Keras keeps one bias)" if name == "bias_ih" else f"bias[{columns}]"
-
-
-def _describe_case(result: CaseResult, out: TextIO) -> None:
-    rnn = result.rnn
-    spec = rnn.spec
-    family = gate_family(spec.cell)
+def _describe_case(reference: Reference, result: CaseResult, out: TextIO) -> None:
+    spec = result.rnn.spec
     extra = f", reset_after={spec.reset_after}" if spec.cell == "gru" else ""
+    explanation = explain(spec.cell, reference.source, reference.target,
+                          input_size=spec.input_size, hidden_size=spec.hidden_size)
+    counts = {count.fmt: count.total for count in explanation.counts}
     print(f"{result.name.upper()}  input {spec.input_size}, hidden {spec.hidden_size}{extra}: "
-          f"Keras stores {keras.param_count(rnn)} parameters, cuDNN {result.buffer.size}", file=out)
-    print(f"  {'offset':>6}  {'size':>4}  {'cuDNN block':<16} from Keras", file=out)
-    symbols = {"weight_ih": "W", "weight_hh": "R", "bias_ih": "bW", "bias_hh": "bR"}
-    hidden = spec.hidden_size
-    for segment in cudnn.layout(spec):
-        for gate in CANONICAL[family]:
-            start, stop = block_range(CANONICAL[family], gate, hidden)
-            shape = segment.shape[1:]
-            size = (stop - start) * (shape[0] if shape else 1)
-            offset = segment.offset + start * (shape[0] if shape else 1)
-            dims = f" ({hidden}×{shape[0]})" if shape else f" ({hidden})"
-            label = f"{symbols[segment.name]}_{gate}{dims}"
-            print(f"  {offset:>6}  {size:>4}  {label:<16} {_origin(rnn, segment.name, gate)}",
-                  file=out)
+          f"{reference.source} stores {counts[reference.source]} parameters, "
+          f"{reference.target} {counts[reference.target]}", file=out)
+    print(explanation.origin_table(), end="", file=out)
+    print("  rules:", file=out)
+    for number, rule in enumerate(explanation.rules, 1):
+        print(f"    {number}. {rule}", file=out)
     verdict = "yes, bit for bit" if result.buffer_matches else "NO"
     differing = int(np.count_nonzero(result.buffer != result.expected)) \
         if result.buffer.shape == result.expected.shape else result.buffer.size
     print(f"  buffer equals the reference: {verdict} "
           f"({result.expected.size - differing}/{result.expected.size} float32 values)", file=out)
-    print(f"  cuDNN → Keras round trip gives the original arrays: "
+    print(f"  {reference.target} → {reference.source} round trip gives the original arrays: "
           f"{'yes' if result.round_trip_matches else 'NO'}", file=out)
 
 
 def run_demo(reference_path: str | Path | None, out: TextIO) -> int:
     reference = load_reference(reference_path)
     source = str(reference_path) if reference_path else "the copy bundled with rnnport"
-    print("rnnport demo: Keras weights → cuDNN parameter buffer, checked against the buffer "
-          "cuDNN received", file=out)
-    print(f"reference: {source}", file=out)
-    print("rules: transpose each Keras matrix; reorder gates (Keras GRU z r h → cuDNN r z n; "
-          "LSTM i f c o stays); all matrices first, then biases; a Keras LSTM's one bias goes "
-          "to the recurrent side, zeros to the input side.\n", file=out)
+    print(f"rnnport demo: {reference.source} weights → {reference.target} parameter buffer, "
+          "checked against the buffer the reference recorded", file=out)
+    print(f"reference: {source}\n", file=out)
     results = check_reference(reference)
     for result in results:
-        _describe_case(result, out)
+        _describe_case(reference, result, out)
         print(file=out)
     ok = all(r.buffer_matches and r.round_trip_matches for r in results)
     print("all checks passed" if ok else "MISMATCH: see above", file=out)

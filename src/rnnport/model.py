@@ -72,7 +72,7 @@ class RNN:
     ``numpy.asarray``. The model's arrays are read-only either way.
     """
 
-    __slots__ = ("_cache", "_dtype", "_owners", "_params", "_spec")
+    __slots__ = ("__weakref__", "_dtype", "_owners", "_params", "_spec")
 
     def __init__(
         self, spec: Spec, params: Sequence[Sequence[Mapping[str, Any]]], *, copy: bool = True
@@ -83,8 +83,6 @@ class RNN:
         object.__setattr__(self, "_spec", spec)
         object.__setattr__(self, "_params", validated)
         object.__setattr__(self, "_dtype", validated[0][0]["weight_ih"].dtype)
-        # Derived data the runtime prepares once (transposed, compute-dtype weights).
-        object.__setattr__(self, "_cache", {})
         # Set by convert() on its own intermediate model (see exported()).
         object.__setattr__(self, "_owners", ())
 

@@ -45,17 +45,18 @@ How it runs:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from .activations import DEFAULTS, RELU, TANH, kernel
 from .errors import DTypeError, ShapeError, StateError
 from .gates import CANONICAL, block, block_range, gate_family, reorder
-from .model import RNN
+from .spec import Spec
 
-__all__ = ["run"]
+__all__ = ["Network", "run"]
 
 # The runtime's gate order: an LSTM's sigmoid gates side by side, then the candidate.
 ORDER = {"lstm": "ifog", "gru": "rzn", "rnn": "h"}
@@ -82,7 +83,8 @@ class _Layer:
                  "directions", "hidden", "input_bias", "input_forget", "input_weights",
                  "out_size", "peephole", "projection", "recurrent", "recurrent_n", "width")
 
-    def __init__(self, spec: Any, directions: Any, dtype: np.dtype) -> None:
+    def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
+                 dtype: np.dtype) -> None:
         family = gate_family(spec.cell)
         order = ORDER[family]
         hidden = spec.hidden_size
@@ -142,20 +144,42 @@ class _Layer:
                                      for p in directions]) if spec.proj_size else None)
 
 
-def _prepared(rnn: RNN) -> list[_Layer]:
-    cached = rnn._cache.get("runtime")
+class Network(Protocol):
+    """What the runtime reads of a network: an immutable :class:`rnnport.RNN` is one."""
+
+    @property
+    def spec(self) -> Spec: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    @property
+    def params(self) -> Sequence[Sequence[Mapping[str, np.ndarray]]]: ...
+
+
+# Prepared layers per network, kept while the network lives: a network is immutable, so
+# what is derived from its weights once stays valid.
+_PREPARED: dict[int, list[_Layer]] = {}
+
+
+def _prepared(network: Network) -> list[_Layer]:
+    key = id(network)
+    cached = _PREPARED.get(key)
     if cached is None:
-        dtype = compute_dtype(rnn.dtype)
-        cached = [_Layer(rnn.spec, directions, dtype) for directions in rnn.params]
-        rnn._cache["runtime"] = cached
+        dtype = compute_dtype(network.dtype)
+        cached = [_Layer(network.spec, directions, dtype) for directions in network.params]
+        _PREPARED[key] = cached
+        weakref.finalize(network, _PREPARED.pop, key, None)
     return cached
 
 
 def run(
-    rnn: RNN, x: Any, *, state: Any = None, lengths: Any = None, time_major: bool = False
+    network: Network, x: Any, *, state: Any = None, lengths: Any = None,
+    time_major: bool = False,
 ) -> tuple[np.ndarray, Any]:
-    spec = rnn.spec
-    dtype = compute_dtype(rnn.dtype)
+    """``forward`` of :class:`rnnport.RNN`; see there for shapes."""
+    spec = network.spec
+    dtype = compute_dtype(network.dtype)
     inputs = _check_input(x, spec.input_size, dtype)
     if not time_major:
         inputs = inputs.transpose(1, 0, 2)
@@ -174,7 +198,7 @@ def run(
     c_n = np.empty((spec.num_layers * directions, batch, spec.hidden_size), dtype=dtype) \
         if is_lstm else None
     with np.errstate(over="ignore"):
-        for index, layer in enumerate(_prepared(rnn)):
+        for index, layer in enumerate(_prepared(network)):
             rows = slice(index * directions, (index + 1) * directions)
             cell = np.array(c0[rows], copy=True) if is_lstm else None
             history = _run_layer(layer, layer_input, packed, h0[rows], cell)

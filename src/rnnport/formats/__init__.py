@@ -1,84 +1,172 @@
-"""The format registry: format name → module, imported only when first used.
+"""The format registry, and the protocol every format follows.
 
-Every format module has the same surface:
+**The registry** maps a format name to the module that implements it and a one-line
+summary; a module is imported the first time its format is used. Adding a format is one
+module (or package) under ``rnnport/formats/`` that declares ``FORMAT``, plus one line in
+``_REGISTRY`` (or a call to :func:`register`). Nothing outside ``rnnport/formats/`` names a
+format: the public API, the command line, ``explain``, the tests and the tools loop over
+the registry and read each format's declaration.
 
-* ``DESCRIPTION``: one line; ``EXTRA``: the pip extra its framework needs (or None)
-* ``READ_OPTIONS`` / ``WRITE_OPTIONS``: the keyword options ``read`` / ``write`` take
-* ``sniff(source) -> bool``: whether ``source`` looks like this format (cheap, no imports)
-* ``read(source, **options) -> RNN | Stack``
-* ``write(model, path=None, **options) -> native object``
-* ``FEATURES``: which of ``projection``, ``peepholes``, ``cell_clip``, ``gate_clip``,
-  ``input_forget``, ``activations``, ``reset_before`` (GRU) it can hold, checked by
-  :func:`check_features` before writing
-* ``ONE_BIAS`` (optional, default none): the cell kinds (``lstm``, ``gru``,
-  ``gru_reset_before``, ``rnn``) whose two biases it stores as one sum; ``ALWAYS_BIAS``
-  (optional, default False): it stores biases (zeros) even for a network without them
-* ``param_count(model, **options) -> int``: parameters as the format stores them
+**The protocol.** A format module declares ``FORMAT = Format(...)``
+(:class:`rnnport.formats._protocol.Format`), with these fields:
 
-Adding a format is one module plus one line in ``_REGISTRY``.
+Verbs (the registry checks options and features before it calls ``read`` / ``write``):
+
+* ``name``: the registered name.
+* ``sniff(source) -> bool``: whether ``source`` (a path, an array, a framework object, a
+  dict …) looks like this format. Cheap: no framework is imported, no tensor read.
+* ``read(source, **options) -> RNN | Stack``.
+* ``write(model, path=None, **options) -> native object``; with ``path`` it also saves,
+  atomically.
+* ``param_count(model, **options) -> int``: parameters as the format stores them (default:
+  the canonical count).
+
+What the format can hold:
+
+* ``read_options`` / ``write_options``: the keyword options ``read`` / ``write`` take.
+* ``features``: which optional features of :class:`~rnnport.Spec` it holds, out of
+  ``projection``, ``peepholes``, ``cell_clip``, ``gate_clip``, ``input_forget``,
+  ``activations``, ``reset_before``; writing a network that uses another one is refused.
+* ``one_bias``: the bias kinds (``lstm``, ``gru``, ``gru_reset_before``, ``rnn``) whose two
+  biases it stores as one sum; ``always_bias``: it stores biases (zeros) even for a
+  network without them.
+* ``extra``: the pip extra its framework objects need, or None; ``modules``: the optional
+  modules its verbs import when they need them (``torch``, ``h5py`` …).
+
+Files:
+
+* ``suffixes``: the file name endings it reads; each :class:`~._protocol.Suffix` says what
+  such a file is and whether the format also writes it. The command line picks an output
+  format by suffix (the longest match; among formats writing the same suffix, the first
+  registered).
+* ``output_files(path) -> [Path]``: the files ``write(..., path=path)`` creates (default:
+  ``path`` itself; a checkpoint writes an index and data shards).
+* ``input_files(path) -> [Path]``: files beside ``path`` that reading it opens (default:
+  none); no output may be one of them.
+
+Reading back, and running:
+
+* ``read_options_for(spec) -> dict``: the options reading the format's own output of a
+  network of ``spec`` needs, because the native object does not record them (a flat
+  buffer's shape, a simple RNN's relu).
+* ``write_options_for(spec) -> dict``: the options writing such a network needs, for what
+  the format must be told rather than shown (a checkpoint's cell clip).
+* ``networks(source) -> Choices`` (optional): the networks a source holds when it can hold
+  several, and the option that picks one.
+* ``framework_forward(source, model, x) -> (label, y) | reason`` (optional): the source's
+  own framework computing ``y`` for ``x`` where it is installed; otherwise a sentence
+  saying why not. ``rnnport convert --verify`` compares it with rnnport's result.
+
+For ``explain``:
+
+* ``gate_names``: the format's letter for a canonical gate where it differs
+  (``{"g": "c"}``).
+* ``explain_arrays(native, spec) -> [NamedArray]``: the native object's arrays, named as
+  the format names them (default: a dict's float values, a list's items, or one buffer).
+* ``layout_notes``: sentences about the layout that hold for every network.
+* ``run_time_constants``: numbers the framework adds at run time and never saves (TF1's
+  ``forget_bias``), with the value that stores parameters unchanged.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import ModuleType
+from pathlib import Path
 from typing import Any
 
 from ..errors import (
     AmbiguousSourceError,
     FormatError,
     UnknownFormatError,
+    UnknownOptionError,
     UnsupportedFeatureError,
 )
+from ..model import RNN, Model, Stack
 from ..spec import Spec
 from ._common import close_matches, describe
+from ._protocol import (
+    BIAS_KINDS,
+    FEATURE_CODES,
+    Choices,
+    Format,
+    NamedArray,
+    RunTimeConstant,
+    Suffix,
+    bias_kind,
+    missing_feature,
+)
 
 __all__ = [
+    "BIAS_KINDS",
     "FEATURE_CODES",
-    "FormatInfo",
-    "bias_kind",
+    "Choices",
+    "Entry",
+    "Format",
+    "NamedArray",
+    "RunTimeConstant",
+    "Suffix",
     "check_features",
+    "count_as",
     "formats",
     "get",
     "info",
+    "input_files",
     "matrix",
     "matrix_markdown",
-    "missing_feature",
-    "one_bias",
+    "output_files",
+    "output_format",
+    "read_as",
+    "register",
     "sniff",
+    "split_options",
     "sums_biases",
+    "write_as",
 ]
 
 
 @dataclass(frozen=True)
-class FormatInfo:
+class Entry:
+    """One registry line: the format's name, its module and what it is, in one line."""
+
     name: str
     module: str
     summary: str
 
 
-_REGISTRY: dict[str, FormatInfo] = {
-    info.name: info
-    for info in (
-        FormatInfo("keras", "rnnport.formats.keras",
-                   "Keras LSTM/GRU/SimpleRNN/Bidirectional layers, get_weights() lists, "
-                   ".keras / .weights.h5 / legacy .h5 files (h5py, no Keras)"),
-        FormatInfo("cudnn", "rnnport.formats.cudnn",
-                   "the flat cuDNN weight-space buffer (any layers, directions, bias mode)"),
-        FormatInfo("miopen", "rnnport.formats.miopen",
-                   "the flat ROCm MIOpen weight buffer (LSTM gates i f o c)"),
-        FormatInfo("torch", "rnnport.formats.torch",
-                   "PyTorch nn.LSTM/GRU/RNN modules and their state_dicts"),
-        FormatInfo("onnx", "rnnport.formats.onnx",
-                   "ONNX models with LSTM/GRU/RNN nodes (ModelProto, GraphProto, .onnx path)"),
-        FormatInfo("npz", "rnnport.formats.npz",
-                   "rnnport's own lossless .npz container: spec and canonical arrays"),
-        FormatInfo("tf1", "rnnport.formats.tf1",
-                   "TensorFlow 1.x cells: checkpoints (read without TensorFlow), name→array dicts"),
+_REGISTRY: dict[str, Entry] = {
+    entry.name: entry
+    for entry in (
+        Entry("keras", "rnnport.formats.keras",
+              "Keras LSTM/GRU/SimpleRNN/Bidirectional layers, get_weights() lists, "
+              ".keras / .weights.h5 / legacy .h5 files (h5py, no Keras)"),
+        Entry("cudnn", "rnnport.formats.cudnn",
+              "the flat cuDNN weight-space buffer (any layers, directions, bias mode)"),
+        Entry("miopen", "rnnport.formats.miopen",
+              "the flat ROCm MIOpen weight buffer (LSTM gates i f o c)"),
+        Entry("torch", "rnnport.formats.torch",
+              "PyTorch nn.LSTM/GRU/RNN modules and their state_dicts"),
+        Entry("onnx", "rnnport.formats.onnx",
+              "ONNX models with LSTM/GRU/RNN nodes (ModelProto, GraphProto, .onnx path)"),
+        Entry("npz", "rnnport.formats.npz",
+              "rnnport's own lossless .npz container: spec and canonical arrays"),
+        Entry("tf1", "rnnport.formats.tf1",
+              "TensorFlow 1.x cells: checkpoints (read without TensorFlow), name→array dicts"),
     )
 }
+
+
+def register(name: str, module: str, summary: str) -> None:
+    """Register format ``name``, implemented by the importable ``module`` (which declares
+    ``FORMAT``). A registered name cannot be registered again."""
+    if not isinstance(name, str) or not name.isidentifier() or name in _REGISTRY:
+        raise FormatError(f"register: format name {name!r}; expected a new identifier "
+                          f"(registered: {', '.join(_REGISTRY)}).")
+    _REGISTRY[name] = Entry(name, module, summary)
 
 
 def formats() -> list[str]:
@@ -86,7 +174,8 @@ def formats() -> list[str]:
     return list(_REGISTRY)
 
 
-def info(name: str) -> FormatInfo:
+def info(name: str) -> Entry:
+    """The registry line of format ``name``, or an error listing the known formats."""
     if not isinstance(name, str) or name not in _REGISTRY:
         known = ", ".join(_REGISTRY)
         hint = close_matches(name, _REGISTRY) if isinstance(name, str) else ""
@@ -94,9 +183,14 @@ def info(name: str) -> FormatInfo:
     return _REGISTRY[name]
 
 
-def get(name: str) -> ModuleType:
-    """The module implementing format ``name`` (imported on first use)."""
-    return importlib.import_module(info(name).module)
+def get(name: str) -> Format:
+    """Format ``name``'s declaration (its module is imported on first use)."""
+    entry = info(name)
+    declared = getattr(importlib.import_module(entry.module), "FORMAT", None)
+    if not isinstance(declared, Format) or declared.name != name:
+        raise FormatError(f"format {name!r}: module {entry.module} declares no FORMAT named "
+                          f"{name!r}; expected FORMAT = Format({name!r}, ...).")
+    return declared
 
 
 def sniff(source: Any) -> str:
@@ -116,45 +210,77 @@ def sniff(source: Any) -> str:
         f"of them (e.g. fmt={matches[0]!r}).")
 
 
-def _features_of(spec: Spec) -> list[tuple[str, str, str]]:
-    """(feature key, what it is, why it matters) for each optional feature ``spec`` uses."""
-    used = []
-    if spec.proj_size:
-        used.append(("projection", f"an LSTM projection (proj_size={spec.proj_size})",
-                     "h' = W_hr·h' feeds the next step and the output"))
-    if spec.peepholes:
-        used.append(("peepholes", "LSTM peepholes", "the gates see the cell state"))
-    if spec.cell_clip is not None:
-        used.append(("cell_clip", f"an LSTM cell clip ({spec.cell_clip:g})",
-                     "c' is clipped before tanh"))
-    if spec.gate_clip is not None:
-        used.append(("gate_clip", f"a gate clip ({spec.gate_clip:g}, ONNX clip)",
-                     "every pre-activation is clipped before its activation"))
-    if spec.input_forget:
-        used.append(("input_forget", "coupled input and forget gates (ONNX input_forget)",
-                     "f = 1 − i replaces the forget gate"))
-    if spec.activations:
-        names = ", ".join(name for name, _, _ in spec.activations)
-        used.append(("activations", f"non-default activations ({names})",
-                     "the gates and candidate use other functions than sigmoid and tanh"))
-    if spec.cell == "gru" and not spec.reset_after:
-        used.append(("reset_before", "a reset-before GRU (Keras reset_after=False, TF1 GRUCell)",
-                     "its candidate is tanh(W_n x + R_n(r∘h) + b), not tanh(W_n x + "
-                     "r∘(R_n h + b_R) + b_W); no conversion between the two GRUs is exact"))
-    return used
+# -- checked verbs ------------------------------------------------------------------------
 
 
-def missing_feature(spec: Spec, holds: frozenset[str]) -> tuple[str, str, str] | None:
-    """``(key, what, why)`` of the first feature ``spec`` uses that is not in ``holds``."""
-    return next((used for used in _features_of(spec) if used[0] not in holds), None)
+def _check_options(where: str, options: Mapping[str, Any], known: frozenset[str]) -> None:
+    for option in options:
+        if option not in known:
+            listing = ", ".join(sorted(known)) or "none"
+            raise UnknownOptionError(
+                f"{where}: unknown option {option!r}; this format takes: {listing}."
+                f"{close_matches(option, known)}")
+
+
+def read_as(name: str, source: Any, **options: Any) -> Model:
+    """Read ``source`` as format ``name`` after checking the options."""
+    declared = get(name)
+    _check_options(f"read(fmt={name!r})", options, declared.read_options)
+    return declared.read(source, **options)
+
+
+def _parts(model: Model, where: str) -> list[tuple[str, RNN]]:
+    if isinstance(model, Stack):
+        return [(f"{where}, part {index}", part) for index, part in enumerate(model.parts)]
+    if isinstance(model, RNN):
+        return [(where, model)]
+    raise FormatError(f"{where}: expected an rnnport.RNN or Stack (from rnnport.read), got "
+                      f"{describe(model)}.")
+
+
+def write_as(name: str, model: Model, path: Any = None, **options: Any) -> Any:
+    """Write ``model`` as format ``name`` after checking the options and that the format
+    holds every feature the model uses."""
+    declared = get(name)
+    where = f"write(fmt={name!r})"
+    _check_options(where, options, declared.write_options)
+    for location, part in _parts(model, where):
+        check_features(part.spec, name, location)
+    return declared.write(model, path=path, **options)
+
+
+def count_as(name: str, model: Model, **options: Any) -> int:
+    """Parameters as format ``name`` stores ``model``."""
+    declared = get(name)
+    where = f"param_count(fmt={name!r})"
+    _check_options(where, options, declared.write_options)
+    for location, part in _parts(model, where):
+        check_features(part.spec, name, location)
+    return int(declared.param_count(model, **options))
+
+
+def split_options(source: str, target: str, options: Mapping[str, Any],
+                  where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``options`` for a conversion, split into (read options, write options): each goes to
+    the side that takes it (an option both take goes to both); one neither takes is an
+    error naming what each side takes."""
+    reading, writing = get(source).read_options, get(target).write_options
+    unknown = sorted(set(options) - reading - writing)
+    if unknown:
+        raise UnknownOptionError(
+            f"{where}: unknown option(s) {', '.join(unknown)} apply to neither {source} (reading) nor "
+            f"{target} (writing); reading {source} takes: {', '.join(sorted(reading)) or 'none'};"
+            f" writing {target} takes: {', '.join(sorted(writing)) or 'none'}.")
+    return ({k: v for k, v in options.items() if k in reading},
+            {k: v for k, v in options.items() if k in writing})
 
 
 def check_features(spec: Spec, name: str, where: str) -> None:
     """Raise UnsupportedFeatureError naming the first feature of ``spec`` that ``name`` lacks."""
-    missing = missing_feature(spec, get(name).FEATURES)
+    missing = missing_feature(spec, get(name).features)
     if missing is not None:
         key, what, why = missing
-        holders = [other for other in _REGISTRY if key in get(other).FEATURES]
+        holders = [other for other in _REGISTRY if key in get(other).features]
         alternatives = (f"Formats that hold it: {', '.join(holders)}." if holders else
                         "No registered format holds it besides rnnport's own model.")
         raise UnsupportedFeatureError(
@@ -162,35 +288,52 @@ def check_features(spec: Spec, name: str, where: str) -> None:
             f"change the numbers, so nothing was written. {alternatives}")
 
 
+# -- files ----------------------------------------------------------------------------------
+
+
+def _suffixes() -> list[tuple[Suffix, str]]:
+    """Every declared suffix with its format, longest first, then in registry order."""
+    found = [(suffix, name) for name in _REGISTRY for suffix in get(name).suffixes]
+    return sorted(found, key=lambda item: -len(item[0].text))
+
+
+def output_format(path: str | os.PathLike[str]) -> str:
+    """The format a file named ``path`` is written in, from its suffix."""
+    lower = os.fspath(path).lower()
+    matches = [(suffix, name) for suffix, name in _suffixes() if lower.endswith(suffix.text.lower())]
+    written = [name for suffix, name in matches if suffix.writes]
+    if written:
+        return written[0]
+    read_only = f" {matches[0][0].what} is read, not written." if matches else ""
+    endings = ", ".join(dict.fromkeys(s.text for s, _ in _suffixes() if s.writes))
+    raise FormatError(f"{os.fspath(path)}: cannot tell the output format from the name; pass "
+                      f"--to FORMAT. Files rnnport writes end in {endings}.{read_only}")
+
+
+def output_files(name: str, path: str | os.PathLike[str]) -> list[Path]:
+    """The files ``write(model, name, path=path)`` creates."""
+    return get(name).output_files(Path(path))
+
+
+def input_files(source: object) -> list[Path]:
+    """The files a read of ``source`` may open: a path and what any format opens beside it;
+    every path in a list or tuple of sources."""
+    if isinstance(source, (list, tuple)):
+        return [path for item in source for path in input_files(item)]
+    if not isinstance(source, (str, os.PathLike)):
+        return []
+    path = Path(source)
+    return [path, *(extra for name in _REGISTRY for extra in get(name).input_files(path))]
+
+
 # -- what converts to what ---------------------------------------------------------------------
-
-# Each optional feature, with the short code the conversion matrix uses for it.
-FEATURE_CODES = {"projection": ("P", "LSTM projection"), "peepholes": ("p", "LSTM peepholes"),
-                 "cell_clip": ("c", "LSTM cell clip"), "gate_clip": ("g", "gate clip"),
-                 "input_forget": ("f", "coupled input-forget gates"),
-                 "activations": ("a", "non-default activations"),
-                 "reset_before": ("r", "reset-before GRU")}
-BIAS_KINDS = {"lstm": "LSTM", "gru": "GRU", "gru_reset_before": "reset-before GRU",
-              "rnn": "simple RNN"}
-
-
-def bias_kind(spec: Spec) -> str:
-    """``lstm``, ``gru`` (reset after), ``gru_reset_before`` or ``rnn``: how biases combine."""
-    if spec.cell == "gru":
-        return "gru" if spec.reset_after else "gru_reset_before"
-    return "rnn" if spec.cell.startswith("rnn") else spec.cell
-
-
-def one_bias(name: str) -> frozenset[str]:
-    """The cell kinds whose two biases format ``name`` stores as their sum."""
-    return getattr(get(name), "ONE_BIAS", frozenset())
 
 
 def sums_biases(name: str, spec: Spec) -> bool:
     """Whether a trip through format ``name`` changes the biases of a network of ``spec``
     (sums its two, or gives a bias-free one zero biases) while keeping its function."""
-    return (spec.bias or getattr(get(name), "ALWAYS_BIAS", False)) \
-        and bias_kind(spec) in one_bias(name)
+    declared = get(name)
+    return (spec.bias or declared.always_bias) and bias_kind(spec) in declared.one_bias
 
 
 @dataclass(frozen=True)
@@ -213,10 +356,12 @@ def matrix() -> list[list[Pair]]:
     the feature) and which cells' biases get summed (the function is kept, the arrays are
     not bit-equal). Everything else converts with bit-equal arrays."""
     names = formats()
-    holds = {name: get(name).FEATURES for name in names}
+    declared = {name: get(name) for name in names}
     return [[Pair(source, target,
-                  tuple(f for f in FEATURE_CODES if f in holds[source] - holds[target]),
-                  tuple(k for k in BIAS_KINDS if k in one_bias(target) - one_bias(source)))
+                  tuple(f for f in FEATURE_CODES
+                        if f in declared[source].features - declared[target].features),
+                  tuple(k for k in BIAS_KINDS
+                        if k in declared[target].one_bias - declared[source].one_bias))
              for target in names] for source in names]
 
 
@@ -228,8 +373,9 @@ def matrix_markdown() -> str:
     for row in matrix():
         lines.append(f"| `{row[0].source}` | " + " | ".join(p.cell() for p in row) + " |")
     codes = ", ".join(f"{code} {what}" for code, what in FEATURE_CODES.values())
-    summed = "; ".join(f"`{name}`: {', '.join(v for k, v in BIAS_KINDS.items() if k in one_bias(name))}"
-                       for name in names if one_bias(name))
+    summed = "; ".join(
+        f"`{name}`: {', '.join(v for k, v in BIAS_KINDS.items() if k in get(name).one_bias)}"
+        for name in names if get(name).one_bias)
     lines += [
         "",
         "* ✓: every network the source format holds converts, and its arrays read back "
@@ -237,9 +383,20 @@ def matrix_markdown() -> str:
         "* Σ: the target keeps one bias where the source keeps two, so they are summed (the "
         f"same function, rounded once): {summed}. "
         + " ".join(f"`{name}` also stores zero biases for a network without them."
-                   for name in names if getattr(get(name), "ALWAYS_BIAS", False)),
+                   for name in names if get(name).always_bias),
         f"* −x: networks using feature x are refused with an error naming it: {codes}.",
         "* Every format holds LSTM, GRU and simple RNN (tanh and relu) cells, any number of "
         "layers, one or two directions, with or without biases.",
     ]
     return "\n".join(lines)
+
+
+class _Registry(types.ModuleType):
+    """``rnnport.formats`` is this package and, called, the list of format names (the
+    public ``rnnport.formats()``)."""
+
+    def __call__(self) -> list[str]:
+        return formats()
+
+
+sys.modules[__name__].__class__ = _Registry

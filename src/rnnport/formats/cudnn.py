@@ -26,13 +26,15 @@ CPU twin of cuDNN and ONNX's OptimizedRNN found against cuDNN. Check against a G
 
 Reading needs the network's shape as options: ``cell``, ``input_size``, ``hidden_size``,
 ``num_layers`` (1), ``bidirectional`` (False), ``proj_size`` (0), ``bias_mode``
-("double"). The buffer's dtype is kept.
+("double"). The buffer's dtype is kept. A buffer is a 1-D array, or a ``.npy`` file holding
+one (read without unpickling); ``write(..., path=...)`` saves the ``.npy``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,17 +43,19 @@ import numpy as np
 from ..copying import copy_into
 from ..errors import FormatError, ShapeError, UnsupportedFeatureError
 from ..gates import CANONICAL, gate_family, reorder
+from ..io.archive import load_npy
 from ..model import RNN, Model, Stack, as_float_array, where
 from ..spec import Spec
-from ._common import check_options, combine_biases, describe, to_numpy
+from ._common import combine_biases, describe, to_numpy
+from ._protocol import Format, NamedArray, Suffix
 
-DESCRIPTION = "the flat cuDNN weight-space buffer"
-EXTRA = None
-FEATURES = frozenset({"projection"})
+__all__ = ["FORMAT", "FlatFormat", "Segment", "buffer_size", "layout"]
+
 BIAS_MODES = ("double", "single_input", "single_recurrent", "none")
 READ_OPTIONS = frozenset({"cell", "input_size", "hidden_size", "num_layers", "bidirectional",
                           "proj_size", "bias_mode"})
 WRITE_OPTIONS = frozenset({"bias_mode", "per_part"})
+SUFFIX = ".npy"
 
 ORDERS = {"lstm": CANONICAL["lstm"], "gru": CANONICAL["gru"], "rnn": CANONICAL["rnn"]}
 
@@ -112,14 +116,41 @@ def buffer_size(spec: Spec, bias_mode: str = "double") -> int:
 
 
 class FlatFormat:
-    """A flat buffer in cuDNN's container layout with a given gate order per cell family."""
+    """A flat buffer in cuDNN's container layout with a given gate order per cell family.
+
+    ``sniffs_files``: whether a ``.npy`` path is told to be this format (one flat format
+    claims the suffix; the others read such files with ``fmt=``).
+    """
 
     def __init__(self, name: str, orders: dict[str, str], features: frozenset[str],
-                 bias_modes: tuple[str, ...]) -> None:
+                 bias_modes: tuple[str, ...], *, sniffs_files: bool) -> None:
         self.name = name
         self.orders = orders
         self.features = features
         self.bias_modes = bias_modes
+        self.sniffs_files = sniffs_files
+
+    def declaration(self, *, gate_names: Mapping[str, str], layout_notes: tuple[str, ...],
+                    what: str) -> Format:
+        """This format's ``FORMAT``."""
+        return Format(self.name, sniff=self.sniff, read=self.read, write=self.write,
+                      param_count=self.param_count, read_options=READ_OPTIONS,
+                      write_options=WRITE_OPTIONS, features=self.features,
+                      suffixes=(Suffix(SUFFIX, what),), read_options_for=self.read_options_for,
+                      gate_names=gate_names, explain_arrays=self.explain_arrays,
+                      layout_notes=layout_notes)
+
+    def read_options_for(self, spec: Spec) -> dict[str, Any]:
+        """A buffer records no shape: reading one back is told all of it."""
+        return dict(cell=spec.cell, input_size=spec.input_size, hidden_size=spec.hidden_size,
+                    num_layers=spec.num_layers, bidirectional=spec.bidirectional,
+                    proj_size=spec.proj_size, bias_mode="double" if spec.bias else "none")
+
+    def explain_arrays(self, native: Any, spec: Spec) -> list[NamedArray]:
+        """Each segment of the buffer, at its offset."""
+        buffer = np.asarray(native)
+        return [NamedArray(segment.name, buffer[segment.offset:segment.stop].reshape(
+            segment.shape), segment.offset) for segment in layout(spec)]
 
     def _check_bias_mode(self, bias_mode: Any, where_: str) -> str:
         if bias_mode not in self.bias_modes:
@@ -133,7 +164,6 @@ class FlatFormat:
     # -- read ----------------------------------------------------------------------------
 
     def read(self, source: Any, **options: Any) -> RNN:
-        check_options(f"read(fmt={self.name!r})", options, READ_OPTIONS)
         missing = [key for key in ("cell", "input_size", "hidden_size") if key not in options]
         if missing:
             raise FormatError(
@@ -151,7 +181,10 @@ class FlatFormat:
         if spec.proj_size and "projection" not in self.features:
             raise UnsupportedFeatureError(f"read(fmt={self.name!r}): this format has no LSTM "
                                           "projection; pass proj_size=0.")
-        buffer = to_numpy(source)
+        if isinstance(source, (str, os.PathLike)):
+            buffer = load_npy(source, str(source))
+        else:
+            buffer = to_numpy(source)
         if not isinstance(buffer, np.ndarray) or buffer.ndim != 1:
             raise FormatError(f"read(fmt={self.name!r}): expected a 1-D array, got "
                               f"{describe(buffer)}. Flatten it with .reshape(-1) if it is the "
@@ -184,9 +217,6 @@ class FlatFormat:
     # -- write ---------------------------------------------------------------------------
 
     def write(self, model: Model, path: Any = None, **options: Any) -> Any:
-        from . import check_features
-
-        check_options(f"write(fmt={self.name!r})", options, WRITE_OPTIONS)
         per_part = options.pop("per_part", False)
         if isinstance(model, Stack):
             if not per_part:
@@ -201,7 +231,6 @@ class FlatFormat:
                                   "per_part=True save each buffer yourself.")
             return buffers
         spec = model.spec
-        check_features(spec, self.name, f"write(fmt={self.name!r})")
         where_ = f"write(fmt={self.name!r})"
         bias_mode = self._check_bias_mode(options.get("bias_mode",
                                                       "double" if spec.bias else "none"), where_)
@@ -237,6 +266,8 @@ class FlatFormat:
         return buffer_size(spec, self._check_bias_mode(bias_mode, "param_count"))
 
     def sniff(self, source: Any) -> bool:
+        if isinstance(source, (str, os.PathLike)):
+            return self.sniffs_files and os.fspath(source).lower().endswith(SUFFIX)
         return isinstance(source, np.ndarray) and source.ndim == 1
 
 
@@ -280,8 +311,8 @@ def _size_formula(spec: Spec, bias_mode: str) -> str:
     return "per layer: " + " + ".join(parts)
 
 
-_CUDNN = FlatFormat("cudnn", ORDERS, FEATURES, BIAS_MODES)
-read = _CUDNN.read
-write = _CUDNN.write
-param_count = _CUDNN.param_count
-sniff = _CUDNN.sniff
+FORMAT = FlatFormat("cudnn", ORDERS, frozenset({"projection"}), BIAS_MODES,
+                    sniffs_files=True).declaration(
+    gate_names={}, what="a flat buffer saved with numpy.save",
+    layout_notes=("cuDNN's linLayerID k is the k-th matrix (and bias) of a pseudo-layer in the "
+                  "buffer's order.",))

@@ -7,22 +7,18 @@ differs: MIOpen's LSTM stores ``i f o c`` (= ``i f o g``). GRU is ``r z n`` as i
 does for cuDNN); a simple RNN has one block. MIOpen has no LSTM projection and no
 single-bias modes: ``bias_mode`` is ``"double"`` or ``"none"``.
 
-Reading takes the same options as ``cudnn``.
+Reading takes the same options as ``cudnn``. A ``.npy`` file is told to be a cuDNN buffer;
+read an MIOpen one with ``fmt="miopen"`` (``--from miopen``, and ``--to miopen`` to write one).
 """
 
 from __future__ import annotations
 
-from .cudnn import READ_OPTIONS, WRITE_OPTIONS, FlatFormat
+from .cudnn import FlatFormat
 
-DESCRIPTION = "the flat ROCm MIOpen weight buffer"
-EXTRA = None
-FEATURES: frozenset[str] = frozenset()
+__all__ = ["FORMAT"]
+
 ORDERS = {"lstm": "ifog", "gru": "rzn", "rnn": "h"}
 
-_MIOPEN = FlatFormat("miopen", ORDERS, FEATURES, ("double", "none"))
-read = _MIOPEN.read
-write = _MIOPEN.write
-param_count = _MIOPEN.param_count
-sniff = _MIOPEN.sniff
-
-__all__ = ["READ_OPTIONS", "WRITE_OPTIONS", "param_count", "read", "sniff", "write"]
+FORMAT = FlatFormat("miopen", ORDERS, frozenset(), ("double", "none"),
+                    sniffs_files=False).declaration(
+    gate_names={"g": "c"}, what="a flat buffer saved with numpy.save", layout_notes=())

@@ -26,24 +26,22 @@ import numpy as np
 
 from ..errors import FormatError, RnnportError
 from ..io.archive import open_zip, read_member, read_npy
+from ..io.atomic import atomic_write
 from ..model import DIRECTION_NAMES, RNN, Model, Stack, exported
 from ..spec import Spec
-from ._common import check_options, describe
+from ._common import describe
+from ._protocol import FEATURE_CODES, Format, Suffix
 
-DESCRIPTION = "rnnport's own lossless .npz container (spec + canonical arrays), NumPy only"
-EXTRA = None
-FEATURES = frozenset({"projection", "peepholes", "cell_clip", "gate_clip", "input_forget",
-                      "activations", "reset_before"})
-READ_OPTIONS: frozenset[str] = frozenset()
-WRITE_OPTIONS: frozenset[str] = frozenset()
+__all__ = ["FORMAT"]
 
 HEADER = "rnnport"
 VERSION = 1
+SUFFIX = ".npz"
 
 
 def sniff(source: Any) -> bool:
     if isinstance(source, (str, os.PathLike)):
-        return Path(source).suffix.lower() == ".npz"
+        return Path(source).suffix.lower() == SUFFIX
     return isinstance(source, Mapping) and HEADER in source
 
 
@@ -51,11 +49,7 @@ def _key(part: int, layer: int, direction: int, name: str) -> str:
     return f"part{part}/layer{layer}/{DIRECTION_NAMES[direction]}/{name}"
 
 
-def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarray]:
-    check_options("write(fmt='npz')", options, WRITE_OPTIONS)
-    if not isinstance(model, (RNN, Stack)):
-        raise FormatError(f"write(fmt='npz'): expected an rnnport.RNN or Stack, got "
-                          f"{describe(model)}.")
+def write(model: Model, path: Any = None) -> dict[str, np.ndarray]:
     parts = model.parts if isinstance(model, Stack) else (model,)
     specs = []
     for part in parts:
@@ -68,17 +62,14 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
         for layer, direction, name, array in part.arrays():
             out[_key(index, layer, direction, name)] = exported(part, array)
     if path is not None:
-        from ..io.atomic import atomic_write
-
-        if Path(path).suffix.lower() != ".npz":
+        if Path(path).suffix.lower() != SUFFIX:
             raise FormatError(f"write(fmt='npz'): path {str(path)!r} should end in .npz (NumPy "
                               "would append it, and the file would not be where you asked).")
         atomic_write(path, lambda file: np.savez(file, allow_pickle=False, **out))
     return out
 
 
-def read(source: Any, **options: Any) -> Model:
-    check_options("read(fmt='npz')", options, READ_OPTIONS)
+def read(source: Any) -> Model:
     if isinstance(source, (str, os.PathLike)):
         where = str(source)
         if not Path(source).is_file():
@@ -147,6 +138,5 @@ def read(source: Any, **options: Any) -> Model:
     return parts[0] if len(parts) == 1 else Stack(parts)
 
 
-def param_count(model: Model, **options: Any) -> int:
-    """The container stores the canonical parameters."""
-    return model.num_params()
+FORMAT = Format("npz", sniff=sniff, read=read, write=write, features=frozenset(FEATURE_CODES),
+                suffixes=(Suffix(SUFFIX, "an rnnport .npz container"),))

@@ -50,13 +50,14 @@ import numpy as np
 from ..activations import PARAMETERS
 from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ..gates import CANONICAL, gate_family, reorder
+from ..io.atomic import atomic_write
 from ..model import RNN, Model, Stack, stack
 from ..spec import Spec
-from ._common import check_options, describe, require
+from ._common import describe, require
+from ._protocol import Format, NamedArray, Suffix
 
-DESCRIPTION = "ONNX graphs with LSTM/GRU/RNN nodes"
-EXTRA = "onnx"
-FEATURES = frozenset({"peepholes", "reset_before", "gate_clip", "input_forget", "activations"})
+__all__ = ["FORMAT", "run_reference"]
+
 READ_OPTIONS = frozenset({"node"})
 WRITE_OPTIONS = frozenset({"time_major", "opset"})
 
@@ -117,19 +118,10 @@ class _Graph:
 
 
 def write(model: Model, path: Any = None, **options: Any) -> Any:
-    from . import check_features
-
-    check_options("write(fmt='onnx')", options, WRITE_OPTIONS)
     onnx = require("onnx", extra="onnx", purpose="write(fmt='onnx')")
     from onnx import numpy_helper
 
-    if not isinstance(model, (RNN, Stack)):
-        raise FormatError(f"write(fmt='onnx'): expected an rnnport.RNN or Stack, got "
-                          f"{describe(model)}.")
     parts = list(model.parts) if isinstance(model, Stack) else [model]
-    for index, part in enumerate(parts):
-        check_features(part.spec, "onnx", f"write(fmt='onnx'), part {index}"
-                       if len(parts) > 1 else "write(fmt='onnx')")
     time_major = bool(options.get("time_major", False))
     opset = options.get("opset", DEFAULT_OPSET)
     if isinstance(opset, bool) or not isinstance(opset, int) or opset < 14:
@@ -175,8 +167,6 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
     proto.ir_version = IR_VERSION
     onnx.checker.check_model(proto)
     if path is not None:
-        from ..io.atomic import atomic_write
-
         data = proto.SerializeToString()
         atomic_write(path, lambda file: file.write(data))
     return proto
@@ -438,7 +428,6 @@ def _chains(graph: Any) -> list[list[Any]]:
 
 
 def read(source: Any, **options: Any) -> Model:
-    check_options("read(fmt='onnx')", options, READ_OPTIONS)
     graph = _load(source)
     chains = _chains(graph)
     if not chains:
@@ -568,9 +557,31 @@ def _activations(where: str, names: list[str], attributes: Mapping[str, Any],
     return tuple(functions[:count])
 
 
-def param_count(model: Model, **options: Any) -> int:
-    """ONNX stores exactly the canonical parameters (both biases, peepholes)."""
-    return model.num_params()
+def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
+    """W, R and B (and P) of the graph's first recurrent node, as the graph stores them."""
+    graph = _load(native)
+    values = _Values(graph)
+    node = next(node for node in graph.node if node.op_type in OPS)
+    out = []
+    for input_name, name in zip(("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c",
+                                 "P"), node.input, strict=False):
+        if input_name in ("W", "R", "B", "P") and name:
+            array = values.get(name, _label(node))
+            notes = ("axis 0 is ONNX's direction axis D (1 here: forward only)",) \
+                if array.shape and array.shape[0] == 1 else ()
+            out.append(NamedArray(input_name, array, None, notes))
+    return out
+
+
+FORMAT = Format(
+    "onnx", sniff=sniff, read=read, write=write, read_options=READ_OPTIONS,
+    write_options=WRITE_OPTIONS,
+    features=frozenset({"peepholes", "reset_before", "gate_clip", "input_forget", "activations"}),
+    extra="onnx", modules=("onnx",), suffixes=(Suffix(".onnx", "an ONNX model"),),
+    gate_names={"g": "c", "n": "h"},
+    explain_arrays=explain_arrays,
+    layout_notes=("ONNX arrays start with a direction axis D: W [D, G·H, I], R [D, G·H, H], "
+                  "B [D, 2·G·H] (here D = 1).",))
 
 
 def run_reference(proto: Any, x: np.ndarray, **feeds: Any) -> Mapping[str, np.ndarray]:

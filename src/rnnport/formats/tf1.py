@@ -41,6 +41,7 @@ agree with the model.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -58,17 +59,13 @@ from ..errors import (
 )
 from ..gates import CANONICAL, block, block_range, gate_family, reorder, transposed
 from ..io import tensorbundle
-from ..model import RNN, Model, Stack, as_float_array, stack
+from ..model import RNN, Model, as_float_array, stack
 from ..spec import Spec
-from ._common import check_options, close_matches, combine_biases, describe, sum_exact, to_numpy
+from ._common import close_matches, combine_biases, describe, sum_exact, to_numpy
+from ._protocol import Choices, Format, RunTimeConstant, Suffix, missing_feature
 
-DESCRIPTION = "TensorFlow 1.x cells in checkpoints (read without TensorFlow) or name→array dicts"
-EXTRA = None
-FEATURES = frozenset({"projection", "peepholes", "cell_clip", "reset_before"})
-# Every TF1 cell keeps one bias (CudnnCompatibleGRUCell sums even the r and z pairs), and
-# saves it even for a network without biases (as zeros).
-ONE_BIAS = frozenset({"lstm", "gru", "gru_reset_before", "rnn"})
-ALWAYS_BIAS = True
+__all__ = ["CELLS", "FORMAT", "STRUCTURES", "networks"]
+
 READ_OPTIONS = frozenset({"scope", "forget_bias", "cell_clip", "activation"})
 WRITE_OPTIONS = frozenset({"cell", "scope", "structure", "forget_bias", "cell_clip", "activation"})
 
@@ -329,7 +326,6 @@ def networks(source: Any) -> list[dict[str, Any]]:
 
 
 def read(source: Any, **options: Any) -> Model:
-    check_options("read(fmt='tf1')", options, READ_OPTIONS)
     variables = _Variables(source)
     where = variables.where
     network = _choose(_networks(variables.names, where), options.get("scope"), where,
@@ -562,8 +558,6 @@ def _check_cell(cell: Cell, spec: Spec, options: Mapping[str, Any], where: str) 
         raise UnsupportedFeatureError(
             f"{where}: a {cell.name} cannot hold {spec.describe(article=True)}; choose a "
             f"{spec.cell.split('_')[0].upper()} cell (e.g. cell={_default_cell(spec).name!r}).")
-    from . import missing_feature
-
     missing = missing_feature(spec, cell.holds)
     if missing is not None:
         key, what, why = missing
@@ -625,9 +619,6 @@ def _prefix(structure: str, scope: str, layer: int, direction: int) -> str:
 
 def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarray]:
     where = "write(fmt='tf1')"
-    check_options(where, options, WRITE_OPTIONS)
-    if not isinstance(model, (RNN, Stack)):
-        raise FormatError(f"{where}: expected an rnnport.RNN or Stack, got {describe(model)}.")
     layers = model.layers()
     bidirectional = {layer.spec.bidirectional for layer in layers}
     if len(bidirectional) > 1:
@@ -734,6 +725,59 @@ def _kernel(parts: list[np.ndarray], source: str | None = None,
 
 def param_count(model: Model, **options: Any) -> int:
     """Parameters as the TF1 cells save them (one bias; GRUCell 3H(I+H) + 3H)."""
-    options.pop("path", None)
     return int(sum(array.size for array in write(model, **options).values()))
 
+
+
+def read_options_for(spec: Spec) -> dict[str, Any]:
+    """A checkpoint stores neither a BasicRNNCell's activation nor an LSTM cell clip."""
+    if spec.cell.startswith("rnn"):
+        return {"activation": spec.nonlinearity}
+    return {"cell_clip": spec.cell_clip} if spec.cell_clip is not None else {}
+
+
+def output_files(path: Path) -> list[Path]:
+    """A checkpoint written at ``path`` (a prefix, or its ``.index``): the index and the one
+    data shard."""
+    return tensorbundle.bundle_files(tensorbundle.output_prefix(path))
+
+
+def input_files(path: Path) -> list[Path]:
+    """The index and data shards of the checkpoint that ``path`` names (a prefix, one of its
+    files, or a folder's latest checkpoint)."""
+    try:
+        prefix = tensorbundle.checkpoint_prefix(path)
+    except FormatError:  # a folder without a checkpoint: nothing more to protect
+        prefix = path
+    files = []
+    for base in {path, prefix}:
+        files += [Path(f"{base}.index"),
+                  *base.parent.glob(f"{glob.escape(base.name)}.data-*")]
+    return files
+
+
+def choices(source: Any) -> Choices:
+    """The networks ``scope=`` picks from."""
+    return Choices("scope", tuple(
+        (network["scope"], f"{network['structure']}, {network['layers']} layer(s) of "
+                           f"{', '.join(map(str, network['cells']))}")
+        for network in networks(source)))
+
+
+FORMAT = Format(
+    "tf1", sniff=sniff, read=read, write=write, param_count=param_count,
+    read_options=READ_OPTIONS, write_options=WRITE_OPTIONS,
+    features=frozenset({"projection", "peepholes", "cell_clip", "reset_before"}),
+    # Every TF1 cell keeps one bias (CudnnCompatibleGRUCell sums even the r and z pairs),
+    # and saves it even for a network without biases (as zeros).
+    one_bias=frozenset({"lstm", "gru", "gru_reset_before", "rnn"}), always_bias=True,
+    suffixes=(Suffix(".ckpt", "a TF1 checkpoint prefix"),
+              Suffix(".index", "a TF1 checkpoint's index")),
+    # The writer is told what the graph passes to the cells: the same as reading needs.
+    read_options_for=read_options_for, write_options_for=read_options_for,
+    output_files=output_files, input_files=input_files, gate_names={"g": "j", "z": "u"},
+    run_time_constants=(RunTimeConstant(
+        "forget_bias", default=1.0, neutral=0.0, cells=frozenset({"lstm"}),
+        what="TF1 LSTM cells add forget_bias (default 1.0, never saved) to gate f at run time",
+        adder="TensorFlow"),),
+    networks=choices)

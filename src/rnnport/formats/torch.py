@@ -26,6 +26,7 @@ checkpoint (``{"state_dict": ...}``, ``{"model_state_dict": ...}``) is unwrapped
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import re
@@ -38,15 +39,19 @@ import numpy as np
 
 from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ..io.archive import open_zip
+from ..io.atomic import atomic_write
 from ..model import RNN, Model, Stack, exported, stack
 from ..spec import Spec
-from ._common import check_options, describe, require, to_numpy
+from ._common import describe, require, to_numpy
+from ._protocol import Format, Suffix
 
-DESCRIPTION = "PyTorch nn.LSTM/GRU/RNN modules and state_dicts"
-EXTRA = "torch"
-FEATURES = frozenset({"projection"})
+__all__ = ["FORMAT", "load", "save", "to_module"]
+
 READ_OPTIONS = frozenset({"nonlinearity", "prefix"})
 WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part"})
+SUFFIXES = (Suffix(".pt", "a torch.save file"), Suffix(".pth", "a torch.save file"),
+            Suffix(".safetensors", "a safetensors file"))
+FILE_SUFFIXES = tuple(suffix.text for suffix in SUFFIXES)
 
 KEY = re.compile(r"^(?P<prefix>.*?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
                  r"_l(?P<layer>\d+)(?P<reverse>_reverse)?$")
@@ -56,9 +61,6 @@ GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
 
 def _is_module(value: Any) -> bool:
     return hasattr(value, "state_dict") and getattr(value, "mode", None) in MODULE_MODES
-
-
-FILE_SUFFIXES = (".pt", ".pth", ".safetensors")
 
 
 def sniff(source: Any) -> bool:
@@ -78,7 +80,6 @@ def sniff(source: Any) -> bool:
 
 
 def read(source: Any, **options: Any) -> Model:
-    check_options("read(fmt='torch')", options, READ_OPTIONS)
     if isinstance(source, (list, tuple)):
         if not source:
             raise FormatError("read(fmt='torch'): expected a state_dict or module, got an empty "
@@ -188,9 +189,6 @@ def key(name: str, layer: int, direction: int) -> str:
 
 
 def write(model: Model, path: Any = None, **options: Any) -> Any:
-    from . import check_features
-
-    check_options("write(fmt='torch')", options, WRITE_OPTIONS)
     if isinstance(model, Stack):
         if not options.pop("per_part", False):
             raise UnsupportedFeatureError(
@@ -203,10 +201,6 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
                               "per_part=True save each part yourself.")
         return [write(part, **options) for part in model.parts]
     options.pop("per_part", None)
-    if not isinstance(model, RNN):
-        raise FormatError(f"write(fmt='torch'): expected an rnnport.RNN or Stack, got "
-                          f"{describe(model)}.")
-    check_features(model.spec, "torch", "write(fmt='torch')")
     state = {key(name, layer, direction): exported(model, array)
              for layer, direction, name, array in model.arrays()}
     if path is not None:
@@ -309,8 +303,6 @@ def load(path: Any) -> dict[str, Any]:
 
 def save(state: Mapping[str, np.ndarray], path: Any) -> None:
     """Save a state_dict: ``.safetensors`` (needs safetensors) or ``.pt``/``.pth`` (needs torch)."""
-    from ..io.atomic import atomic_write
-
     suffix = Path(path).suffix.lower()
     if suffix == ".safetensors":
         safetensors = require("safetensors.numpy", extra="torch",
@@ -327,6 +319,28 @@ def save(state: Mapping[str, np.ndarray], path: Any) -> None:
                           " expected .pt, .pth or .safetensors.")
 
 
-def param_count(model: Model, **options: Any) -> int:
-    """PyTorch stores exactly the canonical parameters."""
-    return model.num_params()
+def read_options_for(spec: Spec) -> dict[str, Any]:
+    """A state_dict does not say whether a simple RNN runs relu."""
+    return {"nonlinearity": spec.nonlinearity} if spec.cell.startswith("rnn") else {}
+
+
+def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
+    """PyTorch's own module, built from the weights read, run on ``x``."""
+    if isinstance(model, Stack):
+        return "a stack of differing parts is no single PyTorch module: no framework check"
+    if importlib.util.find_spec("torch") is None:
+        return "PyTorch is not installed: no framework check"
+    import torch
+
+    module = to_module(model, write(model), batch_first=True)
+    with torch.no_grad():
+        y = module(torch.from_numpy(np.asarray(x)))[0].numpy()
+    return f"PyTorch nn.{type(module).__name__} on the source weights", y
+
+
+FORMAT = Format(
+    "torch", sniff=sniff, read=read, write=write, read_options=READ_OPTIONS,
+    write_options=WRITE_OPTIONS, features=frozenset({"projection"}), extra="torch",
+    modules=("torch", "safetensors.numpy"),
+    suffixes=SUFFIXES,
+    read_options_for=read_options_for, framework_forward=framework_forward)

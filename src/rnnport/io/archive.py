@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import DTypeError, FormatError
 
-__all__ = ["RATIO", "open_zip", "read_member", "read_npy"]
+__all__ = ["RATIO", "load_npy", "open_zip", "read_member", "read_npy"]
 
 RATIO = 1032
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
@@ -80,6 +80,13 @@ def read_member(archive: zipfile.ZipFile, name: str, where: str) -> bytes:
         raise FormatError(f"{where}: archive member {name!r} cannot be read "
                           f"({type(error).__name__}: {error}); the file is truncated or "
                           "damaged.") from None
+
+
+def load_npy(path: str | os.PathLike[str], where: str) -> np.ndarray:
+    """The array of the ``.npy`` file at ``path``, read as :func:`read_npy` reads bytes."""
+    if not Path(path).is_file():
+        raise FormatError(f"{where}: no such file.")
+    return read_npy(Path(path).read_bytes(), where)
 
 
 def read_npy(data: bytes, where: str) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import FormatError
 
 __all__ = ["atomic_write", "atomic_write_all", "check_outputs", "check_target", "file_mode",
-           "input_files", "output_files", "save_npy"]
+           "save_npy"]
 
 
 def check_target(path: str | os.PathLike[str]) -> Path:
@@ -29,35 +29,6 @@ def check_target(path: str | os.PathLike[str]) -> Path:
     if target.is_dir():
         raise FormatError(f"{target}: is a folder; expected a file path. Nothing was written.")
     return target
-
-
-def output_files(path: str | os.PathLike[str], fmt: str) -> list[Path]:
-    """The files ``write(model, fmt, path=path)`` creates."""
-    if fmt == "tf1":
-        from .tensorbundle import bundle_files, output_prefix
-
-        return bundle_files(output_prefix(path))
-    return [Path(path)]
-
-
-def input_files(source: object) -> list[Path]:
-    """The files a read of ``source`` may open: a path, and the index and data shards of a
-    checkpoint with that prefix; every path in a list or tuple of sources."""
-    if isinstance(source, (list, tuple)):
-        return [path for item in source for path in input_files(item)]
-    if not isinstance(source, (str, os.PathLike)):
-        return []
-    from .tensorbundle import checkpoint_prefix
-
-    path = Path(source)
-    try:
-        prefix = checkpoint_prefix(path)
-    except FormatError:  # a folder without a checkpoint: nothing more to protect
-        prefix = path
-    files = [path]
-    for base in {path, prefix}:
-        files += [Path(f"{base}.index"), *base.parent.glob(f"{base.name}.data-*")]
-    return files
 
 
 def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bool,

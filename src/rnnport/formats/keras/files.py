@@ -1,5 +1,7 @@
 """Keras model files, read and written with h5py alone (Keras itself is never imported).
 
+The layers inside follow :mod:`rnnport.formats.keras.layers`, which this module builds on.
+
 **Keras 3 ``.keras``** (``Model.save("m.keras")``) is a zip archive::
 
     metadata.json       {"keras_version": "3.x", "date_saved": "..."}
@@ -42,7 +44,7 @@ cells come from the shapes, and the order of layers of *different* classes is no
 over 64 KiB are split into ``layer_names0``, ``layer_names1`` …. ``CuDNNLSTM`` /
 ``CuDNNGRU`` layers exist only here: ``<name>/kernel:0``, ``recurrent_kernel:0``,
 ``bias:0`` with bias ``(8H,)`` / ``(6H,)`` and cuDNN's matrices reshaped, not transposed
-(see :mod:`rnnport.formats.keras`); a weights file tells them by that bias.
+(see :mod:`rnnport.formats.keras.layers`); a weights file tells them by that bias.
 
 **Stacks.** The recurrent layers (LSTM, GRU, SimpleRNN, Bidirectional, CuDNNLSTM,
 CuDNNGRU) that follow one another — in a Sequential's order, or output to input in a
@@ -80,21 +82,22 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (
+from ..._version import package_version
+from ...errors import (
     AmbiguousSourceError,
     FormatError,
     RnnportError,
     ShapeError,
     UnsupportedFeatureError,
 )
-from ..gates import gate_family
-from ..io import hdf5
-from ..io.archive import open_zip, read_member
-from ..io.atomic import atomic_write
-from ..model import Model
-from ..spec import Spec
-from . import keras
-from ._common import close_matches, require
+from ...gates import gate_family
+from ...io import hdf5
+from ...io.archive import open_zip, read_member
+from ...io.atomic import atomic_write
+from ...model import Model
+from ...spec import Spec
+from .._common import close_matches, require
+from . import layers as keras_layers
 
 __all__ = ["is_keras_file", "read_file", "write_file"]
 
@@ -119,8 +122,8 @@ def _snake(name: str) -> str:
     return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
-PASSIVE_KEYS = {_snake(name) for name in keras.PASSIVE_LAYERS} | {"input"}
-RNN_KEYS = {_snake(name) for name in (*keras.RNN_LAYERS, *keras.WRAPPERS)}
+PASSIVE_KEYS = {_snake(name) for name in keras_layers.PASSIVE_LAYERS} | {"input"}
+RNN_KEYS = {_snake(name) for name in (*keras_layers.RNN_LAYERS, *keras_layers.WRAPPERS)}
 
 
 def _unique(name: str, used: dict[str, int]) -> str:
@@ -199,7 +202,7 @@ def read_file(source: Any, **options: Any) -> Model:
             raise FormatError(f"{path}: option {option}= applies to {owner} layers, and the "
                               f"layers read ({', '.join(layer.describe() for layer in chosen)}) "
                               "have none; drop the option.")
-    return keras._stack([_read_layer(layer, options) for layer in chosen])
+    return keras_layers.stack_layers([_read_layer(layer, options) for layer in chosen])
 
 
 def _gates(layer: FileLayer) -> int:
@@ -352,7 +355,7 @@ def _model_entries(config: Any, where: str) -> tuple[list[tuple[str, str, Mappin
             inner.get("layers") if isinstance(inner, Mapping) else None)
         functional = False
     elif isinstance(inner, Mapping) and ("input_layers" in inner or model_class in
-                                         keras.MODEL_CLASSES):
+                                         keras_layers.MODEL_CLASSES):
         entries = inner.get("layers")
         functional = True
     else:
@@ -401,13 +404,13 @@ def _producers(nodes: Any) -> tuple[str, ...]:
 
 
 def _kind(class_name: str, config: Mapping[str, Any]) -> str:
-    if class_name in keras.RNN_LAYERS:
+    if class_name in keras_layers.RNN_LAYERS:
         return "rnn"
-    if class_name in keras.WRAPPERS:
+    if class_name in keras_layers.WRAPPERS:
         inner = config.get("layer")
         inner_class = inner.get("class_name") if isinstance(inner, Mapping) else None
-        return "rnn" if inner_class in keras.RNN_LAYERS else "recurrent"
-    if class_name in keras.PASSIVE_LAYERS:
+        return "rnn" if inner_class in keras_layers.RNN_LAYERS else "recurrent"
+    if class_name in keras_layers.PASSIVE_LAYERS:
         return "passive"
     if isinstance(config.get("layers"), list):  # a nested model
         return "nested" if _holds_recurrent(config["layers"]) else "other"
@@ -419,7 +422,7 @@ def _kind(class_name: str, config: Mapping[str, Any]) -> str:
 
 def _holds_recurrent(value: Any) -> bool:
     if isinstance(value, Mapping):
-        if value.get("class_name") in {*keras.RNN_LAYERS, *OTHER_RECURRENT}:
+        if value.get("class_name") in {*keras_layers.RNN_LAYERS, *OTHER_RECURRENT}:
             return True
         return any(_holds_recurrent(item) for item in value.values())
     if isinstance(value, list):
@@ -465,7 +468,7 @@ def _keras3_layers(h5: Any, config: Any, where: str,
                     "model; save the model again.")
             layer.where = f"{where}, {groups[key].name}"
             layer.aliases = (key,)
-            _keras3_arrays(groups[key], layer, class_name in keras.WRAPPERS)
+            _keras3_arrays(groups[key], layer, class_name in keras_layers.WRAPPERS)
         layers.append(layer)
     return layers, functional, True
 
@@ -710,13 +713,14 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
                if not ((key == "activation" and gates != 1) or (key == "reset_after" and gates != 3))}
     if layer.class_name is None or layer.config is None:
         halves = layer.arrays[:3] if len(layer.arrays) in (3, 6) else layer.arrays
-        if keras.is_cudnn_weights(halves):
+        if keras_layers.is_cudnn_weights(halves):
             gates = np.shape(halves[1])[1] // np.shape(halves[1])[0]
-            return keras.read_cudnn_weights(layer.arrays, keras.GATE_COUNT_CELLS[gates],
-                                            options, location)
-        return keras._read_weights(layer.arrays, options, location)
+            return keras_layers.read_cudnn_weights(layer.arrays,
+                                                   keras_layers.GATE_COUNT_CELLS[gates],
+                                                   options, location)
+        return keras_layers.read_weights(layer.arrays, options, location)
     config = layer.config
-    if layer.class_name in keras.WRAPPERS:
+    if layer.class_name in keras_layers.WRAPPERS:
         forward = config["layer"]
         inner, inner_config = forward["class_name"], _gru_defaults(forward, layer.arrays)
         backward = config.get("backward_layer")
@@ -725,16 +729,17 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
         else:  # tf_keras leaves it out unless given: the forward layer, reversed
             backward_pair = (inner, {**inner_config,
                                      "go_backwards": not inner_config.get("go_backwards", False)})
-        layer_options = keras._bidirectional_options(config, (inner, inner_config),
-                                                     backward_pair, location)
+        layer_options = keras_layers.bidirectional_options(config, (inner, inner_config),
+                                                           backward_pair, location)
         directions = 2
     else:
         inner = layer.class_name
         inner_config = _gru_defaults({"class_name": inner, "config": config}, layer.arrays)
-        layer_options = keras._layer_options(inner, inner_config, location, backward=False)
+        layer_options = keras_layers.layer_options(inner, inner_config, location,
+                                                   backward=False)
         directions = 1
     _check_shapes(layer, inner, inner_config, directions, location)
-    return keras.read_configured(inner, layer.arrays, options, layer_options, location)
+    return keras_layers.read_configured(inner, layer.arrays, options, layer_options, location)
 
 
 def _gru_defaults(entry: Mapping[str, Any], arrays: Sequence[np.ndarray]) -> Mapping[str, Any]:
@@ -751,7 +756,7 @@ def _check_shapes(layer: FileLayer, cls: str, config: Mapping[str, Any], directi
                   location: str) -> None:
     """The arrays against what the config says: count, units, gates, bias."""
     units = config.get("units")
-    cudnn = cls in keras.CUDNN_CELLS
+    cudnn = cls in keras_layers.CUDNN_CELLS
     use_bias = cudnn or bool(config.get("use_bias", True))
     per_direction = 3 if use_bias else 2
     found = ", ".join(f"{path} {tuple(np.shape(a))}" for path, a in zip(
@@ -925,9 +930,7 @@ def _rnn_entry(planned: _Planned, spec: Spec, dtype: str, *, backward: bool | No
 
 
 def _archive_bytes(config: Mapping[str, Any], weights: bytes) -> bytes:
-    from .. import __version__
-
-    metadata = {"keras_version": "3.0.0", "saved_by": f"rnnport {__version__}"}
+    metadata = {"keras_version": "3.0.0", "saved_by": f"rnnport {package_version()}"}
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for name, data in ((ARCHIVE_METADATA, json.dumps(metadata).encode()),

@@ -1,4 +1,4 @@
-"""Keras (Keras 3, tf.keras 2.x): layer objects and ``get_weights()`` lists.
+"""Keras (Keras 3, tf.keras 2.x) layers: layer objects and ``get_weights()`` lists.
 
 One Keras layer direction holds, in ``get_weights()`` order::
 
@@ -38,36 +38,24 @@ row-major and read back as ``(I, H)`` *without transposing*: ``W_g = block.resha
 ``saving/legacy/hdf5_format.py`` ``_convert_rnn_weights``, which turns a CuDNN block into a
 plain one with ``kernel.T.reshape(kernel.shape, order="F")`` (the same rule) and sums the
 two LSTM biases.
-
-Files (:mod:`rnnport.formats.keras_files`, h5py only, Keras never imported): ``read`` takes a
-path to a Keras 3 ``.keras`` archive, a Keras 3 ``.weights.h5``, or a legacy tf.keras /
-Keras 2 ``.h5`` / ``.hdf5`` model or weights file; the layer configs (where the file has
-them) decide cell, activation and reset_after, and ``layer=`` picks one stack when the model
-holds several. ``write(model, path=...)`` saves a Keras 3 ``.keras`` archive (a Sequential
-model that ``keras.saving.load_model`` runs) or a ``.weights.h5`` for ``load_weights``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, ShapeError, UnsupportedFeatureError
-from ..gates import CANONICAL, gate_family, reorder, transposed
-from ..model import RNN, Model, Stack, as_float_array, stack
-from ..spec import Spec
-from ._common import check_options, combine_biases, describe, to_numpy
+from ...errors import FormatError, ShapeError, UnsupportedFeatureError
+from ...gates import CANONICAL, gate_family, reorder, transposed
+from ...model import RNN, Model, as_float_array, stack
+from ...spec import Spec
+from .._common import combine_biases, describe, to_numpy
 
-DESCRIPTION = "Keras layers, get_weights() lists and model files (.keras, .h5, .weights.h5)"
-EXTRA = "keras"
-FEATURES = frozenset({"reset_before"})
-# Cells whose two biases Keras keeps as one (a GRU with reset_after=True keeps both).
-ONE_BIAS = frozenset({"lstm", "gru_reset_before", "rnn"})
-READ_OPTIONS = frozenset({"activation", "reset_after", "layer"})
-WRITE_OPTIONS: frozenset[str] = frozenset()
+__all__ = ["LAYER_CELLS", "PASSIVE_LAYERS", "WRAPPERS", "bidirectional_options",
+           "is_cudnn_weights", "layer_options", "leaves", "read", "read_configured",
+           "read_cudnn_weights", "read_weights", "sniff", "stack_layers", "write"]
 
 ORDERS = {"lstm": "ifgo", "gru": "zrn", "rnn": "h"}
 LAYER_CELLS = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
@@ -98,15 +86,8 @@ def _is_array(value: Any) -> bool:
         hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (list, tuple)))
 
 
-def _is_path(source: Any) -> bool:
-    return isinstance(source, (str, os.PathLike))
-
-
 def sniff(source: Any) -> bool:
-    if _is_path(source):
-        from .keras_files import is_keras_file
-
-        return is_keras_file(source)
+    """Whether ``source`` is a Keras layer or model, or a (nested) list of layers or arrays."""
     if _is_layer(source) or _is_model(source):
         return True
     if isinstance(source, (list, tuple)) and source:
@@ -119,11 +100,7 @@ def sniff(source: Any) -> bool:
 
 
 def read(source: Any, **options: Any) -> Model:
-    check_options("read(fmt='keras')", options, READ_OPTIONS)
-    if _is_path(source):
-        from .keras_files import read_file
-
-        return read_file(source, **options)
+    """Layer objects, a model, or ``get_weights()`` lists (see the module docstring)."""
     if "layer" in options:
         raise FormatError(
             "read(fmt='keras'): option layer= picks layers inside a Keras model file (.keras, "
@@ -135,7 +112,7 @@ def read(source: Any, **options: Any) -> Model:
         return _read_layer(source, options, "keras layer")
     if isinstance(source, (list, tuple)) and source:
         if all(_is_array(item) for item in source):
-            return _read_weights(list(source), options, "keras weights")
+            return read_weights(list(source), options, "keras weights")
         if all(isinstance(item, (list, tuple)) or _is_layer(item) for item in source):
             parts = []
             for index, item in enumerate(source):
@@ -143,17 +120,17 @@ def read(source: Any, **options: Any) -> Model:
                 if _is_layer(item):
                     parts.append(_read_layer(item, options, location))
                 elif item and all(_is_array(a) for a in item):
-                    parts.append(_read_weights(list(item), options, location))
+                    parts.append(read_weights(list(item), options, location))
                 else:
                     raise FormatError(f"{location}: expected a Keras layer or its get_weights() "
                                       f"list of arrays, got {describe(item)}.")
-            return _stack(parts)
+            return stack_layers(parts)
     raise FormatError(
         f"read(fmt='keras'): expected a Keras LSTM/GRU/SimpleRNN/Bidirectional layer, a list of "
         f"them, a get_weights() list of arrays, or a list of such lists; got {describe(source)}.")
 
 
-def _stack(parts: list[Model]) -> Model:
+def stack_layers(parts: list[Model]) -> Model:
     try:
         return stack(parts)
     except ShapeError as error:
@@ -175,7 +152,7 @@ def _read_model(model: Any, options: dict[str, Any]) -> Model:
             f"keras model {name!r}: holds layers rnnport does not convert ({listing}); reading "
             "the model whole would leave them out. Pass the recurrent layers themselves, e.g. "
             f"rnnport.read([model.get_layer({getattr(recurrent[0], 'name', 'lstm')!r}), ...]).")
-    return _stack([_read_layer(layer, options, f"keras model {name!r}, layer "
+    return stack_layers([_read_layer(layer, options, f"keras model {name!r}, layer "
                                                f"{getattr(layer, 'name', '?')!r}")
                    for layer in recurrent])
 
@@ -191,7 +168,7 @@ def _activation_name(value: Any) -> str | None:
     return getattr(value, "__name__", str(value))
 
 
-def _layer_options(cls: str, config: Mapping[str, Any], location: str,
+def layer_options(cls: str, config: Mapping[str, Any], location: str,
                    *, backward: bool) -> dict[str, Any]:
     """Check a Keras RNN layer's config (class ``cls``) for what changes the numbers; return
     read options."""
@@ -230,21 +207,21 @@ def _read_layer(layer: Any, options: dict[str, Any], location: str) -> Model:
     if cls in WRAPPERS:
         forward_layer, backward_layer = layer.forward_layer, layer.backward_layer
         inner = _class_name(forward_layer)
-        layer_options = _bidirectional_options(
+        configured = bidirectional_options(
             config, (inner, forward_layer.get_config()),
             (_class_name(backward_layer), backward_layer.get_config()), location)
         weights = [*forward_layer.get_weights(), *backward_layer.get_weights()]
     else:
         inner = cls
-        layer_options = _layer_options(cls, config, location, backward=False)
+        configured = layer_options(cls, config, location, backward=False)
         weights = layer.get_weights()
     if not weights:
         raise FormatError(f"{location}: the layer has no weights yet; build it first (call it on "
                           "an input, or layer.build(input_shape)).")
-    return read_configured(inner, weights, options, layer_options, location)
+    return read_configured(inner, weights, options, configured, location)
 
 
-def _bidirectional_options(config: Mapping[str, Any], forward: tuple[str, Mapping[str, Any]],
+def bidirectional_options(config: Mapping[str, Any], forward: tuple[str, Mapping[str, Any]],
                            backward: tuple[str, Mapping[str, Any]], location: str) -> dict[str, Any]:
     """Check a Bidirectional layer's config and its two layers' (class, config) pairs."""
     merge_mode = config.get("merge_mode", "concat")
@@ -255,9 +232,9 @@ def _bidirectional_options(config: Mapping[str, Any], forward: tuple[str, Mappin
             "ONNX do). To convert the weights anyway, read layer.get_weights() and combine "
             "the two halves of the output yourself.")
     forward_class, backward_class = forward[0], backward[0]
-    forward_options = _layer_options(forward_class, forward[1], f"{location}, forward",
+    forward_options = layer_options(forward_class, forward[1], f"{location}, forward",
                                      backward=False)
-    backward_options = _layer_options(backward_class, backward[1], f"{location}, backward",
+    backward_options = layer_options(backward_class, backward[1], f"{location}, backward",
                                       backward=True)
     if forward_options != backward_options or forward_class != backward_class:
         raise UnsupportedFeatureError(
@@ -268,17 +245,17 @@ def _bidirectional_options(config: Mapping[str, Any], forward: tuple[str, Mappin
 
 
 def read_configured(cls: str, weights: list[Any], options: Mapping[str, Any],
-                    layer_options: Mapping[str, Any], location: str) -> RNN:
+                    configured: Mapping[str, Any], location: str) -> RNN:
     """One Keras layer of class ``cls`` (the inner class of a Bidirectional) from its arrays
-    (forward then backward) and the read options its config gave (:func:`_layer_options`)."""
+    (forward then backward) and the read options its config gave (:func:`layer_options`)."""
     for key, value in options.items():
-        if key in layer_options and layer_options[key] != value:
+        if key in configured and configured[key] != value:
             raise FormatError(f"{location}: option {key}={value!r} contradicts the layer's "
-                              f"config ({key}={layer_options[key]!r}); drop the option.")
-    merged = {**options, **layer_options}
+                              f"config ({key}={configured[key]!r}); drop the option.")
+    merged = {**options, **configured}
     if cls in CUDNN_CELLS:
         return read_cudnn_weights(weights, CUDNN_CELLS[cls], merged, location)
-    return _read_weights(weights, merged, location)
+    return read_weights(weights, merged, location)
 
 
 def _halves(arrays: list[Any], location: str) -> list[list[Any]]:
@@ -368,7 +345,7 @@ def _cudnn_direction(arrays: list[np.ndarray], family: str, options: Mapping[str
     return spec, params
 
 
-def _read_weights(arrays: list[Any], options: Mapping[str, Any], location: str) -> RNN:
+def read_weights(arrays: list[Any], options: Mapping[str, Any], location: str) -> RNN:
     arrays = [to_numpy(a) for a in arrays]
     halves = _halves(arrays, location)
     names = ("forward", "backward")
@@ -453,28 +430,15 @@ def _direction(arrays: list[np.ndarray], options: Mapping[str, Any],
 # -- write -----------------------------------------------------------------------------
 
 
-def write(model: Model, path: Any = None, **options: Any) -> list[Any]:
-    from . import check_features
-
-    check_options("write(fmt='keras')", options, WRITE_OPTIONS)
-    layers = model.layers() if isinstance(model, (RNN, Stack)) else None
-    if layers is None:
-        raise FormatError(f"write(fmt='keras'): expected an rnnport.RNN or Stack, got "
-                          f"{describe(model)}.")
+def write(model: Model) -> list[list[np.ndarray]]:
+    """One ``get_weights()`` list per layer of ``model``."""
     out = []
-    for index, layer in enumerate(layers):
-        check_features(layer.spec, "keras", f"write(fmt='keras'), layer {index}")
+    for index, layer in enumerate(model.layers()):
         arrays: list[np.ndarray] = []
         for direction, named in enumerate(layer.params[0]):
             arrays.extend(_direction_arrays(layer.spec, named, f"layer {index}, "
                                             f"{('forward', 'backward')[direction]}"))
         out.append(arrays)
-    if path is not None:
-        from .keras_files import write_file
-
-        write_file([layer.spec for layer in layers], out, path)
-    if isinstance(model, RNN) and model.spec.num_layers == 1:
-        return out[0]
     return out
 
 
@@ -493,13 +457,9 @@ def _direction_arrays(spec: Spec, named: Mapping[str, np.ndarray], location: str
     return arrays
 
 
-def param_count(model: Model, **options: Any) -> int:
-    written = write(model, **options)
-    return int(sum(np.size(a) for a in _leaves(written)))
-
-
-def _leaves(nested: Sequence[Any]) -> list[Any]:
+def leaves(nested: Sequence[Any]) -> list[Any]:
+    """The arrays of a nested list, in order."""
     out = []
     for item in nested:
-        out.extend(_leaves(item) if isinstance(item, (list, tuple)) else [item])
+        out.extend(leaves(item) if isinstance(item, (list, tuple)) else [item])
     return out

@@ -1,0 +1,131 @@
+"""The public verbs over the format registry: ``read``, ``write``, ``convert``,
+``param_count``, and :class:`Conversion`, the checked plan that ``convert`` and the command
+line both carry out."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import FormatError, UnknownOptionError
+from .formats import (
+    count_as,
+    info,
+    input_files,
+    output_files,
+    read_as,
+    sniff,
+    split_options,
+    write_as,
+)
+from .io.atomic import check_outputs
+from .model import RNN, Model, Stack, shared_with_caller
+
+__all__ = ["Conversion", "convert", "param_count", "read", "write"]
+
+
+def read(source: Any, fmt: str | None = None, **options: Any) -> Model:
+    """Read a network from ``source`` into the canonical model.
+
+    ``fmt`` is one of :func:`rnnport.formats`; when omitted it is told from the source (a
+    framework object's type, a state_dict's keys, a list of Keras arrays, a file's name).
+    Returns an :class:`~rnnport.RNN`, or a :class:`~rnnport.Stack` when layers differ in
+    size or cell.
+    """
+    if fmt is None and isinstance(source, (RNN, Stack)):
+        if options:
+            raise UnknownOptionError(f"read: options {sorted(options)} do not apply to an "
+                                     "rnnport model, which is already canonical.")
+        return source
+    return read_as(sniff(source) if fmt is None else info(fmt).name, source, **options)
+
+
+def write(model: Model, fmt: str, path: Any = None, *, overwrite: bool = False,
+          **options: Any) -> Any:
+    """Write ``model`` in format ``fmt``; returns the format's native object and, when
+    ``path`` is given, also saves it there (atomically). An existing file is replaced only
+    with ``overwrite=True``."""
+    if not isinstance(model, (RNN, Stack)):
+        raise FormatError(f"write: expected an rnnport.RNN or Stack (from rnnport.read), got "
+                          f"{type(model).__name__}.")
+    name = info(fmt).name
+    check_path("write", path, name, overwrite, None, "pass overwrite=True")
+    return write_as(name, model, path=path, **options)
+
+
+def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
+            overwrite: bool = False, **options: Any) -> Any:
+    """``write(read(source, fmt), to, path)``; each option goes to the side that takes it.
+    ``path`` is never the source file, and replaces a file only with ``overwrite=True``."""
+    if fmt is None and isinstance(source, (RNN, Stack)):
+        return write(source, to, path=path, overwrite=overwrite, **options)
+    conversion = Conversion.plan(source, to, fmt=fmt, path=path, overwrite=overwrite,
+                                 options=options)
+    return conversion.write(conversion.read())
+
+
+def param_count(model: Model, fmt: str | None = None, **options: Any) -> int:
+    """Parameters as format ``fmt`` stores them (``None``: the canonical count).
+
+    A Keras GRU 4→5 stores 150 with reset_after=False and 165 with reset_after=True; a
+    Keras LSTM stores one bias where the canonical model (and cuDNN) keep two.
+    """
+    if fmt is None:
+        return model.num_params()
+    return count_as(info(fmt).name, model, **options)
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """One conversion, planned and checked before any work: both formats known, every
+    option assigned to the side that takes it, and the output files writable, none of them
+    the source's."""
+
+    source: Any
+    source_format: str
+    target_format: str
+    path: Any
+    read_options: dict[str, Any] = field(default_factory=dict)
+    write_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def plan(cls, source: Any, to: str, *, fmt: str | None = None, path: Any = None,
+             overwrite: bool = False, options: dict[str, Any] | None = None,
+             how: str = "pass overwrite=True") -> Conversion:
+        """Check everything ``convert`` would do; ``how`` says how to allow replacing an
+        existing output."""
+        source_format = sniff(source) if fmt is None else info(fmt).name
+        target_format = info(to).name
+        where = f"convert({source_format} → {target_format})"
+        read_options, write_options = split_options(source_format, target_format,
+                                                    options or {}, where)
+        check_path(where, path, target_format, overwrite, source, how)
+        return cls(source, source_format, target_format, path, read_options, write_options)
+
+    def read(self) -> Model:
+        """The source, read; writers may hand out views of the arrays the caller passed."""
+        model = read_as(self.source_format, self.source, **self.read_options)
+        shared_with_caller(model, self.source)
+        return model
+
+    def write(self, model: Model) -> Any:
+        """``model`` in the target format, saved when the plan has a path."""
+        return write_as(self.target_format, model, path=self.path, **self.write_options)
+
+    def output_files(self) -> list[Path]:
+        """The files the write creates (none without a path)."""
+        return [] if self.path is None else output_files(self.target_format, self.path)
+
+
+def check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any,
+               how: str) -> None:
+    """Before any work: ``path`` names files that can be written, none of them the source's
+    or (unless ``overwrite``) an existing file; ``how`` says how to allow replacing one."""
+    if path is None:
+        return
+    if not isinstance(path, (str, os.PathLike)):
+        raise FormatError(f"{where}: path={path!r}; expected a file name (str or os.PathLike), "
+                          "or None to only return the native object.")
+    check_outputs(output_files(fmt, path), input_files(source), overwrite, how)

@@ -1,0 +1,189 @@
+"""The protocol every format declares (see :mod:`rnnport.formats` for its specification).
+
+This module holds the declaration's types and the catalogue of optional features; it
+imports no format and not the registry, so format modules can import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError
+from ..model import Model
+from ..spec import Spec
+
+__all__ = ["BIAS_KINDS", "FEATURE_CODES", "Choices", "Format", "NamedArray", "RunTimeConstant",
+           "Suffix", "bias_kind", "features_of", "missing_feature", "native_arrays"]
+
+
+@dataclass(frozen=True)
+class Suffix:
+    """A file name ending that a format reads and, unless ``writes`` is False, writes."""
+
+    text: str  # e.g. ".weights.h5"; matched case-insensitively, longest first
+    what: str  # what such a file is, for help texts and errors: "a legacy Keras .h5"
+    writes: bool = True
+
+
+@dataclass(frozen=True)
+class NamedArray:
+    """One array of a native object, as ``explain`` shows it."""
+
+    name: str
+    array: np.ndarray
+    offset: int | None = None  # the first element's position in a flat buffer
+    notes: tuple[str, ...] = ()  # what a reader of this array's table should know
+
+
+@dataclass(frozen=True)
+class RunTimeConstant:
+    """A number the format's framework adds to a parameter at run time and never saves
+    (TF1's ``forget_bias``). Reading and writing take it as the option ``option``; with
+    ``neutral`` the stored arrays hold the parameters unchanged, which is how ``explain``
+    traces them before it shows what ``default`` changes."""
+
+    option: str
+    default: float
+    neutral: float
+    cells: frozenset[str]  # the Spec cells it applies to
+    what: str  # one sentence: who adds what, where, by default
+    adder: str  # who adds it back at run time: "TensorFlow"
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The networks one source holds, each picked by ``option=value``."""
+
+    option: str
+    entries: tuple[tuple[str, str], ...]  # (value, what that network is)
+
+
+def no_options(spec: Spec) -> dict[str, Any]:
+    """Nothing to tell: the format records everything about a network of ``spec``."""
+    return {}
+
+
+def same_file(path: Path) -> list[Path]:
+    """A write to ``path`` creates that one file."""
+    return [path]
+
+
+def no_files(path: Path) -> list[Path]:
+    """A read of ``path`` opens nothing beside it."""
+    return []
+
+
+def canonical_count(model: Model, **options: Any) -> int:
+    """The format stores exactly the canonical parameters."""
+    return model.num_params()
+
+
+def native_arrays(native: Any, spec: Spec) -> list[NamedArray]:
+    """The float arrays of a native object: a dict's values by key, a list's by position,
+    or the object itself as one ``buffer`` (metadata such as a JSON header is left out)."""
+    if isinstance(native, Mapping):
+        named = [(str(name), np.asarray(array)) for name, array in native.items()]
+    elif isinstance(native, (list, tuple)):
+        named = [(f"array {index}", np.asarray(array)) for index, array in enumerate(native)]
+    else:
+        named = [("buffer", np.asarray(native))]
+    return [NamedArray(name, array, 0 if name == "buffer" and array.ndim == 1 else None)
+            for name, array in named if array.dtype.kind == "f"]
+
+
+@dataclass(frozen=True)
+class Format:
+    """What one format module declares as ``FORMAT``; the registry's docstring is its
+    specification, field by field."""
+
+    name: str
+    sniff: Callable[[Any], bool]
+    read: Callable[..., Model]
+    write: Callable[..., Any]
+    param_count: Callable[..., int] = canonical_count
+    read_options: frozenset[str] = frozenset()
+    write_options: frozenset[str] = frozenset()
+    features: frozenset[str] = frozenset()
+    one_bias: frozenset[str] = frozenset()
+    always_bias: bool = False
+    extra: str | None = None
+    modules: tuple[str, ...] = ()
+    suffixes: tuple[Suffix, ...] = ()
+    read_options_for: Callable[[Spec], dict[str, Any]] = no_options
+    write_options_for: Callable[[Spec], dict[str, Any]] = no_options
+    output_files: Callable[[Path], list[Path]] = same_file
+    input_files: Callable[[Path], list[Path]] = no_files
+    gate_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    explain_arrays: Callable[[Any, Spec], list[NamedArray]] = native_arrays
+    layout_notes: tuple[str, ...] = ()
+    run_time_constants: tuple[RunTimeConstant, ...] = ()
+    networks: Callable[[Any], Choices] | None = None
+    framework_forward: Callable[[Any, Model, np.ndarray], tuple[str, np.ndarray] | str] | None \
+        = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(self.features - set(FEATURE_CODES))
+        kinds = sorted(self.one_bias - set(BIAS_KINDS))
+        if unknown or kinds:
+            raise FormatError(f"format {self.name!r}: unknown feature(s) {unknown} or bias "
+                              f"kind(s) {kinds}; expected features from "
+                              f"{sorted(FEATURE_CODES)} and bias kinds from {sorted(BIAS_KINDS)}.")
+
+
+# -- the optional features a network may use ---------------------------------------------
+
+# Feature key → (code in the conversion matrix, short name).
+FEATURE_CODES = {"projection": ("P", "LSTM projection"), "peepholes": ("p", "LSTM peepholes"),
+            "cell_clip": ("c", "LSTM cell clip"), "gate_clip": ("g", "gate clip"),
+            "input_forget": ("f", "coupled input-forget gates"),
+            "activations": ("a", "non-default activations"),
+            "reset_before": ("r", "reset-before GRU")}
+# How two biases combine, by cell: the kinds a one-bias format names in ``one_bias``.
+BIAS_KINDS = {"lstm": "LSTM", "gru": "GRU", "gru_reset_before": "reset-before GRU",
+              "rnn": "simple RNN"}
+
+
+def bias_kind(spec: Spec) -> str:
+    """``lstm``, ``gru`` (reset after), ``gru_reset_before`` or ``rnn``: how biases combine."""
+    if spec.cell == "gru":
+        return "gru" if spec.reset_after else "gru_reset_before"
+    return "rnn" if spec.cell.startswith("rnn") else spec.cell
+
+
+def features_of(spec: Spec) -> list[tuple[str, str, str]]:
+    """(feature key, what it is, why it matters) for each optional feature ``spec`` uses."""
+    used = []
+    if spec.proj_size:
+        used.append(("projection", f"an LSTM projection (proj_size={spec.proj_size})",
+                     "h' = W_hr·h' feeds the next step and the output"))
+    if spec.peepholes:
+        used.append(("peepholes", "LSTM peepholes", "the gates see the cell state"))
+    if spec.cell_clip is not None:
+        used.append(("cell_clip", f"an LSTM cell clip ({spec.cell_clip:g})",
+                     "c' is clipped before tanh"))
+    if spec.gate_clip is not None:
+        used.append(("gate_clip", f"a gate clip ({spec.gate_clip:g}, ONNX clip)",
+                     "every pre-activation is clipped before its activation"))
+    if spec.input_forget:
+        used.append(("input_forget", "coupled input and forget gates (ONNX input_forget)",
+                     "f = 1 − i replaces the forget gate"))
+    if spec.activations:
+        names = ", ".join(name for name, _, _ in spec.activations)
+        used.append(("activations", f"non-default activations ({names})",
+                     "the gates and candidate use other functions than sigmoid and tanh"))
+    if spec.cell == "gru" and not spec.reset_after:
+        used.append(("reset_before", "a reset-before GRU (Keras reset_after=False, TF1 GRUCell)",
+                     "its candidate is tanh(W_n x + R_n(r∘h) + b), not tanh(W_n x + "
+                     "r∘(R_n h + b_R) + b_W); no conversion between the two GRUs is exact"))
+    return used
+
+
+def missing_feature(spec: Spec, holds: frozenset[str]) -> tuple[str, str, str] | None:
+    """``(key, what, why)`` of the first feature ``spec`` uses that is not in ``holds``."""
+    return next((used for used in features_of(spec) if used[0] not in holds), None)

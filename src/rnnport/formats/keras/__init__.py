@@ -1,0 +1,105 @@
+"""Keras: layers, ``get_weights()`` lists and model files.
+
+Two halves, depending one way: :mod:`.layers` reads and writes layer objects and their
+``get_weights()`` arrays (its docstring is the layout specification), and :mod:`.files`
+reads and writes ``.keras`` archives, Keras 3 ``.weights.h5`` files and legacy ``.h5`` /
+``.hdf5`` files on top of it (h5py only; Keras is never imported to read).
+
+``read`` takes a layer, a list of layers, ``get_weights()`` lists, or a path to a
+``.keras`` archive, a ``.weights.h5`` or a legacy ``.h5`` / ``.hdf5`` file; the layer
+configs (where the file has them) decide cell, activation and reset_after, and ``layer=``
+picks one stack when the model holds several. ``write`` gives the ``get_weights()``
+nesting (a flat list for a one-layer network, a list of per-layer lists otherwise); with
+``path=`` it also saves a ``.keras`` archive (a Sequential model that
+``keras.saving.load_model`` runs) or a ``.weights.h5`` for ``load_weights``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+import numpy as np
+
+from ...model import RNN, Model
+from ...spec import Spec
+from .._protocol import Format, NamedArray, Suffix
+from . import files, layers
+
+__all__ = ["FORMAT"]
+
+
+def _is_path(source: Any) -> bool:
+    return isinstance(source, (str, os.PathLike))
+
+
+def sniff(source: Any) -> bool:
+    return files.is_keras_file(source) if _is_path(source) else layers.sniff(source)
+
+
+def read(source: Any, **options: Any) -> Model:
+    return files.read_file(source, **options) if _is_path(source) else \
+        layers.read(source, **options)
+
+
+def write(model: Model, path: Any = None) -> list[Any]:
+    arrays = layers.write(model)
+    if path is not None:
+        files.write_file([layer.spec for layer in model.layers()], arrays, path)
+    if isinstance(model, RNN) and model.spec.num_layers == 1:
+        return arrays[0]
+    return arrays
+
+
+def param_count(model: Model) -> int:
+    return int(sum(np.size(array) for array in layers.leaves(layers.write(model))))
+
+
+def read_options_for(spec: Spec) -> dict[str, Any]:
+    """Arrays do not say whether a SimpleRNN runs relu, nor which GRU a bias-free one is."""
+    options: dict[str, Any] = {}
+    if spec.cell.startswith("rnn"):
+        options["activation"] = spec.nonlinearity
+    if spec.cell == "gru" and not spec.bias:
+        options["reset_after"] = spec.reset_after
+    return options
+
+
+def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
+    """One layer's arrays under the names Keras gives them."""
+    names = ("kernel", "recurrent_kernel", "bias")
+    return [NamedArray(name, np.asarray(array)) for name, array in zip(names, native,
+                                                                       strict=False)]
+
+
+def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
+    """Keras 3 loading a ``.keras`` source file and running it, when it holds only the
+    recurrent stack."""
+    if not (_is_path(source) and os.fspath(source).lower().endswith(".keras")):
+        return "only a .keras file holds a model Keras can run: no framework check"
+    if importlib.util.find_spec("keras") is None:
+        return "Keras is not installed: no framework check"
+    import keras
+
+    loaded = keras.saving.load_model(source, compile=False)
+    others = [layer.name for layer in loaded.layers if type(layer).__name__ not in
+              {*layers.LAYER_CELLS, *layers.WRAPPERS, *layers.PASSIVE_LAYERS}]
+    if others:
+        return (f"the Keras model has layers beyond the recurrent stack ({', '.join(others)}): "
+                "no framework check")
+    return "Keras 3 running the source file", keras.ops.convert_to_numpy(loaded(x))
+
+
+FORMAT = Format(
+    "keras", sniff=sniff, read=read, write=write, param_count=param_count,
+    read_options=frozenset({"activation", "reset_after", "layer"}),
+    features=frozenset({"reset_before"}),
+    # Cells whose two biases Keras keeps as one (a GRU with reset_after=True keeps both).
+    one_bias=frozenset({"lstm", "gru_reset_before", "rnn"}), extra="keras", modules=("h5py",),
+    suffixes=(Suffix(".weights.h5", "a Keras 3 weights file"),
+              Suffix(".keras", "a Keras 3 .keras archive"),
+              Suffix(".h5", "a legacy Keras .h5", writes=False),
+              Suffix(".hdf5", "a legacy Keras .hdf5", writes=False)),
+    read_options_for=read_options_for, gate_names={"g": "c", "n": "h"},
+    explain_arrays=explain_arrays, framework_forward=framework_forward)
