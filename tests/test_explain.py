@@ -138,7 +138,7 @@ def test_one_bias_formats_show_the_sum_and_the_zero_slot() -> None:
 def test_tables_predict_the_real_keras_to_cudnn_buffer(cell: str) -> None:
     """The reference example is the buffer TensorFlow handed to cuDNN: every cuDNN element
     holds the Keras element with the same label (zero where the label is ``zero``)."""
-    data = json.loads(resources.files("rnnport").joinpath("data/keras_cudnn_reference.json")
+    data = json.loads(resources.files("rnnport").joinpath("data/reference.json")
                       .read_text())[cell]
     keras = {"kernel": data["keras_kernel"], "recurrent_kernel": data["keras_recurrent_kernel"],
              "bias": data["keras_bias"]}

@@ -1,7 +1,8 @@
 """Write the conversion matrix into README.md (``--check``: only say whether it is current).
 
-The matrix comes from :func:`rnnport.formats.matrix_markdown`, built from each format
-module's ``FEATURES`` and ``ONE_BIAS``; tests/test_properties.py checks every cell against
+The matrix comes from :func:`rnnport.formats.matrix_markdown`, built from each registered
+format's declared ``features``, ``one_bias`` and ``always_bias``; tests/test_properties.py
+checks every cell against
 what the formats do, and that the README shows the current one.
 """
 

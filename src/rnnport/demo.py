@@ -1,13 +1,14 @@
 """``rnnport demo``: the bundled reference, converted and checked bit for bit.
 
-The reference (``keras_cudnn_reference.json``) holds, for a GRU and an LSTM, the weights a
-layer had in one format and the flat parameter buffer traced at the call made for it in
-another. It names its formats in its keys: ``<format>_<array>`` for the source's arrays,
-in the order the format lists them (``keras_kernel``, ``keras_recurrent_kernel``,
-``keras_bias``), and ``<format>_params`` for the target's buffer (``cudnn_params``). The demo
-converts the source arrays with rnnport, compares every value with the buffer, converts
-back, and shows with :func:`rnnport.explain.explain` where each block of the buffer came
-from and the rules that put it there.
+The reference (``rnnport/data/reference.json``, a copy of the shared
+``keras_cudnn_reference.json``) holds, for a GRU and an LSTM, the weights a layer had in
+one format and the flat parameter buffer traced at the call made for it in another. It
+names its formats in its keys: ``<format>_<array>`` for the source's arrays, in the order
+the format lists them (``keras_kernel``, ``keras_recurrent_kernel``, ``keras_bias``), and
+``<format>_params`` for the target's buffer (``cudnn_params``). The demo converts the
+source arrays with rnnport, compares every value with the buffer, converts back, and shows
+with :func:`rnnport.explain.explain` where each block of the buffer came from and the rules
+that put it there.
 """
 
 from __future__ import annotations
@@ -66,20 +67,20 @@ def load_reference(path: str | Path | None = None) -> Reference:
     """The reference example: ``path`` when given, else the copy bundled with rnnport."""
     if path is None:
         where = "the bundled reference"
-        text = resources.files("rnnport").joinpath("data/keras_cudnn_reference.json").read_text(
+        text = resources.files("rnnport").joinpath("data/reference.json").read_text(
             encoding="utf-8")
     else:
         where = str(path)
         try:
             text = Path(path).read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            raise FormatError(f"{where}: not a text file; expected the JSON reference "
-                              "(keras_cudnn_reference.json).") from None
+            raise FormatError(f"{where}: not a text file; expected a JSON reference like the "
+                              "bundled rnnport/data/reference.json.") from None
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as error:
-        raise FormatError(f"{where}: not valid JSON ({error}); expected the reference "
-                          "keras_cudnn_reference.json.") from None
+        raise FormatError(f"{where}: not valid JSON ({error}); expected a JSON reference like "
+                          "the bundled rnnport/data/reference.json.") from None
     missing = [name for name in CASES if not isinstance(data, dict)
                or not isinstance(data.get(name), dict)
                or not {"input_size", "hidden_size"} <= set(data[name])]
