@@ -2,8 +2,7 @@
 
 The matrix comes from :func:`rnnport.formats.matrix_markdown`, built from each registered
 format's declared ``features``, ``one_bias`` and ``always_bias``; tests/test_properties.py
-checks every cell against
-what the formats do, and that the README shows the current one.
+checks every cell against what the formats do, and that the README shows the current one.
 """
 
 from __future__ import annotations
