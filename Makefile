@@ -1,14 +1,15 @@
 # Two commands do everything on a fresh machine:
 #   make demo   create .venv, install rnnport, run the demo on the bundled example
 #   make test   create .venv, install the test frameworks (and Debian's chromium for the
-#               HTML check of `rnnport explain`), run every test
+#               HTML check of `rnnport explain`), lint, type-check and run every test
+# While developing: make test-fast (lint, types, and the suite without the `slow` tests).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 REFERENCE := ../shared/examples/keras_cudnn_reference.json
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint golden bench fuzz clean
+.PHONY: demo test test-fast lint typecheck golden bench fuzz clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,12 +28,18 @@ $(VENV)/.test: pyproject.toml requirements-test.txt | $(VENV)/bin/python
 demo: $(VENV)/.base
 	$(PY) -m rnnport demo $(if $(wildcard $(REFERENCE)),--reference $(REFERENCE))
 
-test: $(VENV)/.test
-	$(PY) -m ruff check src tests tools examples bench
+test: lint typecheck
 	$(PY) -m pytest
+
+# The quick loop: leaves out the tests marked slow (the long fuzz pass, live framework checks).
+test-fast: lint typecheck
+	$(PY) -m pytest -m "not slow"
 
 lint: $(VENV)/.test
 	$(PY) -m ruff check src tests tools examples bench
+
+typecheck: $(VENV)/.test
+	$(PY) -m mypy
 
 # Speed against PyTorch and ONNX Runtime in one run; JSON results go to bench/results/.
 bench: $(VENV)/.test

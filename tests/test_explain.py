@@ -243,6 +243,7 @@ def test_html_is_valid_standalone_html5(cell: str, source: str, target: str) -> 
     assert tags.count("table") == len(explanation.source_arrays + explanation.target_arrays) + 2
 
 
+@pytest.mark.slow
 def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     chromium = shutil.which("chromium")
     if chromium is None:

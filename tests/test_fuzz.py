@@ -23,6 +23,7 @@ TOOL = Path(__file__).resolve().parent.parent / "tools" / "fuzz.py"
 FORMATS = {name for name in rnnport.formats() if get(name).suffixes}
 
 
+@pytest.mark.slow
 def test_every_file_reader_survives_mutated_golden_files(tmp_path: Path) -> None:
     report = tmp_path / "fuzz.json"
     done = subprocess.run([sys.executable, str(TOOL), "--cases", "1400", "--seed", "20261121",

@@ -176,6 +176,7 @@ LEGACY_FILES = {  # file stem → the stem of its expected output
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(LEGACY_FILES))
 def test_tf_keras_legacy_files_read_as_tf_keras_runs_them(legacy: Path, stem: str) -> None:
     expected = np.load(legacy / "expected.npz")
@@ -186,6 +187,7 @@ def test_tf_keras_legacy_files_read_as_tf_keras_runs_them(legacy: Path, stem: st
     assert path.read_bytes() == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", ["cudnn_lstm", "cudnn_gru"])
 def test_cudnn_layers_give_the_buffer_they_hand_to_cudnn(legacy: Path, stem: str) -> None:
     expected = np.load(legacy / "expected.npz")
@@ -194,6 +196,7 @@ def test_cudnn_layers_give_the_buffer_they_hand_to_cudnn(legacy: Path, stem: str
     assert buffer.dtype == recorded.dtype and np.array_equal(buffer, recorded)
 
 
+@pytest.mark.slow
 def test_cudnn_kernels_read_as_plain_keras_kernels_give_other_outputs(legacy: Path) -> None:
     """The CuDNN reshape matters: the same arrays read the plain way compute something else."""
     expected = np.load(legacy / "expected.npz")

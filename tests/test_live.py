@@ -13,6 +13,8 @@ from torch import nn
 
 import rnnport
 
+pytestmark = pytest.mark.slow  # live framework checks
+
 BATCH, TIME, INPUT = 3, 7, 5
 TOLERANCE = 1e-5
 

@@ -17,6 +17,8 @@ import tensorflow as tf
 import rnnport
 from rnnport import RNN, Spec
 
+pytestmark = pytest.mark.slow  # live framework checks, TF1 graphs in another process
+
 RUNNER = Path(__file__).parent / "tf1_runner.py"
 
 

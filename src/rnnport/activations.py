@@ -16,6 +16,7 @@ or ``beta`` carry 0.0 there. Definitions (ONNX operator set)::
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,8 @@ def normalize(cell: str, activations: object) -> tuple[tuple[Activation, ...], l
                     "(a simple RNN's activation is its cell, rnn_tanh or rnn_relu)"]
     problems: list[str] = []
     out: list[Activation] = []
-    items = list(activations) if isinstance(activations, (list, tuple)) else [activations]
+    items: list[Any] = list(activations) if isinstance(activations, (list, tuple)) \
+        else [activations]
     if len(items) != len(DEFAULTS[cell]):
         return (), [f"activations={activations!r}; expected {len(DEFAULTS[cell])} for {cell} "
                     f"({', '.join(DEFAULTS[cell])} by default)"]

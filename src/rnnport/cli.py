@@ -22,6 +22,7 @@ from . import api, formats
 from .errors import FormatError, RnnportError
 from .io.atomic import atomic_write, check_outputs
 from .model import Model, Stack
+from .spec import Spec
 
 __all__ = ["main", "main_entry"]
 
@@ -183,7 +184,7 @@ def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     return 0
 
 
-def _formula(spec: Any, layer: int) -> str:
+def _formula(spec: Spec, layer: int) -> str:
     gates, hidden, width = spec.gate_count, spec.hidden_size, spec.layer_input_size(layer)
     recurrent = spec.output_size
     terms = [(f"{gates}·{hidden}·({width}+{recurrent})", "G·H·(in + H_out) weights")]

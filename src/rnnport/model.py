@@ -73,6 +73,10 @@ class RNN:
     """
 
     __slots__ = ("__weakref__", "_dtype", "_owners", "_params", "_spec")
+    _spec: Spec
+    _params: tuple[tuple[Params, ...], ...]
+    _dtype: np.dtype
+    _owners: tuple[np.ndarray, ...]  # set by convert() on its own intermediate (exported())
 
     def __init__(
         self, spec: Spec, params: Sequence[Sequence[Mapping[str, Any]]], *, copy: bool = True
@@ -297,8 +301,8 @@ def _validated(
     if problems:
         raise ShapeError(problems, hint=f"The spec is {spec!r}.")
     if len(dtypes) > 1:
-        found = ", ".join(f"{d} (e.g. {loc})" for d, loc in dtypes.items())
-        raise DTypeError(f"RNN params: mixed dtypes {found}; expected one dtype for the whole "
+        mixed = ", ".join(f"{d} (e.g. {loc})" for d, loc in dtypes.items())
+        raise DTypeError(f"RNN params: mixed dtypes {mixed}; expected one dtype for the whole "
                          "network. Cast them to one, e.g. with .astype(numpy.float32).")
     return tuple(out)
 
@@ -326,6 +330,7 @@ class Stack:
     """
 
     __slots__ = ("_parts",)
+    _parts: tuple[RNN, ...]
 
     def __init__(self, parts: Sequence[RNN]) -> None:
         parts = tuple(parts)

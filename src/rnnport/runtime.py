@@ -46,7 +46,7 @@ How it runs:
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -200,11 +200,11 @@ def run(
     with np.errstate(over="ignore"):
         for index, layer in enumerate(_prepared(network)):
             rows = slice(index * directions, (index + 1) * directions)
-            cell = np.array(c0[rows], copy=True) if is_lstm else None
+            cell = None if c0 is None else np.array(c0[rows], copy=True)
             history = _run_layer(layer, layer_input, packed, h0[rows], cell)
             layer_input = _layer_output(history, packed)
             h_n[rows] = _final_state(history, packed)
-            if is_lstm:
+            if c_n is not None:
                 c_n[rows] = cell
     y = layer_input
     if packed is not None:
@@ -317,9 +317,9 @@ def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
 
 
 def _clip(layer: _Layer, gates: dict[str, np.ndarray], which: str) -> None:
+    bounds = layer.clip or {}
     for gate in which:
-        bound = layer.clip[gate]
-        np.clip(gates[gate], -bound, bound, out=gates[gate])
+        np.clip(gates[gate], -bounds[gate], bounds[gate], out=gates[gate])
 
 
 def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
@@ -424,7 +424,10 @@ def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
         act.prescaled(h_next)
 
 
-_LOOPS = {"lstm": _lstm_loop, "gru": _gru_loop, "rnn_tanh": _rnn_loop, "rnn_relu": _rnn_loop}
+# (layer, input projections, h history, cell state or None, sequences running per step)
+_Loop = Callable[[_Layer, np.ndarray, np.ndarray, Any, "list[int] | None"], None]
+_LOOPS: dict[str, _Loop] = {"lstm": _lstm_loop, "gru": _gru_loop, "rnn_tanh": _rnn_loop,
+                            "rnn_relu": _rnn_loop}
 
 
 # -- argument checks ---------------------------------------------------------------------

@@ -154,7 +154,7 @@ class Spec:
     def replace(self, **changes: object) -> Spec:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
-        return Spec(**values)  # type: ignore[arg-type]
+        return Spec(**values)
 
     def describe(self, article: bool = False) -> str:
         """One line for people, e.g. ``2-layer bidirectional LSTM 10→20 (proj 8)``;

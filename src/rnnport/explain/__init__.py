@@ -97,16 +97,18 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
     book, model_a, model_b = coded_models(spec)
     read_source, write_source = options_for(source, spec)
     write_target = options_for(target, spec)[1]
-    source_natives = [write(model, source, **write_source) for model in (model_a, model_b)]
-    canonical = [_one_network(read(native, source, **read_source)) for native in source_natives]
-    source_arrays = annotate(source, trace(book, *(
-        get(source).explain_arrays(native, spec) for native in source_natives), source))
-    target_arrays = annotate(target, trace(book, *(
-        native_arrays(model, target, write_target) for model in canonical), target))
-    hub = trace(book, *([NamedArray(name, model.parameter(0, 0, name))
-                         for name in ("bias_ih", "bias_hh")] for model in canonical), "canonical")
+    native_a, native_b = (write(model, source, **write_source) for model in (model_a, model_b))
+    read_a, read_b = (_one_network(read(native, source, **read_source))
+                      for native in (native_a, native_b))
+    source_arrays = annotate(source, trace(book, get(source).explain_arrays(native_a, spec),
+                                           get(source).explain_arrays(native_b, spec), source))
+    target_arrays = annotate(target, trace(book, native_arrays(read_a, target, write_target),
+                                           native_arrays(read_b, target, write_target), target))
+    biases = ("bias_ih", "bias_hh")
+    hub = trace(book, [NamedArray(name, read_a.parameter(0, 0, name)) for name in biases],
+                [NamedArray(name, read_b.parameter(0, 0, name)) for name in biases], "canonical")
     found = rules(spec, source, target, source_arrays, target_arrays, hub)
-    found += constant_rules(spec, source, target, source_natives[0], canonical[0])
+    found += constant_rules(spec, source, target, native_a, read_a)
     counts = tuple(count(fmt, arrays, model_a, spec) for fmt, arrays in
                    ((source, source_arrays), (target, target_arrays)))
     if source == target:

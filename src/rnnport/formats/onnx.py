@@ -496,7 +496,9 @@ def _read_node(node: Any, values: _Values) -> RNN:
     recurrent = values.get(inputs[2], f"{where}, R")
     bias = values.get(inputs[3], f"{where}, B") if inputs[3] else None
     peephole = values.get(inputs[7], f"{where}, P") if family == "lstm" and inputs[7] else None
-    hidden = int(attributes.get("hidden_size", recurrent.shape[-1] if recurrent.ndim == 3 else 0))
+    declared = attributes.get("hidden_size")
+    hidden = int(declared) if declared is not None else (
+        recurrent.shape[-1] if recurrent.ndim == 3 else 0)
     count = directions[direction]
     gates = len(ORDERS[family]) * hidden
     problems = []

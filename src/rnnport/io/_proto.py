@@ -16,7 +16,7 @@ class ProtoError(ValueError):
     pass
 
 
-def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
+def read_varint(data: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
     """The varint at ``position`` and the position after it."""
     result = shift = 0
     while True:
@@ -34,6 +34,7 @@ def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
 
 def fields(data: bytes | memoryview) -> Iterator[tuple[int, int | bytes]]:
     position = 0
+    value: int | bytes
     while position < len(data):
         tag, position = read_varint(data, position)
         number, wire = tag >> 3, tag & 7

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import FormatError
 
-__all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "SoftLink", "snapshot"]
+__all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "Node", "SoftLink", "snapshot"]
 
 CHILD = Path(__file__).with_name("_hdf5_child.py")
 TIMEOUT = 20.0               # seconds (wall clock and CPU) for the child, plus 1 per 10 MB
@@ -57,6 +57,8 @@ class ExternalLink:
 
 
 class Node:
+    """A group or dataset of the file, with its attributes."""
+
     def __init__(self, name: str, attrs: Mapping[str, Any]) -> None:
         self.name = name
         self.attrs = dict(attrs)
@@ -81,7 +83,7 @@ class Dataset(Node):
 class Group(Node):
     def __init__(self, name: str, attrs: Mapping[str, Any]) -> None:
         super().__init__(name, attrs)
-        self._links: dict[str, tuple[Any, Node | None]] = {}
+        self._links: dict[str, tuple[HardLink | SoftLink | ExternalLink, Node | None]] = {}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._links)
@@ -158,14 +160,18 @@ def _parse(output: bytes, where: str) -> Group:
                           "again.")
     data = memoryview(bytearray(output))[8 + length:]
     try:
-        return _build(header["root"], data)
+        root = _build(header["root"], data)
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, UnicodeError,
             AttributeError, RecursionError) as error:
         raise FormatError(f"{where}: the HDF5 reader's answer is malformed "
                           f"({type(error).__name__}: {error}).") from None
+    if not isinstance(root, Group):
+        raise FormatError(f"{where}: the HDF5 reader's answer is malformed (the root is no "
+                          "group).")
+    return root
 
 
-def _build(entry: Mapping[str, Any], data: memoryview) -> Any:
+def _build(entry: Mapping[str, Any], data: memoryview) -> Node:
     attrs = {name: _attribute(value) for name, value in entry["attrs"].items()}
     if entry["kind"] == "dataset":
         value, problem = None, entry.get("problem")

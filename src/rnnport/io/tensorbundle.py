@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 import numpy as np
 
@@ -218,7 +218,7 @@ class Bundle(Mapping[str, Entry]):
         if entry.dtype == "string":
             return _strings(raw, count, entry.crc, f"{where} in {self.data_path(entry.shard)}"
                             ).reshape(entry.shape)
-        order = ">" if self.big_endian else "<"
+        order: Literal[">", "<"] = ">" if self.big_endian else "<"
         if entry.dtype == "bfloat16":
             half = np.frombuffer(raw, dtype=f"{order}u2").astype(np.uint32)
             return (half << 16).view(np.float32).reshape(entry.shape)
@@ -501,7 +501,7 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
         offset = 0
         for name, code, array in tensors:
             raw = array.reshape(-1).view(np.uint8)
-            file.write(memoryview(raw))
+            file.write(raw.data)
             entries.append((name.encode("utf-8"),
                             _entry_proto(code, array.shape, offset, len(raw), mask(crc32c(raw)))))
             offset += len(raw)

@@ -243,7 +243,7 @@ def _json(data: Any, where: str) -> Any:
 
 
 @contextmanager
-def _open_h5(source: Any, where: str) -> Iterator[Any]:
+def _open_h5(source: Path | bytes, where: str) -> Iterator[hdf5.Group]:
     """The file's tree, read by :func:`rnnport.io.hdf5.snapshot` in a limited child process."""
     h5 = hdf5.snapshot(source, where)
     try:
@@ -279,7 +279,7 @@ def _h5_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
 # -- h5 access (links and external data refused) ------------------------------------------
 
 
-def _child(group: Any, name: str, where: str) -> Any:
+def _child(group: hdf5.Node, name: str, where: str) -> hdf5.Node | None:
     """``group[name]`` through hard links only; None when absent."""
     node = group
     for part in name.split("/"):
@@ -300,9 +300,10 @@ def _child(group: Any, name: str, where: str) -> Any:
     return node
 
 
-def _dataset(node: Any, where: str) -> np.ndarray:
+def _dataset(node: hdf5.Node | None, where: str) -> np.ndarray:
     if not isinstance(node, hdf5.Dataset):
-        raise FormatError(f"{where}: {node.name} is a group; expected a dataset (an array).")
+        what = "missing" if node is None else f"{node.name} is a group"
+        raise FormatError(f"{where}: {what}; expected a dataset (an array).")
     if node.is_virtual or node.external:
         raise FormatError(f"{where}: dataset {node.name} keeps its data in other files "
                           "(virtual or external storage); Keras never writes that. Refusing to "
@@ -322,7 +323,7 @@ def _text(value: Any) -> str:
         else str(value)
 
 
-def _attr_strings(node: Any, name: str, where: str) -> list[str] | None:
+def _attr_strings(node: hdf5.Node, name: str, where: str) -> list[str] | None:
     """A list-of-strings attribute, joined from ``name0``, ``name1``… when Keras split it."""
     if name in node.attrs:
         values = [node.attrs[name]]
@@ -333,7 +334,7 @@ def _attr_strings(node: Any, name: str, where: str) -> list[str] | None:
             index += 1
     else:
         return None
-    out = []
+    out: list[str] = []
     for value in values:
         out.extend(_text(item) for item in np.atleast_1d(np.asarray(value, dtype=object)))
     return out
@@ -342,8 +343,13 @@ def _attr_strings(node: Any, name: str, where: str) -> list[str] | None:
 # -- model configs ------------------------------------------------------------------------
 
 
-def _model_entries(config: Any, where: str) -> tuple[list[tuple[str, str, Mapping[str, Any],
-                                                                  tuple[str, ...] | None]], bool]:
+# (name, class name, layer config, the layers feeding it): a model config's layer; a legacy
+# weights file knows the names only.
+ModelEntry = tuple[str, str, Mapping[str, Any], tuple[str, ...] | None]
+ConfigEntry = tuple[str, str | None, Mapping[str, Any] | None, tuple[str, ...] | None]
+
+
+def _model_entries(config: Any, where: str) -> tuple[list[ModelEntry], bool]:
     """``(name, class_name, layer config, inputs)`` per layer of a model config, and whether
     the model is Functional (inputs known) rather than Sequential (inputs: the layer before)."""
     if not isinstance(config, Mapping):
@@ -366,12 +372,13 @@ def _model_entries(config: Any, where: str) -> tuple[list[tuple[str, str, Mappin
     if not isinstance(entries, list):
         raise FormatError(f"{where}: the {model_class} config has no list of layers; expected "
                           "config.layers = [{class_name, config}, …]. The file may be damaged.")
-    out = []
+    out: list[ModelEntry] = []
     for index, entry in enumerate(entries):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("class_name"), str):
             raise FormatError(f"{where}: layer {index} of the config is not "
                               "{class_name, config, …}; the file may be damaged.")
-        layer_config = entry.get("config") if isinstance(entry.get("config"), Mapping) else {}
+        raw = entry.get("config")
+        layer_config: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         name = entry.get("name") or layer_config.get("name") or f"layer {index}"
         inputs = _producers(entry.get("inbound_nodes", [])) if functional else None
         out.append((str(name), entry["class_name"], layer_config, inputs))
@@ -433,11 +440,11 @@ def _holds_recurrent(value: Any) -> bool:
 # -- Keras 3 weights ----------------------------------------------------------------------
 
 
-def _keras3_layers(h5: Any, config: Any, where: str,
+def _keras3_layers(h5: hdf5.Group, config: Any, where: str,
                    config_where: str) -> tuple[list[FileLayer], bool, bool]:
     container = next((_child(h5, name, where) for name in CONTAINERS if name in h5), None)
-    groups: dict[str, Any] = {}
-    if container is not None:
+    groups: dict[str, hdf5.Group] = {}
+    if isinstance(container, hdf5.Group):
         for key in container:
             node = _child(container, key, where)
             if isinstance(node, hdf5.Group):
@@ -455,25 +462,25 @@ def _keras3_layers(h5: Any, config: Any, where: str,
     for name, class_name, layer_config, inputs in entries:
         guess = _unique(_snake(class_name), used)
         # Keras 3 records each layer's name; tf_keras does not, and then the numbering decides.
-        key = names.get(name)
-        if key is None and guess in groups and guess not in names.values():
-            key = guess
+        group_key = names.get(name)
+        if group_key is None and guess in groups and guess not in names.values():
+            group_key = guess
         layer = FileLayer(name, class_name, layer_config, where, _kind(class_name, layer_config),
                           inputs=inputs)
         if layer.kind == "rnn":
-            if key is None:
+            if group_key is None:
                 raise FormatError(
                     f"{where}: no weights for layer {layer.describe()}; expected a group "
                     f"layers/{guess}/ (with cell/vars) for it. The weights may come from another "
                     "model; save the model again.")
-            layer.where = f"{where}, {groups[key].name}"
-            layer.aliases = (key,)
-            _keras3_arrays(groups[key], layer, class_name in keras_layers.WRAPPERS)
+            layer.where = f"{where}, {groups[group_key].name}"
+            layer.aliases = (group_key,)
+            _keras3_arrays(groups[group_key], layer, class_name in keras_layers.WRAPPERS)
         layers.append(layer)
     return layers, functional, True
 
 
-def _keras3_weights_only(groups: Mapping[str, Any], names: Mapping[str, str],
+def _keras3_weights_only(groups: Mapping[str, hdf5.Group], names: Mapping[str, str],
                          where: str) -> list[FileLayer]:
     key_names = {key: name for name, key in names.items()}
     layers = []
@@ -493,7 +500,7 @@ def _keras3_weights_only(groups: Mapping[str, Any], names: Mapping[str, str],
     return layers
 
 
-def _keras3_arrays(group: Any, layer: FileLayer, bidirectional: bool) -> None:
+def _keras3_arrays(group: hdf5.Group, layer: FileLayer, bidirectional: bool) -> None:
     sides = ("forward_layer", "backward_layer") if bidirectional else ("",)
     for side in sides:
         node = _child(group, side, layer.where) if side else group
@@ -523,7 +530,7 @@ def _keras3_arrays(group: Any, layer: FileLayer, bidirectional: bool) -> None:
 # -- legacy HDF5 --------------------------------------------------------------------------
 
 
-def _legacy_layers(root: Any, config: Any,
+def _legacy_layers(root: hdf5.Group, config: Any,
                    where: str) -> tuple[list[FileLayer], bool, bool]:
     layer_names = _attr_strings(root, "layer_names", where)
     if layer_names is None:
@@ -531,14 +538,16 @@ def _legacy_layers(root: Any, config: Any,
                           "list of layers a legacy Keras file keeps there. The file may be "
                           "damaged.")
     functional = False
+    entries: list[ConfigEntry]
     if config is not None:
-        entries, functional = _model_entries(config, f"{where}, attribute model_config")
+        configured, functional = _model_entries(config, f"{where}, attribute model_config")
+        entries = list(configured)
     else:
         entries = [(name, None, None, None) for name in layer_names]
     stored = set(layer_names)
     layers = []
     for name, class_name, layer_config, inputs in entries:
-        kind = _kind(class_name, layer_config) if class_name is not None else "other"
+        kind = _kind(class_name, layer_config or {}) if class_name is not None else "other"
         layer = FileLayer(name, class_name, layer_config, where, kind, inputs=inputs)
         if name in stored:
             group = _child(root, name, where)
@@ -725,7 +734,8 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
         inner, inner_config = forward["class_name"], _gru_defaults(forward, layer.arrays)
         backward = config.get("backward_layer")
         if isinstance(backward, Mapping):
-            backward_pair = (backward.get("class_name"), _gru_defaults(backward, layer.arrays))
+            backward_pair = (str(backward.get("class_name")),
+                             _gru_defaults(backward, layer.arrays))
         else:  # tf_keras leaves it out unless given: the forward layer, reversed
             backward_pair = (inner, {**inner_config,
                                      "go_backwards": not inner_config.get("go_backwards", False)})
@@ -745,7 +755,8 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
 def _gru_defaults(entry: Mapping[str, Any], arrays: Sequence[np.ndarray]) -> Mapping[str, Any]:
     """A layer config; a GRU from Keras before 2.1 has no ``reset_after`` and was reset-before,
     which its bias shape also says."""
-    config = entry.get("config") if isinstance(entry.get("config"), Mapping) else {}
+    raw = entry.get("config")
+    config: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     if entry.get("class_name") == "GRU" and "reset_after" not in config:
         two_rows = len(arrays) >= 3 and np.ndim(arrays[2]) == 2
         return {**config, "reset_after": two_rows}
