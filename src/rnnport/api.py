@@ -20,7 +20,6 @@ from .formats import (
     split_options,
     write_as,
 )
-from .io.atomic import check_outputs
 from .model import RNN, Model, Stack, shared_with_caller
 
 __all__ = ["Conversion", "convert", "param_count", "read", "write"]
@@ -128,4 +127,6 @@ def check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any,
     if not isinstance(path, (str, os.PathLike)):
         raise FormatError(f"{where}: path={path!r}; expected a file name (str or os.PathLike), "
                           "or None to only return the native object.")
+    from .io.atomic import check_outputs  # only when saving: tempfile and shutil come with it
+
     check_outputs(output_files(fmt, path), input_files(source), overwrite, how)

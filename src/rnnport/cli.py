@@ -34,10 +34,10 @@ goes to the side that takes it. `rnnport formats` lists each format's options.""
 
 
 def _suffixes(*, written: bool) -> str:
-    """``.keras (a Keras 3 .keras archive), …``: the file names formats read or write."""
-    found = {suffix.text: suffix.what for name in formats.formats()
-             for suffix in formats.get(name).suffixes if suffix.writes or not written}
-    return ", ".join(f"{text} ({what})" for text, what in found.items())
+    """``keras (.weights.h5, .keras), …``: the file names each format reads or writes."""
+    found = {name: [suffix.text for suffix in formats.get(name).suffixes
+                    if suffix.writes or not written] for name in formats.formats()}
+    return ", ".join(f"{name} ({' '.join(texts)})" for name, texts in found.items() if texts)
 
 
 class _Progress:
@@ -78,8 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
     def source(sub: argparse.ArgumentParser, name: str = "FILE") -> None:
-        sub.add_argument("source", metavar=name, help="a model file (or checkpoint prefix or "
-                         f"folder); by name: {_suffixes(written=False)}")
+        sub.add_argument("source", metavar=name, help="a model file, checkpoint prefix or "
+                         "folder; the file names each format reads (--from picks where two "
+                         f"share one): {_suffixes(written=False)}")
         sub.add_argument("--from", dest="fmt", metavar="FORMAT",
                          help="the source's format when its name does not tell")
         sub.add_argument("-O", "--option", dest="options", action="append", type=_option,
@@ -98,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     source(convert, "SRC")
     convert.add_argument("destination", metavar="DST", help="the output path")
     convert.add_argument("--to", metavar="FORMAT", help="the output format when DST's name does "
-                         f"not tell, or to choose another that writes the same suffix; by name: "
+                         "not tell; by name (the first listed where several write a suffix): "
                          f"{_suffixes(written=True)}")
     convert.add_argument("--verify", action="store_true",
                          help="re-read the output and compare outputs, printing the max error")
