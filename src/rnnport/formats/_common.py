@@ -1,4 +1,4 @@
-"""Helpers shared by the format modules: options, tensors, biases, atomic saving."""
+"""Helpers shared by the format modules: names, optional imports, tensors, biases."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import numpy as np
 from ..errors import (
     FormatError,
     MissingDependencyError,
-    UnknownOptionError,
     UnsupportedFeatureError,
 )
 from ..gates import CANONICAL, block
@@ -18,7 +17,6 @@ from ..model import as_array
 from ..spec import Spec
 
 __all__ = [
-    "check_options",
     "close_matches",
     "combine_biases",
     "require",
@@ -33,16 +31,6 @@ def close_matches(word: str, candidates: Iterable[str]) -> str:
 
     found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" Did you mean {found[0]!r}?" if found else ""
-
-
-def check_options(where: str, options: Mapping[str, Any], known: Iterable[str]) -> None:
-    known = sorted(known)
-    for name in options:
-        if name not in known:
-            listing = ", ".join(known) if known else "none"
-            raise UnknownOptionError(
-                f"{where}: unknown option {name!r}; this format takes: {listing}."
-                f"{close_matches(name, known)}")
 
 
 def require(module: str, *, extra: str, purpose: str) -> Any:
