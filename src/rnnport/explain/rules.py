@@ -200,13 +200,14 @@ def _flat_rule(fmt: str, arrays: Sequence[TracedArray]) -> str:
             "offsets — " + "; ".join(pieces) + ".")
 
 
-
 # -- run-time constants ---------------------------------------------------------------------
 
 
+Options = dict[str, Any]
+
+
 def options_for(fmt: str, spec: Spec,
-                constants: Mapping[str, float] | None = None) -> tuple[dict[str, Any],
-                                                                      dict[str, Any]]:
+                constants: Mapping[str, float] | None = None) -> tuple[Options, Options]:
     """(read options, write options) that tell ``fmt`` what its arrays do not say about a
     network of ``spec``; each run-time constant at ``constants``' value, else neutral."""
     declared = get(fmt)

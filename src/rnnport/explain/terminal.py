@@ -114,8 +114,6 @@ def _table_text(array: TracedArray, color: bool, width: int, elide: bool) -> lis
     return lines
 
 
-
-
 def render_origins(layout: Layout) -> list[str]:
     """Each target block, in storage order, with where it came from in the source."""
     flat = any(origin.offset is not None for origin in layout.origins)

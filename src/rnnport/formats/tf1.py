@@ -728,7 +728,6 @@ def param_count(model: Model, **options: Any) -> int:
     return int(sum(array.size for array in write(model, **options).values()))
 
 
-
 def read_options_for(spec: Spec) -> dict[str, Any]:
     """A checkpoint stores neither a BasicRNNCell's activation nor an LSTM cell clip."""
     if spec.cell.startswith("rnn"):
