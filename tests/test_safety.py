@@ -191,6 +191,16 @@ def test_convert_never_writes_over_its_source(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+def test_a_checkpoint_named_like_a_pattern_is_still_protected(tmp_path: Path) -> None:
+    """``[1]`` in a prefix is a name, not a glob class: its data shard is the input."""
+    rnnport.write(MODEL, "tf1", path=tmp_path / "m[1].ckpt")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(FormatError, match="is the input file"):
+        rnnport.convert(tmp_path / "m[1].ckpt", "tf1", overwrite=True,
+                        path=tmp_path / "m[1].ckpt.data-00000-of-00001")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 def _fake_child(tmp_path: Path, body: str) -> Path:
     script = tmp_path / "child.py"
     script.write_text(body)
