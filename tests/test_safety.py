@@ -196,7 +196,7 @@ def test_a_checkpoint_named_like_a_pattern_is_still_protected(tmp_path: Path) ->
     rnnport.write(MODEL, "tf1", path=tmp_path / "m[1].ckpt")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(FormatError, match="is the input file"):
-        rnnport.convert(tmp_path / "m[1].ckpt", "tf1", overwrite=True,
+        rnnport.convert(tmp_path / "m[1].ckpt", "onnx", overwrite=True,
                         path=tmp_path / "m[1].ckpt.data-00000-of-00001")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
