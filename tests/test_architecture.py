@@ -12,6 +12,9 @@ from pathlib import Path
 import rnnport
 
 PACKAGE = Path(rnnport.__file__).resolve().parent
+# The one word outside formats/ that is a format's name by coincidence: NumPy's archive
+# suffix, which rnnport's own container format is named after.
+NOT_A_FORMAT = {("io/atomic.py", '".npz"')}
 # Layers that sit under the model and the formats: they import only among themselves.
 LOWER = ("rnnport.errors", "rnnport.copying", "rnnport.activations", "rnnport.gates",
          "rnnport.spec", "rnnport.runtime", "rnnport.io")
@@ -142,7 +145,8 @@ def test_nothing_outside_formats_names_a_format() -> None:
     named = {f"{path.relative_to(PACKAGE)}:{line}": text
              for name, path in MODULES.items()
              if not name.startswith("rnnport.formats")
-             for line, text in _namings(path.read_text())}
+             for line, text in _namings(path.read_text())
+             if (str(path.relative_to(PACKAGE)), text) not in NOT_A_FORMAT}
     assert named == {}
 
 

@@ -52,12 +52,12 @@ def test_the_fuzzer_reports_a_reader_that_breaks_its_promise(tmp_path: Path, fau
     (tmp_path / "sitecustomize.py").write_text(
         "import dataclasses, importlib, os, signal, sys\n"
         "npz = importlib.import_module('rnnport.formats.npz')\n"
-        "original = npz.FORMAT.read\n"
+        "original = npz.FORMAT.reader\n"
         "def read(source, **options):\n"
         "    original(source, **options)\n"
         f"    {fault}\n"
         "if '--worker' in sys.argv:  # the workers' reader only, not the seeds' check\n"
-        "    npz.FORMAT = dataclasses.replace(npz.FORMAT, read=read)\n")
+        "    npz.FORMAT = dataclasses.replace(npz.FORMAT, reader=read)\n")
     environment = {**os.environ, "PYTHONPATH": str(tmp_path)}
     done = subprocess.run([sys.executable, str(TOOL), "--cases", "60", "--seed", "1",
                            "--only", "npz", "--json", str(tmp_path / "r.json")],

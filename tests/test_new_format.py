@@ -72,7 +72,7 @@ def read(source: Any) -> RNN:
     return RNN(spec, params)
 
 
-FORMAT = Format(NAME, sniff=sniff, read=read, write=write, features=frozenset({"projection"}),
+FORMAT = Format(NAME, sniff=sniff, reader=read, writer=write, features=frozenset({"projection"}),
                 suffixes=(Suffix(SUFFIX, "a network as plain JSON"),))
 
 

@@ -17,7 +17,7 @@ from rnnport.spec import Spec
 def test_every_format_declares_the_protocol(name: str) -> None:
     declared = get(name)
     assert isinstance(declared, Format) and declared.name == name
-    for verb in ("sniff", "read", "write", "param_count", "read_options_for",
+    for verb in ("sniff", "reader", "writer", "counter", "read_options_for",
                  "write_options_for", "output_files", "input_files", "explain_arrays"):
         assert callable(getattr(declared, verb)), f"{name}.{verb}"
     for options in (declared.read_options, declared.write_options, declared.features,

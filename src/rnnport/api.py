@@ -5,21 +5,12 @@ line both carry out."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, UnknownOptionError
-from .formats import (
-    count_as,
-    info,
-    input_files,
-    output_files,
-    read_as,
-    sniff,
-    split_options,
-    write_as,
-)
+from .formats import get, info, input_files, output_files, resolve, split_options
 from .model import RNN, Model, Stack, shared_with_caller
 
 __all__ = ["Conversion", "convert", "param_count", "read", "write"]
@@ -38,7 +29,7 @@ def read(source: Any, fmt: str | None = None, **options: Any) -> Model:
             raise UnknownOptionError(f"read: options {sorted(options)} do not apply to an "
                                      "rnnport model, which is already canonical.")
         return source
-    return read_as(sniff(source) if fmt is None else info(fmt).name, source, **options)
+    return get(resolve(source, fmt)).read(source, **options)
 
 
 def write(model: Model, fmt: str, path: Any = None, *, overwrite: bool = False,
@@ -51,7 +42,7 @@ def write(model: Model, fmt: str, path: Any = None, *, overwrite: bool = False,
                           f"{type(model).__name__}.")
     name = info(fmt).name
     check_path("write", path, name, overwrite, None, "pass overwrite=True")
-    return write_as(name, model, path=path, **options)
+    return get(name).write(model, path=path, **options)
 
 
 def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
@@ -73,7 +64,7 @@ def param_count(model: Model, fmt: str | None = None, **options: Any) -> int:
     """
     if fmt is None:
         return model.num_params()
-    return count_as(info(fmt).name, model, **options)
+    return get(info(fmt).name).param_count(model, **options)
 
 
 @dataclass(frozen=True)
@@ -86,8 +77,8 @@ class Conversion:
     source_format: str
     target_format: str
     path: Any
-    read_options: dict[str, Any] = field(default_factory=dict)
-    write_options: dict[str, Any] = field(default_factory=dict)
+    read_options: dict[str, Any]
+    write_options: dict[str, Any]
 
     @classmethod
     def plan(cls, source: Any, to: str, *, fmt: str | None = None, path: Any = None,
@@ -95,7 +86,7 @@ class Conversion:
              how: str = "pass overwrite=True") -> Conversion:
         """Check everything ``convert`` would do; ``how`` says how to allow replacing an
         existing output."""
-        source_format = sniff(source) if fmt is None else info(fmt).name
+        source_format = resolve(source, fmt)
         target_format = info(to).name
         where = f"convert({source_format} → {target_format})"
         read_options, write_options = split_options(source_format, target_format,
@@ -105,13 +96,13 @@ class Conversion:
 
     def read(self) -> Model:
         """The source, read; writers may hand out views of the arrays the caller passed."""
-        model = read_as(self.source_format, self.source, **self.read_options)
+        model = get(self.source_format).read(self.source, **self.read_options)
         shared_with_caller(model, self.source)
         return model
 
     def write(self, model: Model) -> Any:
         """``model`` in the target format, saved when the plan has a path."""
-        return write_as(self.target_format, model, path=self.path, **self.write_options)
+        return get(self.target_format).write(model, path=self.path, **self.write_options)
 
     def output_files(self) -> list[Path]:
         """The files the write creates (none without a path)."""

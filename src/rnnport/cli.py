@@ -20,7 +20,7 @@ import numpy as np
 
 from . import api, formats
 from .errors import FormatError, RnnportError
-from .io.atomic import atomic_write, check_outputs
+from .io.atomic import NUMPY_ARCHIVE, atomic_write, check_outputs, save_archive
 from .model import Model, Stack
 from .spec import Spec
 
@@ -112,8 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     source(run)
     run.add_argument("--input", required=True, metavar="X.npy", help="the input sequence")
     run.add_argument("--lengths", metavar="L.npy", help="valid length of each sequence")
-    run.add_argument("--output", metavar="OUT", help="save y, h_n (and c_n) here, as one NumPy "
-                     "archive (numpy.load reads it)")
+    run.add_argument("--output", metavar="Y" + NUMPY_ARCHIVE,
+                     help="save y, h_n (and c_n) here, as one NumPy archive")
     run.add_argument("--time-major", action="store_true", help="X is (time, batch, input)")
     run.add_argument("--force", action="store_true", help="replace --output if it exists")
 
@@ -267,6 +267,9 @@ def _framework_check(model: Model, fmt: str, path: str, x: np.ndarray, want: np.
 
 def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     if args.output:
+        if Path(args.output).suffix.lower() != NUMPY_ARCHIVE:
+            raise FormatError(f"{args.output}: --output should end in {NUMPY_ARCHIVE} (one NumPy "
+                              "archive of y and the final states).")
         check_outputs([Path(args.output)], [*formats.input_files(args.source), Path(args.input)],
                       args.force, "pass --force")
     model = _read(args.source, args.fmt, dict(args.options), progress)
@@ -279,7 +282,7 @@ def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
         print(f"{name}: shape {array.shape}, dtype {array.dtype}, min {array.min():.4g}, max "
               f"{array.max():.4g}" if array.size else f"{name}: shape {array.shape}", file=out)
     if args.output:
-        atomic_write(args.output, lambda file: np.savez(file, allow_pickle=False, **arrays))
+        save_archive(args.output, arrays, "rnnport run --output")
         print(f"wrote {args.output}", file=out)
     return 0
 

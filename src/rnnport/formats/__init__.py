@@ -10,15 +10,16 @@ the registry and read each format's declaration.
 **The protocol.** A format module declares ``FORMAT = Format(...)``
 (:class:`rnnport.formats._protocol.Format`), with these fields:
 
-Verbs (the registry checks options and features before it calls ``read`` / ``write``):
+Verbs. ``FORMAT.read``, ``FORMAT.write`` and ``FORMAT.param_count`` check the options and
+that the format holds every feature of the model, then call the declared functions:
 
 * ``name``: the registered name.
 * ``sniff(source) -> bool``: whether ``source`` (a path, an array, a framework object, a
   dict …) looks like this format. Cheap: no framework is imported, no tensor read.
-* ``read(source, **options) -> RNN | Stack``.
-* ``write(model, path=None, **options) -> native object``; with ``path`` it also saves,
+* ``reader(source, **options) -> RNN | Stack``.
+* ``writer(model, path=None, **options) -> native object``; with ``path`` it also saves,
   atomically.
-* ``param_count(model, **options) -> int``: parameters as the format stores them (default:
+* ``counter(model, **options) -> int``: parameters as the format stores them (default:
   the canonical count).
 
 What the format can hold:
@@ -30,6 +31,8 @@ What the format can hold:
 * ``one_bias``: the bias kinds (``lstm``, ``gru``, ``gru_reset_before``, ``rnn``) whose two
   biases it stores as one sum; ``always_bias``: it stores biases (zeros) even for a
   network without them.
+* ``names``: what the format calls a feature it holds, or the reset-after GRU
+  (``reset_after``), for messages: ``{"reset_before": "GRUCell"}``.
 * ``extra``: the pip extra its framework objects need, or None; ``modules``: the optional
   modules its verbs import when they need them (``torch``, ``h5py`` …).
 
@@ -84,9 +87,7 @@ from ..errors import (
     FormatError,
     UnknownFormatError,
     UnknownOptionError,
-    UnsupportedFeatureError,
 )
-from ..model import RNN, Model, Stack
 from ..spec import Spec
 from ._common import close_matches, describe
 from ._protocol import (
@@ -98,7 +99,7 @@ from ._protocol import (
     RunTimeConstant,
     Suffix,
     bias_kind,
-    missing_feature,
+    install_holders,
 )
 
 __all__ = [
@@ -110,8 +111,6 @@ __all__ = [
     "NamedArray",
     "RunTimeConstant",
     "Suffix",
-    "check_features",
-    "count_as",
     "formats",
     "get",
     "info",
@@ -120,12 +119,11 @@ __all__ = [
     "matrix_markdown",
     "output_files",
     "output_format",
-    "read_as",
     "register",
+    "resolve",
     "sniff",
     "split_options",
     "sums_biases",
-    "write_as",
 ]
 
 
@@ -210,53 +208,9 @@ def sniff(source: Any) -> str:
         f"of them (e.g. fmt={matches[0]!r}).")
 
 
-# -- checked verbs ------------------------------------------------------------------------
-
-
-def _check_options(where: str, options: Mapping[str, Any], known: frozenset[str]) -> None:
-    for option in options:
-        if option not in known:
-            listing = ", ".join(sorted(known)) or "none"
-            raise UnknownOptionError(
-                f"{where}: unknown option {option!r}; this format takes: {listing}."
-                f"{close_matches(option, known)}")
-
-
-def read_as(name: str, source: Any, **options: Any) -> Model:
-    """Read ``source`` as format ``name`` after checking the options."""
-    declared = get(name)
-    _check_options(f"read(fmt={name!r})", options, declared.read_options)
-    return declared.read(source, **options)
-
-
-def _parts(model: Model, where: str) -> list[tuple[str, RNN]]:
-    if isinstance(model, Stack):
-        return [(f"{where}, part {index}", part) for index, part in enumerate(model.parts)]
-    if isinstance(model, RNN):
-        return [(where, model)]
-    raise FormatError(f"{where}: expected an rnnport.RNN or Stack (from rnnport.read), got "
-                      f"{describe(model)}.")
-
-
-def write_as(name: str, model: Model, path: Any = None, **options: Any) -> Any:
-    """Write ``model`` as format ``name`` after checking the options and that the format
-    holds every feature the model uses."""
-    declared = get(name)
-    where = f"write(fmt={name!r})"
-    _check_options(where, options, declared.write_options)
-    for location, part in _parts(model, where):
-        check_features(part.spec, name, location)
-    return declared.write(model, path=path, **options)
-
-
-def count_as(name: str, model: Model, **options: Any) -> int:
-    """Parameters as format ``name`` stores ``model``."""
-    declared = get(name)
-    where = f"param_count(fmt={name!r})"
-    _check_options(where, options, declared.write_options)
-    for location, part in _parts(model, where):
-        check_features(part.spec, name, location)
-    return int(declared.param_count(model, **options))
+def resolve(source: Any, fmt: str | None) -> str:
+    """The format to read ``source`` as: ``fmt`` (checked), or the one sniffing finds."""
+    return sniff(source) if fmt is None else info(fmt).name
 
 
 def split_options(source: str, target: str, options: Mapping[str, Any],
@@ -268,24 +222,19 @@ def split_options(source: str, target: str, options: Mapping[str, Any],
     unknown = sorted(set(options) - reading - writing)
     if unknown:
         raise UnknownOptionError(
-            f"{where}: unknown option(s) {', '.join(unknown)} apply to neither {source} (reading) nor "
-            f"{target} (writing); reading {source} takes: {', '.join(sorted(reading)) or 'none'};"
-            f" writing {target} takes: {', '.join(sorted(writing)) or 'none'}.")
+            f"{where}: unknown option(s) {', '.join(unknown)} apply to neither {source} "
+            f"(reading) nor {target} (writing); reading {source} takes: "
+            f"{', '.join(sorted(reading)) or 'none'}; writing {target} takes: "
+            f"{', '.join(sorted(writing)) or 'none'}.")
     return ({k: v for k, v in options.items() if k in reading},
             {k: v for k, v in options.items() if k in writing})
 
 
-def check_features(spec: Spec, name: str, where: str) -> None:
-    """Raise UnsupportedFeatureError naming the first feature of ``spec`` that ``name`` lacks."""
-    missing = missing_feature(spec, get(name).features)
-    if missing is not None:
-        key, what, why = missing
-        holders = [other for other in _REGISTRY if key in get(other).features]
-        alternatives = (f"Formats that hold it: {', '.join(holders)}." if holders else
-                        "No registered format holds it besides rnnport's own model.")
-        raise UnsupportedFeatureError(
-            f"{where}: the {name} format cannot hold {what}: {why}. Converting would "
-            f"change the numbers, so nothing was written. {alternatives}")
+def _holders(feature: str) -> list[Format]:
+    return [get(name) for name in _REGISTRY if feature in get(name).features]
+
+
+install_holders(_holders)
 
 
 # -- files ----------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The protocol every format declares (see :mod:`rnnport.formats` for its specification).
 
-This module holds the declaration's types and the catalogue of optional features; it
-imports no format and not the registry, so format modules can import it.
+This module holds the declaration's types, the checks every verb makes, and the catalogue
+of optional features. It imports no format and not the registry, so format modules can
+import it; the registry, which knows every format, tells it who holds a feature
+(:func:`install_holders`), for the errors that name the alternatives.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError
-from ..model import Model
+from ..errors import FormatError, UnknownOptionError, UnsupportedFeatureError
+from ..model import RNN, Model, Stack
 from ..spec import Spec
+from ._common import close_matches, describe
 
 __all__ = ["BIAS_KINDS", "FEATURE_CODES", "Choices", "Format", "NamedArray", "RunTimeConstant",
-           "Suffix", "bias_kind", "features_of", "missing_feature", "native_arrays"]
+           "Suffix", "bias_kind", "check_options", "features_of", "install_holders",
+           "missing_feature", "native_arrays"]
 
 
 @dataclass(frozen=True)
@@ -100,13 +104,15 @@ def native_arrays(native: Any, spec: Spec) -> list[NamedArray]:
 @dataclass(frozen=True)
 class Format:
     """What one format module declares as ``FORMAT``; the registry's docstring is its
-    specification, field by field."""
+    specification, field by field. :meth:`read`, :meth:`write` and :meth:`param_count`
+    check options and features, then call the declared ``reader``, ``writer`` and
+    ``counter``."""
 
     name: str
     sniff: Callable[[Any], bool]
-    read: Callable[..., Model]
-    write: Callable[..., Any]
-    param_count: Callable[..., int] = canonical_count
+    reader: Callable[..., Model]
+    writer: Callable[..., Any]
+    counter: Callable[..., int] = canonical_count
     read_options: frozenset[str] = frozenset()
     write_options: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
@@ -126,14 +132,92 @@ class Format:
     networks: Callable[[Any], Choices] | None = None
     framework_forward: Callable[[Any, Model, np.ndarray], tuple[str, np.ndarray] | str] | None \
         = None
+    names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        unknown = sorted(self.features - set(FEATURE_CODES))
+        unknown = sorted((self.features | set(self.names)) - set(FEATURE_CODES) - {"reset_after"})
         kinds = sorted(self.one_bias - set(BIAS_KINDS))
         if unknown or kinds:
             raise FormatError(f"format {self.name!r}: unknown feature(s) {unknown} or bias "
                               f"kind(s) {kinds}; expected features from "
                               f"{sorted(FEATURE_CODES)} and bias kinds from {sorted(BIAS_KINDS)}.")
+
+    # -- the checked verbs ----------------------------------------------------------------
+
+    def read(self, source: Any, **options: Any) -> Model:
+        """``source`` read as this format, after checking the options."""
+        check_options(f"read(fmt={self.name!r})", options, self.read_options)
+        return self.reader(source, **options)
+
+    def write(self, model: Model, path: Any = None, **options: Any) -> Any:
+        """``model`` written as this format (saved when ``path`` is given), after checking
+        the options and that the format holds every feature the model uses."""
+        where = f"write(fmt={self.name!r})"
+        check_options(where, options, self.write_options)
+        for location, part in _parts(model, where):
+            self.check_features(part.spec, location)
+        return self.writer(model, path=path, **options)
+
+    def param_count(self, model: Model, **options: Any) -> int:
+        """Parameters as this format stores ``model``."""
+        where = f"param_count(fmt={self.name!r})"
+        check_options(where, options, self.write_options)
+        for location, part in _parts(model, where):
+            self.check_features(part.spec, location, "so it stores no such network to count")
+        return int(self.counter(model, **options))
+
+    def check_features(self, spec: Spec, where: str,
+                       consequence: str = "Converting would change the numbers, so nothing "
+                                          "was written") -> None:
+        """Raise UnsupportedFeatureError naming the first feature of ``spec`` this format
+        lacks, and the formats that hold it."""
+        missing = missing_feature(spec, self.features)
+        if missing is None:
+            return
+        key, what, why = missing
+        holders = _holders(key)
+        if holders:
+            known = [f"{other.name}: {other.names[key]}" for other in holders
+                     if key in other.names]
+            alternatives = (f"Formats that hold it: {', '.join(other.name for other in holders)}"
+                            + (f" ({'; '.join(known)})." if known else "."))
+        else:
+            alternatives = "No registered format holds it besides rnnport's own model."
+        raise UnsupportedFeatureError(f"{where}: the {self.name} format cannot hold {what}: "
+                                      f"{why}. {consequence}. {alternatives}")
+
+
+def check_options(where: str, options: Mapping[str, Any], known: frozenset[str]) -> None:
+    """Raise UnknownOptionError for the first option not in ``known``."""
+    for option in options:
+        if option not in known:
+            listing = ", ".join(sorted(known)) or "none"
+            raise UnknownOptionError(
+                f"{where}: unknown option {option!r}; this format takes: {listing}."
+                f"{close_matches(option, known)}")
+
+
+def _parts(model: Model, where: str) -> list[tuple[str, RNN]]:
+    if isinstance(model, Stack):
+        return [(f"{where}, part {index}", part) for index, part in enumerate(model.parts)]
+    if isinstance(model, RNN):
+        return [(where, model)]
+    raise FormatError(f"{where}: expected an rnnport.RNN or Stack (from rnnport.read), got "
+                      f"{describe(model)}.")
+
+
+def _no_holders(feature: str) -> list[Format]:
+    return []
+
+
+# Who holds a feature: the registry knows every format and installs its answer here.
+_holders: Callable[[str], list[Format]] = _no_holders
+
+
+def install_holders(lookup: Callable[[str], list[Format]]) -> None:
+    """Let the errors of :meth:`Format.check_features` name the formats that hold a feature."""
+    global _holders
+    _holders = lookup
 
 
 # -- the optional features a network may use ---------------------------------------------
@@ -168,17 +252,17 @@ def features_of(spec: Spec) -> list[tuple[str, str, str]]:
         used.append(("cell_clip", f"an LSTM cell clip ({spec.cell_clip:g})",
                      "c' is clipped before tanh"))
     if spec.gate_clip is not None:
-        used.append(("gate_clip", f"a gate clip ({spec.gate_clip:g}, ONNX clip)",
+        used.append(("gate_clip", f"a gate clip ({spec.gate_clip:g})",
                      "every pre-activation is clipped before its activation"))
     if spec.input_forget:
-        used.append(("input_forget", "coupled input and forget gates (ONNX input_forget)",
+        used.append(("input_forget", "coupled input and forget gates",
                      "f = 1 − i replaces the forget gate"))
     if spec.activations:
         names = ", ".join(name for name, _, _ in spec.activations)
         used.append(("activations", f"non-default activations ({names})",
                      "the gates and candidate use other functions than sigmoid and tanh"))
     if spec.cell == "gru" and not spec.reset_after:
-        used.append(("reset_before", "a reset-before GRU (Keras reset_after=False, TF1 GRUCell)",
+        used.append(("reset_before", "a reset-before GRU",
                      "its candidate is tanh(W_n x + R_n(r∘h) + b), not tanh(W_n x + "
                      "r∘(R_n h + b_R) + b_W); no conversion between the two GRUs is exact"))
     return used

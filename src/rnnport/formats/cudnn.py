@@ -131,14 +131,14 @@ class FlatFormat:
         self.sniffs_files = sniffs_files
 
     def declaration(self, *, gate_names: Mapping[str, str], layout_notes: tuple[str, ...],
-                    what: str) -> Format:
+                    what: str, names: Mapping[str, str]) -> Format:
         """This format's ``FORMAT``."""
-        return Format(self.name, sniff=self.sniff, read=self.read, write=self.write,
-                      param_count=self.param_count, read_options=READ_OPTIONS,
+        return Format(self.name, sniff=self.sniff, reader=self.read, writer=self.write,
+                      counter=self.param_count, read_options=READ_OPTIONS,
                       write_options=WRITE_OPTIONS, features=self.features,
                       suffixes=(Suffix(SUFFIX, what),), read_options_for=self.read_options_for,
                       gate_names=gate_names, explain_arrays=self.explain_arrays,
-                      layout_notes=layout_notes)
+                      layout_notes=layout_notes, names=names)
 
     def read_options_for(self, spec: Spec) -> dict[str, Any]:
         """A buffer records no shape: reading one back is told all of it."""
@@ -314,5 +314,6 @@ def _size_formula(spec: Spec, bias_mode: str) -> str:
 FORMAT = FlatFormat("cudnn", ORDERS, frozenset({"projection"}), BIAS_MODES,
                     sniffs_files=True).declaration(
     gate_names={}, what="a flat buffer saved with numpy.save",
+    names={"projection": "proj_size", "reset_after": "CUDNN_GRU"},
     layout_notes=("cuDNN's linLayerID k is the k-th matrix (and bias) of a pseudo-layer in the "
                   "buffer's order.",))

@@ -21,4 +21,5 @@ ORDERS = {"lstm": "ifog", "gru": "rzn", "rnn": "h"}
 
 FORMAT = FlatFormat("miopen", ORDERS, frozenset(), ("double", "none"),
                     sniffs_files=False).declaration(
-    gate_names={"g": "c"}, what="a flat buffer saved with numpy.save", layout_notes=())
+    gate_names={"g": "c"}, what="a flat buffer saved with numpy.save", layout_notes=(),
+    names={"reset_after": "miopenGRU"})

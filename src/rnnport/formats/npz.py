@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import FormatError, RnnportError
 from ..io.archive import open_zip, read_member, read_npy
-from ..io.atomic import atomic_write
+from ..io.atomic import NUMPY_ARCHIVE, save_archive
 from ..model import DIRECTION_NAMES, RNN, Model, Stack, exported
 from ..spec import Spec
 from ._common import describe
@@ -36,7 +36,7 @@ __all__ = ["FORMAT"]
 
 HEADER = "rnnport"
 VERSION = 1
-SUFFIX = ".npz"
+SUFFIX = NUMPY_ARCHIVE
 
 
 def sniff(source: Any) -> bool:
@@ -62,10 +62,7 @@ def write(model: Model, path: Any = None) -> dict[str, np.ndarray]:
         for layer, direction, name, array in part.arrays():
             out[_key(index, layer, direction, name)] = exported(part, array)
     if path is not None:
-        if Path(path).suffix.lower() != SUFFIX:
-            raise FormatError(f"write(fmt='npz'): path {str(path)!r} should end in .npz (NumPy "
-                              "would append it, and the file would not be where you asked).")
-        atomic_write(path, lambda file: np.savez(file, allow_pickle=False, **out))
+        save_archive(path, out, "write(fmt='npz')")
     return out
 
 
@@ -138,5 +135,5 @@ def read(source: Any) -> Model:
     return parts[0] if len(parts) == 1 else Stack(parts)
 
 
-FORMAT = Format("npz", sniff=sniff, read=read, write=write, features=frozenset(FEATURE_CODES),
+FORMAT = Format("npz", sniff=sniff, reader=read, writer=write, features=frozenset(FEATURE_CODES),
                 suffixes=(Suffix(SUFFIX, "an rnnport .npz container"),))

@@ -576,12 +576,15 @@ def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
 
 
 FORMAT = Format(
-    "onnx", sniff=sniff, read=read, write=write, read_options=READ_OPTIONS,
+    "onnx", sniff=sniff, reader=read, writer=write, read_options=READ_OPTIONS,
     write_options=WRITE_OPTIONS,
     features=frozenset({"peepholes", "reset_before", "gate_clip", "input_forget", "activations"}),
     extra="onnx", modules=("onnx",), suffixes=(Suffix(".onnx", "an ONNX model"),),
     gate_names={"g": "c", "n": "h"},
     explain_arrays=explain_arrays,
+    names={"peepholes": "P", "gate_clip": "clip", "input_forget": "input_forget=1",
+           "activations": "activations", "reset_before": "linear_before_reset=0",
+           "reset_after": "linear_before_reset=1"},
     layout_notes=("ONNX arrays start with a direction axis D: W [D, G·H, I], R [D, G·H, H], "
                   "B [D, 2·G·H] (here D = 1).",))
 

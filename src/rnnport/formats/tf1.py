@@ -764,7 +764,7 @@ def choices(source: Any) -> Choices:
 
 
 FORMAT = Format(
-    "tf1", sniff=sniff, read=read, write=write, param_count=param_count,
+    "tf1", sniff=sniff, reader=read, writer=write, counter=param_count,
     read_options=READ_OPTIONS, write_options=WRITE_OPTIONS,
     features=frozenset({"projection", "peepholes", "cell_clip", "reset_before"}),
     # Every TF1 cell keeps one bias (CudnnCompatibleGRUCell sums even the r and z pairs),
@@ -779,4 +779,7 @@ FORMAT = Format(
         "forget_bias", default=1.0, neutral=0.0, cells=frozenset({"lstm"}),
         what="TF1 LSTM cells add forget_bias (default 1.0, never saved) to gate f at run time",
         adder="TensorFlow"),),
-    networks=choices)
+    networks=choices,
+    names={"projection": "LSTMCell num_proj", "peepholes": "LSTMCell use_peepholes",
+           "cell_clip": "LSTMCell cell_clip", "reset_before": "GRUCell",
+           "reset_after": "CudnnCompatibleGRUCell"})

@@ -339,8 +339,9 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
 
 
 FORMAT = Format(
-    "torch", sniff=sniff, read=read, write=write, read_options=READ_OPTIONS,
+    "torch", sniff=sniff, reader=read, writer=write, read_options=READ_OPTIONS,
     write_options=WRITE_OPTIONS, features=frozenset({"projection"}), extra="torch",
     modules=("torch", "safetensors.numpy"),
     suffixes=SUFFIXES,
-    read_options_for=read_options_for, framework_forward=framework_forward)
+    read_options_for=read_options_for, framework_forward=framework_forward,
+    names={"projection": "proj_size", "reset_after": "nn.GRU"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -15,8 +15,10 @@ import numpy as np
 
 from ..errors import FormatError
 
-__all__ = ["atomic_write", "atomic_write_all", "check_outputs", "check_target", "file_mode",
-           "save_npy"]
+__all__ = ["NUMPY_ARCHIVE", "atomic_write", "atomic_write_all", "check_outputs", "check_target",
+           "file_mode", "save_archive", "save_npy"]
+
+NUMPY_ARCHIVE = ".npz"  # the suffix of numpy.savez's archives, by which readers tell them
 
 
 def check_target(path: str | os.PathLike[str]) -> Path:
@@ -93,3 +95,14 @@ def file_mode() -> int:
 def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> Path:
     """Save one array as ``.npy`` atomically (the name is used as given)."""
     return atomic_write(path, lambda file: np.save(file, array, allow_pickle=False))
+
+
+def save_archive(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray],
+                 where: str) -> Path:
+    """Save ``arrays`` as one NumPy archive (``numpy.savez``), atomically; ``path`` must end
+    in :data:`NUMPY_ARCHIVE`."""
+    if Path(path).suffix.lower() != NUMPY_ARCHIVE:
+        raise FormatError(f"{where}: {str(path)!r} should end in {NUMPY_ARCHIVE}, the suffix of "
+                          "NumPy's archives, by which numpy.load and rnnport tell them. Nothing "
+                          "was written.")
+    return atomic_write(path, lambda file: np.savez(file, allow_pickle=False, **arrays))

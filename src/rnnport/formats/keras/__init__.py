@@ -92,7 +92,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
 
 
 FORMAT = Format(
-    "keras", sniff=sniff, read=read, write=write, param_count=param_count,
+    "keras", sniff=sniff, reader=read, writer=write, counter=param_count,
     read_options=frozenset({"activation", "reset_after", "layer"}),
     features=frozenset({"reset_before"}),
     # Cells whose two biases Keras keeps as one (a GRU with reset_after=True keeps both).
@@ -102,4 +102,5 @@ FORMAT = Format(
               Suffix(".h5", "a legacy Keras .h5", writes=False),
               Suffix(".hdf5", "a legacy Keras .hdf5", writes=False)),
     read_options_for=read_options_for, gate_names={"g": "c", "n": "h"},
-    explain_arrays=explain_arrays, framework_forward=framework_forward)
+    explain_arrays=explain_arrays, framework_forward=framework_forward,
+    names={"reset_before": "reset_after=False", "reset_after": "reset_after=True"})
