@@ -64,3 +64,23 @@ def test_keras_gru_parameter_counts() -> None:
     assert lstm.num_params() == rnnport.param_count(lstm, "cudnn") == 4 * (5 * (4 + 5) + 10)
     assert rnnport.param_count(lstm, "cudnn", bias_mode="single_input") == 4 * (5 * 9 + 5)
     assert rnnport.param_count(lstm, "torch") == lstm.num_params()
+
+
+def test_a_reference_that_does_not_match_is_reported_not_raised(tmp_path: Path) -> None:
+    import io
+    import json
+
+    from rnnport.demo import run_demo
+
+    data = json.loads((SHARED if SHARED.exists() else Path(rnnport.__file__).parent / "data" /
+                       "reference.json").read_text())
+    data["lstm"]["cudnn_params"] = data["lstm"]["cudnn_params"][:-3]
+    data["gru"]["cudnn_params"][0] += 1.0
+    path = tmp_path / "reference.json"
+    path.write_text(json.dumps(data))
+    out = io.StringIO()
+    assert run_demo(path, out) == 1
+    text = out.getvalue()
+    assert "buffer equals the reference: NO (62/63 float32 values)" in text
+    assert "buffer equals the reference: NO (84 values where the reference has 81)" in text
+    assert text.rstrip().endswith("MISMATCH: see above")

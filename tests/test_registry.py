@@ -52,3 +52,20 @@ def test_import_rnnport_formats_is_the_package_and_still_callable() -> None:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == str(rnnport.formats())
+
+
+def test_a_format_declaration_checks_what_its_verbs_are_given() -> None:
+    """Called directly, not only through rnnport.read/write: nothing is dropped silently."""
+    from rnnport import RNN, Spec
+
+    reset_before = RNN.random(Spec("gru", 2, 3, reset_after=False))
+    with pytest.raises(rnnport.UnsupportedFeatureError, match="cudnn format cannot hold a "
+                       "reset-before GRU.*Formats that hold it: keras, onnx, npz, tf1 "
+                       r"\(keras: reset_after=False; onnx: linear_before_reset=0; tf1: GRUCell\)"):
+        get("cudnn").write(reset_before)
+    with pytest.raises(rnnport.UnsupportedFeatureError, match="nothing to count"):
+        get("torch").param_count(RNN.random(Spec("lstm", 2, 3, peepholes=True)))
+    with pytest.raises(rnnport.UnknownOptionError, match="unknown option 'bogus'"):
+        get("tf1").read({}, bogus=1)
+    with pytest.raises(rnnport.UnknownOptionError, match="unknown option 'bogus'"):
+        get("tf1").write(RNN.random(Spec("lstm", 2, 3)), bogus=1)

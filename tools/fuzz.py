@@ -15,8 +15,8 @@ than ``--memory`` MiB beyond what the process held before it.
 Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the files in
 ``tests/golden/files`` (legacy Keras HDF5 saved by tf_keras, ``torch.save`` and
 safetensors files), and golden Keras and PyTorch cases saved by rnnport in every file form
-a registered format writes (one per kind of file its suffixes name: .keras and .weights.h5,
-.pt and .safetensors, …). Case ``k`` mutates seed ``k mod n``
+a registered format writes (each file name ending it declares; names that give the same
+bytes, such as .pth beside .pt, make one seed). Case ``k`` mutates seed ``k mod n``
 with a generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any
 input. Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted, repeated and
 spliced ranges, and format-aware ones that keep the container's checksums right so the
@@ -59,24 +59,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
 
-# Golden cases saved in every file form that can hold them.
-KERAS_CASES = ("keras_bi_lstm", "keras_stack_lstm_gru", "keras_gru_reset_before",
-               "keras_simplernn_relu", "keras_lstm_float64")
-TORCH_CASES = ("torch_lstm_proj_bi_2layer", "torch_gru_bi_3layer", "torch_rnn_relu",
-               "torch_lstm_nobias")
+# Golden cases (tests/golden/<name>.npz) saved in every file form that can hold them.
+GOLDEN_CASES = ("keras_bi_lstm", "keras_stack_lstm_gru", "keras_gru_reset_before",
+                "keras_simplernn_relu", "keras_lstm_float64", "torch_lstm_proj_bi_2layer",
+                "torch_gru_bi_3layer", "torch_rnn_relu", "torch_lstm_nobias")
 
 
 def file_forms() -> list[tuple[str, str]]:
-    """(suffix, format) for each kind of file a registered format writes: the first suffix
-    of each description (``.pt`` and ``.pth`` are one kind of file)."""
+    """(suffix, format) for every file name ending a registered format writes."""
     from rnnport import formats
 
-    forms: dict[tuple[str, str], str] = {}
-    for name in formats.formats():
-        for suffix in formats.get(name).suffixes:
-            if suffix.writes:
-                forms.setdefault((name, suffix.what), suffix.text)
-    return [(suffix, name) for (name, _), suffix in forms.items()]
+    return [(suffix.text, name) for name in formats.formats()
+            for suffix in formats.get(name).suffixes if suffix.writes]
 
 
 def file_formats() -> list[str]:
@@ -135,12 +129,13 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             target.mkdir()
             shutil.copyfile(path, target / path.name)
             seeds.append(Seed(target.name, fmt, target, path.name, {}))
-    for name in KERAS_CASES + TORCH_CASES:
+    for name in GOLDEN_CASES:
         with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as data:
             arrays = dict(data)
         case = Case(name, json.loads(str(arrays["meta"])), arrays)
         model = case.read()
         spec = (model.parts[0] if isinstance(model, rnnport.Stack) else model).spec
+        written: set[tuple[str, tuple[bytes, ...]]] = set()  # one seed per format and content
         for suffix, fmt in file_forms():
             if fmt not in only:
                 continue
@@ -153,6 +148,11 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             except UnsupportedFeatureError:
                 shutil.rmtree(target)
                 continue
+            content = (fmt, tuple(sorted(path.read_bytes() for path in target.iterdir())))
+            if content in written:  # another name for the same file (.pth beside .pt)
+                shutil.rmtree(target)
+                continue
+            written.add(content)
             options = declared.read_options_for(spec)
             seeds.append(Seed(target.name, fmt, target, f"model{suffix}", options))
     readable = []

@@ -28,16 +28,10 @@ __all__ = ["main", "main_entry"]
 
 TOLERANCE = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
 EPILOG = """format options (-O KEY=VALUE, repeatable; values are JSON when they parse, e.g.
--O forget_bias=1.0 -O bidirectional=true, else text): what a source cannot record (a flat
+-O hidden_size=320 -O bidirectional=true, else text): what a source cannot record (a flat
 buffer's shape: -O cell=lstm -O input_size=120 -O hidden_size=320) or a target needs; each
-goes to the side that takes it. `rnnport formats` lists each format's options."""
-
-
-def _suffixes(*, written: bool) -> str:
-    """``keras (.weights.h5, .keras), …``: the file names each format reads or writes."""
-    found = {name: [suffix.text for suffix in formats.get(name).suffixes
-                    if suffix.writes or not written] for name in formats.formats()}
-    return ", ".join(f"{name} ({' '.join(texts)})" for name, texts in found.items() if texts)
+goes to the side that takes it. `rnnport formats` lists each format's options and the file
+names it reads and writes."""
 
 
 class _Progress:
@@ -79,8 +73,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def source(sub: argparse.ArgumentParser, name: str = "FILE") -> None:
         sub.add_argument("source", metavar=name, help="a model file, checkpoint prefix or "
-                         "folder; the file names each format reads (--from picks where two "
-                         f"share one): {_suffixes(written=False)}")
+                         "folder (`rnnport formats` lists the names each format reads)")
         sub.add_argument("--from", dest="fmt", metavar="FORMAT",
                          help="the source's format when its name does not tell")
         sub.add_argument("-O", "--option", dest="options", action="append", type=_option,
@@ -99,8 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     source(convert, "SRC")
     convert.add_argument("destination", metavar="DST", help="the output path")
     convert.add_argument("--to", metavar="FORMAT", help="the output format when DST's name does "
-                         "not tell; by name (the first listed where several write a suffix): "
-                         f"{_suffixes(written=True)}")
+                         "not tell, or another that writes the same name (`rnnport formats` "
+                         "lists the names each format writes; the first listed wins)")
     convert.add_argument("--verify", action="store_true",
                          help="re-read the output and compare outputs, printing the max error")
     convert.add_argument("--force", action="store_true",
@@ -129,9 +122,10 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--html", metavar="OUT", help="also write a standalone HTML page")
     explain.add_argument("--force", action="store_true", help="replace --html if it exists")
 
-    demo = command("demo", "convert the reference Keras GRU and LSTM to cuDNN buffers and check "
-                   "them", "Convert the reference Keras GRU and LSTM weights to the cuDNN "
-                   "parameter buffer and check every value against the buffer cuDNN received.")
+    demo = command("demo", "convert the bundled reference example and check it bit for bit",
+                   "Convert the reference GRU and LSTM weights (the bundled reference names its "
+                   "two formats) to the parameter buffer and check every value against the "
+                   "buffer the reference recorded; then show where each block came from.")
     demo.add_argument("--reference", metavar="JSON",
                       help="reference file (default: the copy bundled with rnnport)")
     listing = command("formats", "list the formats, what they read and write, and their options",
@@ -329,6 +323,11 @@ def _formats(args: argparse.Namespace, out: TextIO) -> int:
         needs = f"framework objects need pip install 'rnnport[{extra}]'" if extra else \
             "NumPy only"
         print(f"{name:<7} {formats.info(name).summary}; {needs}", file=out)
+        read = " ".join(f"*{s.text}" for s in declared.suffixes)
+        written = " ".join(f"*{s.text}" for s in declared.suffixes if s.writes)
+        if read:
+            print(f"{'':<8}files: {read}" + ("" if written == read else
+                                             f" (writes {written or 'none'})"), file=out)
         for kind, names in (("read", declared.read_options), ("write", declared.write_options)):
             if names:
                 print(f"{'':<8}{kind} options: {', '.join(sorted(names))}", file=out)

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from .api import read, write
+from .api import param_count, read, write
 from .errors import FormatError
 from .explain import explain
 from .formats import formats, get
@@ -47,12 +47,12 @@ class Reference:
 def _formats_named(case: dict[str, Any], where: str) -> tuple[str, str]:
     """(source, target) from a case's keys: the format with the ``params`` buffer is the
     target, the one format whose arrays are given besides it the source."""
-    known = set(formats())
+    known = sorted(formats(), key=len, reverse=True)  # the longest name that fits wins
     named: dict[str, list[str]] = {}
     for key in case:
-        fmt, _, array = key.partition("_")
-        if fmt in known and array:
-            named.setdefault(fmt, []).append(array)
+        fmt = next((name for name in known if key.startswith(f"{name}_")), None)
+        if fmt is not None:
+            named.setdefault(fmt, []).append(key[len(fmt) + 1:])
     targets = [fmt for fmt, arrays in named.items() if arrays == [BUFFER]]
     sources = [fmt for fmt in named if fmt not in targets]
     if len(targets) != 1 or len(sources) != 1:
@@ -130,12 +130,6 @@ class CaseResult:
             for a, b in zip(self.back, self.original, strict=False))
 
 
-def _leaves(native: Any) -> list[np.ndarray]:
-    if isinstance(native, (list, tuple)):
-        return [leaf for item in native for leaf in _leaves(item)]
-    return [np.asarray(native)]
-
-
 def _one_network(model: Model, where: str) -> RNN:
     if not isinstance(model, RNN):
         raise FormatError(f"{where}: the arrays read as a stack of networks; expected one layer.")
@@ -143,16 +137,18 @@ def _one_network(model: Model, where: str) -> RNN:
 
 
 def check_reference(reference: Reference) -> list[CaseResult]:
-    """Each case: source arrays → target buffer, compared; and the buffer converted back."""
+    """Each case: source arrays → target buffer, compared with the reference's; and that
+    buffer converted back to the source format."""
     results = []
+    source, target = get(reference.source), get(reference.target)
     for name in CASES:
         original = source_arrays(reference, name)
         rnn = _one_network(read(original, reference.source), f"{reference.where}, {name}")
         buffer = np.asarray(write(rnn, reference.target))
-        back_options = get(reference.target).read_options_for(rnn.spec)
-        back = write(read(_buffer(reference, name), reference.target, **back_options),
+        back = write(read(buffer, reference.target, **target.read_options_for(rnn.spec)),
                      reference.source)
-        results.append(CaseResult(name, rnn, buffer, _buffer(reference, name), _leaves(back),
+        arrays = [named.array for named in source.explain_arrays(back, rnn.spec)]
+        results.append(CaseResult(name, rnn, buffer, _buffer(reference, name), arrays,
                                   original))
     return results
 
@@ -160,21 +156,24 @@ def check_reference(reference: Reference) -> list[CaseResult]:
 def _describe_case(reference: Reference, result: CaseResult, out: TextIO) -> None:
     spec = result.rnn.spec
     extra = f", reset_after={spec.reset_after}" if spec.cell == "gru" else ""
-    explanation = explain(spec.cell, reference.source, reference.target,
-                          input_size=spec.input_size, hidden_size=spec.hidden_size)
-    counts = {count.fmt: count.total for count in explanation.counts}
     print(f"{result.name.upper()}  input {spec.input_size}, hidden {spec.hidden_size}{extra}: "
-          f"{reference.source} stores {counts[reference.source]} parameters, "
-          f"{reference.target} {counts[reference.target]}", file=out)
-    print(explanation.origin_table(), end="", file=out)
-    print("  rules:", file=out)
-    for number, rule in enumerate(explanation.rules, 1):
-        print(f"    {number}. {rule}", file=out)
-    verdict = "yes, bit for bit" if result.buffer_matches else "NO"
-    differing = int(np.count_nonzero(result.buffer != result.expected)) \
-        if result.buffer.shape == result.expected.shape else result.buffer.size
-    print(f"  buffer equals the reference: {verdict} "
-          f"({result.expected.size - differing}/{result.expected.size} float32 values)", file=out)
+          f"{reference.source} stores {param_count(result.rnn, reference.source)} parameters, "
+          f"{reference.target} {result.buffer.size}", file=out)
+    if spec.bias and spec.reset_after:  # the layer explain draws
+        explanation = explain(spec.cell, reference.source, reference.target,
+                              input_size=spec.input_size, hidden_size=spec.hidden_size)
+        print(explanation.origin_table(), end="", file=out)
+        print("  rules:", file=out)
+        for number, rule in enumerate(explanation.rules, 1):
+            print(f"    {number}. {rule}", file=out)
+    if result.buffer.shape == result.expected.shape:
+        verdict = "yes, bit for bit" if result.buffer_matches else "NO"
+        same = result.expected.size - int(np.count_nonzero(result.buffer != result.expected))
+        detail = f"{same}/{result.expected.size} float32 values"
+    else:
+        verdict, detail = "NO", (f"{result.buffer.size} values where the reference has "
+                                 f"{result.expected.size}")
+    print(f"  buffer equals the reference: {verdict} ({detail})", file=out)
     print(f"  {reference.target} → {reference.source} round trip gives the original arrays: "
           f"{'yes' if result.round_trip_matches else 'NO'}", file=out)
 

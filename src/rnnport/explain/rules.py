@@ -11,7 +11,7 @@ import numpy as np
 
 from ..api import param_count, read, write
 from ..errors import RnnportError
-from ..formats import NamedArray, get
+from ..formats import NamedArray, formats, get
 from ..model import RNN, Model, Stack
 from ..spec import Spec
 from .layout import Count, Origin
@@ -127,12 +127,19 @@ def rules(spec: Spec, source: str, target: str, source_arrays: Sequence[TracedAr
         if any(array.offset is not None for array in arrays):
             rules.append(_flat_rule(fmt, arrays))
     if spec.cell == "gru":
-        rules.append("GRU here is reset-after: n = tanh(W_n x + bW_n + r∘(R_n h + bR_n)). A "
-                     "reset-before GRU, n = tanh(W_n x + bW_n + R_n(r∘h) + bR_n), is a different "
-                     "function; no conversion between the two is exact.")
+        rules.append(f"GRU here is reset-after: n = tanh(W_n x + bW_n + r∘(R_n h + bR_n)) "
+                     f"({_called('reset_after')}). A reset-before GRU "
+                     f"({_called('reset_before')}), n = tanh(W_n x + bW_n + R_n(r∘h) + bR_n), is "
+                     "a different function; no conversion between the two is exact.")
     for fmt in dict.fromkeys((source, target)):
         rules.extend(get(fmt).layout_notes)
     return list(dict.fromkeys(rules))
+
+
+def _called(key: str) -> str:
+    """``keras reset_after=True, onnx linear_before_reset=1, …``: what formats call it."""
+    return ", ".join(f"{name} {get(name).names[key]}" for name in formats()
+                     if key in get(name).names)
 
 
 def _copy_rule(source: str, target: str, name: str, region: Region,
@@ -312,7 +319,9 @@ def count(fmt: str, arrays: Sequence[TracedArray], model: RNN, spec: Spec) -> Co
         before = RNN.random(spec.replace(reset_after=False), dtype=np.float64)
         stored = param_count(before, fmt, **get(fmt).write_options_for(before.spec))
         if stored != total:
-            detail += f"; a reset-before GRU keeps one bias: {stored}"
+            called = get(fmt).names.get("reset_before")
+            detail += (f"; a reset-before GRU{f' ({called})' if called else ''} keeps one bias: "
+                       f"{stored}")
     return Count(fmt, total, formula, detail)
 
 

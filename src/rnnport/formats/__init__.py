@@ -249,14 +249,21 @@ def _suffixes() -> list[tuple[Suffix, str]]:
 def output_format(path: str | os.PathLike[str]) -> str:
     """The format a file named ``path`` is written in, from its suffix."""
     lower = os.fspath(path).lower()
-    matches = [(suffix, name) for suffix, name in _suffixes() if lower.endswith(suffix.text.lower())]
+    matches = [(suffix, name) for suffix, name in _suffixes()
+               if lower.endswith(suffix.text.lower())]
     written = [name for suffix, name in matches if suffix.writes]
     if written:
         return written[0]
-    read_only = f" {matches[0][0].what} is read, not written." if matches else ""
-    endings = ", ".join(dict.fromkeys(s.text for s, _ in _suffixes() if s.writes))
-    raise FormatError(f"{os.fspath(path)}: cannot tell the output format from the name; pass "
-                      f"--to FORMAT. Files rnnport writes end in {endings}.{read_only}")
+    read_only = f" ({matches[0][0].what} is read, not written)" if matches else ""
+    endings = ", ".join(dict.fromkeys(suffix.text for name in _REGISTRY
+                                      for suffix in get(name).suffixes if suffix.writes))
+    # A format that writes several files at one name takes a bare prefix (a checkpoint).
+    prefixes = [name for name in _REGISTRY if len(get(name).output_files(Path("model"))) > 1]
+    prefix = (f" A name without a suffix is a prefix for {' or '.join(prefixes)} "
+              f"(e.g. --to {prefixes[0]})." if prefixes else "")
+    raise FormatError(f"{os.fspath(path)}: cannot tell the output format from the name"
+                      f"{read_only}; pass --to FORMAT. Files rnnport writes end in {endings}."
+                      f"{prefix}")
 
 
 def output_files(name: str, path: str | os.PathLike[str]) -> list[Path]:

@@ -163,7 +163,8 @@ class Format:
         where = f"param_count(fmt={self.name!r})"
         check_options(where, options, self.write_options)
         for location, part in _parts(model, where):
-            self.check_features(part.spec, location, "so it stores no such network to count")
+            self.check_features(part.spec, location, "It cannot store such a network, so "
+                                "there is nothing to count")
         return int(self.counter(model, **options))
 
     def check_features(self, spec: Spec, where: str,
