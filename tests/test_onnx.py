@@ -239,6 +239,32 @@ def test_gate_clip_and_input_forget_match_onnx_runtime(spec: Spec) -> None:
     assert not np.allclose(unclipped.forward(x)[0], model.forward(x)[0], atol=1e-3)
 
 
+@pytest.mark.parametrize("spec", [
+    Spec("lstm", 3, 4, reverse=True, num_layers=2),
+    Spec("lstm", 3, 4, reverse=True, peepholes=True),
+    Spec("gru", 3, 4, reverse=True),
+    Spec("gru", 3, 4, reverse=True, reset_after=False),
+    Spec("rnn_relu", 3, 4, reverse=True),
+], ids=lambda s: s.describe())
+def test_reverse_networks_match_onnx_runtime(spec: Spec) -> None:
+    """direction="reverse": each sequence from its last valid step, outputs in time order."""
+    model = RNN.random(spec, seed=2)
+    x = np.random.default_rng(1).uniform(-1, 1, (3, 6, 3)).astype(np.float32)
+    proto = rnnport.write(model, "onnx")
+    assert {a.s for n in proto.graph.node if n.op_type in ("LSTM", "GRU", "RNN")
+            for a in n.attribute if a.name == "direction"} == {b"reverse"}
+    assert rnnport.read(proto) == model
+    for lengths in (None, np.array([6, 3, 5])):
+        out = run_reference(proto, x, sequence_lens=None if lengths is None
+                            else lengths.astype(np.int32))
+        y, state = model.forward(x, lengths=lengths)
+        np.testing.assert_allclose(out["y"], y, atol=1e-5, rtol=0)
+        for got, want in zip(onnx_state(model, out), flatten_state(state), strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    forward = RNN(spec.replace(reverse=False), model.params)
+    assert not np.allclose(forward.forward(x)[0], model.forward(x)[0], atol=1e-3)
+
+
 def test_graph_without_rnn_node() -> None:
     graph = helper.make_graph([helper.make_node("Relu", ["a"], ["b"])], "g",
                               [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [1])],

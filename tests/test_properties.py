@@ -21,7 +21,8 @@ ACTIVATIONS = {"lstm": (("HardSigmoid", 0.3, 0.4), ("Tanh", 0, 0), ("Softsign", 
 # How an UnsupportedFeatureError names each feature (written here, not taken from rnnport).
 NAMES = {"projection": "projection", "peepholes": "peepholes", "cell_clip": "cell clip",
          "gate_clip": "gate clip", "input_forget": "coupled input and forget gates",
-         "activations": "non-default activations", "reset_before": "reset-before GRU"}
+         "activations": "non-default activations", "reset_before": "reset-before GRU",
+         "reverse": "reverse-only network"}
 
 
 @st.composite
@@ -30,12 +31,14 @@ def models(draw: Any) -> RNN:
     hidden = draw(st.integers(1, 5))
     lstm = cell == "lstm"
     extras = draw(st.booleans())  # half the specs use none of the optional features
+    bidirectional = draw(st.booleans())
     spec = Spec(
         cell=cell,
         input_size=draw(st.integers(1, 5)),
         hidden_size=hidden,
         num_layers=draw(st.integers(1, 3)),
-        bidirectional=draw(st.booleans()),
+        bidirectional=bidirectional,
+        reverse=extras and not bidirectional and draw(st.booleans()),
         proj_size=draw(st.integers(0, hidden - 1)) if lstm and hidden > 1 else 0,
         reset_after=draw(st.booleans()) if cell == "gru" else True,
         bias=draw(st.booleans()),
@@ -75,7 +78,8 @@ def used(spec: Spec) -> list[str]:
         ("projection", spec.proj_size > 0), ("peepholes", spec.peepholes),
         ("cell_clip", spec.cell_clip is not None), ("gate_clip", spec.gate_clip is not None),
         ("input_forget", spec.input_forget), ("activations", bool(spec.activations)),
-        ("reset_before", spec.cell == "gru" and not spec.reset_after)) if on]
+        ("reset_before", spec.cell == "gru" and not spec.reset_after),
+        ("reverse", spec.reverse)) if on]
 
 
 def lacks(fmt: str, spec: Spec) -> list[str]:
@@ -206,7 +210,8 @@ def _spec_using(feature: str) -> Spec:
             "gate_clip": Spec("gru", 2, 3, gate_clip=1.0),
             "input_forget": Spec("lstm", 2, 3, input_forget=True),
             "activations": Spec("gru", 2, 3, activations=ACTIVATIONS["gru"]),
-            "reset_before": Spec("gru", 2, 3, reset_after=False)}[feature]
+            "reset_before": Spec("gru", 2, 3, reset_after=False),
+            "reverse": Spec("gru", 2, 3, reverse=True)}[feature]
 
 
 def test_the_readme_shows_the_generated_matrix() -> None:

@@ -30,7 +30,8 @@ How it runs:
 * Both directions of a layer advance together: step ``s`` runs the forward direction at
   time ``s`` and the backward direction at time ``T−1−s`` (its input is reversed in time
   once per layer), so each step is one stacked matrix product ``(D, B, H) @ (D, H, G·H)``
-  and one set of elementwise operations for both.
+  and one set of elementwise operations for both. A reverse network's one direction runs
+  as a backward direction does.
 * Every step writes into buffers allocated once per call, with in-place ufuncs.
 * Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
   Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``; an LSTM candidate's
@@ -79,8 +80,8 @@ class _Layer:
         peephole       i, f, o: (D, 1, H)      projection  (D, H, P)
     """
 
-    __slots__ = ("act_f", "act_g", "act_h", "bias_n", "blocks", "cell", "cell_clip", "clip",
-                 "directions", "hidden", "input_bias", "input_forget", "input_weights",
+    __slots__ = ("act_f", "act_g", "act_h", "backward", "bias_n", "blocks", "cell", "cell_clip",
+                 "clip", "directions", "hidden", "input_bias", "input_forget", "input_weights",
                  "out_size", "peephole", "projection", "recurrent", "recurrent_n", "width")
 
     def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
@@ -90,6 +91,9 @@ class _Layer:
         hidden = spec.hidden_size
         self.cell, self.hidden, self.out_size = spec.cell, hidden, spec.output_size
         self.directions = len(directions)
+        # Which directions run from each sequence's end: a bidirectional layer's second, or
+        # the one direction of a reverse network.
+        self.backward = (False, True) if spec.bidirectional else (spec.reverse,)
         self.width = spec.gate_count * hidden
         self.input_forget, self.cell_clip = spec.input_forget, spec.cell_clip
         if family == "rnn":
@@ -202,7 +206,7 @@ def run(
             rows = slice(index * directions, (index + 1) * directions)
             cell = None if c0 is None else np.array(c0[rows], copy=True)
             history = _run_layer(layer, layer_input, packed, h0[rows], cell)
-            layer_input = _layer_output(history, packed)
+            layer_input = _layer_output(history, packed, layer.backward)
             h_n[rows] = _final_state(history, packed)
             if c_n is not None:
                 c_n[rows] = cell
@@ -241,7 +245,7 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
     projected = np.empty((layer.directions, steps, batch, layer.width), dtype=inputs.dtype)
     for direction, weights in enumerate(layer.input_weights):
         source = inputs
-        if direction == 1:
+        if layer.backward[direction]:
             source = inputs[::-1] if packed is None else inputs[packed.reverse, packed.columns]
         flat = np.ascontiguousarray(source).reshape(steps * batch, width)
         np.matmul(flat, weights, out=projected[direction].reshape(steps * batch, layer.width))
@@ -253,19 +257,22 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
     return history
 
 
-def _layer_output(history: np.ndarray, packed: _Packing | None) -> np.ndarray:
-    """``(T, B, D·H_out)`` in time order: the backward half put back in original time."""
+def _layer_output(history: np.ndarray, packed: _Packing | None,
+                  backward: tuple[bool, ...]) -> np.ndarray:
+    """``(T, B, D·H_out)`` in time order: backward directions put back in original time."""
     steps = history.shape[0] - 1
     directions, batch, out_size = history.shape[1:]
-    if directions == 1 and packed is None:
+    if directions == 1 and packed is None and not backward[0]:
         return history[1:].reshape(steps, batch, out_size)
     y = np.empty((steps, batch, directions * out_size), dtype=history.dtype)
-    y[:, :, :out_size] = history[1:, 0]
-    if directions == 2:
-        if packed is None:
-            y[:, :, out_size:] = history[steps:0:-1, 1]
+    for direction, runs_backward in enumerate(backward):
+        part = y[:, :, direction * out_size:(direction + 1) * out_size]
+        if not runs_backward:
+            part[...] = history[1:, direction]
+        elif packed is None:
+            part[...] = history[steps:0:-1, direction]
         else:
-            y[:, :, out_size:] = history[packed.reverse + 1, 1, packed.columns]
+            part[...] = history[packed.reverse + 1, direction, packed.columns]
     if packed is not None:
         y[packed.invalid] = 0
     return y

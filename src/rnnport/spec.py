@@ -38,9 +38,12 @@ class Spec:
     kept True for other cells. ``peepholes`` and ``cell_clip`` (TF1: clip ``c'`` to
     ``±cell_clip``) are LSTM-only extras that TF1 and ONNX carry and cuDNN cannot.
     ``gate_clip`` is ONNX's ``clip``: every pre-activation is clipped to ``±gate_clip``
-    before its activation, for any cell. ``input_forget`` is ONNX's coupled LSTM gates,
-    ``f = 1 − i``. ``activations`` replaces an LSTM's (f, g, h) or a GRU's (f, g) functions
-    with ONNX's alternatives (see :mod:`rnnport.activations`); ``()`` means the defaults.
+    before its activation, for any cell. ``reverse`` (one direction only) runs each
+    sequence from its last valid step to its first, as ONNX's ``direction="reverse"`` and
+    a bidirectional network's backward half do; outputs stay in time order.
+    ``input_forget`` is ONNX's coupled LSTM gates, ``f = 1 − i``. ``activations``
+    replaces an LSTM's (f, g, h) or a GRU's (f, g) functions with ONNX's alternatives (see
+    :mod:`rnnport.activations`); ``()`` means the defaults.
     """
 
     cell: str
@@ -56,6 +59,7 @@ class Spec:
     gate_clip: float | None = field(default=None)
     input_forget: bool = False
     activations: tuple[tuple[str, float, float], ...] = ()
+    reverse: bool = False
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -66,10 +70,14 @@ class Spec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 problems.append(f"{name}={value!r}; expected an int >= {minimum}")
-        for name in ("bidirectional", "reset_after", "bias", "peepholes", "input_forget"):
+        for name in ("bidirectional", "reset_after", "bias", "peepholes", "input_forget",
+                     "reverse"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name}={getattr(self, name)!r}; expected True or False")
         is_lstm = self.cell == "lstm"
+        if self.reverse is True and self.bidirectional is True:
+            problems.append("reverse=True with bidirectional=True; a bidirectional network "
+                            "already runs one direction in reverse")
         if self.proj_size and not is_lstm:
             problems.append(f"proj_size={self.proj_size} on a {self.cell} cell; "
                             "only LSTM cells have a projection")
@@ -179,7 +187,8 @@ class Spec:
         if self.activations:
             extras.append("activations " + "/".join(name for name, _, _ in self.activations))
         layers = f"{self.num_layers}-layer " if self.num_layers > 1 else ""
-        direction = "bidirectional " if self.bidirectional else ""
+        direction = ("bidirectional " if self.bidirectional else
+                     "reverse " if self.reverse else "")
         tail = f" ({', '.join(extras)})" if extras else ""
         text = f"{layers}{direction}{kind} {self.input_size}→{self.hidden_size}{tail}"
         if not article:

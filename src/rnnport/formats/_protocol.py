@@ -225,10 +225,11 @@ def install_holders(lookup: Callable[[str], list[Format]]) -> None:
 
 # Feature key → (code in the conversion matrix, short name).
 FEATURE_CODES = {"projection": ("P", "LSTM projection"), "peepholes": ("p", "LSTM peepholes"),
-            "cell_clip": ("c", "LSTM cell clip"), "gate_clip": ("g", "gate clip"),
-            "input_forget": ("f", "coupled input-forget gates"),
-            "activations": ("a", "non-default activations"),
-            "reset_before": ("r", "reset-before GRU")}
+                 "cell_clip": ("c", "LSTM cell clip"), "gate_clip": ("g", "gate clip"),
+                 "input_forget": ("f", "coupled input-forget gates"),
+                 "activations": ("a", "non-default activations"),
+                 "reset_before": ("r", "reset-before GRU"),
+                 "reverse": ("v", "reverse-only direction")}
 # How two biases combine, by cell: the kinds a one-bias format names in ``one_bias``.
 BIAS_KINDS = {"lstm": "LSTM", "gru": "GRU", "gru_reset_before": "reset-before GRU",
               "rnn": "simple RNN"}
@@ -262,6 +263,10 @@ def features_of(spec: Spec) -> list[tuple[str, str, str]]:
         names = ", ".join(name for name, _, _ in spec.activations)
         used.append(("activations", f"non-default activations ({names})",
                      "the gates and candidate use other functions than sigmoid and tanh"))
+    if spec.reverse:
+        used.append(("reverse", "a reverse-only network (its one direction runs from each "
+                     "sequence's end)", "its output at time t depends on the inputs after t, "
+                     "not before"))
     if spec.cell == "gru" and not spec.reset_after:
         used.append(("reset_before", "a reset-before GRU",
                      "its candidate is tanh(W_n x + R_n(r∘h) + b), not tanh(W_n x + "

@@ -225,7 +225,8 @@ def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str, batch:
                 n["weight_peephole"], "ifo", PEEPHOLE_ORDER).reshape(-1), "P"))
         attributes: dict[str, Any] = {
             "hidden_size": spec.hidden_size,
-            "direction": "bidirectional" if directions == 2 else "forward",
+            "direction": "bidirectional" if directions == 2 else
+                         "reverse" if spec.reverse else "forward",
         }
         if spec.cell == "gru":
             attributes["linear_before_reset"] = int(spec.reset_after)
@@ -460,11 +461,6 @@ def _read_node(node: Any, values: _Values) -> RNN:
     if direction not in directions:
         raise FormatError(f"{where}: direction={direction!r}; expected forward, reverse or "
                           "bidirectional.")
-    if direction == "reverse":
-        raise UnsupportedFeatureError(
-            f"{where}: direction='reverse' runs only backward and returns Y in original time "
-            "order; rnnport's unidirectional networks run forward. Reverse x's time axis and "
-            "read the node as a forward one, or export it bidirectional.")
     clip = attributes.get("clip")
     if clip is not None:
         if not isinstance(clip, (int, float)):
@@ -516,6 +512,7 @@ def _read_node(node: Any, values: _Values) -> RNN:
     spec = Spec(cell=cell, input_size=int(weight.shape[2]), hidden_size=hidden,
                 bidirectional=count == 2, bias=bias is not None, peepholes=peephole is not None,
                 gate_clip=clip, input_forget=input_forget, activations=functions,
+                reverse=direction == "reverse",
                 reset_after=bool(attributes.get("linear_before_reset", 0)) if family == "gru"
                 else True)
     order, canonical = ORDERS[family], CANONICAL[family]
@@ -578,11 +575,13 @@ def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
 FORMAT = Format(
     "onnx", sniff=sniff, reader=read, writer=write, read_options=READ_OPTIONS,
     write_options=WRITE_OPTIONS,
-    features=frozenset({"peepholes", "reset_before", "gate_clip", "input_forget", "activations"}),
+    features=frozenset({"peepholes", "reset_before", "gate_clip", "input_forget", "activations",
+                        "reverse"}),
     extra="onnx", modules=("onnx",), suffixes=(Suffix(".onnx", "an ONNX model"),),
     gate_names={"g": "c", "n": "h"},
     explain_arrays=explain_arrays,
     names={"peepholes": "P", "gate_clip": "clip", "input_forget": "input_forget=1",
+           "reverse": "direction=reverse",
            "activations": "activations", "reset_before": "linear_before_reset=0",
            "reset_after": "linear_before_reset=1"},
     layout_notes=("ONNX arrays start with a direction axis D: W [D, G·H, I], R [D, G·H, H], "
