@@ -9,6 +9,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -125,15 +126,47 @@ def test_json_nested_past_the_recursion_limit_is_a_format_error(tmp_path: Path) 
         rnnport.read(tmp_path / "deep.npz")
 
 
-def test_onnx_external_data_is_never_opened(tmp_path: Path) -> None:
+def _external(folder: Path, location: str = "weights.bin") -> tuple[Path, Any]:
+    """An ONNX model saved in ``folder`` with its weights in an external data file."""
     import onnx
 
+    folder.mkdir(parents=True, exist_ok=True)
     model = rnnport.write(MODEL, "onnx")
-    onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True,
-                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
-    (tmp_path / "weights.bin").unlink()  # a reader that followed the reference would fail
-    with pytest.raises(UnsupportedFeatureError, match="keeps its data in another file"):
-        rnnport.read(tmp_path / "m.onnx")
+    onnx.save_model(model, folder / "m.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=location, size_threshold=0)
+    return folder / "m.onnx", onnx.load(folder / "m.onnx", load_external_data=False)
+
+
+def _relocate(path: Path, proto: Any, **entries: str) -> None:
+    """Point every external tensor of ``proto`` at other ``entries`` and save it at ``path``."""
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key in entries:
+                entry.value = entries[entry.key]
+    path.write_bytes(proto.SerializeToString())
+
+
+def test_onnx_external_data_is_read_from_the_models_folder_only(tmp_path: Path) -> None:
+    path, proto = _external(tmp_path / "model")
+    assert rnnport.read(path) == MODEL
+    with pytest.raises(UnsupportedFeatureError, match="given as an object, not a path"):
+        rnnport.read(proto)
+    outside = tmp_path / "secret.bin"
+    outside.write_bytes((tmp_path / "model" / "weights.bin").read_bytes())
+    (tmp_path / "model" / "link.bin").symlink_to(outside)
+    for location, message in (("../secret.bin", "without '..'"),
+                              (str(outside), "without '..'"),
+                              ("link.bin", "leads out of the model's folder"),
+                              ("missing.bin", "copy the data file beside the model")):
+        _relocate(path, proto, location=location)
+        with pytest.raises(FormatError, match=message):
+            rnnport.read(path)
+    _relocate(path, proto, location="weights.bin", offset="1000000")
+    with pytest.raises(FormatError, match="asks for bytes 1000000 to"):
+        rnnport.read(path)
+    _relocate(path, proto, location="weights.bin", offset="0", length="7")
+    with pytest.raises(FormatError, match="external data is 7 bytes long"):
+        rnnport.read(path)
 
 
 READ_EVERY_FORMAT = """

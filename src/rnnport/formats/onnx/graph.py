@@ -1,0 +1,620 @@
+"""Reading an ONNX model's constants: where the recurrent nodes are, and what their weights
+hold, without running the graph.
+
+**Scopes.** The recurrent nodes may sit in the main graph, in the bodies of ``If``
+(``then_branch`` / ``else_branch``), ``Loop`` and ``Scan`` nodes (``body``), and in model-local
+functions. Each such graph is a :class:`Scope`; a name it does not define comes from the
+scope around it (ONNX's outer-scope references), and a function's inputs are the values its
+caller passes.
+
+**Values.** A weight is an initializer, a ``Constant`` node, a graph input given in
+``inputs=`` (or with an initializer of the same name, its default), or the result of a
+named set of shape and slicing operators applied to such values, computed here with
+NumPy: ``Identity``, ``Cast``, ``Unsqueeze``, ``Squeeze``, ``Slice``, ``Concat``, ``Split``,
+``Reshape``, ``Transpose``, ``Gather``, ``Shape``, ``Expand``, and ``Add`` / ``Sub`` / ``Mul`` /
+``Div`` of integers (the arithmetic on sizes) — what PyTorch's exporters write without
+constant folding. Arithmetic on floats would compute new numbers and is refused. Any
+other operator is refused by name, with the way out: fold the graph first (ONNX Runtime's
+offline optimiser, ``onnxruntime.SessionOptions.optimized_model_filepath``).
+
+**External data.** A tensor whose bytes live in another file (ONNX external data, what
+PyTorch's exporter writes by default beside ``m.onnx`` as ``m.onnx.data``) is read from the
+model's own folder only: the location must be a relative path inside that folder (no
+absolute path, no ``..``, no link leading out), and its offset and length must lie inside
+the file and match the tensor's shape. Nothing else is opened.
+
+**Budgets.** A hostile graph cannot make the reader allocate or recurse without bound:
+computed values are cached, their total size may not exceed four times what the model's
+stored tensors hold (plus 16 MiB), and a value computed through more than
+:data:`MAX_DEPTH` nested nodes is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import FormatError, UnsupportedFeatureError
+from .._common import describe, require
+
+__all__ = ["FOLDABLE", "MAX_DEPTH", "Loaded", "Scope", "external_files", "load", "scopes"]
+
+FOLDABLE = ("Identity", "Cast", "Unsqueeze", "Squeeze", "Slice", "Concat", "Split", "Reshape",
+            "Transpose", "Gather", "Shape", "Expand", "Add", "Sub", "Mul", "Div")
+MAX_DEPTH = 200
+SUBGRAPH_OPS = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
+EXTERNAL = 1  # TensorProto.EXTERNAL
+
+
+@dataclass
+class Loaded:
+    """A model (or a bare graph) and the folder its external data may come from."""
+
+    graph: Any
+    functions: dict[tuple[str, str], Any]  # (domain, name) → FunctionProto
+    folder: Path | None
+    where: str
+    budget: int = 0  # bytes computed values may still take
+
+
+def load(source: Any) -> Loaded:
+    """``source`` (a ModelProto, a GraphProto or a path) as a :class:`Loaded`."""
+    onnx = require("onnx", extra="onnx", purpose="read(fmt='onnx')")
+    folder = None
+    if _is_proto(source, "ModelProto"):
+        model, where = source, "ONNX model"
+    elif _is_proto(source, "GraphProto"):
+        loaded = Loaded(source, {}, None, "ONNX graph")
+        loaded.budget = _budget(source, {})
+        return loaded
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise FormatError(f"{path}: no such file; expected an .onnx model.")
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as error:  # protobuf raises its own DecodeError types
+            raise FormatError(f"{path}: not a readable ONNX model ({type(error).__name__}: "
+                              f"{error}); the file may be truncated or not ONNX.") from None
+        folder, where = path.resolve().parent, str(path)
+    else:
+        raise FormatError(f"read(fmt='onnx'): expected an onnx.ModelProto, a GraphProto or a "
+                          f"path to an .onnx file, got {describe(source)}.")
+    functions = {(function.domain, function.name): function for function in model.functions}
+    loaded = Loaded(model.graph, functions, folder, where)
+    loaded.budget = _budget(model.graph, functions)
+    return loaded
+
+
+def _is_proto(source: Any, name: str) -> bool:
+    return type(source).__name__ == name and hasattr(source, "SerializeToString")
+
+
+def _budget(graph: Any, functions: Mapping[tuple[str, str], Any]) -> int:
+    """Four times the bytes the model's tensors store (by their declared shapes), + 16 MiB."""
+    stored = 0
+    for tensor in _tensors(graph, functions):
+        count = 1
+        for dim in tensor.dims:
+            count *= max(int(dim), 0)
+        stored += count * 8
+    return 4 * stored + (16 << 20)
+
+
+def _tensors(graph: Any, functions: Mapping[tuple[str, str], Any]) -> Iterator[Any]:
+    pending = [graph]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield from current.initializer
+        for node in current.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+                if attribute.HasField("g"):
+                    pending.append(attribute.g)
+                pending.extend(attribute.graphs)
+    for function in functions.values():
+        for node in function.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+
+
+# -- scopes ----------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Scope:
+    """One graph (or function body) whose nodes may hold recurrent layers, and how the
+    names it uses get their values."""
+
+    loaded: Loaded
+    nodes: list[Any]
+    path: str  # "" for the main graph; "If 'cond' then_branch", "function 'f'" …
+    parent: Scope | None = None
+    initializers: dict[str, Any] = field(default_factory=dict)
+    inputs: set[str] = field(default_factory=set)  # names fed at run time
+    bindings: dict[str, str] = field(default_factory=dict)  # function input → caller's name
+    given: Mapping[str, Any] = field(default_factory=dict)  # the main graph's inputs=
+    cache: dict[str, np.ndarray] = field(default_factory=dict)
+    producers: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.producers = {name: node for node in self.nodes for name in node.output if name}
+
+    def label(self, node: Any) -> str:
+        own = f"ONNX {node.op_type} node {node.name or next((o for o in node.output if o), '')!r}"
+        return f"{self.path}: {own}" if self.path else own
+
+    # -- values ----------------------------------------------------------------------------
+
+    def value(self, name: str, where: str) -> np.ndarray:
+        """The constant ``name`` holds, or an error saying why it is not one."""
+        return self._value(name, where, 0, frozenset())
+
+    def _value(self, name: str, where: str, depth: int,
+               seen: frozenset[tuple[int, str]]) -> np.ndarray:
+        if name in self.cache:
+            return self.cache[name]
+        if depth > MAX_DEPTH:
+            raise FormatError(f"{where}: {name!r} is computed through more than {MAX_DEPTH} "
+                              "nested nodes; no exporter writes that. The graph is damaged or "
+                              "built to break a reader.")
+        if (id(self), name) in seen:
+            names = sorted(other for _, other in seen)
+            raise FormatError(f"{where}: {name!r} is computed from itself (a cycle of "
+                              f"{', '.join(names)}); the graph is malformed.")
+        value = self._lookup(name, where, depth, seen | {(id(self), name)})
+        self.cache[name] = value
+        return value
+
+    def _lookup(self, name: str, where: str, depth: int,
+                seen: frozenset[tuple[int, str]]) -> np.ndarray:
+        if name in self.bindings and self.parent is not None:  # what the caller passes
+            return self.parent._value(self.bindings[name], where, depth + 1, seen)
+        if name in self.given:
+            return _given(self.given[name], name, where)
+        if name in self.initializers:  # also the default of a graph input of that name
+            return self._tensor(self.initializers[name], where)
+        if name in self.inputs:
+            inputs = ", ".join(sorted(self.inputs))
+            raise UnsupportedFeatureError(
+                f"{where}: {name!r} is a graph input fed at run time, not a constant; rnnport "
+                "reads weights stored in the file. Pass its value to read, e.g. "
+                f"rnnport.read(path, inputs={{{name!r}: array}}) (-O 'inputs={{\"{name}\": "
+                "[...]}' on the command line), or fold it into an initializer first. The "
+                f"graph's inputs: {inputs}.")
+        node = self.producers.get(name)
+        if node is None:
+            if self.parent is not None:  # an outer-scope value
+                return self.parent._value(name, where, depth + 1, seen)
+            raise FormatError(f"{where}: {name!r} is produced by no node, initializer or input "
+                              "of the graph; the graph is malformed.")
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            return self._constant(node, where)
+        if node.op_type not in FOLDABLE or node.domain not in ("", "ai.onnx"):
+            raise UnsupportedFeatureError(
+                f"{where}: {name!r} is computed by {node.op_type} at run time, not a constant; "
+                f"rnnport computes weights only through {', '.join(FOLDABLE)} of constants. "
+                "Fold the graph's constants first, e.g. with ONNX Runtime's offline optimiser "
+                "(SessionOptions.optimized_model_filepath, graph_optimization_level "
+                "ORT_ENABLE_BASIC).")
+        arguments = [None if not item else self._value(item, where, depth + 1, seen)
+                     for item in node.input]
+        value = _fold(node, arguments, name, where, self.label(node), self.loaded.budget)
+        self._spend(value, where)
+        return value
+
+    def _spend(self, value: np.ndarray, where: str) -> None:
+        self.loaded.budget -= int(value.nbytes)
+        if self.loaded.budget < 0:
+            raise FormatError(f"{where}: computing the weights from the graph's constants takes "
+                              "more memory than the model's stored tensors, four times over; "
+                              "the graph is built to exhaust memory. Nothing was read.")
+
+    def _constant(self, node: Any, where: str) -> np.ndarray:
+        from onnx import helper
+
+        for attribute in node.attribute:
+            if attribute.name == "value":
+                return self._tensor(attribute.t, where)
+            if attribute.name in ("value_float", "value_floats", "value_int", "value_ints"):
+                value = helper.get_attribute_value(attribute)
+                kind = np.float32 if "float" in attribute.name else np.int64
+                return np.array(value, dtype=kind)
+        raise UnsupportedFeatureError(f"{where}: {self.label(node)} holds no numeric value "
+                                      "(a sparse or string constant); rnnport reads dense "
+                                      "numeric weights.")
+
+    def _tensor(self, tensor: Any, where: str) -> np.ndarray:
+        from onnx import numpy_helper
+
+        if tensor.data_location == EXTERNAL or len(tensor.external_data):
+            tensor = _with_external_data(tensor, self.loaded, where)
+        try:
+            array = numpy_helper.to_array(tensor)
+        except MemoryError:
+            raise
+        except Exception as error:  # onnx raises what NumPy and protobuf raise
+            raise FormatError(f"{where}: tensor {tensor.name!r} cannot be read ({error}); its "
+                              "data does not match its type and shape.") from None
+        if array.dtype.name == "bfloat16":  # the top half of a float32: widening is exact
+            array = array.astype(np.float32)
+        return array
+
+
+def scopes(loaded: Loaded, given: Mapping[str, Any]) -> list[Scope]:
+    """The main graph and every graph inside it (subgraphs, called functions) that holds
+    nodes, outermost first."""
+    main = _graph_scope(loaded, loaded.graph, "", None)
+    main.given = given
+    unknown = sorted(set(given) - main.inputs)
+    if unknown:
+        raise FormatError(f"read(fmt='onnx'): inputs= names {', '.join(map(repr, unknown))}, "
+                          "which are no inputs of the graph; its inputs: "
+                          f"{', '.join(sorted(main.inputs)) or 'none'}.")
+    out: list[Scope] = []
+    pending = [main]
+    calls = 0
+    while pending:
+        scope = pending.pop(0)
+        out.append(scope)
+        for node in scope.nodes:
+            for attribute in node.attribute:
+                graphs = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
+                for graph in graphs:
+                    path = f"{scope.label(node)} {attribute.name}"
+                    pending.append(_graph_scope(loaded, graph, path, scope))
+            function = loaded.functions.get((node.domain, node.op_type))
+            if function is not None:
+                calls += 1
+                if calls > 10_000:
+                    raise FormatError(f"{loaded.where}: more than 10,000 function calls, "
+                                      "counting nested ones; the model is built to break a "
+                                      "reader.")
+                bindings = {formal: actual for formal, actual in zip(function.input, node.input,
+                                                                      strict=False) if actual}
+                body = Scope(loaded, list(function.node), f"{scope.label(node)} (function "
+                             f"{function.name!r})", scope, bindings=bindings)
+                body.inputs = set(function.input) - set(bindings)
+                pending.append(body)
+    return out
+
+
+def _graph_scope(loaded: Loaded, graph: Any, path: str, parent: Scope | None) -> Scope:
+    scope = Scope(loaded, list(graph.node), path, parent)
+    scope.initializers = {tensor.name: tensor for tensor in graph.initializer}
+    scope.inputs = {value.name for value in graph.input}
+    return scope
+
+
+def _given(value: Any, name: str, where: str) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as error:
+        raise FormatError(f"{where}: inputs[{name!r}] is not one rectangular array "
+                          f"({error}).") from None
+    if array.dtype.kind not in "fiu":
+        raise FormatError(f"{where}: inputs[{name!r}] has dtype {array.dtype}; expected numbers.")
+    return array
+
+
+# -- external data -----------------------------------------------------------------------------
+
+
+def external_files(path: Path) -> list[Path]:
+    """The files beside the model at ``path`` that its tensors keep their data in (what a
+    read opens, so that no write replaces them); none when it is no readable model."""
+    if path.suffix.lower() != ".onnx" or not path.is_file():
+        return []
+    try:
+        loaded = load(path)
+    except (ImportError, FormatError):  # onnx missing (MissingDependencyError), or no model
+        return []
+    found = {entry.value for tensor in _tensors(loaded.graph, loaded.functions)
+             for entry in tensor.external_data if entry.key == "location"}
+    return [path.parent / location for location in sorted(found)
+            if location and not Path(location).is_absolute()]
+
+
+def _with_external_data(tensor: Any, loaded: Loaded, where: str) -> Any:
+    """A copy of ``tensor`` holding the bytes its external-data entries point at, read from
+    the model's folder only, every offset and length checked."""
+    from onnx import helper
+
+    name = tensor.name
+    if loaded.folder is None:
+        raise UnsupportedFeatureError(
+            f"{where}: tensor {name!r} keeps its data in another file (ONNX external data), and "
+            "this model was given as an object, not a path, so its folder is unknown. Read it "
+            "from its path (rnnport then reads the data files beside it), or load them first: "
+            "onnx.load(path) does.")
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    location = entries.get("location", "")
+    relative = Path(location)
+    if not location or relative.is_absolute() or ".." in relative.parts or \
+            location.startswith(("/", "\\")) or ":" in location:
+        raise FormatError(f"{where}: tensor {name!r} points at external data {location!r}; "
+                          "rnnport reads only files named relative to the model's own folder, "
+                          "without '..'. Nothing was read.")
+    path = loaded.folder / relative
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise FormatError(f"{where}: tensor {name!r} keeps its data in {location!r}, which is "
+                          f"not in {loaded.folder}; copy the data file beside the model.") \
+            from None
+    if loaded.folder not in resolved.parents or not resolved.is_file():
+        raise FormatError(f"{where}: tensor {name!r}'s external data {location!r} leads out of "
+                          "the model's folder (a link) or is no file; rnnport reads only files "
+                          "inside the model's folder. Nothing was read.")
+    size = resolved.stat().st_size
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else size - offset
+    except ValueError:
+        raise FormatError(f"{where}: tensor {name!r}'s external data has offset "
+                          f"{entries.get('offset')!r} and length {entries.get('length')!r}; "
+                          "expected whole numbers.") from None
+    if offset < 0 or length < 0 or offset + length > size:
+        raise FormatError(f"{where}: tensor {name!r} asks for bytes {offset} to "
+                          f"{offset + length} of {location!r}, which holds {size}; the model "
+                          "and its data file do not belong together.")
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        raise FormatError(f"{where}: tensor {name!r} has data type {tensor.data_type}, not a "
+                          "numeric ONNX type.") from None
+    count = 1
+    for dim in tensor.dims:
+        count *= int(dim)
+    if count < 0 or count * itemsize != length:
+        raise FormatError(f"{where}: tensor {name!r} has shape {list(tensor.dims)} "
+                          f"({count * itemsize} bytes), but its external data is {length} "
+                          "bytes long; the model and its data file do not belong together.")
+    with open(resolved, "rb") as file:
+        file.seek(offset)
+        data = file.read(length)
+    copy = type(tensor)()
+    copy.CopyFrom(tensor)
+    del copy.external_data[:]
+    copy.data_location = 0
+    copy.raw_data = data
+    return copy
+
+
+# -- folding -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    """One foldable node being computed: its attributes, constant inputs and output name."""
+
+    op: str
+    attributes: dict[str, Any]
+    arguments: list[np.ndarray | None]
+    outputs: list[str]
+    name: str
+    where: str
+    limit: int  # bytes the result may take
+
+    def data(self, index: int = 0) -> np.ndarray:
+        if len(self.arguments) <= index or self.arguments[index] is None:
+            raise FormatError(f"{self.where}: {self.op} lacks input {index}; the graph is "
+                              "malformed.")
+        found = self.arguments[index]
+        return found if found is not None else np.zeros(0)
+
+    def optional(self, index: int) -> np.ndarray | None:
+        return self.arguments[index] if len(self.arguments) > index else None
+
+    def ints(self, index: int, what: str) -> list[int]:
+        return _ints(self.data(index), what, self.where)
+
+    def fits(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
+        """``shape``, after checking a result of it stays within the budget."""
+        count = 1
+        for dim in shape:
+            if dim < 0:
+                raise FormatError(f"{self.where}: a negative size in {shape}; the graph is "
+                                  "malformed.")
+            count *= dim
+        if count * dtype.itemsize > self.limit:
+            raise FormatError(f"{self.where}: the result would be {shape} of {dtype}, more "
+                              "memory than the model's stored tensors, four times over; the "
+                              "graph is built to exhaust memory. Nothing was read.")
+        return shape
+
+
+def _ints(value: np.ndarray | None, what: str, where: str) -> list[int]:
+    if value is None:
+        raise FormatError(f"{where}: {what} is missing.")
+    if value.dtype.kind not in "iu" or value.ndim > 1 or value.size > 64:
+        raise FormatError(f"{where}: {what} is {value.dtype} of shape {value.shape}; expected "
+                          "at most 64 integers.")
+    return [int(item) for item in value.reshape(-1)]
+
+
+def _identity(call: _Call) -> np.ndarray:
+    return call.data()
+
+
+def _cast(call: _Call) -> np.ndarray:
+    from onnx import helper
+
+    data, to = call.data(), call.attributes.get("to")
+    try:
+        target = np.dtype(helper.tensor_dtype_to_np_dtype(to))
+    except (KeyError, TypeError, ValueError):
+        raise FormatError(f"{call.where}: Cast to={to!r} is not an ONNX tensor type; the graph "
+                          "is malformed.") from None
+    # A float→float cast only sets the graph's compute precision: keep the weights as
+    # stored, so a round trip gives them back unchanged.
+    if data.dtype.kind == "f" and target.kind == "f":
+        return data
+    if data.dtype.kind not in "fiub" or target.kind not in "fiub":
+        raise FormatError(f"{call.where}: cannot cast {data.dtype} to {target}.")
+    return data.astype(target)
+
+
+def _axes(call: _Call) -> list[int] | None:
+    axes = call.attributes.get("axes")  # opset < 13: an attribute; later an input
+    if axes is None and call.optional(1) is not None:
+        return call.ints(1, "axes")
+    return None if axes is None else [int(axis) for axis in axes]
+
+
+def _unsqueeze(call: _Call) -> np.ndarray:
+    data, axes = call.data(), _axes(call)
+    if axes is None:
+        raise FormatError(f"{call.where}: Unsqueeze without axes; the graph is malformed.")
+    rank = data.ndim + len(axes)
+    return np.expand_dims(data, tuple(sorted(axis % rank for axis in axes)))
+
+
+def _squeeze(call: _Call) -> np.ndarray:
+    data, axes = call.data(), _axes(call)
+    if axes is None:
+        return np.squeeze(data)
+    return np.squeeze(data, axis=tuple(axis % max(data.ndim, 1) for axis in axes))
+
+
+def _transpose(call: _Call) -> np.ndarray:
+    perm = call.attributes.get("perm")
+    return np.transpose(call.data(), None if perm is None else [int(p) for p in perm])
+
+
+def _reshape(call: _Call) -> np.ndarray:
+    data, shape = call.data(), call.ints(1, "shape")
+    if not call.attributes.get("allowzero", 0):  # 0 keeps the input's size there
+        shape = [data.shape[i] if dim == 0 and i < data.ndim else dim
+                 for i, dim in enumerate(shape)]
+    return data.reshape(shape)
+
+
+def _concat(call: _Call) -> np.ndarray:
+    parts = [part for part in call.arguments if part is not None]
+    axis = int(call.attributes.get("axis", 0))
+    if parts:
+        total = sum(part.shape[axis % max(part.ndim, 1)] for part in parts if part.ndim)
+        shape = list(parts[0].shape)
+        if shape:
+            shape[axis % len(shape)] = total
+        call.fits(tuple(shape), parts[0].dtype)
+    return np.concatenate(parts, axis=axis)
+
+
+def _gather(call: _Call) -> np.ndarray:
+    data, indices = call.data(), call.data(1)
+    if indices.dtype.kind not in "iu":
+        raise FormatError(f"{call.where}: Gather indices of dtype {indices.dtype}; expected "
+                          "integers.")
+    axis = int(call.attributes.get("axis", 0)) % max(data.ndim, 1)
+    size = data.shape[axis]
+    if indices.size and (indices.min() < -size or indices.max() >= size):
+        raise FormatError(f"{call.where}: Gather indices outside [-{size}, {size}).")
+    call.fits((*data.shape[:axis], *indices.shape, *data.shape[axis + 1:]), data.dtype)
+    return np.take(data, indices.astype(np.int64) % max(size, 1), axis=axis)
+
+
+def _slice(call: _Call) -> np.ndarray:
+    data, attributes = call.data(), call.attributes
+    if "starts" in attributes:  # opset 1–9: attributes
+        starts, ends = list(attributes["starts"]), list(attributes["ends"])
+        axes = list(attributes.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = call.ints(1, "starts"), call.ints(2, "ends")
+        axes = call.ints(3, "axes") if call.optional(3) is not None else list(range(len(starts)))
+        steps = call.ints(4, "steps") if call.optional(4) is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
+        raise FormatError(f"{call.where}: Slice starts, ends, axes and steps disagree.")
+    index: list[slice] = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        index[axis % data.ndim] = slice(start, end, step)
+    return data[tuple(index)]
+
+
+def _split(call: _Call) -> np.ndarray:
+    data = call.data()
+    axis = int(call.attributes.get("axis", 0)) % max(data.ndim, 1)
+    if "split" in call.attributes:
+        sizes = [int(size) for size in call.attributes["split"]]
+    elif call.optional(1) is not None:
+        sizes = call.ints(1, "split")
+    else:
+        count = int(call.attributes.get("num_outputs", len(call.outputs)))
+        whole = data.shape[axis]
+        chunk = -(-whole // count) if count > 0 else 0
+        sizes = [min(chunk, max(whole - i * chunk, 0)) for i in range(max(count, 0))]
+    if sum(sizes) != data.shape[axis] or len(sizes) != len(call.outputs) or \
+            min(sizes, default=0) < 0:
+        raise FormatError(f"{call.where}: Split sizes {sizes} do not divide axis {axis} of "
+                          f"shape {data.shape} into {len(call.outputs)} outputs.")
+    starts = np.cumsum([0, *sizes])
+    position = call.outputs.index(call.name)
+    index: list[slice] = [slice(None)] * data.ndim
+    index[axis] = slice(int(starts[position]), int(starts[position + 1]))
+    return data[tuple(index)]
+
+
+def _shape(call: _Call) -> np.ndarray:
+    shape = call.data().shape
+    start = int(call.attributes.get("start", 0))
+    end = call.attributes.get("end")
+    return np.array(shape[start:None if end is None else int(end)], dtype=np.int64)
+
+
+def _expand(call: _Call) -> np.ndarray:
+    data, shape = call.data(), call.ints(1, "shape")
+    target = call.fits(np.broadcast_shapes(data.shape, tuple(shape)), data.dtype)
+    return np.array(np.broadcast_to(data, target))
+
+
+def _arithmetic(call: _Call) -> np.ndarray:
+    """Add, Sub, Mul, Div of integers: the arithmetic exporters do on sizes. On floats it
+    would compute new numbers, which is the runtime's work, not a reader's."""
+    first, second = call.data(), call.data(1)
+    if first.dtype.kind not in "iu" or second.dtype.kind not in "iu":
+        raise UnsupportedFeatureError(
+            f"{call.where}: {call.op} of {first.dtype} and {second.dtype}; rnnport folds "
+            "arithmetic on integer sizes only, not on weights. Fold the graph's constants "
+            "first (ONNX Runtime's offline optimiser).")
+    call.fits(np.broadcast_shapes(first.shape, second.shape), first.dtype)
+    if call.op == "Div":
+        if not second.all():
+            raise FormatError(f"{call.where}: integer division by zero.")
+        quotient = np.abs(first) // np.abs(second)  # ONNX truncates toward zero
+        return (quotient * np.sign(first) * np.sign(second)).astype(first.dtype)
+    operation = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[call.op]
+    return operation(first, second)
+
+
+_FOLDERS = {"Identity": _identity, "Cast": _cast, "Unsqueeze": _unsqueeze,
+            "Squeeze": _squeeze, "Slice": _slice, "Concat": _concat, "Split": _split,
+            "Reshape": _reshape, "Transpose": _transpose, "Gather": _gather, "Shape": _shape,
+            "Expand": _expand, "Add": _arithmetic, "Sub": _arithmetic, "Mul": _arithmetic,
+            "Div": _arithmetic}
+
+
+def _fold(node: Any, arguments: list[np.ndarray | None], name: str, where: str, label: str,
+          limit: int) -> np.ndarray:
+    """The output ``name`` of ``node`` (one of :data:`FOLDABLE`) from constant inputs."""
+    from onnx import helper
+
+    call = _Call(node.op_type, {a.name: helper.get_attribute_value(a) for a in node.attribute},
+                 arguments, list(node.output), name, f"{where}, computing {name!r} ({label})",
+                 limit)
+    try:
+        return _FOLDERS[node.op_type](call)
+    except (ValueError, IndexError, TypeError) as error:  # NumPy's AxisError is both
+        raise FormatError(f"{call.where}: {error}; the graph is malformed.") from None

@@ -1,0 +1,246 @@
+"""Reading ONNX models: the recurrent nodes, their attributes and weights (see
+:mod:`rnnport.formats.onnx` for the layout, :mod:`.graph` for how constants are found)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...activations import PARAMETERS
+from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from ...gates import CANONICAL, reorder
+from ...model import RNN, Model, stack
+from ...spec import Spec
+from .graph import Scope, load, scopes
+from .layout import OPS, ORDERS, PEEPHOLE_ORDER
+
+__all__ = ["chains", "read"]
+
+# Nodes that carry a layer's output on to the next layer (as exporters join a stack).
+GLUE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Cast", "Dropout",
+            "Concat", "Flatten"}
+
+
+def chains(scope: Scope) -> list[list[Any]]:
+    """The recurrent nodes of one scope, in chains of layers joined by reshaping glue."""
+    nodes = [n for n in scope.nodes if n.op_type in OPS and n.domain in ("", "ai.onnx")]
+    consumers: dict[str, list[Any]] = {}
+    for node in scope.nodes:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def next_rnn(node: Any) -> Any:
+        if not node.output or not node.output[0]:  # Y omitted: the chain ends here
+            return None
+        frontier, seen = [node.output[0]], set()
+        while frontier:
+            name = frontier.pop()
+            for consumer in consumers.get(name, []):
+                if id(consumer) in seen:
+                    continue
+                seen.add(id(consumer))
+                if consumer.op_type in OPS and consumer.input and consumer.input[0] == name:
+                    return consumer
+                if consumer.op_type in GLUE_OPS:
+                    frontier.extend(consumer.output[:1])
+        return None
+
+    successor = {id(n): next_rnn(n) for n in nodes}
+    has_predecessor = {id(s) for s in successor.values() if s is not None}
+    found = []
+    for node in nodes:
+        if id(node) in has_predecessor:
+            continue
+        chain = [node]
+        while successor[id(chain[-1])] is not None and len(chain) <= len(nodes):
+            chain.append(successor[id(chain[-1])])
+        found.append(chain)
+    return found
+
+
+def _names(node: Any) -> set[str]:
+    return {node.name, *(output for output in node.output if output)} - {""}
+
+
+def read(source: Any, **options: Any) -> Model:
+    loaded = load(source)
+    given = options.get("inputs") or {}
+    if not isinstance(given, Mapping):
+        raise FormatError(f"read(fmt='onnx'): inputs={given!r}; expected a mapping of graph "
+                          "input names to arrays, e.g. inputs={'W': W}.")
+    found = [(scope, chain) for scope in scopes(loaded, given) for chain in chains(scope)]
+    if not found:
+        ops = sorted({n.op_type for n in loaded.graph.node})
+        unrolled = ({"MatMul", "Gemm"} & set(ops)) and ({"Tanh", "Sigmoid", "Relu"} & set(ops))
+        hint = (" It computes with elementary operators, as PyTorch's default (dynamo) exporter "
+                "writes nn.RNN and the nn.LSTMCell/GRUCell/RNNCell modules, unrolled over the "
+                "example's time steps; rnnport reads recurrent nodes, not unrolled ones. Export "
+                "nn.RNN with torch.onnx.export(..., dynamo=False), which writes an RNN node, or "
+                "read the PyTorch weights themselves (the state_dict)." if unrolled else "")
+        raise FormatError(f"read(fmt='onnx'): the graph has no LSTM, GRU or RNN node (its "
+                          f"operators: {', '.join(ops) or 'none'}).{hint}")
+    wanted = options.get("node")
+    if wanted is not None:
+        picked = [(scope, chain) for scope, chain in found
+                  if any(wanted in _names(node) for node in chain)]
+        if not picked:
+            listed = ", ".join(repr(scope.label(node)) for scope, chain in found
+                               for node in chain)
+            raise FormatError(f"read(fmt='onnx'): no recurrent node named {wanted!r}; the "
+                              f"recurrent nodes: {listed}.")
+        found = picked
+    if len(found) > 1:
+        listing = "; ".join(" → ".join(scope.label(node) for node in chain)
+                            for scope, chain in found)
+        raise AmbiguousSourceError(f"read(fmt='onnx'): the model holds {len(found)} separate "
+                                   f"recurrent networks ({listing}); pass node= with the name "
+                                   "of one of their nodes.")
+    scope, chain = found[0]
+    return stack([_read_node(node, scope) for node in chain])
+
+
+def _attributes(node: Any, where: str) -> dict[str, Any]:
+    """A node's attributes, strings decoded; a malformed one is a FormatError."""
+    from onnx import helper
+
+    out = {}
+    for attribute in node.attribute:
+        try:
+            value = helper.get_attribute_value(attribute)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8")
+            elif isinstance(value, list) and any(isinstance(item, bytes) for item in value):
+                value = [item.decode("utf-8") if isinstance(item, bytes) else item
+                         for item in value]
+        except MemoryError:
+            raise
+        except Exception as error:  # an unknown attribute type, text that is not UTF-8
+            raise FormatError(f"{where}: attribute {attribute.name!r} cannot be read "
+                              f"({type(error).__name__}: {error}); the model is damaged.") \
+                from None
+        expected = _ATTRIBUTE_TYPES.get(attribute.name)
+        if expected is not None and not (
+                isinstance(value, expected[0]) and (expected[1] is None or all(
+                    isinstance(item, expected[1]) for item in value))):
+            raise FormatError(f"{where}: attribute {attribute.name!r} is {value!r}; "
+                              f"expected {expected[2]}. The model is damaged.")
+        out[attribute.name] = value
+    return out
+
+
+# The recurrent nodes' attributes: (Python type, element type of a list, what ONNX defines).
+_ATTRIBUTE_TYPES: dict[str, tuple[Any, Any, str]] = {
+    "hidden_size": (int, None, "an integer"), "layout": (int, None, "an integer"),
+    "input_forget": (int, None, "an integer"), "linear_before_reset": (int, None, "an integer"),
+    "clip": ((int, float), None, "a float"), "direction": (str, None, "a string"),
+    "activations": (list, str, "a list of strings"),
+    "activation_alpha": (list, (int, float), "a list of floats"),
+    "activation_beta": (list, (int, float), "a list of floats"),
+}
+
+
+def _read_node(node: Any, scope: Scope) -> RNN:
+    where = scope.label(node)
+    family = OPS[node.op_type]
+    attributes = _attributes(node, where)
+    directions = {"forward": 1, "reverse": 1, "bidirectional": 2}
+    direction = attributes.get("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in directions:
+        raise FormatError(f"{where}: direction={direction!r}; expected forward, reverse or "
+                          "bidirectional.")
+    clip = attributes.get("clip")
+    if clip is not None:
+        if not isinstance(clip, (int, float)):
+            raise FormatError(f"{where}: clip={clip!r}; expected a number.")
+        # ONNX keeps float attributes as float32: take the shortest decimal that gives it back.
+        clip = float(str(np.float32(clip)))
+    input_forget = bool(attributes.get("input_forget", 0))
+    if input_forget and family != "lstm":
+        raise FormatError(f"{where}: input_forget=1 applies to LSTM nodes only.")
+    activations = [a.decode() if isinstance(a, bytes) else a
+                   for a in attributes.get("activations", [])]
+    cell = family
+    if family == "rnn":
+        kinds = set(activations or ["Tanh"])
+        if kinds == {"Tanh"}:
+            cell = "rnn_tanh"
+        elif kinds == {"Relu"}:
+            cell = "rnn_relu"
+        else:
+            raise UnsupportedFeatureError(f"{where}: activations={activations}; rnnport computes "
+                                          "Tanh or Relu for every direction of an RNN node.")
+    functions: tuple[Any, ...] = ()
+    if family != "rnn" and activations:
+        functions = _activations(where, activations, attributes, directions[direction])
+    if family != "rnn" and attributes.get("layout", 0) not in (0, 1):
+        raise FormatError(f"{where}: layout={attributes['layout']!r}; expected 0 or 1.")
+    inputs = list(node.input) + [""] * 8
+    weight = scope.value(inputs[1], f"{where}, W")
+    recurrent = scope.value(inputs[2], f"{where}, R")
+    bias = scope.value(inputs[3], f"{where}, B") if inputs[3] else None
+    peephole = scope.value(inputs[7], f"{where}, P") if family == "lstm" and inputs[7] else None
+    declared = attributes.get("hidden_size")
+    hidden = int(declared) if declared is not None else (
+        recurrent.shape[-1] if recurrent.ndim == 3 else 0)
+    count = directions[direction]
+    gates = len(ORDERS[family]) * hidden
+    problems = []
+    if weight.ndim != 3 or weight.shape[:2] != (count, gates):
+        problems.append(f"W {weight.shape}; expected ({count}, {gates}, input)")
+    if recurrent.shape != (count, gates, hidden):
+        problems.append(f"R {recurrent.shape}; expected ({count}, {gates}, {hidden})")
+    if bias is not None and bias.shape != (count, 2 * gates):
+        problems.append(f"B {bias.shape}; expected ({count}, {2 * gates})")
+    if peephole is not None and peephole.shape != (count, 3 * hidden):
+        problems.append(f"P {peephole.shape}; expected ({count}, {3 * hidden})")
+    if problems:
+        raise FormatError(f"{where}: " + "; ".join(problems) + f" (hidden_size {hidden}, "
+                          f"{count} direction(s)).")
+    spec = Spec(cell=cell, input_size=int(weight.shape[2]), hidden_size=hidden,
+                bidirectional=count == 2, bias=bias is not None, peepholes=peephole is not None,
+                gate_clip=clip, input_forget=input_forget, activations=functions,
+                reverse=direction == "reverse",
+                reset_after=bool(attributes.get("linear_before_reset", 0)) if family == "gru"
+                else True)
+    order, canonical = ORDERS[family], CANONICAL[family]
+    params = []
+    for d in range(count):
+        named = {"weight_ih": reorder(weight[d], order, canonical),
+                 "weight_hh": reorder(recurrent[d], order, canonical)}
+        if bias is not None:
+            named["bias_ih"] = reorder(bias[d, :gates], order, canonical)
+            named["bias_hh"] = reorder(bias[d, gates:], order, canonical)
+        if peephole is not None:
+            named["weight_peephole"] = reorder(peephole[d].reshape(3, hidden), PEEPHOLE_ORDER,
+                                               "ifo")
+        params.append(named)
+    return RNN(spec, [params], copy=False)
+
+
+def _activations(where: str, names: list[str], attributes: Mapping[str, Any],
+                 directions: int) -> tuple[Any, ...]:
+    """``(name, alpha, beta)`` per function, consuming activation_alpha/beta in order."""
+    unknown = [name for name in names if name not in PARAMETERS]
+    if unknown:
+        raise UnsupportedFeatureError(
+            f"{where}: activations={names}; {', '.join(map(repr, unknown))} is not one of the "
+            f"functions rnnport computes ({', '.join(PARAMETERS)}).")
+    alphas = list(attributes.get("activation_alpha", []))
+    betas = list(attributes.get("activation_beta", []))
+    functions = []
+    for name in names:
+        takes = PARAMETERS[name]
+        alpha = (alphas.pop(0) if alphas else takes["alpha"]) if "alpha" in takes else 0.0
+        beta = (betas.pop(0) if betas else takes["beta"]) if "beta" in takes else 0.0
+        # float32 attributes: the shortest decimal that gives the stored value back.
+        functions.append((name, float(str(np.float32(alpha))), float(str(np.float32(beta)))))
+    count = len(functions) // directions
+    if len(functions) != count * directions or (
+            directions == 2 and functions[:count] != functions[count:]):
+        raise UnsupportedFeatureError(
+            f"{where}: activations={names} differ between the directions (or do not split "
+            "evenly); rnnport runs both directions with the same functions.")
+    return tuple(functions[:count])

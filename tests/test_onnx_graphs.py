@@ -1,0 +1,214 @@
+"""ONNX files as real tools write them: PyTorch's exporters (the default dynamo one, with its
+external data file, and the TorchScript one), with and without constant folding; recurrent
+nodes inside subgraphs and functions; weights computed from constants; and graphs built to
+exhaust a reader."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import helper, numpy_helper
+
+import rnnport
+from rnnport import RNN, Spec
+from rnnport.cli import main
+
+BATCH, TIME, INPUT = 2, 5, 3
+
+MODULES = {
+    "lstm_2layer_bidirectional": lambda: torch.nn.LSTM(INPUT, 4, num_layers=2,
+                                                       bidirectional=True, batch_first=True),
+    "gru_2layer": lambda: torch.nn.GRU(INPUT, 4, num_layers=2, batch_first=True),
+    "gru_bidirectional": lambda: torch.nn.GRU(INPUT, 3, bidirectional=True, batch_first=True),
+    "rnn_relu_2layer": lambda: torch.nn.RNN(INPUT, 4, num_layers=2, nonlinearity="relu",
+                                            batch_first=True),
+}
+
+
+def _export(module: torch.nn.Module, path: Path, exporter: str, folded: bool) -> None:
+    x = torch.randn(BATCH, TIME, INPUT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            torch.onnx.export(module, (x,), path, optimize=folded, verbose=False)
+        else:
+            torch.onnx.export(module, (x,), path, dynamo=False, do_constant_folding=folded)
+
+
+def _torch_forward(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return module(torch.from_numpy(x))[0].numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folded", [True, False], ids=["folded", "unfolded"])
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_pytorch_exports_read_from_the_path(tmp_path: Path, name: str, exporter: str,
+                                            folded: bool) -> None:
+    torch.manual_seed(3)
+    module = MODULES[name]().eval()
+    path = tmp_path / "m.onnx"
+    _export(module, path, exporter, folded)
+    if exporter == "dynamo" and name.startswith("rnn"):
+        # The dynamo exporter unrolls nn.RNN into elementary operators.
+        with pytest.raises(rnnport.FormatError, match="unrolled over the example's time steps"):
+            rnnport.read(path)
+        return
+    if exporter == "dynamo":
+        assert (tmp_path / "m.onnx.data").is_file()  # weights beside the model, by default
+    model = rnnport.read(path)
+    x = np.random.default_rng(0).uniform(-1, 1, (3, 7, INPUT)).astype(np.float32)
+    y, _ = model.forward(x)
+    np.testing.assert_allclose(y, _torch_forward(module, x), atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_the_command_line_converts_a_default_export(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    module = MODULES["lstm_2layer_bidirectional"]().eval()
+    _export(module, tmp_path / "m.onnx", "dynamo", True)
+    assert main(["convert", str(tmp_path / "m.onnx"), str(tmp_path / "m.pt"), "--verify",
+                 "-q"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"torch file read back: max \|Δ\| = \S+ ok", out)
+    back = rnnport.read(tmp_path / "m.pt")
+    assert back == rnnport.read(module)
+
+
+@pytest.mark.slow
+def test_cells_are_refused_with_the_way_out(tmp_path: Path) -> None:
+    cell = torch.nn.LSTMCell(INPUT, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(cell, (torch.randn(BATCH, INPUT),), tmp_path / "cell.onnx")
+    with pytest.raises(rnnport.FormatError, match="read the PyTorch weights themselves"):
+        rnnport.read(tmp_path / "cell.onnx")
+
+
+# -- graphs built by hand ---------------------------------------------------------------------
+
+
+def _value(name: str, shape: Any) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
+
+
+def _lstm_arrays(model: RNN) -> dict[str, np.ndarray]:
+    """W, R, B of a one-layer LSTM in ONNX's layout, from rnnport's own writer."""
+    proto = rnnport.write(model, "onnx")
+    node = next(n for n in proto.graph.node if n.op_type == "LSTM")
+    stored = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    return dict(zip("WRB", (stored[name] for name in node.input[1:4]), strict=True))
+
+
+MODEL = RNN.random(Spec("lstm", 3, 4), seed=7)
+
+
+def test_an_lstm_inside_an_if_branch_is_found_and_named_by_its_path() -> None:
+    arrays = _lstm_arrays(MODEL)
+    lstm = helper.make_node("LSTM", ["x", "W", "R", "B"], ["", "h"], name="inner_lstm",
+                            hidden_size=4)
+    then_graph = helper.make_graph([lstm], "then", [], [_value("h", None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["h2"])], "else", [],
+                              [_value("h2", None)])
+    branch = helper.make_node("If", ["cond"], ["out"], name="choose", then_branch=then_graph,
+                              else_branch=other)
+    graph = helper.make_graph(
+        [branch], "g", [helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []),
+                        _value("x", [5, 1, 3])], [_value("out", None)],
+        [numpy_helper.from_array(value, name) for name, value in arrays.items()])
+    model = helper.make_model(graph)
+    assert rnnport.read(model) == rnnport.read(rnnport.write(MODEL, "onnx"))
+    twice = helper.make_model(helper.make_graph(
+        [branch, helper.make_node("LSTM", ["x", "W", "R", "B"], ["", "h3"], name="outer",
+                                  hidden_size=4)],
+        "g", list(graph.input), [_value("out", None), _value("h3", None)],
+        list(graph.initializer)))
+    with pytest.raises(rnnport.AmbiguousSourceError,
+                       match=r"ONNX If node 'choose' then_branch: ONNX LSTM node 'inner_lstm'"):
+        rnnport.read(twice)
+    assert rnnport.read(twice, node="inner_lstm") == rnnport.read(model)
+
+
+def test_an_lstm_inside_a_function_takes_its_weights_from_the_call() -> None:
+    arrays = _lstm_arrays(MODEL)
+    body = helper.make_node("LSTM", ["x", "w", "r", "b"], ["", "h"], hidden_size=4)
+    function = helper.make_function("local", "Encoder", ["x", "w", "r", "b"], ["h"], [body],
+                                    [helper.make_opsetid("", 17)])
+    call = helper.make_node("Encoder", ["x", "W", "R", "B"], ["h"], domain="local")
+    graph = helper.make_graph([call], "g", [_value("x", [5, 1, 3])], [_value("h", None)],
+                              [numpy_helper.from_array(v, k) for k, v in arrays.items()])
+    model = helper.make_model(graph, functions=[function],
+                              opset_imports=[helper.make_opsetid("", 17),
+                                             helper.make_opsetid("local", 1)])
+    assert rnnport.read(model) == rnnport.read(rnnport.write(MODEL, "onnx"))
+
+
+def _computed(nodes: list[onnx.NodeProto], stored: dict[str, np.ndarray],
+              weight: str = "W") -> onnx.ModelProto:
+    """An LSTM whose ``weight`` input is computed by ``nodes`` from ``stored`` constants."""
+    arrays = _lstm_arrays(MODEL)
+    inputs = {"W": "W", "R": "R", "B": "B"}
+    inputs[weight] = "computed"
+    initializers = {**{k: v for k, v in arrays.items() if k != weight}, **stored}
+    lstm = helper.make_node("LSTM", ["x", inputs["W"], inputs["R"], inputs["B"]], ["y"],
+                            hidden_size=4)
+    graph = helper.make_graph([*nodes, lstm], "g", [_value("x", [5, 1, 3])],
+                              [_value("y", None)],
+                              [numpy_helper.from_array(np.asarray(v), k)
+                               for k, v in initializers.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_weights_computed_from_constants_are_folded() -> None:
+    W = _lstm_arrays(MODEL)["W"]  # (1, 16, 3): rebuilt from transposed gate blocks
+    blocks = np.split(W[0].T.copy(), 4, axis=1)
+    nodes = [helper.make_node("Concat", ["g0", "g1", "g2", "g3"], ["cat"], axis=1),
+             helper.make_node("Transpose", ["cat"], ["t"], perm=[1, 0]),
+             helper.make_node("Shape", ["t"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["rows"], axis=0),
+             helper.make_node("Unsqueeze", ["rows", "zero"], ["rows1"]),
+             helper.make_node("Concat", ["one", "rows1", "minus"], ["target"], axis=0),
+             helper.make_node("Reshape", ["t", "target"], ["computed"])]
+    constants = {f"g{i}": block for i, block in enumerate(blocks)}
+    constants.update(zero=np.array(0, np.int64), one=np.array([1], np.int64),
+                     minus=np.array([-1], np.int64))
+    assert rnnport.read(_computed(nodes, constants)) == rnnport.read(
+        rnnport.write(MODEL, "onnx"))
+
+
+def test_other_operators_on_weights_are_refused_by_name() -> None:
+    W = _lstm_arrays(MODEL)["W"]
+    model = _computed([helper.make_node("Mul", ["half", "two"], ["computed"])],
+                      {"half": W / 2, "two": np.array(2.0, np.float32)})
+    with pytest.raises(rnnport.UnsupportedFeatureError, match="Mul of float32 and float32"):
+        rnnport.read(model)
+    model = _computed([helper.make_node("Sqrt", ["sq"], ["computed"])], {"sq": W * W})
+    with pytest.raises(rnnport.UnsupportedFeatureError,
+                       match="computed by Sqrt at run time.*offline optimiser"):
+        rnnport.read(model)
+
+
+def test_graphs_built_to_exhaust_the_reader_are_refused() -> None:
+    W = _lstm_arrays(MODEL)["W"]
+    deep = [helper.make_node("Identity", ["w0" if i == 0 else f"i{i - 1}"], [f"i{i}"])
+            for i in range(1500)]
+    deep.append(helper.make_node("Identity", ["i1499"], ["computed"]))
+    with pytest.raises(rnnport.FormatError, match="more than 200 nested nodes"):
+        rnnport.read(_computed(deep, {"w0": W}))
+    huge = [helper.make_node("Expand", ["w0", "shape"], ["computed"])]
+    with pytest.raises(rnnport.FormatError, match="built to exhaust memory"):
+        rnnport.read(_computed(huge, {"w0": W, "shape": np.array([10**6, 10**6, 16, 3])}))
+    gathered = [helper.make_node("Gather", ["w0", "many"], ["computed"], axis=0)]
+    with pytest.raises(rnnport.FormatError, match="built to exhaust memory"):
+        rnnport.read(_computed(gathered, {"w0": W, "many": np.zeros(10**6, np.int64)}))
+    shared = [helper.make_node("Concat", ["w0"] * 400, ["computed"], axis=0)]
+    with pytest.raises(rnnport.FormatError, match="built to exhaust memory"):
+        rnnport.read(_computed(shared, {"w0": np.tile(W, (1, 1000, 1))}))
