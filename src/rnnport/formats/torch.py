@@ -10,7 +10,13 @@ Keys, per layer ``k`` (``_reverse`` suffix for the backward direction)::
 
 This is the canonical layout byte for byte. A state_dict taken from a larger model
 (keys like ``encoder.rnn.weight_ih_l0``) is found by its prefix; ``prefix=`` picks one
-when several RNNs share the dict. What keys cannot tell: ``nonlinearity="tanh"`` (an
+when several RNNs share the dict.
+
+Cells (``nn.LSTMCell``, ``nn.GRUCell``, ``nn.RNNCell``, stepped by hand in streaming
+models) keep one layer's arrays under the same names without the layer suffix:
+``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``. A cell reads as a one-layer,
+one-direction network (stepping it over a sequence is what ``forward`` computes);
+``write(..., cell=True)`` gives the cell's keys, and with ``module=True`` the cell module. What keys cannot tell: ``nonlinearity="tanh"`` (an
 ``nn.RNN`` with relu). ``nn.GRU`` is the reset-after GRU; PyTorch has no peepholes and
 no cell clip.
 
@@ -48,19 +54,27 @@ from ._protocol import Format, Suffix
 __all__ = ["FORMAT", "load", "save", "to_module"]
 
 READ_OPTIONS = frozenset({"nonlinearity", "prefix"})
-WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part"})
+WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part", "cell"})
 SUFFIXES = (Suffix(".pt", "a torch.save file"), Suffix(".pth", "a torch.save file"),
             Suffix(".safetensors", "a safetensors file"))
 FILE_SUFFIXES = tuple(suffix.text for suffix in SUFFIXES)
 
+# ``weight_ih_l0``, ``bias_hh_l1_reverse`` (nn.LSTM/GRU/RNN), ``weight_ih`` (the cells).
 KEY = re.compile(r"^(?P<prefix>.*?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
-                 r"_l(?P<layer>\d+)(?P<reverse>_reverse)?$")
+                 r"(?:_l(?P<layer>\d+)(?P<reverse>_reverse)?)?$")
 MODULE_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
+CELL_MODULES = {"LSTMCell": "lstm", "GRUCell": "gru", "RNNCell": "rnn"}
 GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
 
 
 def _is_module(value: Any) -> bool:
-    return hasattr(value, "state_dict") and getattr(value, "mode", None) in MODULE_MODES
+    return hasattr(value, "state_dict") and (
+        getattr(value, "mode", None) in MODULE_MODES or _is_cell(value))
+
+
+def _is_cell(value: Any) -> bool:
+    return type(value).__name__ in CELL_MODULES and hasattr(value, "state_dict") and \
+        hasattr(value, "weight_ih")
 
 
 def sniff(source: Any) -> bool:
@@ -96,16 +110,22 @@ def read(source: Any, **options: Any) -> Model:
 
 
 def _read_module(module: Any, options: dict[str, Any]) -> RNN:
-    cell = MODULE_MODES[module.mode]
     location = f"torch {type(module).__name__}"
+    if _is_cell(module):
+        family = CELL_MODULES[type(module).__name__]
+        cell = f"rnn_{module.nonlinearity}" if family == "rnn" else family
+        mode = f"nonlinearity {getattr(module, 'nonlinearity', None)!r}"
+    else:
+        cell, mode = MODULE_MODES[module.mode], f"mode {module.mode!r}"
     if "nonlinearity" in options and cell.startswith("rnn") and \
             f"rnn_{options['nonlinearity']}" != cell:
         raise FormatError(f"{location}: option nonlinearity={options['nonlinearity']!r} "
-                          f"contradicts the module's mode {module.mode!r}; drop the option.")
+                          f"contradicts the module's {mode}; drop the option.")
     rnn = _read_state_dict(module.state_dict(), {**options, "nonlinearity": cell[4:] or "tanh"}
                            if cell.startswith("rnn") else options, location)
     declared = dict(input_size=module.input_size, hidden_size=module.hidden_size,
-                    num_layers=module.num_layers, bidirectional=bool(module.bidirectional),
+                    num_layers=getattr(module, "num_layers", 1),
+                    bidirectional=bool(getattr(module, "bidirectional", False)),
                     proj_size=getattr(module, "proj_size", 0), bias=bool(module.bias))
     found = {key: getattr(rnn.spec, key) for key in declared}
     if found != declared:
@@ -117,11 +137,15 @@ def _read_module(module: Any, options: dict[str, Any]) -> RNN:
 def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], location: str) -> RNN:
     groups: dict[str, dict[tuple[int, int], dict[str, Any]]] = defaultdict(
         lambda: defaultdict(dict))
+    cells: set[str] = set()  # prefixes whose keys are a cell's (no layer suffix)
+    layered: set[str] = set()
     for key, value in state.items():
         match = KEY.match(key) if isinstance(key, str) else None
         if match:
             direction = 1 if match["reverse"] else 0
-            groups[match["prefix"]][(int(match["layer"]), direction)][match["name"]] = value
+            layer = 0 if match["layer"] is None else int(match["layer"])
+            (cells if match["layer"] is None else layered).add(match["prefix"])
+            groups[match["prefix"]][(layer, direction)][match["name"]] = value
     if not groups:
         keys = ", ".join(list(map(str, state))[:5])
         raise FormatError(f"{location}: no RNN weights found; expected keys like 'weight_ih_l0', "
@@ -138,6 +162,13 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
                           f"{', '.join(repr(p) for p in groups)}.")
     entries = groups[prefix]
     where = f"{location}{f' (prefix {prefix!r})' if prefix else ''}"
+    if prefix in cells:
+        if prefix in layered:
+            raise FormatError(f"{where}: holds both a cell's keys (weight_ih) and a layered "
+                              "network's (weight_ih_l0) under one prefix; expected one of them.")
+        if "weight_hr" in entries[(0, 0)]:
+            raise FormatError(f"{where}: a cell's keys with weight_hr; PyTorch's cells have no "
+                              "projection, and rnnport reads weight_hr only as weight_hr_l<k>.")
     layers = 1 + max(layer for layer, _ in entries)
     directions = 1 + max(direction for _, direction in entries)
     # Named lazily: a stray key such as weight_ih_l99999999 must not list 10⁸ gaps.
@@ -189,6 +220,15 @@ def key(name: str, layer: int, direction: int) -> str:
 
 
 def write(model: Model, path: Any = None, **options: Any) -> Any:
+    if options.get("cell") and not (isinstance(model, RNN) and model.spec.num_layers == 1
+                                    and not model.spec.bidirectional
+                                    and not model.spec.proj_size):
+        what = ("a stack of networks" if isinstance(model, Stack)
+                else model.spec.describe(article=True))
+        raise UnsupportedFeatureError(
+            f"write(fmt='torch', cell=True): a PyTorch cell is one layer, one direction and no "
+            f"projection, and this is {what}. Write it as a module (cell=False), or write each "
+            "layer of model.layers() as a cell.")
     if isinstance(model, Stack):
         if not options.pop("per_part", False):
             raise UnsupportedFeatureError(
@@ -201,12 +241,16 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
                               "per_part=True save each part yourself.")
         return [write(part, **options) for part in model.parts]
     options.pop("per_part", None)
-    state = {key(name, layer, direction): exported(model, array)
+    cell = bool(options.get("cell", False))
+    state = {name if cell else key(name, layer, direction): exported(model, array)
              for layer, direction, name, array in model.arrays()}
     if path is not None:
         save(state, path)
     if options.get("module", False):
-        return to_module(model, state, batch_first=options.get("batch_first", False))
+        if cell and "batch_first" in options:
+            raise FormatError("write(fmt='torch'): batch_first= does not apply to a cell, "
+                              "which takes one time step.")
+        return to_module(model, state, batch_first=options.get("batch_first", False), cell=cell)
     if "batch_first" in options:
         raise FormatError("write(fmt='torch'): batch_first= applies with module=True only.")
     return state
@@ -216,13 +260,19 @@ def _module_class(spec: Spec) -> str:
     return {"lstm": "LSTM", "gru": "GRU"}.get(spec.cell, "RNN")
 
 
-def to_module(model: RNN, state: Mapping[str, np.ndarray], *, batch_first: bool) -> Any:
+def to_module(model: RNN, state: Mapping[str, np.ndarray], *, batch_first: bool,
+              cell: bool = False) -> Any:
     torch = require("torch", extra="torch", purpose="write(fmt='torch', module=True)")
     spec = model.spec
     kwargs: dict[str, Any] = dict(input_size=spec.input_size, hidden_size=spec.hidden_size,
                                   num_layers=spec.num_layers, bias=spec.bias,
                                   batch_first=batch_first, bidirectional=spec.bidirectional)
-    if spec.cell == "lstm":
+    if cell:
+        shape = dict(input_size=spec.input_size, hidden_size=spec.hidden_size, bias=spec.bias)
+        module = (torch.nn.LSTMCell(**shape) if spec.cell == "lstm" else
+                  torch.nn.GRUCell(**shape) if spec.cell == "gru" else
+                  torch.nn.RNNCell(nonlinearity=spec.nonlinearity, **shape))
+    elif spec.cell == "lstm":
         module = torch.nn.LSTM(proj_size=spec.proj_size, **kwargs)
     elif spec.cell == "gru":
         module = torch.nn.GRU(**kwargs)
@@ -262,7 +312,15 @@ def load(path: Any) -> dict[str, Any]:
             "truncated or damaged, or comes from an older PyTorch. That legacy format's sizes "
             "cannot be checked before memory is allocated, so rnnport does not read it; "
             "re-save it with a current PyTorch: torch.save(torch.load(path), path).")
-    open_zip(path, "PyTorch file").close()  # member names and sizes checked before torch reads
+    with open_zip(path, "PyTorch file") as archive:  # names and sizes checked before torch
+        names = archive.namelist()
+    if any("/code/" in name for name in names) or any(name.endswith("/constants.pkl")
+                                                      for name in names):
+        raise UnsupportedFeatureError(
+            f"{path}: a TorchScript archive (torch.jit.save), whose module is code that would "
+            "have to run to be loaded; rnnport reads state_dicts and never runs a file's code. "
+            "Where you trust the file, take its weights out once: "
+            "torch.save(torch.jit.load(path).state_dict(), 'weights.pt'), and read that.")
     try:
         loaded = torch.load(str(path), map_location="cpu", weights_only=True)
     except MemoryError:
