@@ -16,9 +16,12 @@ Cells (``nn.LSTMCell``, ``nn.GRUCell``, ``nn.RNNCell``, stepped by hand in strea
 models) keep one layer's arrays under the same names without the layer suffix:
 ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``. A cell reads as a one-layer,
 one-direction network (stepping it over a sequence is what ``forward`` computes);
-``write(..., cell=True)`` gives the cell's keys, and with ``module=True`` the cell module. What keys cannot tell: ``nonlinearity="tanh"`` (an
-``nn.RNN`` with relu). ``nn.GRU`` is the reset-after GRU; PyTorch has no peepholes and
-no cell clip.
+``write(..., cell=True)`` gives the cell's keys, and with ``module=True`` the cell module.
+
+What keys cannot tell: ``nonlinearity="tanh"`` (an ``nn.RNN`` or ``nn.RNNCell`` with relu).
+``nn.GRU`` is the reset-after GRU; PyTorch has no peepholes and no cell clip. A
+TorchScript archive (``torch.jit.save``) is a module as code, refused: reading it would
+mean running it.
 
 Writing gives a dict of NumPy arrays (``module=True``: a ready ``nn.Module``, which needs
 torch). A list of state_dicts or modules reads as a stack. Tensors are converted without
