@@ -62,9 +62,9 @@ def test_cell_state_dicts_with_a_prefix_and_files_read_and_write_back(name: str,
     assert rnnport.read(prefixed, **options) == model
     torch.save(prefixed, tmp_path / "cell.pt")
     assert rnnport.read(tmp_path / "cell.pt", **options) == model
-    written = rnnport.write(model, "torch", cell=True)
+    written = rnnport.write(model, "torch", as_cell=True)
     assert sorted(written) == sorted(cell.state_dict())
-    module = rnnport.write(model, "torch", cell=True, module=True)
+    module = rnnport.write(model, "torch", as_cell=True, module=True)
     assert type(module) is type(cell) and rnnport.read(module) == model
     x = np.random.default_rng(4).uniform(-1, 1, (BATCH, TIME, INPUT)).astype(np.float32)
     np.testing.assert_array_equal(_stepped(module, x)[0], _stepped(cell, x)[0])
@@ -85,9 +85,9 @@ def test_only_one_layer_one_direction_writes_as_a_cell() -> None:
     for spec in (Spec("lstm", 3, 4, num_layers=2), Spec("gru", 3, 4, bidirectional=True),
                  Spec("lstm", 3, 4, proj_size=2)):
         with pytest.raises(rnnport.UnsupportedFeatureError, match="a PyTorch cell is one layer"):
-            rnnport.write(RNN.random(spec), "torch", cell=True)
+            rnnport.write(RNN.random(spec), "torch", as_cell=True)
     with pytest.raises(rnnport.FormatError, match="does not apply to a cell"):
-        rnnport.write(RNN.random(Spec("gru", 3, 4)), "torch", cell=True, module=True,
+        rnnport.write(RNN.random(Spec("gru", 3, 4)), "torch", as_cell=True, module=True,
                       batch_first=True)
 
 

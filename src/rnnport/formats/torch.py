@@ -16,7 +16,10 @@ Cells (``nn.LSTMCell``, ``nn.GRUCell``, ``nn.RNNCell``, stepped by hand in strea
 models) keep one layer's arrays under the same names without the layer suffix:
 ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``. A cell reads as a one-layer,
 one-direction network (stepping it over a sequence is what ``forward`` computes);
-``write(..., cell=True)`` gives the cell's keys, and with ``module=True`` the cell module.
+``write(..., as_cell=True)`` gives the cell's keys, and with ``module=True`` the cell module
+(``as_cell``, not ``cell``: a conversion hands ``cell=`` to the reader of a flat buffer or the
+writer of TF1 cells). A cell's keys are told apart from other formats' by PyTorch's
+dotted module paths: a key holding ``/`` is no PyTorch key.
 
 What keys cannot tell: ``nonlinearity="tanh"`` (an ``nn.RNN`` or ``nn.RNNCell`` with relu).
 ``nn.GRU`` is the reset-after GRU; PyTorch has no peepholes and no cell clip. A
@@ -57,7 +60,7 @@ from ._protocol import Format, Suffix
 __all__ = ["FORMAT", "load", "save", "to_module"]
 
 READ_OPTIONS = frozenset({"nonlinearity", "prefix"})
-WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part", "cell"})
+WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part", "as_cell"})
 SUFFIXES = (Suffix(".pt", "a torch.save file"), Suffix(".pth", "a torch.save file"),
             Suffix(".safetensors", "a safetensors file"))
 FILE_SUFFIXES = tuple(suffix.text for suffix in SUFFIXES)
@@ -80,13 +83,22 @@ def _is_cell(value: Any) -> bool:
         hasattr(value, "weight_ih")
 
 
+def _match(key: Any) -> re.Match[str] | None:
+    """``key`` as a PyTorch recurrent parameter's name; a cell's (no layer suffix) only under
+    a dotted module path, never one holding ``/`` (other formats' paths)."""
+    match = KEY.match(key) if isinstance(key, str) else None
+    if match and match["layer"] is None and "/" in match["prefix"]:
+        return None
+    return match
+
+
 def sniff(source: Any) -> bool:
     if _is_module(source):
         return True
     if isinstance(source, (str, os.PathLike)):
         return Path(source).suffix.lower() in FILE_SUFFIXES
     if isinstance(source, Mapping):
-        return any(isinstance(key, str) and KEY.match(key) for key in source)
+        return any(_match(key) for key in source)
     if isinstance(source, (list, tuple)) and source:
         return all(_is_module(item) or (isinstance(item, Mapping) and sniff(item))
                    for item in source)
@@ -143,7 +155,7 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
     cells: set[str] = set()  # prefixes whose keys are a cell's (no layer suffix)
     layered: set[str] = set()
     for key, value in state.items():
-        match = KEY.match(key) if isinstance(key, str) else None
+        match = _match(key)
         if match:
             direction = 1 if match["reverse"] else 0
             layer = 0 if match["layer"] is None else int(match["layer"])
@@ -223,14 +235,14 @@ def key(name: str, layer: int, direction: int) -> str:
 
 
 def write(model: Model, path: Any = None, **options: Any) -> Any:
-    if options.get("cell") and not (isinstance(model, RNN) and model.spec.num_layers == 1
+    if options.get("as_cell") and not (isinstance(model, RNN) and model.spec.num_layers == 1
                                     and not model.spec.bidirectional
                                     and not model.spec.proj_size):
         what = ("a stack of networks" if isinstance(model, Stack)
                 else model.spec.describe(article=True))
         raise UnsupportedFeatureError(
-            f"write(fmt='torch', cell=True): a PyTorch cell is one layer, one direction and no "
-            f"projection, and this is {what}. Write it as a module (cell=False), or write each "
+            f"write(fmt='torch', as_cell=True): a PyTorch cell is one layer, one direction and no "
+            f"projection, and this is {what}. Write it as a module (as_cell=False), or write each "
             "layer of model.layers() as a cell.")
     if isinstance(model, Stack):
         if not options.pop("per_part", False):
@@ -244,7 +256,7 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
                               "per_part=True save each part yourself.")
         return [write(part, **options) for part in model.parts]
     options.pop("per_part", None)
-    cell = bool(options.get("cell", False))
+    cell = bool(options.get("as_cell", False))
     state = {name if cell else key(name, layer, direction): exported(model, array)
              for layer, direction, name, array in model.arrays()}
     if path is not None:
@@ -339,7 +351,7 @@ def load(path: Any) -> dict[str, Any]:
                           f"{str(error)[:300]}); it may be truncated or damaged.") from None
     for key in ("state_dict", "model_state_dict", "model"):  # common checkpoint wrappers
         if isinstance(loaded, Mapping) and isinstance(loaded.get(key), Mapping) \
-                and not any(KEY.match(str(k)) for k in loaded):
+                and not any(_match(k) for k in loaded):
             loaded = loaded[key]
     if not isinstance(loaded, Mapping):
         raise FormatError(f"{path}: holds {describe(loaded)}, not a state_dict; save "
