@@ -173,6 +173,8 @@ LEGACY_FILES = {  # file stem → the stem of its expected output
     "cudnn_lstm_weights": "cudnn_lstm",
     "cudnn_gru": "cudnn_gru",
     "cudnn_bigru": "cudnn_bigru",
+    "legacy_activations": "legacy_activations",
+    "old_keras_weights": "old_keras_weights",
 }
 
 
@@ -194,6 +196,36 @@ def test_cudnn_layers_give_the_buffer_they_hand_to_cudnn(legacy: Path, stem: str
     buffer = rnnport.write(rnnport.read(legacy / f"{stem}.h5"), "cudnn")
     recorded = expected[f"params_{stem}"]
     assert buffer.dtype == recorded.dtype and np.array_equal(buffer, recorded)
+
+
+@pytest.mark.slow
+def test_an_old_keras_weights_file_takes_that_kerass_default_gates(legacy: Path) -> None:
+    """Keras before 2.3 defaulted recurrent_activation to hard_sigmoid; its weights-only file
+    records nothing else. tf.keras's 2.2.4-tf spans TensorFlow 1.x and 2.0: no guess."""
+    expected = np.load(legacy / "expected.npz")
+    model = rnnport.read(legacy / "old_keras_weights.h5")
+    assert [part.spec.activations[0] for part in model.parts] == [("HardSigmoid", 0.2, 0.5)] * 2
+    with pytest.raises(FormatError, match="TensorFlow 1.x to 2.1.*recurrent_activation="):
+        rnnport.read(legacy / "old_tf_keras_weights.h5")
+    told = rnnport.read(legacy / "old_tf_keras_weights.h5", recurrent_activation="hard_sigmoid",
+                        keras_version="2.2.4-tf")
+    _close(told.forward(expected["x"])[0], expected["old_keras_weights"])
+    later = rnnport.read(legacy / "old_keras_weights.h5", recurrent_activation="sigmoid")
+    assert not np.allclose(later.forward(expected["x"])[0], expected["old_keras_weights"],
+                           atol=1e-3)
+
+
+@pytest.mark.slow
+def test_cudnn_layers_get_weights_lists_read_as_cudnn(legacy: Path) -> None:
+    expected = np.load(legacy / "expected.npz")
+    with h5py.File(legacy / "cudnn_lstm.h5", "r") as h5:
+        group = h5["model_weights/cu_dnnlstm/cu_dnnlstm"]
+        arrays = [group[name][()] for name in ("kernel:0", "recurrent_kernel:0", "bias:0")]
+    from_file = rnnport.read(legacy / "cudnn_lstm.h5")
+    assert rnnport.read(arrays) == from_file == rnnport.read(arrays, cudnn_layer=True)
+    _close(from_file.forward(expected["x"])[0], expected["cudnn_lstm"])
+    with pytest.raises(ShapeError, match="CuDNNLSTM's or CuDNNGRU's.*cudnn_layer=True"):
+        rnnport.read(arrays, cudnn_layer=False)
 
 
 @pytest.mark.slow

@@ -12,6 +12,14 @@ Writes into OUT_DIR:
 * ``legacy_functional.h5``: Functional GRU(3, reset_after=False) → SimpleRNN(2, relu) → Dense
 * ``cudnn_lstm.h5`` / ``cudnn_lstm_weights.h5``: CuDNNLSTM(4); ``cudnn_gru.h5``: CuDNNGRU(3);
   ``cudnn_bigru.h5``: Bidirectional(CuDNNGRU(3)) → Dense(2)
+* ``legacy_activations.h5`` (``model.save``): LSTM(4, activation="relu",
+  recurrent_activation="hard_sigmoid") → GRU(3, activation="linear",
+  recurrent_activation="hard_sigmoid") → Dense(2); tf_keras's hard_sigmoid is Keras 2's,
+  clip(0.2·x + 0.5, 0, 1)
+* ``old_keras_weights.h5`` (``save_weights``): LSTM(4) → GRU(3, reset_after=False), both
+  with recurrent_activation="hard_sigmoid", the file's ``keras_version`` set to ``2.2.4``: what
+  Keras before 2.3 wrote with its default gates; ``old_tf_keras_weights.h5`` the same with
+  ``2.2.4-tf`` (tf.keras in TensorFlow 1.13 to 2.1, whose default changed at 2.0)
 * ``expected.npz``: ``x`` and, per file stem, the recurrent stack's output on ``x``.
   CuDNN layers have no CPU kernel, so their outputs come from tf_keras's own conversion:
   a plain LSTM / GRU(reset_after=True) twin loads the CuDNN file (``load_weights`` converts
@@ -31,6 +39,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import warnings
 
+import h5py
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
@@ -130,6 +139,27 @@ def main(out: str) -> None:
         expected[stem] = run_layers(twin.layers[:1], x)
         if not bidirectional:
             expected[f"params_{stem}"] = recorded_params(cudnn_layer, x)
+
+    model = sequential(keras.layers.LSTM(4, activation="relu", recurrent_activation="hard_sigmoid",
+                                         return_sequences=True, name="lstm"),
+                       keras.layers.GRU(3, activation="linear", recurrent_activation="hard_sigmoid",
+                                        return_sequences=True, name="gru"),
+                       keras.layers.Dense(2, name="dense"))
+    randomize(model, rng)
+    model.save(os.path.join(out, "legacy_activations.h5"))
+    expected["legacy_activations"] = run_layers(model.layers[:2], x)
+
+    model = sequential(keras.layers.LSTM(4, recurrent_activation="hard_sigmoid",
+                                         return_sequences=True, name="lstm"),
+                       keras.layers.GRU(3, recurrent_activation="hard_sigmoid", reset_after=False,
+                                        return_sequences=True, name="gru"))
+    randomize(model, rng)
+    for stem, version in (("old_keras_weights", "2.2.4"), ("old_tf_keras_weights", "2.2.4-tf")):
+        path = os.path.join(out, f"{stem}.h5")
+        model.save_weights(path)
+        with h5py.File(path, "r+") as h5:  # what the older Keras wrote in the file
+            h5.attrs["keras_version"] = np.bytes_(version)
+    expected["old_keras_weights"] = run_layers(model.layers, x)
 
     np.savez(os.path.join(out, "expected.npz"), **expected)
 

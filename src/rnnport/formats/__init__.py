@@ -33,6 +33,8 @@ What the format can hold:
   network without them.
 * ``names``: what the format calls a feature it holds, or the reset-after GRU
   (``reset_after``), for messages: ``{"reset_before": "GRUCell"}``.
+* ``activations(spec) -> bool`` (optional): for a format that names some non-default
+  activations but not all (Keras's own functions), whether it holds those of ``spec``.
 * ``extra``: the pip extra its framework objects need, or None; ``modules``: the optional
   modules its verbs import when they need them (``torch``, ``h5py`` …).
 
@@ -340,6 +342,9 @@ def matrix_markdown() -> str:
         f"same function, rounded once): {summed}. "
         + " ".join(f"`{name}` also stores zero biases for a network without them."
                    for name in names if get(name).always_bias),
+        *(f"* `{name}` holds the non-default activations it has names for, not others "
+          "(its module's docstring lists them)." for name in names
+          if get(name).activations is not None),
         f"* −x: networks using feature x are refused with an error naming it: {codes}.",
         "* Every format holds LSTM, GRU and simple RNN (tanh and relu) cells, any number of "
         "layers, one or two directions, with or without biases.",

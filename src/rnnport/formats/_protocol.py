@@ -133,6 +133,7 @@ class Format:
     framework_forward: Callable[[Any, Model, np.ndarray], tuple[str, np.ndarray] | str] | None \
         = None
     names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    activations: Callable[[Spec], bool] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted((self.features | set(self.names)) - set(FEATURE_CODES) - {"reset_after"})
@@ -172,7 +173,7 @@ class Format:
                                           "was written") -> None:
         """Raise UnsupportedFeatureError naming the first feature of ``spec`` this format
         lacks, and the formats that hold it."""
-        missing = missing_feature(spec, self.features)
+        missing = missing_feature(spec, self.holds(spec))
         if missing is None:
             return
         key, what, why = missing
@@ -186,6 +187,14 @@ class Format:
             alternatives = "No registered format holds it besides rnnport's own model."
         raise UnsupportedFeatureError(f"{where}: the {self.name} format cannot hold {what}: "
                                       f"{why}. {consequence}. {alternatives}")
+
+
+    def holds(self, spec: Spec) -> frozenset[str]:
+        """The features this format holds of ``spec``: its declared ones, and non-default
+        activations where it names those of ``spec`` (``activations``)."""
+        if spec.activations and self.activations is not None and self.activations(spec):
+            return self.features | {"activations"}
+        return self.features
 
 
 def check_options(where: str, options: Mapping[str, Any], known: frozenset[str]) -> None:

@@ -57,12 +57,19 @@ def param_count(model: Model) -> int:
 
 
 def read_options_for(spec: Spec) -> dict[str, Any]:
-    """Arrays do not say whether a SimpleRNN runs relu, nor which GRU a bias-free one is."""
+    """Arrays say neither a layer's activations nor which GRU a bias-free one is."""
     options: dict[str, Any] = {}
     if spec.cell.startswith("rnn"):
         options["activation"] = spec.nonlinearity
     if spec.cell == "gru" and not spec.bias:
         options["reset_after"] = spec.reset_after
+    if spec.activations:
+        names = [layers.keras_names(activation) for activation in spec.activations[:2]]
+        options["recurrent_activation"], options["activation"] = (
+            next(iter(found.values())) for found in names)
+        majors = {major for found in names for major in found if major is not None}
+        if majors:
+            options["keras_version"] = str(majors.pop())
     return options
 
 
@@ -93,7 +100,8 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
 
 FORMAT = Format(
     "keras", sniff=sniff, reader=read, writer=write, counter=param_count,
-    read_options=frozenset({"activation", "reset_after", "layer"}),
+    read_options=frozenset({"activation", "recurrent_activation", "keras_version", "reset_after",
+                            "layer", "cudnn_layer"}),
     features=frozenset({"reset_before"}),
     # Cells whose two biases Keras keeps as one (a GRU with reset_after=True keeps both).
     one_bias=frozenset({"lstm", "gru_reset_before", "rnn"}), extra="keras", modules=("h5py",),
@@ -103,4 +111,5 @@ FORMAT = Format(
               Suffix(".hdf5", "a legacy Keras .hdf5", writes=False)),
     read_options_for=read_options_for, gate_names={"g": "c", "n": "h"},
     explain_arrays=explain_arrays, framework_forward=framework_forward,
-    names={"reset_before": "reset_after=False", "reset_after": "reset_after=True"})
+    names={"reset_before": "reset_after=False", "reset_after": "reset_after=True"},
+    activations=layers.holds_activations)

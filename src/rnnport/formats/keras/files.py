@@ -163,6 +163,7 @@ class FileLayer:
     datasets: list[str] = field(default_factory=list)        # their paths in the file
     inputs: tuple[str, ...] | None = None   # Functional: the layers feeding it
     aliases: tuple[str, ...] = ()           # other names it answers to (its group key)
+    keras_version: str | None = None        # of the Keras that wrote the file, when it says
 
     def describe(self) -> str:
         if self.class_name:
@@ -197,8 +198,9 @@ def read_file(source: Any, **options: Any) -> Model:
         raise FormatError(f"{path}: the model config is nested too deeply to be a Keras "
                           "config; the file is damaged or built to break a reader.") from None
     chosen = _select(layers, choice, str(path), functional=functional, ordered=ordered)
-    for option, gates, owner in (("activation", 1, "SimpleRNN"), ("reset_after", 3, "GRU")):
-        if option in options and not any(_gates(layer) == gates for layer in chosen):
+    for option, gates, owner in (("activation", {1}, "SimpleRNN"), ("reset_after", {3}, "GRU"),
+                                 ("recurrent_activation", {3, 4}, "LSTM and GRU")):
+        if option in options and not any(_gates(layer) in gates for layer in chosen):
             raise FormatError(f"{path}: option {option}= applies to {owner} layers, and the "
                               f"layers read ({', '.join(layer.describe() for layer in chosen)}) "
                               "have none; drop the option.")
@@ -228,10 +230,14 @@ def _archive_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
                 f"{other}")
         config_bytes = read_member(archive, ARCHIVE_CONFIG, str(path))
         weights_bytes = read_member(archive, ARCHIVE_WEIGHTS, str(path))
+        metadata = (_json(read_member(archive, ARCHIVE_METADATA, str(path)),
+                          f"{path}, {ARCHIVE_METADATA}") if ARCHIVE_METADATA in names else {})
     config = _json(config_bytes, f"{path}, {ARCHIVE_CONFIG}")
+    version = metadata.get("keras_version") if isinstance(metadata, Mapping) else None
     where = f"{path}, {ARCHIVE_WEIGHTS}"
     with _open_h5(weights_bytes, where) as h5:
-        return _keras3_layers(h5, config, where, f"{path}, {ARCHIVE_CONFIG}")
+        return _versioned(_keras3_layers(h5, config, where, f"{path}, {ARCHIVE_CONFIG}"),
+                          None if version is None else str(version))
 
 
 def _json(data: Any, where: str) -> Any:
@@ -255,25 +261,37 @@ def _open_h5(source: Path | bytes, where: str) -> Iterator[hdf5.Group]:
                           f"{error}); the file may be truncated or damaged.") from None
 
 
+def _versioned(found: tuple[list[FileLayer], bool, bool],
+               version: str | None) -> tuple[list[FileLayer], bool, bool]:
+    for layer in found[0]:
+        layer.keras_version = version
+    return found
+
+
 def _h5_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
     where = str(path)
     with _open_h5(path, where) as h5:
-        if "model_config" in h5.attrs:
-            config = _json(h5.attrs["model_config"], f"{where}, attribute model_config")
-            weights = _child(h5, "model_weights", where)
-            if weights is None or not isinstance(weights, hdf5.Group):
-                raise FormatError(f"{where}: a legacy Keras model file without a model_weights "
-                                  "group; expected /model_weights/<layer>/… (what "
-                                  "model.save('m.h5') writes). The file may be damaged.")
-            return _legacy_layers(weights, config, where)
-        if _attr_strings(h5, "layer_names", where) is not None:
-            return _legacy_layers(h5, None, where)
-        if any(name in h5 for name in CONTAINERS) or "vars" in h5:
-            return _keras3_layers(h5, None, where, where)
-        raise FormatError(
-            f"{where}: an HDF5 file, but not a Keras one; expected Keras 3 weights (groups "
-            "layers/<layer>/…) or a legacy Keras file (attribute layer_names or model_config), "
-            f"found top-level entries {sorted(h5)!r}.")
+        version = _text(h5.attrs["keras_version"]) if "keras_version" in h5.attrs else None
+        return _versioned(_h5_file_layers(h5, where), version)
+
+
+def _h5_file_layers(h5: hdf5.Group, where: str) -> tuple[list[FileLayer], bool, bool]:
+    if "model_config" in h5.attrs:
+        config = _json(h5.attrs["model_config"], f"{where}, attribute model_config")
+        weights = _child(h5, "model_weights", where)
+        if weights is None or not isinstance(weights, hdf5.Group):
+            raise FormatError(f"{where}: a legacy Keras model file without a model_weights "
+                              "group; expected /model_weights/<layer>/… (what "
+                              "model.save('m.h5') writes). The file may be damaged.")
+        return _legacy_layers(weights, config, where)
+    if _attr_strings(h5, "layer_names", where) is not None:
+        return _legacy_layers(h5, None, where)
+    if any(name in h5 for name in CONTAINERS) or "vars" in h5:
+        return _keras3_layers(h5, None, where, where)
+    raise FormatError(
+        f"{where}: an HDF5 file, but not a Keras one; expected Keras 3 weights (groups "
+        "layers/<layer>/…) or a legacy Keras file (attribute layer_names or model_config), "
+        f"found top-level entries {sorted(h5)!r}.")
 
 
 # -- h5 access (links and external data refused) ------------------------------------------
@@ -717,16 +735,17 @@ def _find(layers: list[FileLayer], name: str, where: str) -> FileLayer:
 def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
     location = f"{layer.where}, layer {layer.describe()}"
     gates = _gates(layer)
-    # A file may mix cells: activation= is SimpleRNN's option, reset_after= a GRU's.
+    # A file may mix cells: activation= is SimpleRNN's option, reset_after= a GRU's,
+    # recurrent_activation= an LSTM's and a GRU's (their candidates' come from configs).
     options = {key: value for key, value in options.items()
-               if not ((key == "activation" and gates != 1) or (key == "reset_after" and gates != 3))}
+               if not ((key == "activation" and gates != 1) or (key == "reset_after" and gates != 3)
+                       or (key == "recurrent_activation" and gates not in (3, 4)))}
+    version = options.get("keras_version", layer.keras_version)
     if layer.class_name is None or layer.config is None:
         halves = layer.arrays[:3] if len(layer.arrays) in (3, 6) else layer.arrays
-        if keras_layers.is_cudnn_weights(halves):
-            gates = np.shape(halves[1])[1] // np.shape(halves[1])[0]
-            return keras_layers.read_cudnn_weights(layer.arrays,
-                                                   keras_layers.GATE_COUNT_CELLS[gates],
-                                                   options, location)
+        if gates in (3, 4) and "recurrent_activation" not in options and \
+                not keras_layers.is_cudnn_weights(halves):
+            options = {**options, **_default_gate_activation(version, location)}
         return keras_layers.read_weights(layer.arrays, options, location)
     config = layer.config
     if layer.class_name in keras_layers.WRAPPERS:
@@ -740,16 +759,34 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
             backward_pair = (inner, {**inner_config,
                                      "go_backwards": not inner_config.get("go_backwards", False)})
         layer_options = keras_layers.bidirectional_options(config, (inner, inner_config),
-                                                           backward_pair, location)
+                                                           backward_pair, location,
+                                                           keras_version=version)
         directions = 2
     else:
         inner = layer.class_name
         inner_config = _gru_defaults({"class_name": inner, "config": config}, layer.arrays)
         layer_options = keras_layers.layer_options(inner, inner_config, location,
-                                                   backward=False)
+                                                   backward=False, keras_version=version)
         directions = 1
     _check_shapes(layer, inner, inner_config, directions, location)
     return keras_layers.read_configured(inner, layer.arrays, options, layer_options, location)
+
+
+def _default_gate_activation(version: str | None, location: str) -> dict[str, Any]:
+    """The gates' activation of an LSTM or GRU in a weights-only file, which records none:
+    the default of the Keras that wrote it (``hard_sigmoid`` before Keras 2.3)."""
+    if version is None or keras_layers.keras_major(version) == 3:
+        return {}
+    numbers = re.findall(r"\d+", version)[:2]
+    if len(numbers) < 2 or (int(numbers[0]), int(numbers[1])) >= (2, 3):
+        return {}
+    if "tf" in version:
+        raise FormatError(
+            f"{location}: a weights-only file from tf.keras {version} (TensorFlow 1.x to "
+            "2.1), whose LSTM and GRU gates defaulted to hard_sigmoid in TensorFlow 1.x and to "
+            "sigmoid from 2.0 on, and the file does not say which. Pass "
+            "recurrent_activation='hard_sigmoid' or 'sigmoid' (what the model was built with).")
+    return {"recurrent_activation": "hard_sigmoid", "keras_version": version}
 
 
 def _gru_defaults(entry: Mapping[str, Any], arrays: Sequence[np.ndarray]) -> Mapping[str, Any]:
@@ -935,9 +972,25 @@ def _rnn_entry(planned: _Planned, spec: Spec, dtype: str, *, backward: bool | No
     }
     if gate_family(spec.cell) != "rnn":
         config["recurrent_activation"] = "sigmoid"
+        if spec.activations:
+            config["recurrent_activation"], config["activation"] = (
+                _keras3_name(activation) for activation in spec.activations[:2])
     if spec.cell == "gru":
         config["reset_after"] = spec.reset_after
     return _entry(planned.cls, config)
+
+
+def _keras3_name(activation: Any) -> str:
+    names = keras_layers.keras_names(activation)
+    name = names.get(None, names.get(3))
+    if name is None:
+        raise UnsupportedFeatureError(
+            f"write(fmt='keras'): the activation {activation[0]}({activation[1]:g}, "
+            f"{activation[2]:g}) is Keras 2's hard_sigmoid (clip(0.2·x + 0.5, 0, 1)), which "
+            "Keras 3 does not have, and .keras files are Keras 3 models. Write the weights "
+            "(get_weights() lists, .weights.h5) for a Keras 2 layer, or another format (onnx, "
+            "npz). Nothing was written.")
+    return name
 
 
 def _archive_bytes(config: Mapping[str, Any], weights: bytes) -> bytes:

@@ -21,10 +21,20 @@ recurrent-side slot (``bias_hh``) with zeros in ``bias_ih`` — where TensorFlow
 when it handed a Keras LSTM to cuDNN; writing sums the two slots (exact in function,
 and bit-exact when one slot is zero). A reset-after GRU keeps both.
 
-What weights cannot tell comes as options with Keras's defaults: ``activation="tanh"``
-(SimpleRNN: ``"relu"`` also), ``reset_after=True`` (a GRU with no bias). Layer objects
-are read through ``get_config()``/``get_weights()``; Keras itself is never imported.
-Keras cannot hold a projection, peepholes or a cell clip.
+What weights cannot tell comes as options with Keras's defaults: ``activation="tanh"``,
+``recurrent_activation="sigmoid"`` (LSTM and GRU gates), ``reset_after=True`` (a GRU with
+no bias). Layer objects are read through ``get_config()``/``get_weights()``; Keras itself
+is never imported. Keras cannot hold a projection, peepholes or a cell clip.
+
+Activations: an LSTM's ``recurrent_activation`` drives its gates and ``activation`` both
+its candidate and its output (rnnport's activations f, g, h = recurrent, activation,
+activation); a GRU's, its gates and its candidate. rnnport computes Keras's ``sigmoid``,
+``tanh``, ``relu``, ``linear``, ``softsign``, ``softplus``, ``elu`` and ``hard_sigmoid``, which
+is two functions: Keras 2 and tf.keras compute ``clip(0.2·x + 0.5, 0, 1)``, Keras 3
+``relu6(x + 3) / 6``. Which one a layer used comes from the file's ``keras_version`` (or, for a
+layer object, from calling its function); for bare arrays ``keras_version=`` says it. Keras
+before 2.3 (and tf.keras in TensorFlow 1.x) defaulted ``recurrent_activation`` to
+``hard_sigmoid``. A SimpleRNN's activation is its cell: ``tanh`` or ``relu``.
 
 Legacy ``CuDNNLSTM`` / ``CuDNNGRU`` (tf.keras 1.x/2.x, ``tf.compat.v1.keras.layers``) keep
 ``kernel (I, G·H)``, ``recurrent_kernel (H, G·H)`` and one ``bias (2·G·H,)`` = input-side
@@ -47,14 +57,16 @@ from typing import Any
 
 import numpy as np
 
+from ...activations import Activation
 from ...errors import FormatError, ShapeError, UnsupportedFeatureError
 from ...gates import CANONICAL, gate_family, reorder, transposed
 from ...model import RNN, Model, as_float_array, stack
 from ...spec import Spec
 from .._common import combine_biases, describe, to_numpy
 
-__all__ = ["LAYER_CELLS", "PASSIVE_LAYERS", "WRAPPERS", "bidirectional_options",
-           "is_cudnn_weights", "layer_options", "leaves", "read", "read_configured",
+__all__ = ["KERAS_ACTIVATIONS", "LAYER_CELLS", "PASSIVE_LAYERS", "WRAPPERS",
+           "bidirectional_options", "holds_activations", "is_cudnn_weights", "keras_major",
+           "keras_names", "layer_options", "leaves", "read", "read_configured",
            "read_cudnn_weights", "read_weights", "sniff", "stack_layers", "write"]
 
 ORDERS = {"lstm": "ifgo", "gru": "zrn", "rnn": "h"}
@@ -66,6 +78,69 @@ PASSIVE_LAYERS = {"InputLayer", "Masking", "Dropout", "SpatialDropout1D", "Gauss
                   "GaussianDropout", "AlphaDropout", "ActivityRegularization"}
 MODEL_CLASSES = {"Sequential", "Functional", "Model"}
 GATE_COUNT_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
+
+# Keras's activation functions that rnnport computes, as ONNX functions (name, alpha, beta).
+KERAS_ACTIVATIONS: dict[str, Activation] = {
+    "sigmoid": ("Sigmoid", 0.0, 0.0), "tanh": ("Tanh", 0.0, 0.0), "relu": ("Relu", 0.0, 0.0),
+    "linear": ("Affine", 1.0, 0.0), "softsign": ("Softsign", 0.0, 0.0),
+    "softplus": ("Softplus", 0.0, 0.0), "elu": ("Elu", 1.0, 0.0)}
+# hard_sigmoid by Keras major version: clip(0.2·x + 0.5, 0, 1); relu6(x + 3) / 6.
+HARD_SIGMOID: dict[int, Activation] = {2: ("HardSigmoid", 0.2, 0.5),
+                                       3: ("HardSigmoid", 1 / 6, 0.5)}
+
+
+def keras_major(version: Any) -> int | None:
+    """2 or 3 from a ``keras_version`` (``"2.2.4-tf"``, ``"3.4.1"``, ``3``); None if unknown."""
+    text = str(version).strip() if version is not None else ""
+    head = text.split(".")[0]
+    return int(head) if head in ("2", "3") else None
+
+
+def _same(first: Activation, second: Activation) -> bool:
+    """Equal as stored in float32 (an ONNX file keeps alpha and beta so)."""
+    return first[0] == second[0] and all(np.float32(a) == np.float32(b)
+                                         for a, b in zip(first[1:], second[1:], strict=True))
+
+
+def keras_names(activation: Activation) -> dict[int | None, str]:
+    """What each Keras calls ``activation``: ``{None: name}`` when every Keras does,
+    ``{2: "hard_sigmoid"}`` for a function only one has; empty when none does."""
+    for name, function in KERAS_ACTIVATIONS.items():
+        if _same(activation, function):
+            return {None: name}
+    return {major: "hard_sigmoid" for major, function in HARD_SIGMOID.items()
+            if _same(activation, function)}
+
+
+def _keras_activation(name: Any, options: Mapping[str, Any], option: str,
+                      location: str) -> Activation:
+    """The ONNX function for Keras activation ``name`` (the value of option ``option``)."""
+    name = _activation_name(name)
+    if name in KERAS_ACTIVATIONS:
+        return KERAS_ACTIVATIONS[name]
+    if name == "hard_sigmoid":
+        major = keras_major(options.get("keras_version"))
+        if major is None:
+            raise FormatError(
+                f"{location}: {option}='hard_sigmoid' is clip(0.2·x + 0.5, 0, 1) in Keras 2 and "
+                "tf.keras but relu6(x + 3) / 6 in Keras 3, and nothing says which Keras this "
+                "came from; pass keras_version= (e.g. '2.2.4' or 3).")
+        return HARD_SIGMOID[major]
+    raise UnsupportedFeatureError(
+        f"{location}: {option}={name!r}; rnnport computes the Keras activations "
+        f"{', '.join([*KERAS_ACTIVATIONS, 'hard_sigmoid'])} in LSTM and GRU layers. Rebuild "
+        "the layer with one of them, or convert with the framework itself.")
+
+
+def holds_activations(spec: Spec) -> bool:
+    """Whether one Keras layer computes ``spec``'s activations: each has a Keras name, an
+    LSTM's candidate and output share one, and no Keras 2 hard_sigmoid meets a Keras 3 one."""
+    names = [keras_names(activation) for activation in spec.activations]
+    if not all(names):
+        return False
+    if len({major for found in names for major in found if major is not None}) > 1:
+        return False
+    return spec.cell != "lstm" or _same(spec.activations[1], spec.activations[2])
 
 
 def _class_name(value: Any) -> str:
@@ -169,22 +244,23 @@ def _activation_name(value: Any) -> str | None:
 
 
 def layer_options(cls: str, config: Mapping[str, Any], location: str,
-                   *, backward: bool) -> dict[str, Any]:
+                  *, backward: bool, keras_version: Any = None) -> dict[str, Any]:
     """Check a Keras RNN layer's config (class ``cls``) for what changes the numbers; return
-    read options."""
+    read options. ``keras_version`` says which Keras wrote it (for ``hard_sigmoid``)."""
     activation = _activation_name(config.get("activation", "tanh"))
     recurrent_activation = _activation_name(config.get("recurrent_activation", "sigmoid"))
     if cls == "SimpleRNN":
         if activation not in ("tanh", "relu"):
             raise UnsupportedFeatureError(
                 f"{location}: SimpleRNN activation {activation!r}; rnnport computes 'tanh' and "
-                "'relu' (the activations cuDNN, PyTorch and ONNX share).")
-    elif activation != "tanh" or recurrent_activation != "sigmoid":
-        raise UnsupportedFeatureError(
-            f"{location}: {cls} with activation={activation!r}, recurrent_activation="
-            f"{recurrent_activation!r}; expected 'tanh' and 'sigmoid' (the functions cuDNN and "
-            "PyTorch compute). Older Keras defaulted to 'hard_sigmoid': retrain or rebuild the "
-            "layer with recurrent_activation='sigmoid'.")
+                "'relu' for a simple RNN (the activations cuDNN, PyTorch and ONNX share).")
+    elif cls in CUDNN_CELLS:
+        pass  # CuDNN layers have fixed activations
+    else:
+        known = {"keras_version": keras_version}
+        for option, name in (("activation", activation),
+                             ("recurrent_activation", recurrent_activation)):
+            _keras_activation(name, known, option, location)
     if bool(config.get("go_backwards", False)) != backward:
         raise UnsupportedFeatureError(
             f"{location}: go_backwards={config.get('go_backwards')!r} outside a Bidirectional "
@@ -193,11 +269,38 @@ def layer_options(cls: str, config: Mapping[str, Any], location: str,
     options: dict[str, Any] = {}
     if cls == "SimpleRNN":
         options["activation"] = activation
+    if cls in LAYER_CELLS and cls != "SimpleRNN":
+        options.update(activation=activation, recurrent_activation=recurrent_activation)
+        if "hard_sigmoid" in (activation, recurrent_activation):
+            options["keras_version"] = keras_version
     if cls == "GRU":
         options["reset_after"] = bool(config.get("reset_after", True))
     if cls == "CuDNNGRU":
         options["reset_after"] = True
     return options
+
+
+def _probed_version(layer: Any, options: Mapping[str, Any]) -> Any:
+    """Which Keras ``layer`` belongs to, as far as ``hard_sigmoid`` matters: the option, or
+    the module of its hard_sigmoid (Keras 3 keeps it in ``keras.src.activations.activations``,
+    tf_keras and Keras 2 elsewhere), or what it computes at 1 (Keras 2: 0.7; Keras 3: 4/6)."""
+    if options.get("keras_version") is not None:
+        return options["keras_version"]
+    for attribute in ("recurrent_activation", "activation"):
+        function = getattr(layer, attribute, None)
+        if not (callable(function) and getattr(function, "__name__", None) == "hard_sigmoid"):
+            continue
+        module = str(getattr(function, "__module__", ""))
+        if module.startswith("keras.src.activations.activations"):
+            return 3
+        if module.startswith(("tf_keras.", "keras.", "tensorflow.")):
+            return 2
+        try:
+            value = float(np.asarray(to_numpy(function([1.0]))).reshape(-1)[0])
+        except Exception:  # a framework's function that takes only its own tensors
+            return None
+        return 2 if abs(value - 0.7) < 1e-4 else 3 if abs(value - 4 / 6) < 1e-4 else None
+    return None
 
 
 def _read_layer(layer: Any, options: dict[str, Any], location: str) -> Model:
@@ -209,11 +312,13 @@ def _read_layer(layer: Any, options: dict[str, Any], location: str) -> Model:
         inner = _class_name(forward_layer)
         configured = bidirectional_options(
             config, (inner, forward_layer.get_config()),
-            (_class_name(backward_layer), backward_layer.get_config()), location)
+            (_class_name(backward_layer), backward_layer.get_config()), location,
+            keras_version=_probed_version(forward_layer, options))
         weights = [*forward_layer.get_weights(), *backward_layer.get_weights()]
     else:
         inner = cls
-        configured = layer_options(cls, config, location, backward=False)
+        configured = layer_options(cls, config, location, backward=False,
+                                   keras_version=_probed_version(layer, options))
         weights = layer.get_weights()
     if not weights:
         raise FormatError(f"{location}: the layer has no weights yet; build it first (call it on "
@@ -222,7 +327,8 @@ def _read_layer(layer: Any, options: dict[str, Any], location: str) -> Model:
 
 
 def bidirectional_options(config: Mapping[str, Any], forward: tuple[str, Mapping[str, Any]],
-                           backward: tuple[str, Mapping[str, Any]], location: str) -> dict[str, Any]:
+                          backward: tuple[str, Mapping[str, Any]], location: str, *,
+                          keras_version: Any = None) -> dict[str, Any]:
     """Check a Bidirectional layer's config and its two layers' (class, config) pairs."""
     merge_mode = config.get("merge_mode", "concat")
     if merge_mode != "concat":
@@ -233,9 +339,9 @@ def bidirectional_options(config: Mapping[str, Any], forward: tuple[str, Mapping
             "the two halves of the output yourself.")
     forward_class, backward_class = forward[0], backward[0]
     forward_options = layer_options(forward_class, forward[1], f"{location}, forward",
-                                     backward=False)
+                                    backward=False, keras_version=keras_version)
     backward_options = layer_options(backward_class, backward[1], f"{location}, backward",
-                                      backward=True)
+                                     backward=True, keras_version=keras_version)
     if forward_options != backward_options or forward_class != backward_class:
         raise UnsupportedFeatureError(
             f"{location}: forward and backward layers differ ({forward_class} "
@@ -320,9 +426,10 @@ def _cudnn_direction(arrays: list[np.ndarray], family: str, options: Mapping[str
         raise ShapeError([f"{location}: {p}" for p in problems],
                          hint=f"A {cls} layer with H units keeps kernel (I, {gates}·H), "
                               f"recurrent_kernel (H, {gates}·H) and bias ({2 * gates}·H,).")
-    if options.get("activation", "tanh") != "tanh":
-        raise UnsupportedFeatureError(f"{location}: activation={options['activation']!r}; a "
-                                      f"{cls} computes tanh.")
+    for option, fixed in (("activation", "tanh"), ("recurrent_activation", "sigmoid")):
+        if options.get(option, fixed) != fixed:
+            raise UnsupportedFeatureError(f"{location}: {option}={options[option]!r}; a {cls} "
+                                          f"computes {fixed}.")
     if not options.get("reset_after", True):
         raise FormatError(f"{location}: option reset_after=False, but a {cls} is a reset-after "
                           "GRU; drop the option.")
@@ -346,7 +453,21 @@ def _cudnn_direction(arrays: list[np.ndarray], family: str, options: Mapping[str
 
 
 def read_weights(arrays: list[Any], options: Mapping[str, Any], location: str) -> RNN:
+    """One layer's ``get_weights()`` arrays (a Bidirectional's: forward, then backward). A
+    CuDNNLSTM/CuDNNGRU's are told by their bias (2·G·H: input-side then recurrent-side);
+    ``cudnn_layer=`` True or False says so instead."""
     arrays = [to_numpy(a) for a in arrays]
+    cudnn = options.get("cudnn_layer")
+    if cudnn not in (None, True, False):
+        raise FormatError(f"{location}: cudnn_layer={cudnn!r}; expected True or False.")
+    first = arrays[:3] if len(arrays) in (3, 6) else arrays
+    if cudnn or (cudnn is None and is_cudnn_weights(first)):
+        shape = tuple(np.shape(first[1])) if len(first) > 1 else ()
+        gates = shape[1] // shape[0] if len(shape) == 2 and shape[0] else 0
+        if gates not in (3, 4):
+            raise ShapeError(f"{location}: recurrent_kernel {shape}; a CuDNNLSTM's is (H, 4·H) "
+                             "and a CuDNNGRU's (H, 3·H).")
+        return read_cudnn_weights(arrays, GATE_COUNT_CELLS[gates], options, location)
     halves = _halves(arrays, location)
     names = ("forward", "backward")
     found = [_direction(half, options, f"{location}, {names[d]}" if len(halves) == 2 else location)
@@ -380,16 +501,21 @@ def _direction(arrays: list[np.ndarray], options: Mapping[str, Any],
                          f"{gates} gates × {hidden} units).")
     family = GATE_COUNT_CELLS[gates]
     activation = options.get("activation", "tanh")
+    activations: tuple[Activation, ...] = ()
     if family == "rnn":
+        if options.get("recurrent_activation") is not None:
+            raise FormatError(f"{location}: recurrent_activation= applies to LSTM and GRU "
+                              "layers; a SimpleRNN has no gates. Drop the option.")
         if activation not in ("tanh", "relu"):
-            raise UnsupportedFeatureError(f"{location}: activation={activation!r}; expected "
-                                          "'tanh' or 'relu'.")
+            raise UnsupportedFeatureError(f"{location}: activation={activation!r}; a simple RNN "
+                                          "computes 'tanh' or 'relu'.")
         cell = f"rnn_{activation}"
     else:
-        if activation != "tanh":
-            raise UnsupportedFeatureError(f"{location}: activation={activation!r} applies to "
-                                          f"SimpleRNN; a Keras {family.upper()} here uses tanh.")
         cell = family
+        candidate = _keras_activation(activation, options, "activation", location)
+        gate = _keras_activation(options.get("recurrent_activation", "sigmoid"), options,
+                                 "recurrent_activation", location)
+        activations = (gate, candidate, candidate) if family == "lstm" else (gate, candidate)
     reset_after = True
     bias = arrays[2] if len(arrays) == 3 else None
     if family == "gru":
@@ -407,10 +533,13 @@ def _direction(arrays: list[np.ndarray], options: Mapping[str, Any],
                               f"the bias shape {bias.shape if bias is not None else None} means "
                               f"reset_after={reset_after}; drop the option.")
     elif bias is not None and bias.shape != (columns,):
+        cudnn = (" A bias of twice that is a CuDNNLSTM's or CuDNNGRU's (input-side, then "
+                 "recurrent-side biases): read it with cudnn_layer=True."
+                 if bias.shape == (2 * columns,) and gates in (3, 4) else "")
         raise ShapeError(f"{location}: bias {bias.shape}; expected ({columns},) "
-                         f"({gates} gates × {hidden} units).")
+                         f"({gates} gates × {hidden} units).{cudnn}")
     spec = Spec(cell=cell, input_size=kernel.shape[0], hidden_size=hidden,
-                reset_after=reset_after, bias=bias is not None)
+                reset_after=reset_after, bias=bias is not None, activations=activations)
     order, canonical = ORDERS[family], CANONICAL[family]
     params = {
         # Views where the gate orders agree (an LSTM's kernel.T), else one block copy.
