@@ -174,9 +174,24 @@ def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
         for layer in range(spec.num_layers):
             print(f"  layer {layer}: {_formula(spec, layer)}", file=out)
     stored = _stored_count(model, fmt, options)
+    _print_notes(args.source, fmt, options, out)
     print(f"parameters: canonical {model.num_params():,} (both biases, as cuDNN and PyTorch "
           f"keep them); as stored in {fmt}: {stored}", file=out)
     return 0
+
+
+def _print_notes(source: str, fmt: str, options: dict[str, Any], out: TextIO) -> None:
+    """What the source holds beside the network read, and what was assumed."""
+    notes = formats.get(fmt).notes
+    if notes is None:
+        return
+    found = notes(source, **options)
+    if not found:
+        print("beside it: nothing (the source holds this network alone)", file=out)
+        return
+    print(f"beside it, or assumed ({len(found)}):", file=out)
+    for note in found:
+        print(f"  - {note}", file=out)
 
 
 def _formula(spec: Spec, layer: int) -> str:

@@ -58,6 +58,11 @@ Reading back, and running:
   the format must be told rather than shown (a checkpoint's cell clip).
 * ``networks(source) -> Choices`` (optional): the networks a source holds when it can hold
   several, and the option that picks one.
+* ``notes(source, **options) -> [str]`` (optional): what reading ``source`` with these
+  options leaves out or assumes, one sentence each: the other layers, variables and nodes
+  the source holds beside the network (a Dense layer, ``fc.*`` keys, optimizer slots, a
+  step counter), the other networks, and defaults taken for what the source does not
+  record. ``rnnport inspect`` prints them, so nothing is dropped without a word.
 * ``framework_forward(source, model, x) -> (label, y) | reason`` (optional): the source's
   own framework computing ``y`` for ``x`` where it is installed; otherwise a sentence
   saying why not. ``rnnport convert --verify`` compares it with rnnport's result.
@@ -149,9 +154,11 @@ _REGISTRY: dict[str, Entry] = {
         Entry("miopen", "rnnport.formats.miopen",
               "the flat ROCm MIOpen weight buffer (LSTM gates i f o c)"),
         Entry("torch", "rnnport.formats.torch",
-              "PyTorch nn.LSTM/GRU/RNN modules and their state_dicts"),
+              "PyTorch nn.LSTM/GRU/RNN and LSTMCell/GRUCell/RNNCell modules, their "
+              "state_dicts (.pt, .safetensors)"),
         Entry("onnx", "rnnport.formats.onnx",
-              "ONNX models with LSTM/GRU/RNN nodes (ModelProto, GraphProto, .onnx path)"),
+              "ONNX models with LSTM/GRU/RNN nodes (ModelProto, GraphProto, .onnx path, "
+              "external data)"),
         Entry("npz", "rnnport.formats.npz",
               "rnnport's own lossless .npz container: spec and canonical arrays"),
         Entry("tf1", "rnnport.formats.tf1",

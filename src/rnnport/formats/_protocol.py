@@ -134,6 +134,7 @@ class Format:
         = None
     names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     activations: Callable[[Spec], bool] | None = None
+    notes: Callable[..., list[str]] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted((self.features | set(self.names)) - set(FEATURE_CODES) - {"reset_after"})

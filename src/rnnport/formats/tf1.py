@@ -127,6 +127,11 @@ _STACK_BIDIRECTIONAL = re.compile(r"^(?:(?P<scope>.*)/)?cell_(?P<layer>\d+)/bidi
 _BIDIRECTIONAL = re.compile(r"^(?:(?P<scope>.*)/)?(?P<direction>fw|bw)$")
 _MULTI = re.compile(r"^(?:(?P<scope>.*)/)?multi_rnn_cell/cell_(?P<layer>\d+)$")
 
+# Variables of the training loop, not of any layer (optimizers' step counters and powers).
+TRAINING_STATE = {"global_step", "beta1_power", "beta2_power", "beta1_power_1",
+                  "beta2_power_1"}
+MAX_LISTED = 8  # names listed per note before "…"
+
 STRUCTURES = {
     "single": "one dynamic_rnn cell",
     "multi": "a MultiRNNCell stack",
@@ -322,6 +327,66 @@ def networks(source: Any) -> list[dict[str, Any]]:
     return out
 
 
+def notes(source: Any, **options: Any) -> list[str]:
+    """What a checkpoint (or dict) holds beside the network ``scope=`` picks: other networks,
+    optimizer slots and moving averages of its variables, a global step, other layers'
+    variables (see ``Format.notes``). Names and shapes only; no tensor is read."""
+    variables = _Variables(source)
+    found = _networks(variables.names, variables.where)
+    network = _choose(found, options.get("scope"), variables.where, variables.names)
+    used: set[str] = set()
+    for cell, prefix in network.cells.values():
+        base = f"{prefix}{cell}/"
+        used.update(base + name for name in _cell_variables(variables.names, BY_SCOPE[cell],
+                                                            base)[2])
+    out = [f"another recurrent network, {other.summary()}; not read." for other in found
+           if other is not network]
+    kinds = {BY_SCOPE[cell] for cell, _ in network.cells.values()}
+    assumed = []
+    if options.get("forget_bias") is None and any(
+            cell.forget_bias and not cell.fixed_forget_bias for cell in kinds):
+        assumed.append("forget_bias=1.0 (added to the forget gate at run time)")
+    if options.get("cell_clip") is None and any("cell_clip" in cell.holds for cell in kinds):
+        assumed.append("no cell_clip")
+    if "activation" not in options and any(cell.family == "rnn" for cell in kinds):
+        assumed.append("activation tanh")
+    if assumed:
+        out.append(f"assumed, as the cells' defaults, since a checkpoint does not record them: "
+                   f"{', '.join(assumed)}; pass the option if the graph built the cells "
+                   "otherwise.")
+    others = {f"{prefix}{cell}/" for other in found if other is not network
+              for cell, prefix in other.cells.values()}
+    slots: dict[str, int] = {}
+    averages, state, rest = 0, [], []
+    for name in variables.names:
+        if name in used or any(name.startswith(base) for base in others):
+            continue
+        owner, _, last = name.rpartition("/")
+        if owner in used or owner.rpartition("/")[0] in used:  # a slot of a variable read
+            if last == "ExponentialMovingAverage":
+                averages += 1
+            else:
+                slots[last] = slots.get(last, 0) + 1
+        elif name in TRAINING_STATE:
+            state.append(name)
+        else:
+            rest.append(f"{name} {variables.shapes.get(name, ())}")
+    if slots:
+        listed = ", ".join(f"…/{kind} ({count})" for kind, count in sorted(slots.items()))
+        out.append(f"optimizer slots of the variables read: {listed}; training state, not "
+                   "read.")
+    if averages:
+        out.append(f"moving averages of {averages} variables read (…/ExponentialMovingAverage); "
+                   "rnnport reads the raw variables, not their averages.")
+    if state:
+        out.append(f"training state: {', '.join(state)}; not read.")
+    if rest:
+        listed = ", ".join(rest[:MAX_LISTED]) + (f", … ({len(rest)} in all)"
+                                                  if len(rest) > MAX_LISTED else "")
+        out.append(f"other variables: {listed}; not part of the network, not read.")
+    return out
+
+
 # -- read ---------------------------------------------------------------------------------
 
 
@@ -396,10 +461,8 @@ def _read_cell(variables: _Variables, scope_name: str, prefix: str,
     cell = BY_SCOPE[scope_name]
     base = f"{prefix}{scope_name}/"
     where = f"{variables.where}: {base}"
+    projection, peepholes, expected = _cell_variables(variables.names, cell, base)
     present = {name[len(base):] for name in variables.names if name.startswith(base)}
-    projection = "projection/kernel" in present and cell.family == "lstm"
-    peepholes = bool({"w_i_diag", "w_f_diag", "w_o_diag"} & present) and cell.family == "lstm"
-    expected = cell.variables(projection, peepholes)
     missing = [name for name in expected if name not in present]
     if missing:
         raise FormatError(f"{where}: {cell.name} variables {', '.join(missing)} are missing; "
@@ -413,6 +476,16 @@ def _read_cell(variables: _Variables, scope_name: str, prefix: str,
         raise FormatError(f"{where}: variables of several dtypes ({', '.join(map(str, dtypes))}); "
                           "expected one dtype per cell.")
     return _canonical(cell, arrays, sizes, options, where)
+
+
+def _cell_variables(names: Sequence[str], cell: Cell,
+                    base: str) -> tuple[bool, bool, list[str]]:
+    """Whether the cell under ``base`` has a projection and peepholes, and the names (below
+    ``base``) of the variables it reads."""
+    present = {name[len(base):] for name in names if name.startswith(base)}
+    projection = "projection/kernel" in present and cell.family == "lstm"
+    peepholes = bool({"w_i_diag", "w_f_diag", "w_o_diag"} & present) and cell.family == "lstm"
+    return projection, peepholes, list(cell.variables(projection, peepholes))
 
 
 def _sizes(cell: Cell, shapes: Mapping[str, tuple[int, ...]], projection: bool,
@@ -779,7 +852,7 @@ FORMAT = Format(
         "forget_bias", default=1.0, neutral=0.0, cells=frozenset({"lstm"}),
         what="TF1 LSTM cells add forget_bias (default 1.0, never saved) to gate f at run time",
         adder="TensorFlow"),),
-    networks=choices,
+    networks=choices, notes=notes,
     names={"projection": "LSTMCell num_proj", "peepholes": "LSTMCell use_peepholes",
            "cell_clip": "LSTMCell cell_clip", "reset_before": "GRUCell",
            "reset_after": "CudnnCompatibleGRUCell"})

@@ -71,6 +71,8 @@ KEY = re.compile(r"^(?P<prefix>.*?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh|
 MODULE_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 CELL_MODULES = {"LSTMCell": "lstm", "GRUCell": "gru", "RNNCell": "rnn"}
 GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
+MAX_LISTED = 8  # names listed per note before "…"
+CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model")  # training checkpoints' wrappers
 
 
 def _is_module(value: Any) -> bool:
@@ -149,10 +151,14 @@ def _read_module(module: Any, options: dict[str, Any]) -> RNN:
     return rnn
 
 
-def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], location: str) -> RNN:
-    groups: dict[str, dict[tuple[int, int], dict[str, Any]]] = defaultdict(
-        lambda: defaultdict(dict))
-    cells: set[str] = set()  # prefixes whose keys are a cell's (no layer suffix)
+Groups = dict[str, dict[tuple[int, int], dict[str, Any]]]
+
+
+def _groups(state: Mapping[str, Any], location: str) -> tuple[Groups, set[str], set[str]]:
+    """The recurrent keys by prefix → (layer, direction) → name; the prefixes holding a
+    cell's keys (no layer suffix), and those holding a layered network's."""
+    groups: Groups = defaultdict(lambda: defaultdict(dict))
+    cells: set[str] = set()
     layered: set[str] = set()
     for key, value in state.items():
         match = _match(key)
@@ -165,16 +171,27 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
         keys = ", ".join(list(map(str, state))[:5])
         raise FormatError(f"{location}: no RNN weights found; expected keys like 'weight_ih_l0', "
                           f"got {keys or 'no keys'}.")
+    return groups, cells, layered
+
+
+def _prefix(groups: Groups, options: Mapping[str, Any], location: str) -> str:
+    """The prefix ``prefix=`` picks, or the only one."""
     prefix = options.get("prefix")
     if prefix is None:
         if len(groups) > 1:
             listing = ", ".join(repr(p) for p in groups)
             raise AmbiguousSourceError(f"{location}: holds {len(groups)} RNNs, with key prefixes "
                                        f"{listing}; pass prefix= with one of them.")
-        prefix = next(iter(groups))
-    elif not isinstance(prefix, str) or prefix not in groups:
+        return next(iter(groups))
+    if not isinstance(prefix, str) or prefix not in groups:
         raise FormatError(f"{location}: no RNN with prefix {prefix!r}; prefixes found: "
                           f"{', '.join(repr(p) for p in groups)}.")
+    return prefix
+
+
+def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], location: str) -> RNN:
+    groups, cells, layered = _groups(state, location)
+    prefix = _prefix(groups, options, location)
     entries = groups[prefix]
     where = f"{location}{f' (prefix {prefix!r})' if prefix else ''}"
     if prefix in cells:
@@ -225,6 +242,48 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
                 for name, value in entries[(layer, direction)].items()}
                for direction in range(directions)] for layer in range(layers)]
     return RNN(spec, params, copy=False)
+
+
+def notes(source: Any, **options: Any) -> list[str]:
+    """What a state_dict (or file) holds beside the network ``prefix=`` picks: other RNNs,
+    other modules' keys, a training checkpoint's other entries (see ``Format.notes``)."""
+    if isinstance(source, (str, os.PathLike)):
+        state, wrapper, others = _load(source)
+        location = str(source)
+    elif isinstance(source, Mapping):
+        state, wrapper, others, location = dict(source), None, [], "torch state_dict"
+    else:  # a module holds its network alone; a list is read whole
+        return []
+    groups, _, _ = _groups(state, location)
+    prefix = _prefix(groups, options, location)
+    out = []
+    if wrapper is not None:
+        listed = ", ".join(map(repr, others[:MAX_LISTED])) + (
+            f", … ({len(others)} in all)" if len(others) > MAX_LISTED else "")
+        out.append(f"a training checkpoint: its {wrapper!r} entry read as the state_dict"
+                   + (f"; beside it {listed}, not read." if others else "."))
+    for other in groups:
+        if other != prefix:
+            out.append(f"another RNN under the key prefix {other!r}; not read "
+                       f"(prefix={other!r} reads it).")
+    modules: dict[str, list[str]] = {}
+    for key, value in state.items():
+        match = _match(key)
+        if match is not None:  # the network read, or another one noted above
+            continue
+        owner = str(key).rsplit(".", 1)[0] if "." in str(key) else ""
+        shape = getattr(value, "shape", None)
+        modules.setdefault(owner, []).append(f"{key} {tuple(shape)}" if shape is not None
+                                             else str(key))
+    for owner, keys in list(modules.items())[:MAX_LISTED]:
+        listed = ", ".join(keys[:MAX_LISTED]) + (f", … ({len(keys)} keys)"
+                                                 if len(keys) > MAX_LISTED else "")
+        what = f"module {owner!r}" if owner else "top-level keys"
+        out.append(f"{what}: {listed}; not recurrent weights, not read.")
+    if len(modules) > MAX_LISTED:
+        rest = sum(len(keys) for keys in list(modules.values())[MAX_LISTED:])
+        out.append(f"… and {len(modules) - MAX_LISTED} more modules ({rest} keys), not read.")
+    return out
 
 
 # -- write -----------------------------------------------------------------------------
@@ -301,7 +360,15 @@ def to_module(model: RNN, state: Mapping[str, np.ndarray], *, batch_first: bool,
 
 def load(path: Any) -> dict[str, Any]:
     """A state_dict from a file: ``.safetensors`` through safetensors' NumPy API, ``.pt`` /
-    ``.pth`` through ``torch.load(weights_only=True)``, which never runs pickled code."""
+    ``.pth`` through ``torch.load(weights_only=True)``, which never runs pickled code. A
+    training checkpoint's state_dict is taken from under its key (``state_dict``,
+    ``model_state_dict`` or ``model``)."""
+    return _load(path)[0]
+
+
+def _load(path: Any) -> tuple[dict[str, Any], str | None, list[str]]:
+    """The state_dict, the checkpoint key it was under (or None), and the checkpoint's other
+    top-level keys."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in FILE_SUFFIXES:
@@ -313,7 +380,7 @@ def load(path: Any) -> dict[str, Any]:
         safetensors = require("safetensors.numpy", extra="torch",
                               purpose="reading .safetensors files")
         try:
-            return dict(safetensors.load_file(str(path)))
+            return dict(safetensors.load_file(str(path))), None, []
         except Exception as error:  # safetensors raises its own SafetensorError and others
             raise FormatError(f"{path}: not a readable .safetensors file ({error}); it may be "
                               "truncated or damaged, or hold bfloat16 tensors NumPy cannot "
@@ -349,10 +416,8 @@ def load(path: Any) -> dict[str, Any]:
                 "weights only: torch.save(module.state_dict(), path).") from None
         raise FormatError(f"{path}: not a readable PyTorch file ({type(error).__name__}: "
                           f"{str(error)[:300]}); it may be truncated or damaged.") from None
-    for key in ("state_dict", "model_state_dict", "model"):  # common checkpoint wrappers
-        if isinstance(loaded, Mapping) and isinstance(loaded.get(key), Mapping) \
-                and not any(_match(k) for k in loaded):
-            loaded = loaded[key]
+    top = [str(key) for key in loaded] if isinstance(loaded, Mapping) else []
+    loaded, wrapper = _unwrap(loaded)
     if not isinstance(loaded, Mapping):
         raise FormatError(f"{path}: holds {describe(loaded)}, not a state_dict; save "
                           "module.state_dict() instead.")
@@ -371,7 +436,16 @@ def load(path: Any) -> dict[str, Any]:
                     f"bytes, but the file is {size:,} bytes: their strides or shared storage "
                     "repeat stored values. A saved state_dict never does that; the file is "
                     "damaged or built to exhaust memory. Nothing was read.")
-    return dict(loaded)
+    return dict(loaded), wrapper, [key for key in top if key != wrapper] if wrapper else []
+
+
+def _unwrap(loaded: Any) -> tuple[Any, str | None]:
+    """A training checkpoint's state_dict (under a common key) and that key; else as given."""
+    for key in CHECKPOINT_KEYS:
+        if isinstance(loaded, Mapping) and isinstance(loaded.get(key), Mapping) \
+                and not any(_match(k) for k in loaded):
+            return loaded[key], key
+    return loaded, None
 
 
 def save(state: Mapping[str, np.ndarray], path: Any) -> None:
@@ -417,4 +491,4 @@ FORMAT = Format(
     modules=("torch", "safetensors.numpy"),
     suffixes=SUFFIXES,
     read_options_for=read_options_for, framework_forward=framework_forward,
-    names={"projection": "proj_size", "reset_after": "nn.GRU"})
+    names={"projection": "proj_size", "reset_after": "nn.GRU"}, notes=notes)

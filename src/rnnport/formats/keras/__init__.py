@@ -43,6 +43,12 @@ def read(source: Any, **options: Any) -> Model:
         layers.read(source, **options)
 
 
+def notes(source: Any, **options: Any) -> list[str]:
+    """A file's layers beside the stack read, and what is assumed (a layer object or a
+    weights list holds nothing else)."""
+    return files.notes(source, **options) if _is_path(source) else []
+
+
 def write(model: Model, path: Any = None) -> list[Any]:
     arrays = layers.write(model)
     if path is not None:
@@ -112,4 +118,4 @@ FORMAT = Format(
     read_options_for=read_options_for, gate_names={"g": "c", "n": "h"},
     explain_arrays=explain_arrays, framework_forward=framework_forward,
     names={"reset_before": "reset_after=False", "reset_after": "reset_after=True"},
-    activations=layers.holds_activations)
+    activations=layers.holds_activations, notes=notes)

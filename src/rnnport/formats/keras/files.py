@@ -99,7 +99,7 @@ from ...spec import Spec
 from .._common import close_matches, require
 from . import layers as keras_layers
 
-__all__ = ["is_keras_file", "read_file", "write_file"]
+__all__ = ["is_keras_file", "notes", "read_file", "write_file"]
 
 SUFFIXES = (".keras", ".h5", ".hdf5")
 ARCHIVE_CONFIG = "config.json"
@@ -188,15 +188,7 @@ def read_file(source: Any, **options: Any) -> Model:
         raise FormatError(f"read(fmt='keras'): {path} {what}; expected a Keras model file. "
                           "Check the path.")
     choice = options.pop("layer", None)
-    require("h5py", extra="keras", purpose="Reading Keras model files")
-    try:
-        if path.name.lower().endswith(".keras"):
-            layers, functional, ordered = _archive_layers(path)
-        else:
-            layers, functional, ordered = _h5_layers(path)
-    except RecursionError:  # a config nested deeper than any model's
-        raise FormatError(f"{path}: the model config is nested too deeply to be a Keras "
-                          "config; the file is damaged or built to break a reader.") from None
+    layers, functional, ordered = _file_layers(path)
     chosen = _select(layers, choice, str(path), functional=functional, ordered=ordered)
     for option, gates, owner in (("activation", {1}, "SimpleRNN"), ("reset_after", {3}, "GRU"),
                                  ("recurrent_activation", {3, 4}, "LSTM and GRU")):
@@ -205,6 +197,64 @@ def read_file(source: Any, **options: Any) -> Model:
                               f"layers read ({', '.join(layer.describe() for layer in chosen)}) "
                               "have none; drop the option.")
     return keras_layers.stack_layers([_read_layer(layer, options) for layer in chosen])
+
+
+def notes(source: Any, **options: Any) -> list[str]:
+    """What reading the file with ``options`` leaves out or assumes (see ``Format.notes``):
+    the layers beside the stack read, and the gate activation a weights-only file from an
+    old Keras is taken to have."""
+    path = Path(source)
+    layers, functional, ordered = _file_layers(path)
+    chosen = _select(layers, options.get("layer"), str(path), functional=functional,
+                     ordered=ordered)
+    read = {id(layer) for layer in chosen}
+    out = []
+    for layer in layers:
+        if id(layer) in read:
+            if layer.class_name is None and "recurrent_activation" not in options:
+                assumed = _assumed_activation(layer, options, f"{path}, layer {layer.describe()}")
+                if assumed:
+                    out.append(
+                        f"layer {layer.describe()}: a weights-only file records no activations; "
+                        f"hard_sigmoid gates assumed, the default of the Keras "
+                        f"({layer.keras_version}) that wrote it. Pass "
+                        "recurrent_activation='sigmoid' if the model was built with it.")
+            continue
+        note = _left_out(layer)
+        if note:
+            out.append(f"layer {layer.describe()}: {note}")
+    return out
+
+
+def _left_out(layer: FileLayer) -> str | None:
+    """Why ``layer``, which the stack read does not hold, is not read; None for input layers."""
+    if layer.kind == "rnn":
+        return f"recurrent, another network here; not read (layer={layer.name!r} reads it)."
+    if layer.kind in ("recurrent", "nested"):
+        return _unreadable(layer) + "."
+    if layer.class_name == "Masking":
+        value = (layer.config or {}).get("mask_value", 0.0)
+        return (f"Keras skips the time steps whose inputs all equal mask_value={value!r}, "
+                "carrying the state over them; rnnport runs every step it is given, so pass "
+                "only the unmasked steps.")
+    if layer.class_name == "InputLayer" or (layer.class_name is None
+                                            and layer.name.startswith("input")):
+        return None
+    if layer.kind == "passive":
+        return "no weights, and no effect at inference; not read."
+    return "not recurrent; not read (rnnport reads the recurrent layers)."
+
+
+def _file_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
+    """The file's layers, whether it is Functional, and whether their order is recorded."""
+    require("h5py", extra="keras", purpose="Reading Keras model files")
+    try:
+        if path.name.lower().endswith(".keras"):
+            return _archive_layers(path)
+        return _h5_layers(path)
+    except RecursionError:  # a config nested deeper than any model's
+        raise FormatError(f"{path}: the model config is nested too deeply to be a Keras "
+                          "config; the file is damaged or built to break a reader.") from None
 
 
 def _gates(layer: FileLayer) -> int:
@@ -742,10 +792,8 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
                        or (key == "recurrent_activation" and gates not in (3, 4)))}
     version = options.get("keras_version", layer.keras_version)
     if layer.class_name is None or layer.config is None:
-        halves = layer.arrays[:3] if len(layer.arrays) in (3, 6) else layer.arrays
-        if gates in (3, 4) and "recurrent_activation" not in options and \
-                not keras_layers.is_cudnn_weights(halves):
-            options = {**options, **_default_gate_activation(version, location)}
+        if "recurrent_activation" not in options:
+            options = {**options, **_assumed_activation(layer, options, location)}
         return keras_layers.read_weights(layer.arrays, options, location)
     config = layer.config
     if layer.class_name in keras_layers.WRAPPERS:
@@ -770,6 +818,16 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
         directions = 1
     _check_shapes(layer, inner, inner_config, directions, location)
     return keras_layers.read_configured(inner, layer.arrays, options, layer_options, location)
+
+
+def _assumed_activation(layer: FileLayer, options: Mapping[str, Any],
+                        location: str) -> dict[str, Any]:
+    """The options a weights-only LSTM or GRU layer is read with for the activation its file
+    does not record (none, or hard_sigmoid gates from an old Keras)."""
+    halves = layer.arrays[:3] if len(layer.arrays) in (3, 6) else layer.arrays
+    if _gates(layer) not in (3, 4) or keras_layers.is_cudnn_weights(halves):
+        return {}
+    return _default_gate_activation(options.get("keras_version", layer.keras_version), location)
 
 
 def _default_gate_activation(version: str | None, location: str) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from .._common import require
 from .._protocol import Format, NamedArray, Suffix
 from .graph import external_files, load, scopes
 from .layout import OPS
-from .reader import read
+from .reader import notes, read
 from .writer import write
 
 __all__ = ["FORMAT", "run_reference"]
@@ -106,7 +106,7 @@ FORMAT = Format(
     extra="onnx", modules=("onnx",), suffixes=(Suffix(".onnx", "an ONNX model"),),
     input_files=external_files,
     gate_names={"g": "c", "n": "h"},
-    explain_arrays=explain_arrays,
+    explain_arrays=explain_arrays, notes=notes,
     names={"peepholes": "P", "gate_clip": "clip", "input_forget": "input_forget=1",
            "reverse": "direction=reverse",
            "activations": "activations", "reset_before": "linear_before_reset=0",

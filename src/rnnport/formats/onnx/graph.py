@@ -214,6 +214,31 @@ class Scope:
         self._spend(value, where)
         return value
 
+    def lineage(self, name: str, nodes: set[int], tensors: set[int]) -> None:
+        """Add the nodes (by id) and initializers (by id) that ``name``'s value comes from,
+        the way :meth:`value` would follow them, without computing anything."""
+        pending: list[tuple[Scope, str]] = [(self, name)]
+        seen: set[tuple[int, str]] = set()
+        while pending:
+            scope, current = pending.pop()
+            if (id(scope), current) in seen or not current:
+                continue
+            seen.add((id(scope), current))
+            if current in scope.bindings and scope.parent is not None:
+                pending.append((scope.parent, scope.bindings[current]))
+            elif current in scope.given:
+                continue
+            elif current in scope.initializers:
+                tensors.add(id(scope.initializers[current]))
+            elif current in scope.inputs:
+                continue
+            elif current in scope.producers:
+                node = scope.producers[current]
+                nodes.add(id(node))
+                pending.extend((scope, item) for item in node.input)
+            elif scope.parent is not None:
+                pending.append((scope.parent, current))
+
     def _spend(self, value: np.ndarray, where: str) -> None:
         self.loaded.budget -= int(value.nbytes)
         if self.loaded.budget < 0:

@@ -9,18 +9,22 @@ from typing import Any
 import numpy as np
 
 from ...activations import PARAMETERS
-from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from ...gates import CANONICAL, reorder
 from ...model import RNN, Model, stack
 from ...spec import Spec
-from .graph import Scope, load, scopes
+from .graph import FOLDABLE, Loaded, Scope, load, scopes
 from .layout import OPS, ORDERS, PEEPHOLE_ORDER
 
-__all__ = ["chains", "read"]
+__all__ = ["chains", "notes", "read"]
 
 # Nodes that carry a layer's output on to the next layer (as exporters join a stack).
 GLUE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Cast", "Dropout",
             "Concat", "Flatten"}
+# Nodes that only move, reshape or describe data: counted, not listed, in notes.
+SHAPING_OPS = {*GLUE_OPS, *FOLDABLE, "Constant", "ConstantOfShape"} - {"Add", "Sub", "Mul",
+                                                                      "Div"}
+MAX_LISTED = 8  # names listed per note before "…"
 
 
 def chains(scope: Scope) -> list[list[Any]]:
@@ -65,12 +69,23 @@ def _names(node: Any) -> set[str]:
 
 
 def read(source: Any, **options: Any) -> Model:
-    loaded = load(source)
+    scope, chain = _choose(load(source), options)[2]
+    return stack([_read_node(node, scope) for node in chain])
+
+
+Found = tuple[Scope, list[Any]]
+
+
+def _choose(loaded: Loaded,
+            options: Mapping[str, Any]) -> tuple[list[Scope], list[Found], Found]:
+    """The model's scopes, every chain of recurrent nodes in them, and the chain ``node=``
+    picks (or the only one)."""
     given = options.get("inputs") or {}
     if not isinstance(given, Mapping):
         raise FormatError(f"read(fmt='onnx'): inputs={given!r}; expected a mapping of graph "
                           "input names to arrays, e.g. inputs={'W': W}.")
-    found = [(scope, chain) for scope in scopes(loaded, given) for chain in chains(scope)]
+    every = scopes(loaded, given)
+    found = [(scope, chain) for scope in every for chain in chains(scope)]
     if not found:
         ops = sorted({n.op_type for n in loaded.graph.node})
         unrolled = ({"MatMul", "Gemm"} & set(ops)) and ({"Tanh", "Sigmoid", "Relu"} & set(ops))
@@ -81,6 +96,7 @@ def read(source: Any, **options: Any) -> Model:
                 "read the PyTorch weights themselves (the state_dict)." if unrolled else "")
         raise FormatError(f"read(fmt='onnx'): the graph has no LSTM, GRU or RNN node (its "
                           f"operators: {', '.join(ops) or 'none'}).{hint}")
+    picked = found
     wanted = options.get("node")
     if wanted is not None:
         picked = [(scope, chain) for scope, chain in found
@@ -90,15 +106,78 @@ def read(source: Any, **options: Any) -> Model:
                                for node in chain)
             raise FormatError(f"read(fmt='onnx'): no recurrent node named {wanted!r}; the "
                               f"recurrent nodes: {listed}.")
-        found = picked
-    if len(found) > 1:
+    if len(picked) > 1:
         listing = "; ".join(" → ".join(scope.label(node) for node in chain)
-                            for scope, chain in found)
-        raise AmbiguousSourceError(f"read(fmt='onnx'): the model holds {len(found)} separate "
+                            for scope, chain in picked)
+        raise AmbiguousSourceError(f"read(fmt='onnx'): the model holds {len(picked)} separate "
                                    f"recurrent networks ({listing}); pass node= with the name "
                                    "of one of their nodes.")
-    scope, chain = found[0]
-    return stack([_read_node(node, scope) for node in chain])
+    return every, found, picked[0]
+
+
+def notes(source: Any, **options: Any) -> list[str]:
+    """What the model holds beside the recurrent nodes read: other recurrent networks, the
+    initial states and lengths those nodes are fed, the graph's other computing nodes and
+    initializers (see ``Format.notes``). Shapes only; no other tensor is read."""
+    loaded = load(source)
+    every, found, (scope, chain) = _choose(loaded, options)
+    out = [f"another recurrent network, {' → '.join(other.label(node) for node in nodes)}; "
+           f"not read (node={nodes[0].name or nodes[0].output[0]!r} reads it)."
+           for other, nodes in found if nodes is not chain]
+    used_nodes = {id(node) for _, nodes in found for node in nodes}
+    used_tensors: set[int] = set()
+    for owner, nodes in found:  # their weights, lengths and states: told of here
+        for node in nodes:
+            for name in node.input[1:]:
+                owner.lineage(name, used_nodes, used_tensors)
+    for node in chain:
+        inputs = list(node.input) + [""] * 8
+        fed = [_fed(scope, inputs[index], what) for index, what in
+               ((4, "sequence_lens"), (5, "initial_h"), (6, "initial_c")) if inputs[index]]
+        if fed:
+            out.append(f"{scope.label(node)} is fed {'; '.join(fed)}. Not read: rnnport runs "
+                       "from the state and lengths you pass it (zeros and full length by "
+                       "default).")
+    shaping: dict[str, int] = {}
+    computing: list[str] = []
+    tensors: list[str] = []
+    for each in every:
+        for node in each.nodes:
+            if id(node) in used_nodes:
+                continue
+            if node.op_type in SHAPING_OPS:
+                shaping[node.op_type] = shaping.get(node.op_type, 0) + 1
+            else:
+                computing.append(each.label(node))
+        tensors += [f"{tensor.name!r} {tuple(tensor.dims)}" for tensor in
+                    each.initializers.values() if id(tensor) not in used_tensors]
+    if computing:
+        out.append(f"other computing nodes: {_listed(computing)}; not part of the recurrent "
+                   "network, not read.")
+    if shaping:
+        counts = ", ".join(f"{op} ×{count}" if count > 1 else op
+                           for op, count in sorted(shaping.items()))
+        out.append(f"shaping nodes around it ({counts}): they move data, compute nothing, and "
+                   "are not read.")
+    if tensors:
+        out.append(f"other initializers: {_listed(tensors)}; not read.")
+    return out
+
+
+def _fed(scope: Scope, name: str, what: str) -> str:
+    """What a recurrent node's state or lengths input holds, as far as constants tell."""
+    try:
+        value = scope.value(name, scope.path or "ONNX graph")
+    except RnnportError:
+        return f"{what} from {name!r}, computed at run time"
+    if what != "sequence_lens" and value.size and not np.any(value):
+        return f"{what} from {name!r}, a constant of zeros"
+    return f"{what} from {name!r}, a constant {value.shape} that is not all zeros"
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:MAX_LISTED]) + (f", … ({len(names)} in all)"
+                                            if len(names) > MAX_LISTED else "")
 
 
 def _attributes(node: Any, where: str) -> dict[str, Any]:
