@@ -281,3 +281,13 @@ def test_inspect_with_options_passes_them_to_the_notes(
         capsys: pytest.CaptureFixture[str], old_keras_weights: Path) -> None:
     out = inspect(capsys, str(old_keras_weights), "-O", "recurrent_activation=sigmoid")
     assert "hard_sigmoid" not in out and "beside it, or assumed (2):" in out
+
+
+def test_an_unrolled_network_says_how_it_was_read(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    path = tmp_path / "rnn.onnx"
+    torch.onnx.export(torch.nn.RNN(3, 4, 2), (torch.randn(5, 1, 3),), str(path))
+    (note,) = notes("onnx", path)
+    assert note.startswith("no recurrent node: the graph computes a 2-layer RNN(tanh) 3→4 "
+                           "step by step")

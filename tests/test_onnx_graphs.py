@@ -1,7 +1,8 @@
 """ONNX files as real tools write them: PyTorch's exporters (the default dynamo one, with its
-external data file, and the TorchScript one), with and without constant folding; recurrent
-nodes inside subgraphs and functions; weights computed from constants; and graphs built to
-exhaust a reader."""
+external data file, and the TorchScript one), with and without constant folding, for
+LSTM/GRU/RNN stacks and cells (unrolled by the dynamo exporter); recurrent nodes inside
+subgraphs and functions; weights computed from constants; and graphs built to exhaust a
+reader."""
 
 from __future__ import annotations
 
@@ -57,11 +58,6 @@ def test_pytorch_exports_read_from_the_path(tmp_path: Path, name: str, exporter:
     module = MODULES[name]().eval()
     path = tmp_path / "m.onnx"
     _export(module, path, exporter, folded)
-    if exporter == "dynamo" and name.startswith("rnn"):
-        # The dynamo exporter unrolls nn.RNN into elementary operators.
-        with pytest.raises(rnnport.FormatError, match="unrolled over the example's time steps"):
-            rnnport.read(path)
-        return
     if exporter == "dynamo":
         assert (tmp_path / "m.onnx.data").is_file()  # weights beside the model, by default
     model = rnnport.read(path)
@@ -83,14 +79,128 @@ def test_the_command_line_converts_a_default_export(tmp_path: Path,
     assert back == rnnport.read(module)
 
 
-@pytest.mark.slow
-def test_cells_are_refused_with_the_way_out(tmp_path: Path) -> None:
-    cell = torch.nn.LSTMCell(INPUT, 4)
+CELLS = {
+    "lstm": (lambda: torch.nn.LSTMCell(INPUT, 4), lambda: (torch.randn(BATCH, INPUT), (
+        torch.randn(BATCH, 4), torch.randn(BATCH, 4)))),
+    "gru": (lambda: torch.nn.GRUCell(INPUT, 4), lambda: (torch.randn(BATCH, INPUT),
+                                                         torch.randn(BATCH, 4))),
+    "gru_square_no_bias": (lambda: torch.nn.GRUCell(4, 4, bias=False),
+                           lambda: (torch.randn(BATCH, 4), torch.randn(BATCH, 4))),
+    "rnn_relu": (lambda: torch.nn.RNNCell(INPUT, 4, nonlinearity="relu"),
+                 lambda: (torch.randn(BATCH, INPUT), torch.randn(BATCH, 4))),
+}
+
+
+def _export_args(module: torch.nn.Module, args: tuple[Any, ...], path: Path, exporter: str,
+                 folded: bool) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(cell, (torch.randn(BATCH, INPUT),), tmp_path / "cell.onnx")
-    with pytest.raises(rnnport.FormatError, match="read the PyTorch weights themselves"):
+        if exporter == "dynamo":
+            torch.onnx.export(module, args, path, optimize=folded, verbose=False)
+        else:
+            torch.onnx.export(module, args, path, dynamo=False, do_constant_folding=folded)
+
+
+def _step(cell: torch.nn.Module, x: np.ndarray, state: Any) -> np.ndarray:
+    with torch.no_grad():
+        out = cell(torch.from_numpy(x), state)
+    return (out[0] if isinstance(out, tuple) else out).numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folded", [True, False], ids=["folded", "unfolded"])
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_exported_cells_read_and_step_as_pytorch(tmp_path: Path, name: str, exporter: str,
+                                                  folded: bool) -> None:
+    torch.manual_seed(5)
+    build, args = CELLS[name]
+    cell = build().eval()
+    path = tmp_path / "cell.onnx"
+    _export_args(cell, args(), path, exporter, folded)
+    model = rnnport.read(path)
+    assert model == rnnport.read(cell)  # the very arrays
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (3, cell.input_size)).astype(np.float32)
+    h = rng.uniform(-1, 1, (3, cell.hidden_size)).astype(np.float32)
+    c = rng.uniform(-1, 1, (3, cell.hidden_size)).astype(np.float32)
+    lstm = name == "lstm"
+    y, _ = model.forward(x[:, None], state=(h[None], c[None]) if lstm else h[None])
+    want = _step(cell, x, (torch.from_numpy(h), torch.from_numpy(c)) if lstm else
+                 torch.from_numpy(h))
+    np.testing.assert_allclose(y[:, 0], want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_a_cell_exported_without_its_state_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    cell = torch.nn.LSTMCell(INPUT, 4)
+    _export_args(cell, (torch.randn(BATCH, INPUT),), tmp_path / "cell.onnx", "dynamo", True)
+    with pytest.raises(rnnport.UnsupportedFeatureError,
+                       match=r"weight_hh is not in the file.*torch.onnx.export\(cell, \(x, "):
         rnnport.read(tmp_path / "cell.onnx")
+
+
+class _Streaming(torch.nn.Module):
+    """A projection, an LSTMCell stepped with its state, and a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre, self.cell, self.head = (torch.nn.Linear(6, 3), torch.nn.LSTMCell(3, 4),
+                                          torch.nn.Linear(4, 2))
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> Any:
+        h, c = self.cell(torch.relu(self.pre(x)), (h, c))
+        return self.head(h), h, c
+
+
+class _Tagger(torch.nn.Module):
+    """An embedding, a 2-layer bidirectional nn.RNN and a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 3)
+        self.rnn = torch.nn.RNN(3, 4, 2, bidirectional=True, batch_first=True)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.head(self.rnn(self.embed(tokens))[0]), -1)
+
+
+@pytest.mark.slow
+def test_unrolled_networks_inside_larger_models_are_found(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    torch.manual_seed(6)
+    streaming, tagger = _Streaming().eval(), _Tagger().eval()
+    _export_args(streaming, (torch.randn(2, 6), torch.randn(2, 4), torch.randn(2, 4)),
+                 tmp_path / "streaming.onnx", "dynamo", True)
+    _export_args(tagger, (torch.randint(0, 10, (2, 5)),), tmp_path / "tagger.onnx", "dynamo",
+                 True)
+    assert rnnport.read(tmp_path / "streaming.onnx") == rnnport.read(streaming.cell)
+    assert rnnport.read(tmp_path / "tagger.onnx") == rnnport.read(tagger.rnn)
+    assert main(["convert", str(tmp_path / "tagger.onnx"), str(tmp_path / "rnn.pt"),
+                 "--verify", "-q"]) == 0
+    assert "max |Δ|" in capsys.readouterr().out
+    assert rnnport.read(tmp_path / "rnn.pt") == rnnport.read(tagger.rnn)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["cell", "sequence"])
+def test_a_graph_that_computes_something_else_is_refused(tmp_path: Path, source: str) -> None:
+    """The matrices look right, but an activation was changed: the check catches it."""
+    torch.manual_seed(8)
+    path = tmp_path / "m.onnx"
+    if source == "cell":
+        _export_args(CELLS["lstm"][0](), CELLS["lstm"][1](), path, "dynamo", True)
+        changed, to = "Sigmoid", "Tanh"
+    else:
+        _export(MODULES["rnn_relu_2layer"](), path, "dynamo", True)
+        changed, to = "Relu", "Tanh"
+    proto = onnx.load(path)
+    next(node for node in proto.graph.node if node.op_type == changed).op_type = to
+    onnx.save(proto, path)
+    with pytest.raises(rnnport.UnsupportedFeatureError, match="computes no value equal to"):
+        rnnport.read(path)
 
 
 # -- graphs built by hand ---------------------------------------------------------------------
@@ -212,3 +322,45 @@ def test_graphs_built_to_exhaust_the_reader_are_refused() -> None:
     shared = [helper.make_node("Concat", ["w0"] * 400, ["computed"], axis=0)]
     with pytest.raises(rnnport.FormatError, match="built to exhaust memory"):
         rnnport.read(_computed(shared, {"w0": np.tile(W, (1, 1000, 1))}))
+
+
+def test_a_graph_of_matrices_that_is_no_recurrent_network_says_so() -> None:
+    """Two layers of one width, fed by two inputs: the shape of a cell step, but a plain
+    sum of products; nothing is read, and the error says what was tried."""
+    rng = np.random.default_rng(9)
+    stored = {name: rng.standard_normal(shape).astype(np.float32)
+              for name, shape in (("A", (3, 4)), ("B", (4, 4)))}
+    nodes = [helper.make_node("MatMul", ["x", "A"], ["xa"]),
+             helper.make_node("MatMul", ["h", "B"], ["hb"]),
+             helper.make_node("Add", ["xa", "hb"], ["y"])]
+    graph = helper.make_graph(nodes, "sum", [_value("x", [2, 3]), _value("h", [2, 4])],
+                              [_value("y", [2, 4])],
+                              [numpy_helper.from_array(v, k) for k, v in stored.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(rnnport.UnsupportedFeatureError,
+                       match=r"as one step of a recurrent cell does, but computes none.*"
+                             r"as an RNN\(tanh\) 3→4 \(no bias\): the graph computes no value equal"):
+        rnnport.read(model)
+    mlp = helper.make_model(helper.make_graph(
+        nodes[:1], "mlp", [_value("x", [2, 3])], [_value("xa", [2, 4])],
+        [numpy_helper.from_array(stored["A"], "A")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(rnnport.FormatError, match="has no LSTM, GRU or RNN node.*nor computes"):
+        rnnport.read(mlp)
+
+
+def test_running_a_graph_to_check_it_cannot_exhaust_memory() -> None:
+    rng = np.random.default_rng(10)
+    stored = {"A": rng.standard_normal((3, 4)).astype(np.float32),
+              "B": rng.standard_normal((4, 4)).astype(np.float32),
+              "huge": np.array([1 << 30, 2, 4], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "A"], ["xa"]),
+             helper.make_node("MatMul", ["h", "B"], ["hb"]),
+             helper.make_node("Add", ["xa", "hb"], ["sum"]),
+             helper.make_node("Expand", ["sum", "huge"], ["y"])]
+    graph = helper.make_graph(nodes, "hostile", [_value("x", [2, 3]), _value("h", [2, 4])],
+                              [_value("y", None)],
+                              [numpy_helper.from_array(v, k) for k, v in stored.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(rnnport.FormatError, match="exhaust memory"):
+        rnnport.read(model)

@@ -35,7 +35,9 @@ a graph holds several. ``activations`` (with ``activation_alpha``/``activation_b
 consumed in order by the functions that take them) become ``Spec.activations``. Anything
 that changes the numbers and the runtime cannot compute (a function ONNX does not name,
 different functions per direction, weights fed at run time) raises an error naming the
-node and the attribute.
+node and the attribute. A graph with no recurrent node may compute one step by step, as
+PyTorch's default exporter writes ``nn.RNN`` and the cells: :mod:`.unrolled` reads those,
+checking them by running the graph.
 """
 
 from __future__ import annotations

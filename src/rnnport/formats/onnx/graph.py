@@ -42,7 +42,8 @@ import numpy as np
 from ...errors import FormatError, UnsupportedFeatureError
 from .._common import describe, require
 
-__all__ = ["FOLDABLE", "MAX_DEPTH", "Loaded", "Scope", "external_files", "load", "scopes"]
+__all__ = ["FOLDABLE", "MAX_DEPTH", "Loaded", "Scope", "external_files", "fold", "load",
+           "scopes"]
 
 FOLDABLE = ("Identity", "Cast", "Unsqueeze", "Squeeze", "Slice", "Concat", "Split", "Reshape",
             "Transpose", "Gather", "Shape", "Expand", "Add", "Sub", "Mul", "Div")
@@ -210,7 +211,7 @@ class Scope:
                 "ORT_ENABLE_BASIC).")
         arguments = [None if not item else self._value(item, where, depth + 1, seen)
                      for item in node.input]
-        value = _fold(node, arguments, name, where, self.label(node), self.loaded.budget)
+        value = fold(node, arguments, name, where, self.label(node), self.loaded.budget)
         self._spend(value, where)
         return value
 
@@ -235,7 +236,8 @@ class Scope:
             elif current in scope.producers:
                 node = scope.producers[current]
                 nodes.add(id(node))
-                pending.extend((scope, item) for item in node.input)
+                if node.op_type != "Shape":  # a shape, not the values behind it
+                    pending.extend((scope, item) for item in node.input)
             elif scope.parent is not None:
                 pending.append((scope.parent, current))
 
@@ -631,7 +633,7 @@ _FOLDERS = {"Identity": _identity, "Cast": _cast, "Unsqueeze": _unsqueeze,
             "Div": _arithmetic}
 
 
-def _fold(node: Any, arguments: list[np.ndarray | None], name: str, where: str, label: str,
+def fold(node: Any, arguments: list[np.ndarray | None], name: str, where: str, label: str,
           limit: int) -> np.ndarray:
     """The output ``name`` of ``node`` (one of :data:`FOLDABLE`) from constant inputs."""
     from onnx import helper

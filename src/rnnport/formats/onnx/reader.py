@@ -13,6 +13,7 @@ from ...errors import AmbiguousSourceError, FormatError, RnnportError, Unsupport
 from ...gates import CANONICAL, reorder
 from ...model import RNN, Model, stack
 from ...spec import Spec
+from . import unrolled
 from .graph import FOLDABLE, Loaded, Scope, load, scopes
 from .layout import OPS, ORDERS, PEEPHOLE_ORDER
 
@@ -69,17 +70,37 @@ def _names(node: Any) -> set[str]:
 
 
 def read(source: Any, **options: Any) -> Model:
-    scope, chain = _choose(load(source), options)[2]
+    loaded = load(source)
+    every, _, picked = _choose(loaded, options)
+    if picked is None:
+        return _unrolled(loaded, every[0], options)
+    scope, chain = picked
     return stack([_read_node(node, scope) for node in chain])
 
 
 Found = tuple[Scope, list[Any]]
 
 
-def _choose(loaded: Loaded,
-            options: Mapping[str, Any]) -> tuple[list[Scope], list[Found], Found]:
+def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> Model:
+    """The network a graph without recurrent nodes computes step by step, or the error
+    saying there is none."""
+    ops = sorted({n.op_type for n in loaded.graph.node})
+    if options.get("node") is not None:
+        raise FormatError(f"read(fmt='onnx'): node={options['node']!r}, but the graph has no "
+                          f"LSTM, GRU or RNN node (its operators: {', '.join(ops) or 'none'}).")
+    model = unrolled.read(main)
+    if model is not None:
+        return model
+    raise FormatError(f"read(fmt='onnx'): the graph has no LSTM, GRU or RNN node (its "
+                      f"operators: {', '.join(ops) or 'none'}), nor computes a recurrent "
+                      "network step by step as PyTorch's exporter writes nn.RNN and the "
+                      "LSTM/GRU/RNN cells.")
+
+
+def _choose(loaded: Loaded, options: Mapping[str, Any]
+            ) -> tuple[list[Scope], list[Found], Found | None]:
     """The model's scopes, every chain of recurrent nodes in them, and the chain ``node=``
-    picks (or the only one)."""
+    picks (or the only one; None when there is none)."""
     given = options.get("inputs") or {}
     if not isinstance(given, Mapping):
         raise FormatError(f"read(fmt='onnx'): inputs={given!r}; expected a mapping of graph "
@@ -87,15 +108,7 @@ def _choose(loaded: Loaded,
     every = scopes(loaded, given)
     found = [(scope, chain) for scope in every for chain in chains(scope)]
     if not found:
-        ops = sorted({n.op_type for n in loaded.graph.node})
-        unrolled = ({"MatMul", "Gemm"} & set(ops)) and ({"Tanh", "Sigmoid", "Relu"} & set(ops))
-        hint = (" It computes with elementary operators, as PyTorch's default (dynamo) exporter "
-                "writes nn.RNN and the nn.LSTMCell/GRUCell/RNNCell modules, unrolled over the "
-                "example's time steps; rnnport reads recurrent nodes, not unrolled ones. Export "
-                "nn.RNN with torch.onnx.export(..., dynamo=False), which writes an RNN node, or "
-                "read the PyTorch weights themselves (the state_dict)." if unrolled else "")
-        raise FormatError(f"read(fmt='onnx'): the graph has no LSTM, GRU or RNN node (its "
-                          f"operators: {', '.join(ops) or 'none'}).{hint}")
+        return every, found, None
     picked = found
     wanted = options.get("node")
     if wanted is not None:
@@ -120,7 +133,14 @@ def notes(source: Any, **options: Any) -> list[str]:
     initial states and lengths those nodes are fed, the graph's other computing nodes and
     initializers (see ``Format.notes``). Shapes only; no other tensor is read."""
     loaded = load(source)
-    every, found, (scope, chain) = _choose(loaded, options)
+    every, found, picked = _choose(loaded, options)
+    if picked is None:
+        model = _unrolled(loaded, every[0], options)
+        return [f"no recurrent node: the graph computes {model.spec.describe(article=True)} "
+                "step by step (as PyTorch's default exporter writes nn.RNN and the cells); "
+                "rnnport read its matrices and checked, by running the graph in NumPy, that "
+                "it computes the network read. Nodes around it are not listed."]
+    scope, chain = picked
     out = [f"another recurrent network, {' → '.join(other.label(node) for node in nodes)}; "
            f"not read (node={nodes[0].name or nodes[0].output[0]!r} reads it)."
            for other, nodes in found if nodes is not chain]
