@@ -291,3 +291,21 @@ def test_an_unrolled_network_says_how_it_was_read(tmp_path: Path) -> None:
     (note,) = notes("onnx", path)
     assert note.startswith("no recurrent node: the graph computes a 2-layer RNN(tanh) 3→4 "
                            "step by step")
+
+
+def test_a_nested_checkpoint_is_unwrapped_and_named(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    state = {key: torch.from_numpy(np.asarray(value)) for key, value in _state().items()}
+    path = tmp_path / "nested.pt"
+    torch.save({"state_dict": {"model": state}, "epoch": 3}, path)
+    assert rnnport.read(path).spec == Spec("lstm", 3, 4)
+    assert notes("torch", path)[0] == ("a training checkpoint: its 'state_dict.model' entry "
+                                       "read as the state_dict; beside it 'epoch', not read.")
+
+
+def test_training_state_is_told_anywhere_in_the_checkpoint() -> None:
+    variables = _variables()
+    variables["train/global_step"] = variables.pop("global_step")
+    variables["beta1_power_2"] = variables.pop("beta1_power")
+    found = notes("tf1", variables, scope="rnn")
+    assert "training state: train/global_step, beta1_power_2; not read." in found

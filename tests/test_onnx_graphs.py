@@ -364,3 +364,67 @@ def test_running_a_graph_to_check_it_cannot_exhaust_memory() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(rnnport.FormatError, match="exhaust memory"):
         rnnport.read(model)
+
+
+class _TwoCells(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = torch.nn.GRUCell(3, 4), torch.nn.GRUCell(4, 4)
+
+    def forward(self, x: torch.Tensor, h1: torch.Tensor, h2: torch.Tensor) -> Any:
+        h1 = self.first(x, h1)
+        return h1, self.second(h1, h2)
+
+
+class _Looped(torch.nn.Module):
+    """An LSTMCell stepped in a Python loop, after a LayerNorm the check cannot run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.cell = torch.nn.LayerNorm(3), torch.nn.LSTMCell(3, 4)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        x = self.norm(x)
+        for t in range(x.shape[0]):
+            h, c = self.cell(x[t], (h, c))
+        return h
+
+
+class _ComputedState(torch.nn.Module):
+    """An nn.RNN whose h0 the model computes from another input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.init, self.rnn = torch.nn.Linear(2, 4), torch.nn.RNN(3, 4)
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.rnn(x, torch.tanh(self.init(z))[None])[0]
+
+
+@pytest.mark.slow
+def test_unrolled_cells_in_loops_and_behind_other_layers_are_read(tmp_path: Path) -> None:
+    torch.manual_seed(11)
+    looped, computed = _Looped().eval(), _ComputedState().eval()
+    _export_args(looped, (torch.randn(4, 2, 3), torch.randn(2, 4), torch.randn(2, 4)),
+                 tmp_path / "looped.onnx", "dynamo", True)
+    _export_args(computed, (torch.randn(5, 2, 3), torch.randn(2, 2)), tmp_path / "computed.onnx",
+                 "dynamo", True)
+    assert rnnport.read(tmp_path / "looped.onnx") == rnnport.read(looped.cell)
+    assert rnnport.read(tmp_path / "computed.onnx") == rnnport.read(computed.rnn)
+
+
+@pytest.mark.slow
+def test_several_unrolled_networks_are_listed_and_node_picks_one(tmp_path: Path) -> None:
+    torch.manual_seed(12)
+    cells = _TwoCells().eval()
+    path = tmp_path / "two.onnx"
+    _export_args(cells, (torch.randn(2, 3), torch.randn(2, 4), torch.randn(2, 4)), path,
+                 "dynamo", True)
+    with pytest.raises(rnnport.AmbiguousSourceError, match=r"computes 2 recurrent networks") \
+            as error:
+        rnnport.read(path)
+    names = re.findall(r"node='([^']+)'", str(error.value))
+    assert [rnnport.read(path, node=name) for name in names] == [
+        rnnport.read(cells.first), rnnport.read(cells.second)]
+    with pytest.raises(rnnport.FormatError, match="names none of the nodes"):
+        rnnport.read(path, node="nowhere")

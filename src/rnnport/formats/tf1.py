@@ -128,8 +128,7 @@ _BIDIRECTIONAL = re.compile(r"^(?:(?P<scope>.*)/)?(?P<direction>fw|bw)$")
 _MULTI = re.compile(r"^(?:(?P<scope>.*)/)?multi_rnn_cell/cell_(?P<layer>\d+)$")
 
 # Variables of the training loop, not of any layer (optimizers' step counters and powers).
-TRAINING_STATE = {"global_step", "beta1_power", "beta2_power", "beta1_power_1",
-                  "beta2_power_1"}
+TRAINING_STATE = re.compile(r"^(global_step|beta[12]_power(_\d+)?)$")
 MAX_LISTED = 8  # names listed per note before "…"
 
 STRUCTURES = {
@@ -367,7 +366,7 @@ def notes(source: Any, **options: Any) -> list[str]:
                 averages += 1
             else:
                 slots[last] = slots.get(last, 0) + 1
-        elif name in TRAINING_STATE:
+        elif TRAINING_STATE.match(last):
             state.append(name)
         else:
             rest.append(f"{name} {variables.shapes.get(name, ())}")

@@ -436,16 +436,22 @@ def _load(path: Any) -> tuple[dict[str, Any], str | None, list[str]]:
                     f"bytes, but the file is {size:,} bytes: their strides or shared storage "
                     "repeat stored values. A saved state_dict never does that; the file is "
                     "damaged or built to exhaust memory. Nothing was read.")
-    return dict(loaded), wrapper, [key for key in top if key != wrapper] if wrapper else []
+    outer = wrapper.split(".")[0] if wrapper else None
+    return dict(loaded), wrapper, [key for key in top if key != outer] if wrapper else []
 
 
 def _unwrap(loaded: Any) -> tuple[Any, str | None]:
-    """A training checkpoint's state_dict (under a common key) and that key; else as given."""
-    for key in CHECKPOINT_KEYS:
-        if isinstance(loaded, Mapping) and isinstance(loaded.get(key), Mapping) \
-                and not any(_match(k) for k in loaded):
-            return loaded[key], key
-    return loaded, None
+    """A training checkpoint's state_dict, under common keys (nested too: ``state_dict`` →
+    ``model``), and their path (``"state_dict.model"``); else as given, and None."""
+    path: list[str] = []
+    while isinstance(loaded, Mapping) and not any(_match(k) for k in loaded) and len(path) < 8:
+        key = next((key for key in CHECKPOINT_KEYS if isinstance(loaded.get(key), Mapping)),
+                   None)
+        if key is None:
+            break
+        path.append(key)
+        loaded = loaded[key]
+    return loaded, ".".join(path) or None
 
 
 def save(state: Mapping[str, np.ndarray], path: Any) -> None:

@@ -217,7 +217,7 @@ def notes(source: Any, **options: Any) -> list[str]:
                     out.append(
                         f"layer {layer.describe()}: a weights-only file records no activations; "
                         f"hard_sigmoid gates assumed, the default of the Keras "
-                        f"({layer.keras_version}) that wrote it. Pass "
+                        f"({options.get('keras_version', layer.keras_version)}) that wrote it. Pass "
                         "recurrent_activation='sigmoid' if the model was built with it.")
             continue
         note = _left_out(layer)

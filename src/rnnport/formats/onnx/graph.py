@@ -61,6 +61,7 @@ class Loaded:
     folder: Path | None
     where: str
     budget: int = 0  # bytes computed values may still take
+    opsets: list[Any] = field(default_factory=list)  # the model's opset_import
 
 
 def load(source: Any) -> Loaded:
@@ -87,7 +88,7 @@ def load(source: Any) -> Loaded:
         raise FormatError(f"read(fmt='onnx'): expected an onnx.ModelProto, a GraphProto or a "
                           f"path to an .onnx file, got {describe(source)}.")
     functions = {(function.domain, function.name): function for function in model.functions}
-    loaded = Loaded(model.graph, functions, folder, where)
+    loaded = Loaded(model.graph, functions, folder, where, opsets=list(model.opset_import))
     loaded.budget = _budget(model.graph, functions)
     return loaded
 

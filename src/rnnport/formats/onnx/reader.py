@@ -85,10 +85,7 @@ def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> Model:
     """The network a graph without recurrent nodes computes step by step, or the error
     saying there is none."""
     ops = sorted({n.op_type for n in loaded.graph.node})
-    if options.get("node") is not None:
-        raise FormatError(f"read(fmt='onnx'): node={options['node']!r}, but the graph has no "
-                          f"LSTM, GRU or RNN node (its operators: {', '.join(ops) or 'none'}).")
-    model = unrolled.read(main)
+    model = unrolled.read(main, options)
     if model is not None:
         return model
     raise FormatError(f"read(fmt='onnx'): the graph has no LSTM, GRU or RNN node (its "
@@ -190,9 +187,11 @@ def _fed(scope: Scope, name: str, what: str) -> str:
         value = scope.value(name, scope.path or "ONNX graph")
     except RnnportError:
         return f"{what} from {name!r}, computed at run time"
-    if what != "sequence_lens" and value.size and not np.any(value):
+    if what == "sequence_lens":
+        return f"{what} from {name!r}, a constant {value.shape}"
+    if value.size and not np.any(value):
         return f"{what} from {name!r}, a constant of zeros"
-    return f"{what} from {name!r}, a constant {value.shape} that is not all zeros"
+    return f"{what} from {name!r}, a constant {value.shape}{' that is not all zeros' if value.size else ''}"
 
 
 def _listed(names: list[str]) -> str:

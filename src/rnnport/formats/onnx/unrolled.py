@@ -1,45 +1,50 @@
 """Recurrent networks a graph computes step by step, with elementary operators instead of
 an ``LSTM``, ``GRU`` or ``RNN`` node: what PyTorch's default (dynamo) exporter writes for
 ``nn.RNN`` (unrolled over the example's time steps) and for ``nn.LSTMCell``, ``nn.GRUCell``
-and ``nn.RNNCell`` (one step).
+and ``nn.RNNCell`` (one step, or one per step of a Python loop).
 
 **Finding the weights.** A *linear* is ``MatMul(a, K)``, plus an ``Add`` of a 1-D constant
-when one follows, or ``Gemm(a, B, C)`` (``alpha = beta = 1``, no ``transA``), with ``K``,
-``B`` and ``C`` constants (see :mod:`.graph` for what counts as one).
+when one follows, or ``Gemm(a, B, C)`` (``alpha = beta = 1``, no ``transA``), where ``a``
+depends on the graph's inputs and ``K``, ``B``, ``C`` are constants (see :mod:`.graph` for
+what counts as one). Only the main graph is searched.
 
 * *A sequence* (``nn.RNN``): each layer and direction multiplies its whole input by one
-  matrix ``W`` (I, H) and each step's state by one matrix ``U`` (H, H), so a matrix that
-  several linears share is a ``U``. Each of its steps adds the product to that step's slice
-  of the input's product and applies ``Tanh`` or ``Relu``; following the slice back through
-  the slicing nodes reaches the direction's ``W``, and a slice with a negative step on the
-  way marks the backward direction. Layers are told apart by what their ``W`` multiplies
-  (the graph's input, or the layer before's joined outputs), in the graph's order.
-* *One step* (a cell): two linears of one width G·H, one of the input ``x``, one of the
-  state ``h`` (both graph inputs); G = 4, 3 or 1 says LSTM, GRU or simple RNN, computed as
-  PyTorch's cells compute them.
+  matrix ``W`` (I, H), and each step multiplies the state by one square matrix ``U``
+  (H, H), adds the product to that step's slice of the input's product and applies
+  ``Tanh`` or ``Relu``. Following the slice back through the slicing nodes reaches the
+  direction's ``W``; a slice with a negative step on the way marks the backward direction.
+  Layers are told apart by what their ``W`` multiplies, in the graph's order, and a layer
+  that does not take the layer before's outputs starts another network.
+* *A step* (a cell): two linears of one width G·H whose results meet within a few nodes,
+  one of the input ``x``, one of the state ``h`` with H rows; G = 4, 3 or 1 says LSTM, GRU
+  or simple RNN, computed as PyTorch's cells compute them. A cell stepped in a loop gives
+  the same step many times, read once.
 
 **Checking them.** Shapes do not prove that a graph computes the network its weights
-suggest, so the reader runs the graph in NumPy on random inputs (the operators it can run
-are :data:`RUN_OPS`; others are skipped, with what depends on them) and requires one of its
-values to equal rnnport's output for the network read, within :data:`TOLERANCE`;
-otherwise it refuses. The weights are the stored constants, transposed back: bit-exact.
+suggest, so the reader runs the graph in NumPy with random values in place of what the
+network is fed (its input and state; the operators it runs are :data:`RUN_OPS`, others are
+skipped with what depends on them) and requires one of the graph's values to equal
+rnnport's output for the network read, within :data:`TOLERANCE`; otherwise it refuses.
+The weights are the stored constants, transposed back: bit-exact.
+
+**Several networks** in one graph are an :class:`~rnnport.errors.AmbiguousSourceError`
+listing them; ``node=`` with the name (or output) of one of a network's ``MatMul`` /
+``Gemm`` nodes picks it.
 
 **Refused, with the reason:** a cell exported without its state (PyTorch folds the zero
 state's product into a constant, so ``weight_hh`` is not in the file), a sequence of one
-time step (no state is ever multiplied), unrolled LSTM or GRU steps, anything else the
-check does not confirm.
+time step (no state is ever multiplied), anything the check does not confirm.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ...errors import FormatError, RnnportError, UnsupportedFeatureError
+from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from ...model import RNN, Model
 from ...spec import Spec
 from .graph import FOLDABLE, Scope, fold
@@ -49,11 +54,15 @@ __all__ = ["RUN_OPS", "TOLERANCE", "read"]
 RUN_OPS = (*FOLDABLE, "Constant", "MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Neg",
            "SplitToSequence", "SequenceAt")
 TOLERANCE = 1e-4  # of the largest output value, at least 1: float32 in both
-MAX_FED = 1 << 22  # values fed to the graph's inputs when running it
 PASS_OPS = {"Squeeze", "Unsqueeze", "Reshape", "Identity", "Cast", "Slice", "Gather",
-            "Transpose"}
+            "Transpose", "Split", "Flatten"}
+SLICING_OPS = {"Slice", "Gather", "Split"}
 ACTIVATIONS = {"Tanh": "tanh", "Relu": "relu"}
 CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
+MEETING_HOPS = 3  # a step's two products meet within this many nodes
+MAX_PAIRS = 64  # cell candidates checked, at most
+MAX_PIECES = 1 << 16  # pieces one SplitToSequence may make when running the graph
+FLOAT_TYPES = (1, 10, 11, 16)  # ONNX float, float16, double, bfloat16
 EXPORT_WITH_STATE = ("export the cell with its state as an input, e.g. torch.onnx.export("
                      "cell, (x, (h, c)), path) for an LSTMCell or (x, h) for the others")
 
@@ -64,25 +73,69 @@ class Linear:
 
     node: Any
     data: str  # the name multiplied
-    key: str  # the matrix's name: the same for every use of one matrix
+    key: str  # the matrix's source name: the same for every use of one matrix
     kernel: np.ndarray  # (in, out), MatMul's orientation
     bias: np.ndarray | None
     output: str  # the name holding the result (after the bias)
 
 
-def read(scope: Scope) -> Model | None:
+@dataclass
+class _Network:
+    model: RNN
+    linears: list[Linear]  # the nodes whose matrices it holds
+    what: str  # for listings: "an LSTM 3→4 (state 'h')"
+    names: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.names = {name for linear in self.linears
+                      for name in (linear.node.name, *linear.node.output) if name}
+
+
+def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
     """The network ``scope`` computes step by step, checked against rnnport's forward pass;
-    None when the graph multiplies nothing the way a recurrent network does."""
+    None when the graph computes nothing the way a recurrent network does."""
+    where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
     linears = _linears(scope)
     if not linears:
         return None
-    uses = Counter(linear.key for linear in linears)
-    if any(count > 1 for count in uses.values()):
-        return _sequence(scope, linears, uses)
-    return _step(scope, linears)
+    graph = _Graph(scope, where)
+    networks = _sequences(graph, linears)
+    taken = {id(linear) for network in networks for linear in network.linears}
+    cells, problems = _cells(graph, [linear for linear in linears if id(linear) not in taken])
+    networks += cells
+    if not networks:
+        if problems:
+            shown = "; ".join(problems[:4]) + ("; …" if len(problems) > 4 else "")
+            raise UnsupportedFeatureError(
+                f"{where}: the graph multiplies two values by constants of one width whose "
+                "products meet, as one step of a recurrent cell does, but computes none of the "
+                f"cells rnnport knows with them ({shown}). rnnport reads PyTorch's LSTMCell, "
+                "GRUCell and RNNCell as its exporter writes them.")
+        if _folded_state(graph, linears):
+            raise UnsupportedFeatureError(
+                f"{where}: one step of a recurrent cell whose state was folded away: exported "
+                "without a state, h = 0, so PyTorch's exporter computed h·weight_hh + bias_hh "
+                "once, into a constant, and weight_hh is not in the file. Nothing can bring it "
+                f"back; {EXPORT_WITH_STATE}, or read the cell's state_dict.")
+        return None
+    wanted = options.get("node")
+    if wanted is not None:
+        picked = [network for network in networks if wanted in network.names]
+        if not picked:
+            listed = "; ".join(f"{n.what}: {', '.join(sorted(map(repr, n.names)))}"
+                               for n in networks)
+            raise FormatError(f"{where}: node={wanted!r} names none of the nodes of the "
+                              f"networks the graph computes step by step ({listed}).")
+        networks = picked
+    if len(networks) > 1:
+        listed = "; ".join(f"{n.what}, e.g. node={n.linears[0].node.name or n.linears[0].output!r}"
+                           for n in networks)
+        raise AmbiguousSourceError(f"{where}: the graph computes {len(networks)} recurrent "
+                                   f"networks step by step ({listed}); pass node= to pick one.")
+    return networks[0].model
 
 
-# -- linears ----------------------------------------------------------------------------------
+# -- the graph: linears, what depends on the inputs, shapes --------------------------------------
 
 
 def _constant(scope: Scope, name: str) -> np.ndarray | None:
@@ -94,12 +147,24 @@ def _constant(scope: Scope, name: str) -> np.ndarray | None:
         return None
 
 
+def _dynamic(scope: Scope) -> set[str]:
+    """The names whose values depend on the graph's inputs fed at run time, in one pass."""
+    out = {name for name in scope.inputs if name not in scope.initializers}
+    for node in scope.nodes:
+        if any(name in out for name in node.input) or any(
+                attribute.HasField("g") or len(attribute.graphs) for attribute in node.attribute):
+            out.update(name for name in node.output if name)
+    return out
+
+
 def _linears(scope: Scope) -> list[Linear]:
+    dynamic = _dynamic(scope)
     consumers = _consumers(scope)
     found = []
     for node in scope.nodes:
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Gemm") \
-                or len(node.input) < 2 or not node.output:
+                or len(node.input) < 2 or not node.output or node.input[0] not in dynamic \
+                or node.input[1] in dynamic:
             continue
         attributes = _attributes(node)
         if node.op_type == "Gemm" and (attributes.get("alpha", 1.0) != 1.0 or
@@ -107,21 +172,22 @@ def _linears(scope: Scope) -> list[Linear]:
                                        attributes.get("transA", 0)):
             continue
         matrix = _constant(scope, node.input[1])
-        if matrix is None or matrix.ndim != 2 or matrix.dtype.kind != "f" or \
-                _constant(scope, node.input[0]) is not None:
+        if matrix is None or matrix.ndim != 2 or matrix.dtype.kind != "f" or 0 in matrix.shape:
             continue
         kernel = matrix.T if attributes.get("transB", 0) else matrix
         bias, output = None, node.output[0]
         if node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]:
+            if node.input[2] in dynamic:
+                continue
             bias = _constant(scope, node.input[2])
             if bias is None or bias.shape not in ((kernel.shape[1],), (1, kernel.shape[1])):
                 continue
             bias = bias.reshape(-1)
         else:
             after = consumers.get(output, [])
-            if len(after) == 1 and after[0].op_type == "Add":
+            if len(after) == 1 and after[0].op_type == "Add" and after[0].output:
                 other = next((name for name in after[0].input if name != output), "")
-                value = _constant(scope, other)
+                value = None if other in dynamic else _constant(scope, other)
                 if value is not None and value.shape == (kernel.shape[1],):
                     bias, output = value, after[0].output[0]
         key = _origin(scope, node.input[1])[0]  # through the Transpose an exporter may add
@@ -147,107 +213,197 @@ def _consumers(scope: Scope) -> dict[str, list[Any]]:
 def _origin(scope: Scope, name: str) -> tuple[str, list[Any]]:
     """Follow ``name`` back through :data:`PASS_OPS` (their data input): the name reached
     and the nodes passed."""
-    passed = []
+    passed: list[Any] = []
+    seen = {name}
     while name in scope.producers and scope.producers[name].op_type in PASS_OPS:
         node = scope.producers[name]
+        if not node.input or not node.input[0] or node.input[0] in seen:
+            break
         passed.append(node)
         name = node.input[0]
+        seen.add(name)
     return name, passed
 
 
-def _flips(scope: Scope, nodes: Sequence[Any]) -> bool:
-    """Whether a Slice among ``nodes`` reverses an axis (a negative step)."""
-    for node in nodes:
-        if node.op_type == "Slice" and len(node.input) > 4:
-            steps = _constant(scope, node.input[4])
-            if steps is not None and steps.dtype.kind in "iu" and (steps < 0).any():
-                return True
+class _Graph:
+    """One scope, with what the checks share: consumers, shapes, a random source."""
+
+    def __init__(self, scope: Scope, where: str) -> None:
+        self.scope, self.where = scope, where
+        self.consumers = _consumers(scope)
+        self._shapes: dict[str, tuple[int, ...]] | None = None
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """``name``'s shape as the model declares or ONNX's shape inference finds it (a
+        named size taken as 2); None when unknown."""
+        if self._shapes is None:
+            self._shapes = _declared_shapes(self.scope)
+        return self._shapes.get(name)
+
+    def flips(self, nodes: Sequence[Any]) -> bool:
+        """Whether a Slice among ``nodes`` reverses an axis (a negative step)."""
+        for node in nodes:
+            if node.op_type == "Slice" and len(node.input) > 4:
+                steps = _constant(self.scope, node.input[4])
+                if steps is not None and steps.dtype.kind in "iu" and (steps < 0).any():
+                    return True
+        return False
+
+    def meets(self, first: str, second: str) -> bool:
+        """Whether the values ``first`` and ``second`` reach one node within
+        :data:`MEETING_HOPS` nodes."""
+        return bool(self._near(first) & self._near(second))
+
+    def _near(self, name: str) -> set[int]:
+        frontier, seen = [name], set()
+        for _ in range(MEETING_HOPS):
+            following: list[str] = []
+            for current in frontier:
+                for node in self.consumers.get(current, []):
+                    if id(node) not in seen:
+                        seen.add(id(node))
+                        following.extend(output for output in node.output if output)
+            frontier = following
+        return seen
+
+
+def _declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
+    from onnx import helper, shape_inference
+
+    graph = scope.loaded.graph
+    infos = [*graph.input, *graph.value_info, *graph.output]
+    if not graph.value_info and scope.loaded.opsets:
+        try:
+            inferred = shape_inference.infer_shapes(
+                helper.make_model(graph, opset_imports=scope.loaded.opsets))
+            infos = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+        except Exception:  # shape inference fails on what it does not know: no shapes
+            pass
+    shapes = {}
+    for info in infos:
+        tensor = info.type.tensor_type
+        if tensor.HasField("shape"):
+            shapes[info.name] = tuple(dim.dim_value if dim.HasField("dim_value") and
+                                      dim.dim_value > 0 else 2 for dim in tensor.shape.dim)
+    return shapes
+
+
+# -- sequences (nn.RNN, unrolled) ---------------------------------------------------------------
+
+
+@dataclass
+class _Step:
+    weight: Linear  # the product of the whole input this step slices
+    recurrent: Linear
+    activation: str
+    backward: bool
+    others: list[Linear] = field(default_factory=list)  # the other steps' uses of U
+
+
+def _sequences(graph: _Graph, linears: list[Linear]) -> list[_Network]:
+    scope = graph.scope
+    by_output = {linear.output: linear for linear in linears}
+    steps: dict[str, list[_Step]] = {}  # U's key → its steps
+    for linear in linears:
+        rows, columns = linear.kernel.shape
+        joins = graph.consumers.get(linear.output, [])
+        if rows != columns or len(joins) != 1 or joins[0].op_type != "Add" or \
+                not joins[0].output:
+            continue
+        after = graph.consumers.get(joins[0].output[0], [])
+        if len(after) != 1 or after[0].op_type not in ACTIVATIONS:
+            continue
+        other = next((name for name in joins[0].input if name != linear.output), "")
+        origin, passed = _origin(scope, other)
+        weight = by_output.get(origin)
+        if weight is None or weight.key == linear.key or weight.kernel.shape[1] != columns \
+                or not any(node.op_type in SLICING_OPS for node in passed):
+            continue
+        steps.setdefault(linear.key, []).append(
+            _Step(weight, linear, ACTIVATIONS[after[0].op_type], graph.flips(passed)))
+    directions = []
+    for key, found in steps.items():
+        kinds = {(id(step.weight), step.activation, step.backward) for step in found}
+        if len(kinds) != 1:
+            raise _refuse(graph.where, f"the steps that multiply by {key!r} take their inputs "
+                          "from different products, or apply different activations")
+        found[0].others = [step.recurrent for step in found[1:]]
+        directions.append(found[0])
+    position = {id(node): index for index, node in enumerate(scope.nodes)}
+    directions.sort(key=lambda step: position[id(step.weight.node)])
+    layers: dict[str, list[_Step]] = {}
+    for step in directions:
+        layers.setdefault(step.weight.data, []).append(step)
+    networks: list[list[list[_Step]]] = []
+    for group in layers.values():
+        group.sort(key=lambda step: step.backward)
+        if [step.backward for step in group] not in ([False], [False, True]):
+            networks += [[[step]] for step in group]  # networks side by side on one input
+        elif networks and _follows(graph, group, networks[-1][-1]):
+            networks[-1].append(group)
+        else:
+            networks.append([group])
+    return [_sequence(graph, network) for network in networks]
+
+
+def _follows(graph: _Graph, layer: list[_Step], before: list[_Step]) -> bool:
+    """Whether ``layer`` multiplies what ``before`` (the layer before) outputs: its input
+    is computed from that layer's activations."""
+    outputs = {output for step in before for node in graph.consumers.get(step.recurrent.output,
+                                                                         [])
+               for after in graph.consumers.get(node.output[0], []) for output in after.output}
+    pending, seen = [layer[0].weight.data], set[str]()
+    while pending and len(seen) < 100_000:
+        name = pending.pop()
+        if name in outputs:
+            return True
+        if name in seen:
+            continue
+        seen.add(name)
+        node = graph.scope.producers.get(name)
+        if node is not None:
+            pending.extend(item for item in node.input if item)
     return False
-
-
-# -- a sequence (nn.RNN, unrolled) -------------------------------------------------------------
 
 
 def _refuse(where: str, what: str) -> UnsupportedFeatureError:
     return UnsupportedFeatureError(
-        f"{where}: the graph multiplies states by a constant at several steps, as an unrolled "
-        f"recurrent network does, but {what}. rnnport reads the unrolled simple RNNs that "
-        "PyTorch's exporter writes for nn.RNN; for another network, export it with "
-        "torch.onnx.export(..., dynamo=False), which writes RNN nodes, or read the PyTorch "
-        "weights themselves (the state_dict).")
+        f"{where}: the graph computes the steps of an unrolled recurrent network, but {what}. "
+        "rnnport reads the unrolled simple RNNs that PyTorch's exporter writes for nn.RNN; "
+        "for another network, export it with torch.onnx.export(..., dynamo=False), which "
+        "writes RNN nodes, or read the PyTorch weights themselves (the state_dict).")
 
 
-def _sequence(scope: Scope, linears: list[Linear], uses: Counter[str]) -> Model:
-    where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
-    consumers = _consumers(scope)
-    by_output = {linear.output: linear for linear in linears}
-    # (W, U's first linear, nonlinearity, backward) per layer and direction
-    found: list[tuple[Linear, Linear, str, bool]] = []
-    for key in (key for key, count in uses.items() if count > 1):
-        steps = [linear for linear in linears if linear.key == key]
-        rows, columns = steps[0].kernel.shape
-        if columns != rows:
-            gates = columns / rows
-            raise _refuse(where, f"its recurrent matrix {key!r} is {steps[0].kernel.shape}, "
-                          f"{gates:g} gate blocks wide (an unrolled LSTM or GRU), and rnnport "
-                          "reads unrolled simple RNNs only")
-        owners = set()
-        for step in steps:
-            joins = consumers.get(step.output, [])
-            if len(joins) != 1 or joins[0].op_type != "Add":
-                raise _refuse(where, f"{step.output!r} is not added to the step's input")
-            join = joins[0]
-            after = consumers.get(join.output[0], [])
-            if len(after) != 1 or after[0].op_type not in ACTIVATIONS:
-                raise _refuse(where, f"{join.output[0]!r} goes on to "
-                              f"{[node.op_type for node in after]}, not to one Tanh or Relu")
-            step_input = next((name for name in join.input if name != step.output), "")
-            origin, passed = _origin(scope, step_input)
-            if origin not in by_output or uses[by_output[origin].key] != 1:
-                raise _refuse(where, f"the step input {step_input!r} is not a slice of one "
-                              "product of the layer's input")
-            owners.add((id(by_output[origin]), after[0].op_type, _flips(scope, passed)))
-        if len(owners) != 1:
-            raise _refuse(where, f"the steps that multiply by {key!r} take their inputs from "
-                          "different products, or apply different activations")
-        (owner, activation, backward), = owners
-        weight = next(linear for linear in linears if id(linear) == owner)
-        found.append((weight, steps[0], ACTIVATIONS[activation], backward))
-    position = {id(node): index for index, node in enumerate(scope.nodes)}
-    found.sort(key=lambda item: position[id(item[0].node)])
-    layers: dict[str, list[tuple[Linear, Linear, str, bool]]] = {}
-    for item in found:
-        layers.setdefault(item[0].data, []).append(item)
-    directions = {len(group) for group in layers.values()}
-    nonlinearities = {item[2] for item in found}
-    if len(directions) != 1 or len(nonlinearities) != 1:
+def _sequence(graph: _Graph, layers: list[list[_Step]]) -> _Network:
+    where = graph.where
+    counts = {len(layer) for layer in layers}
+    nonlinearities = {step.activation for layer in layers for step in layer}
+    if len(counts) != 1 or len(nonlinearities) != 1:
         raise _refuse(where, "its layers differ in their directions or activations")
-    count = directions.pop()
-    ordered = []
-    for group in layers.values():
-        flags = sorted(item[3] for item in group)
-        if flags != [False, True][:count]:
-            raise _refuse(where, "a layer runs backward alone")
-        ordered.append(sorted(group, key=lambda item: item[3]))
-    first = ordered[0][0][0]
-    hidden = ordered[0][0][1].kernel.shape[0]
+    count = counts.pop()
+    for layer in layers:
+        if [step.backward for step in layer] != [False, True][:count]:
+            raise _refuse(where, "a layer runs only backward, or two directions run the same "
+                          "way")
+    first = layers[0][0].weight
+    hidden = layers[0][0].recurrent.kernel.shape[0]
     spec = Spec(cell=f"rnn_{nonlinearities.pop()}", input_size=first.kernel.shape[0],
-                hidden_size=hidden, num_layers=len(ordered), bidirectional=count == 2,
-                bias=any(item[0].bias is not None or item[1].bias is not None
-                         for item in found))
+                hidden_size=hidden, num_layers=len(layers), bidirectional=count == 2,
+                bias=any(step.weight.bias is not None or step.recurrent.bias is not None
+                         for layer in layers for step in layer))
     params = []
-    for layer, group in enumerate(ordered):
-        entries = []
-        for weight, recurrent, _, _ in group:
-            if weight.kernel.shape != (spec.layer_input_size(layer), hidden) or \
-                    recurrent.kernel.shape != (hidden, hidden):
-                raise _refuse(where, f"layer {layer}'s matrices are {weight.kernel.shape} and "
-                              f"{recurrent.kernel.shape}, which do not chain")
-            entries.append(_params(weight, recurrent, spec.bias))
-        params.append(entries)
+    for index, layer in enumerate(layers):
+        for step in layer:
+            if step.weight.kernel.shape != (spec.layer_input_size(index), hidden) or \
+                    step.recurrent.kernel.shape != (hidden, hidden):
+                raise _refuse(where, f"layer {index}'s matrices are {step.weight.kernel.shape} "
+                              f"and {step.recurrent.kernel.shape}, which do not chain")
+        params.append([_params(step.weight, step.recurrent, spec.bias) for step in layer])
     model = _build(spec, params, where)
-    _check_sequence(scope, model, first, where)
-    return model
+    _check_sequence(graph, model, first)
+    linears = [linear for layer in layers for step in layer
+               for linear in (step.weight, step.recurrent, *step.others)]
+    return _Network(model, linears, f"{spec.describe(article=True)} (unrolled)")
 
 
 def _params(weight: Linear, recurrent: Linear, bias: bool) -> dict[str, np.ndarray]:
@@ -268,30 +424,24 @@ def _build(spec: Spec, params: list[list[dict[str, np.ndarray]]], where: str) ->
     return RNN(spec, params, copy=True)
 
 
-# -- one step (a cell) -----------------------------------------------------------------------
+# -- steps (cells) ------------------------------------------------------------------------------
 
 
-def _step(scope: Scope, linears: list[Linear]) -> Model | None:
-    where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
-    fed = [linear for linear in linears if _origin(scope, linear.data)[0] in scope.inputs]
-    candidates = []  # (input's linear, state's linear): the state is a graph input
-    for state in fed:
+def _cells(graph: _Graph, linears: list[Linear]) -> tuple[list[_Network], list[str]]:
+    """The cells whose steps the graph computes, and why the candidates that are not failed
+    the check."""
+    pairs = []  # (input's linear, state's linear)
+    for state in linears:
         hidden, width = state.kernel.shape
-        if not hidden or width % hidden or width // hidden not in CELLS:
+        if width % hidden or width // hidden not in CELLS:
             continue
-        candidates += [(data, state) for data in linears
-                       if data is not state and data.kernel.shape[1] == width]
-    if not candidates:
-        if _folded_state(scope, fed):
-            raise UnsupportedFeatureError(
-                f"{where}: one step of a recurrent cell whose state was folded away: exported "
-                "without a state, h = 0, so PyTorch's exporter computed h·weight_hh + bias_hh "
-                "once, into a constant, and weight_hh is not in the file. Nothing can bring it "
-                f"back; {EXPORT_WITH_STATE}, or read the cell's state_dict.")
-        return None
-    values = run(scope, _feeds(scope, where), where)
+        pairs += [(data, state) for data in linears
+                  if data is not state and data.data != state.data
+                  and data.kernel.shape[1] == width and graph.meets(data.output, state.output)]
+    found: list[_Network] = []
     problems = []
-    for data, state in candidates:
+    checked = set()
+    for data, state in pairs[:MAX_PAIRS]:
         hidden, width = state.kernel.shape
         family = CELLS[width // hidden]
         cells = [f"rnn_{name}" for name in ACTIVATIONS.values()] if family == "rnn" else \
@@ -299,33 +449,38 @@ def _step(scope: Scope, linears: list[Linear]) -> Model | None:
         for cell in cells:
             spec = Spec(cell=cell, input_size=data.kernel.shape[0], hidden_size=hidden,
                         bias=data.bias is not None or state.bias is not None)
-            model = _build(spec, [[_params(data, state, spec.bias)]], where)
+            if (data.key, state.key, cell) in checked:  # a cell stepped in a loop
+                continue
+            model = _build(spec, [[_params(data, state, spec.bias)]], graph.where)
             try:
-                _check_step(scope, values, model, data, state)
-                return model
+                _check_step(graph, model, data, state)
             except _Mismatch as error:
                 problems.append(f"as {spec.describe(article=True)}: {error}")
-    shown = "; ".join(problems[:4]) + ("; …" if len(problems) > 4 else "")
-    raise UnsupportedFeatureError(
-        f"{where}: the graph multiplies a state it is fed and another value by constants of "
-        "one width, as one step of a recurrent cell does, but computes none of the cells "
-        f"rnnport knows with them ({shown}). rnnport reads PyTorch's LSTMCell, GRUCell and "
-        "RNNCell as its exporter writes them.")
+                continue
+            checked.add((data.key, state.key, cell))
+            same = next((network for network in found if network.model == model), None)
+            if same is None:
+                found.append(_Network(model, [data, state], f"{spec.describe(article=True)} "
+                                      f"(state {state.data!r})"))
+            else:
+                same.linears += [data, state]
+                same.__post_init__()
+            break
+    return found, problems
 
 
-def _folded_state(scope: Scope, linears: list[Linear]) -> bool:
-    """Whether one linear of a graph input meets a 2-D constant of its width: a cell
-    exported without its state, whose state product was folded."""
+def _folded_state(graph: _Graph, linears: list[Linear]) -> bool:
+    """Whether a linear of the input meets a 2-D constant of its width: a cell exported
+    without its state, whose state product was folded."""
     if len(linears) != 1:
         return False
-    consumers = _consumers(scope)
     linear = linears[0]
     width = linear.kernel.shape[1]
-    for node in consumers.get(linear.output, []):
+    for node in graph.consumers.get(linear.output, []):
         if node.op_type != "Add":
             continue
         other = next((name for name in node.input if name != linear.output), "")
-        value = _constant(scope, other)
+        value = _constant(graph.scope, other)
         if value is not None and value.ndim == 2 and value.shape[1] == width:
             return True
     return False
@@ -338,80 +493,108 @@ class _Mismatch(Exception):
     """The graph computed other numbers than the network read."""
 
 
-def _check_step(scope: Scope, values: Mapping[str, np.ndarray], model: RNN, data: Linear,
-                state: Linear) -> None:
-    """One step of ``model`` from what the graph's run fed the two linears (and, for an
-    LSTM, a graph input of the state's shape as c) is among the run's values."""
-    x, h = values.get(data.data), values.get(state.data)
+def _check_step(graph: _Graph, model: RNN, data: Linear, state: Linear) -> None:
+    """One step of ``model`` from random x and h fed where the graph multiplies them (and,
+    for an LSTM, the graph's c) is among the values the graph computes."""
     spec = model.spec
-    if not isinstance(x, np.ndarray) or not isinstance(h, np.ndarray) or x.ndim != 2 or \
-            h.shape != (x.shape[0], spec.hidden_size):
-        raise _Mismatch("the run does not give the step's input and state as 2-D values")
+    batch = _batch(graph, data.data, 2) or _batch(graph, state.data, 2) or 2
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (batch, spec.input_size)).astype(np.float32)
+    feeds = {**_feeds(graph), data.data: x}
+    values = run(graph.scope, feeds, graph.where)
+    h = values.get(state.data)  # the graph's own state keeps every use of it consistent
+    if not (isinstance(h, np.ndarray) and h.shape == (batch, spec.hidden_size) and
+            h.dtype.kind == "f"):
+        h = rng.uniform(-1, 1, (batch, spec.hidden_size)).astype(np.float32)
+        values = run(graph.scope, {**feeds, state.data: h}, graph.where)
     states: list[Any] = [h[None]]
     if spec.cell == "lstm":
-        own = _origin(scope, state.data)[0]
-        states = [(h[None], value[None]) for name, value in values.items()
-                  if name in scope.inputs and name != own and np.shape(value) == h.shape]
+        own = _origin(graph.scope, state.data)[0]
+        ordered = sorted(values.items(), key=lambda item: item[0] not in graph.scope.inputs)
+        states = [(h[None], value[None]) for name, value in ordered
+                  if name not in (own, state.data) and isinstance(value, np.ndarray)
+                  and value.shape == h.shape and value.dtype.kind == "f"][:8]
         if not states:
-            raise _Mismatch("no other graph input has the state's shape, for c")
+            raise _Mismatch("no value of the state's shape to be c")
     closest = np.inf
     for state_in in states:
         y, _ = model.forward(x[:, None, :], state=state_in)
         closest = min(closest, _closest(values, y[:, 0]))
-        if closest == 0.0 or closest <= TOLERANCE * _scale(y):
+        if closest <= TOLERANCE * _scale(y):
             return
     raise _Mismatch(_differs("the next state h", closest))
 
 
-def _check_sequence(scope: Scope, model: RNN, first: Linear, where: str) -> None:
-    """``model`` run on what the graph's run fed its first layer (time-major, as PyTorch's
-    exporter multiplies it), from a graph input of the state's shape if there is one, gives
-    an output among the run's values."""
-    values = run(scope, _feeds(scope, where), where)
+def _check_sequence(graph: _Graph, model: RNN, first: Linear) -> None:
+    """``model`` run on random input fed where the graph multiplies its first layer's
+    input (time-major, as PyTorch's exporter multiplies it), from a state of the graph's if
+    it has one, gives an output among the values the graph computes."""
     spec = model.spec
-    x = values.get(first.data)
-    if not isinstance(x, np.ndarray) or x.ndim != 3:
-        raise _refuse(where, "running it does not give the first layer's input as 3-D values")
-    shape = (spec.num_layers * spec.num_directions, x.shape[1], spec.hidden_size)
-    states: list[np.ndarray | None] = [value for name, value in values.items()
-                                       if name in scope.inputs and np.shape(value) == shape]
+    shape = graph.shape(first.data)
+    feeds = _feeds(graph)
+    if shape is None or len(shape) != 3:
+        shape = _computed_shape(graph, feeds, first.data)
+    if shape is None or len(shape) != 3 or shape[2] != spec.input_size:
+        raise _refuse(graph.where, f"the shape of the first layer's input {first.data!r} is "
+                      f"{'unknown' if shape is None else shape}; expected (time, batch, "
+                      f"{spec.input_size})")
+    x = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
+    values = run(graph.scope, {**feeds, first.data: x}, graph.where)
+    states_shape = (spec.num_layers * spec.num_directions, shape[1], spec.hidden_size)
+    ordered = sorted(values.items(), key=lambda item: item[0] not in graph.scope.inputs)
+    states = [value for _, value in ordered if isinstance(value, np.ndarray) and
+              value.shape == states_shape and value.dtype.kind == "f"][:4]
     closest = np.inf
-    for state in [*states[:4], None]:
+    for state in [*states, None]:
         y, _ = model.forward(x, state=state, time_major=True)
         closest = min(closest, _closest(values, y))
         if closest <= TOLERANCE * _scale(y):
             return
-    raise _refuse(where, f"it does not compute the network its matrices describe "
+    raise _refuse(graph.where, f"it does not compute the network its matrices describe "
                   f"({spec.describe(article=True)}): {_differs('the output y', closest)}")
 
 
-def _feeds(scope: Scope, where: str) -> dict[str, np.ndarray]:
+def _batch(graph: _Graph, name: str, rank: int) -> int | None:
+    shape = graph.shape(name)
+    return shape[0] if shape is not None and len(shape) == rank else None
+
+
+def _computed_shape(graph: _Graph, feeds: Mapping[str, np.ndarray],
+                    name: str) -> tuple[int, ...] | None:
+    value = run(graph.scope, feeds, graph.where).get(name)
+    return value.shape if isinstance(value, np.ndarray) else None
+
+
+def _feeds(graph: _Graph) -> dict[str, np.ndarray]:
     """Random values for the graph's inputs fed at run time (a named size taken as 2)."""
     rng = np.random.default_rng(0)
     feeds, total = {}, 0
-    for value in scope.loaded.graph.input:
-        if value.name in scope.initializers:
+    for value in graph.scope.loaded.graph.input:
+        if value.name in graph.scope.initializers:
             continue
         tensor = value.type.tensor_type
         dims = tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else 2
                      for dim in tensor.shape.dim)
         total += int(np.prod(dims, dtype=np.float64))
         if total > MAX_FED:
-            raise FormatError(f"{where}: the graph's inputs (up to {value.name!r}, {dims}) "
-                              f"take more than {MAX_FED:,} values; too large to check the "
-                              "network it computes by running it.")
-        if tensor.elem_type in (1, 10, 11):  # float, float16, double
+            raise FormatError(f"{graph.where}: the graph's inputs (up to {value.name!r}, "
+                              f"{dims}) take more than {MAX_FED:,} values; too large to check "
+                              "the network it computes by running it.")
+        if tensor.elem_type in FLOAT_TYPES:
             feeds[value.name] = rng.uniform(-1, 1, dims).astype(np.float32)
         else:
             feeds[value.name] = np.zeros(dims, np.int64)
     return feeds
 
 
+MAX_FED = 1 << 22  # values fed to the graph's inputs when running it
+
+
 def _scale(expected: np.ndarray) -> float:
     return max(1.0, float(np.max(np.abs(expected), initial=0.0)))
 
 
-def _closest(values: Mapping[str, np.ndarray], expected: np.ndarray) -> float:
+def _closest(values: Mapping[str, Any], expected: np.ndarray) -> float:
     """The smallest largest difference between ``expected`` and a value of its shape."""
     closest = np.inf
     for value in values.values():
@@ -452,29 +635,20 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
 def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, Any]:
     """Every value of ``scope`` that :data:`RUN_OPS` compute from ``feeds`` and the
     constants, in the graph's order; a node of another operator, and what depends on it, is
-    skipped. Values may take as much memory as the folding budget allows."""
+    skipped. ``feeds`` may name any value, which then takes the place of what the graph
+    computes there. Values may take as much memory as the folding budget allows."""
     values: dict[str, Any] = dict(feeds)  # arrays, and lists for ONNX sequences
     budget = scope.loaded.budget + sum(int(value.nbytes) for value in feeds.values())
     for node in scope.nodes:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in RUN_OPS:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in RUN_OPS or \
+                all(name in values for name in node.output if name):
             continue
-        arguments: list[Any] = []
-        for name in node.input:
-            if not name:
-                arguments.append(None)
-            elif name in values:
-                arguments.append(values[name])
-            elif name not in scope.producers:
-                arguments.append(_constant(scope, name))
-            else:
-                arguments.append(None)
-        if any(argument is None and name for argument, name in zip(arguments, node.input,
-                                                                   strict=True)):
+        arguments = _arguments(scope, node, values)
+        if arguments is None:
             continue  # an input the run could not compute
-        label = scope.label(node)
         try:
             with np.errstate(all="ignore"):
-                outputs = _compute(scope, node, arguments, where, label, budget)
+                outputs = _compute(scope, node, arguments, where, scope.label(node), budget)
         except FormatError as error:
             if "exhaust memory" in str(error):
                 raise
@@ -484,14 +658,36 @@ def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, 
         except (ValueError, TypeError, IndexError, AttributeError, ZeroDivisionError):
             continue  # shapes that do not fit: the value is simply not there
         for name, value in outputs.items():
-            budget -= sum(int(item.nbytes) for item in (value if isinstance(value, list)
-                                                        else [value]))
+            if name in feeds:
+                continue
+            budget -= sum(int(item.nbytes) for item in _items(value))
             if budget < 0:
                 raise FormatError(f"{where}: running the graph to check the network it "
                                   "computes takes more memory than its stored tensors, four "
                                   "times over; the graph is built to exhaust memory.")
             values[name] = value
     return values
+
+
+def _items(value: Any) -> Iterable[np.ndarray]:
+    return value if isinstance(value, list) else [value]
+
+
+def _arguments(scope: Scope, node: Any, values: Mapping[str, Any]) -> list[Any] | None:
+    arguments: list[Any] = []
+    for name in node.input:
+        if not name:
+            arguments.append(None)
+        elif name in values:
+            arguments.append(values[name])
+        elif name in scope.producers:
+            return None
+        else:
+            constant = _constant(scope, name)
+            if constant is None:
+                return None
+            arguments.append(constant)
+    return arguments
 
 
 def _fits(shape: tuple[int, ...], budget: int, where: str) -> None:
@@ -502,15 +698,24 @@ def _fits(shape: tuple[int, ...], budget: int, where: str) -> None:
                           "four times over; the graph is built to exhaust memory.")
 
 
-def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any]) -> list[np.ndarray]:
+def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any],
+                       where: str) -> list[np.ndarray]:
     data = arguments[0]
     axis = int(attributes.get("axis", 0)) % max(data.ndim, 1)
     split = arguments[1] if len(arguments) > 1 else None
     if split is None:  # pieces of one, the axis dropped unless keepdims
+        count = data.shape[axis]
+    elif np.ndim(split) == 0:
+        count = -(-data.shape[axis] // max(int(split), 1))
+    else:
+        count = len(split)
+    if count > MAX_PIECES:
+        raise FormatError(f"{where}: SplitToSequence into {count:,} pieces; running the graph "
+                          "to check it would exhaust memory.")
+    if split is None:
         pieces = np.split(data, data.shape[axis], axis=axis)
         return pieces if attributes.get("keepdims", 1) else [np.squeeze(p, axis) for p in pieces]
-    sizes = [int(split)] * -(-data.shape[axis] // int(split)) if np.ndim(split) == 0 else \
-        [int(size) for size in split]
+    sizes = [int(split)] * count if np.ndim(split) == 0 else [int(size) for size in split]
     return np.split(data, np.cumsum(sizes)[:-1], axis=axis)
 
 
@@ -518,7 +723,7 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
              label: str, budget: int) -> dict[str, Any]:
     op = node.op_type
     if op == "SplitToSequence":
-        return {node.output[0]: _split_to_sequence(arguments, _attributes(node))}
+        return {node.output[0]: _split_to_sequence(arguments, _attributes(node), where)}
     if op == "SequenceAt":
         return {node.output[0]: arguments[0][int(arguments[1])]}
     if op == "Constant":
@@ -526,9 +731,10 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
         return {} if value is None else {node.output[0]: value}
     if op == "Gemm":
         a, b, *rest = arguments
-        _fits((a.shape[1] if _attributes(node).get("transA", 0) else a.shape[0],
-               b.shape[0] if _attributes(node).get("transB", 0) else b.shape[1]), budget, where)
-        return {node.output[0]: _gemm(a, b, rest[0] if rest else None, _attributes(node))}
+        attributes = _attributes(node)
+        _fits((a.shape[1] if attributes.get("transA", 0) else a.shape[0],
+               b.shape[0] if attributes.get("transB", 0) else b.shape[1]), budget, where)
+        return {node.output[0]: _gemm(a, b, rest[0] if rest else None, attributes)}
     if op in ELEMENTWISE and (op not in FOLDABLE or any(
             argument is not None and argument.dtype.kind == "f" for argument in arguments)):
         operands = [a for a in arguments if a is not None]
