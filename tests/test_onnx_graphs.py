@@ -428,3 +428,12 @@ def test_several_unrolled_networks_are_listed_and_node_picks_one(tmp_path: Path)
         rnnport.read(cells.first), rnnport.read(cells.second)]
     with pytest.raises(rnnport.FormatError, match="names none of the nodes"):
         rnnport.read(path, node="nowhere")
+
+
+@pytest.mark.slow
+def test_an_rnn_exported_with_one_step_says_why_it_cannot_be_read(tmp_path: Path) -> None:
+    _export_args(torch.nn.RNN(3, 4), (torch.randn(1, 2, 3),), tmp_path / "one.onnx", "dynamo",
+                 True)
+    with pytest.raises(rnnport.FormatError, match="single time step.*weight_hh is not in the "
+                                                  "file: export it with two or more steps"):
+        rnnport.read(tmp_path / "one.onnx")

@@ -88,10 +88,14 @@ def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> Model:
     model = unrolled.read(main, options)
     if model is not None:
         return model
+    unrolled_looking = {"MatMul", "Gemm"} & set(ops) and {"Tanh", "Relu", "Sigmoid"} & set(ops)
+    hint = (" An nn.RNN exported with a single time step never multiplies its state, so its "
+            "weight_hh is not in the file: export it with two or more steps, or with "
+            "dynamo=False." if unrolled_looking else "")
     raise FormatError(f"read(fmt='onnx'): the graph has no LSTM, GRU or RNN node (its "
                       f"operators: {', '.join(ops) or 'none'}), nor computes a recurrent "
                       "network step by step as PyTorch's exporter writes nn.RNN and the "
-                      "LSTM/GRU/RNN cells.")
+                      f"LSTM/GRU/RNN cells.{hint}")
 
 
 def _choose(loaded: Loaded, options: Mapping[str, Any]
