@@ -230,13 +230,22 @@ def test_gate_clip_and_input_forget_match_onnx_runtime(spec: Spec) -> None:
     x = np.random.default_rng(0).uniform(-2, 2, (3, 6, 3)).astype(np.float32)
     proto = rnnport.write(model, "onnx")
     assert rnnport.read(proto) == model
+    _matches_onnx_runtime(model, proto, x, states=False)
+    unclipped = RNN(spec.replace(gate_clip=None, input_forget=False), model.params)
+    assert not np.allclose(unclipped.forward(x)[0], model.forward(x)[0], atol=1e-3)
+
+
+def _matches_onnx_runtime(model: RNN, proto: Any, x: np.ndarray, *, states: bool) -> None:
+    """ONNX Runtime running ``proto`` gives ``model``'s y (and final states), over full and
+    uneven lengths."""
     for lengths in (None, np.array([6, 3, 5])):
         out = run_reference(proto, x, sequence_lens=None if lengths is None
                             else lengths.astype(np.int32))
-        y, _ = model.forward(x, lengths=lengths)
+        y, state = model.forward(x, lengths=lengths)
         np.testing.assert_allclose(out["y"], y, atol=1e-5, rtol=0)
-    unclipped = RNN(spec.replace(gate_clip=None, input_forget=False), model.params)
-    assert not np.allclose(unclipped.forward(x)[0], model.forward(x)[0], atol=1e-3)
+        if states:
+            for got, want in zip(onnx_state(model, out), flatten_state(state), strict=True):
+                np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("spec", [
@@ -254,13 +263,7 @@ def test_reverse_networks_match_onnx_runtime(spec: Spec) -> None:
     assert {a.s for n in proto.graph.node if n.op_type in ("LSTM", "GRU", "RNN")
             for a in n.attribute if a.name == "direction"} == {b"reverse"}
     assert rnnport.read(proto) == model
-    for lengths in (None, np.array([6, 3, 5])):
-        out = run_reference(proto, x, sequence_lens=None if lengths is None
-                            else lengths.astype(np.int32))
-        y, state = model.forward(x, lengths=lengths)
-        np.testing.assert_allclose(out["y"], y, atol=1e-5, rtol=0)
-        for got, want in zip(onnx_state(model, out), flatten_state(state), strict=True):
-            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    _matches_onnx_runtime(model, proto, x, states=True)
     forward = RNN(spec.replace(reverse=False), model.params)
     assert not np.allclose(forward.forward(x)[0], model.forward(x)[0], atol=1e-3)
 

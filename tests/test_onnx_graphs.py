@@ -34,13 +34,7 @@ MODULES = {
 
 
 def _export(module: torch.nn.Module, path: Path, exporter: str, folded: bool) -> None:
-    x = torch.randn(BATCH, TIME, INPUT)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if exporter == "dynamo":
-            torch.onnx.export(module, (x,), path, optimize=folded, verbose=False)
-        else:
-            torch.onnx.export(module, (x,), path, dynamo=False, do_constant_folding=folded)
+    _export_args(module, (torch.randn(BATCH, TIME, INPUT),), path, exporter, folded)
 
 
 def _torch_forward(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
