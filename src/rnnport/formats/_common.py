@@ -17,12 +17,44 @@ from ..model import as_array
 from ..spec import Spec
 
 __all__ = [
+    "MAX_LISTED",
     "close_matches",
     "combine_biases",
+    "is_path",
+    "layer_number",
+    "listed",
     "require",
     "sum_exact",
     "to_numpy",
 ]
+
+
+MAX_LISTED = 8  # names a note lists before "…"
+
+
+def layer_number(text: str, where: str) -> int:
+    """The layer number a name holds (``_l3``, ``cell_3``): at most nine digits, so a
+    hostile name cannot make a number Python refuses to convert. Callers that build
+    anything per layer check the count against what the source holds."""
+    if len(text) > 9:
+        shown = f"{text[:12]}… ({len(text)} digits)"
+        raise FormatError(f"{where}: layer number {shown}; no network has that many layers. "
+                          "The file is damaged or built to exhaust memory.")
+    return int(text)
+
+
+def listed(names: Iterable[str]) -> str:
+    """``a, b, c`` — at most :data:`MAX_LISTED` names, then how many in all."""
+    names = list(names)
+    return ", ".join(names[:MAX_LISTED]) + (f", … ({len(names)} in all)"
+                                            if len(names) > MAX_LISTED else "")
+
+
+def is_path(source: Any) -> bool:
+    """Whether ``source`` names a file (a ``str`` or ``os.PathLike``)."""
+    import os
+
+    return isinstance(source, (str, os.PathLike))
 
 
 def close_matches(word: str, candidates: Iterable[str]) -> str:

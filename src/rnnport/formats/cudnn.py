@@ -46,7 +46,7 @@ from ..gates import CANONICAL, gate_family, reorder
 from ..io.archive import load_npy
 from ..model import RNN, Model, Stack, as_float_array, where
 from ..spec import Spec
-from ._common import combine_biases, describe, to_numpy
+from ._common import combine_biases, describe, is_path, to_numpy
 from ._protocol import Format, NamedArray, Suffix
 
 __all__ = ["FORMAT", "FlatFormat", "Segment", "buffer_size", "layout"]
@@ -181,7 +181,7 @@ class FlatFormat:
         if spec.proj_size and "projection" not in self.features:
             raise UnsupportedFeatureError(f"read(fmt={self.name!r}): this format has no LSTM "
                                           "projection; pass proj_size=0.")
-        if isinstance(source, (str, os.PathLike)):
+        if is_path(source):
             buffer = load_npy(source, str(source))
         else:
             buffer = to_numpy(source)
@@ -266,7 +266,7 @@ class FlatFormat:
         return buffer_size(spec, self._check_bias_mode(bias_mode, "param_count"))
 
     def sniff(self, source: Any) -> bool:
-        if isinstance(source, (str, os.PathLike)):
+        if is_path(source):
             return self.sniffs_files and os.fspath(source).lower().endswith(SUFFIX)
         return isinstance(source, np.ndarray) and source.ndim == 1
 

@@ -16,7 +16,6 @@ the dict of arrays; ``path=`` saves it atomically.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -29,7 +28,7 @@ from ..io.archive import open_zip, read_member, read_npy
 from ..io.atomic import NUMPY_ARCHIVE, save_archive
 from ..model import DIRECTION_NAMES, RNN, Model, Stack, exported
 from ..spec import Spec
-from ._common import describe
+from ._common import describe, is_path
 from ._protocol import FEATURE_CODES, Format, Suffix
 
 __all__ = ["FORMAT"]
@@ -40,7 +39,7 @@ SUFFIX = NUMPY_ARCHIVE
 
 
 def sniff(source: Any) -> bool:
-    if isinstance(source, (str, os.PathLike)):
+    if is_path(source):
         return Path(source).suffix.lower() == SUFFIX
     return isinstance(source, Mapping) and HEADER in source
 
@@ -67,7 +66,7 @@ def write(model: Model, path: Any = None) -> dict[str, np.ndarray]:
 
 
 def read(source: Any) -> Model:
-    if isinstance(source, (str, os.PathLike)):
+    if is_path(source):
         where = str(source)
         if not Path(source).is_file():
             raise FormatError(f"{where}: no such file.")

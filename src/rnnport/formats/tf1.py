@@ -42,6 +42,7 @@ agree with the model.
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,16 @@ from ..gates import CANONICAL, block, block_range, gate_family, reorder, transpo
 from ..io import tensorbundle
 from ..model import RNN, Model, as_float_array, stack
 from ..spec import Spec
-from ._common import close_matches, combine_biases, describe, sum_exact, to_numpy
+from ._common import (
+    close_matches,
+    combine_biases,
+    describe,
+    is_path,
+    layer_number,
+    listed,
+    sum_exact,
+    to_numpy,
+)
 from ._protocol import Choices, Format, RunTimeConstant, Suffix, missing_feature
 
 __all__ = ["CELLS", "FORMAT", "STRUCTURES", "networks"]
@@ -129,7 +139,6 @@ _MULTI = re.compile(r"^(?:(?P<scope>.*)/)?multi_rnn_cell/cell_(?P<layer>\d+)$")
 
 # Variables of the training loop, not of any layer (optimizers' step counters and powers).
 TRAINING_STATE = re.compile(r"^(global_step|beta[12]_power(_\d+)?)$")
-MAX_LISTED = 8  # names listed per note before "…"
 
 STRUCTURES = {
     "single": "one dynamic_rnn cell",
@@ -142,12 +151,8 @@ STRUCTURES = {
 # -- sources ----------------------------------------------------------------------------
 
 
-def _is_path(source: Any) -> bool:
-    return isinstance(source, (str, os.PathLike))
-
-
 def sniff(source: Any) -> bool:
-    if _is_path(source):
+    if is_path(source):
         text = os.fspath(source)
         path = Path(text)
         if text.endswith(".index") or tensorbundle.is_data_file(path):
@@ -164,7 +169,7 @@ class _Variables:
     """Name → array, read lazily from a checkpoint or taken from a dict."""
 
     def __init__(self, source: Any) -> None:
-        if _is_path(source):
+        if is_path(source):
             self.bundle: tensorbundle.Bundle | None = tensorbundle.Bundle(source)
             self.where = str(self.bundle.prefix)
             self.names = list(self.bundle)
@@ -242,12 +247,12 @@ def _networks(names: Sequence[str], where: str) -> list[_Network]:
         layer, direction = 0, 0
         if m := _STACK_BIDIRECTIONAL.match(outer):
             structure, scope = "stack_bidirectional", m["scope"] or ""
-            layer, direction = int(m["layer"]), ("fw", "bw").index(m["direction"])
+            layer, direction = layer_number(m["layer"], where), ("fw", "bw").index(m["direction"])
         elif m := _BIDIRECTIONAL.match(outer):
             structure, scope = "bidirectional", m["scope"] or ""
             direction = ("fw", "bw").index(m["direction"])
         elif m := _MULTI.match(outer):
-            structure, scope, layer = "multi", m["scope"] or "", int(m["layer"])
+            structure, scope, layer = "multi", m["scope"] or "", layer_number(m["layer"], where)
         else:
             structure, scope = "single", outer
         network = found.setdefault((scope, structure) if structure != "single" else
@@ -317,11 +322,12 @@ def networks(source: Any) -> list[dict[str, Any]]:
     out = []
     for network in _networks(variables.names, variables.where):
         layers = 1 + max(layer for layer, _ in network.cells)
+        listed_layers = min(layers, len(network.cells))  # gaps past the cells held: unlisted
         out.append({
             "scope": network.scope, "structure": network.structure, "layers": layers,
             "bidirectional": network.structure in ("bidirectional", "stack_bidirectional"),
             "cells": [BY_SCOPE[network.cells[layer, 0][0]].name if (layer, 0) in network.cells
-                      else None for layer in range(layers)],
+                      else None for layer in range(listed_layers)],
         })
     return out
 
@@ -371,8 +377,8 @@ def notes(source: Any, **options: Any) -> list[str]:
         else:
             rest.append(f"{name} {variables.shapes.get(name, ())}")
     if slots:
-        listed = ", ".join(f"…/{kind} ({count})" for kind, count in sorted(slots.items()))
-        out.append(f"optimizer slots of the variables read: {listed}; training state, not "
+        held = ", ".join(f"…/{kind} ({count})" for kind, count in sorted(slots.items()))
+        out.append(f"optimizer slots of the variables read: {held}; training state, not "
                    "read.")
     if averages:
         out.append(f"moving averages of {averages} variables read (…/ExponentialMovingAverage); "
@@ -380,9 +386,7 @@ def notes(source: Any, **options: Any) -> list[str]:
     if state:
         out.append(f"training state: {', '.join(state)}; not read.")
     if rest:
-        listed = ", ".join(rest[:MAX_LISTED]) + (f", … ({len(rest)} in all)"
-                                                  if len(rest) > MAX_LISTED else "")
-        out.append(f"other variables: {listed}; not part of the network, not read.")
+        out.append(f"other variables: {listed(rest)}; not part of the network, not read.")
     return out
 
 
@@ -396,11 +400,13 @@ def read(source: Any, **options: Any) -> Model:
                       variables.names)
     layers = 1 + max(layer for layer, _ in network.cells)
     directions = 2 if network.structure in ("bidirectional", "stack_bidirectional") else 1
-    missing = [(layer, direction) for layer in range(layers) for direction in range(directions)
-               if (layer, direction) not in network.cells]
+    # Named lazily: a stray cell_99999999 must not list 10⁸ gaps.
+    missing = list(itertools.islice(((layer, direction) for layer in range(layers)
+                                     for direction in range(directions)
+                                     if (layer, direction) not in network.cells), 9))
     if missing:
-        text = ", ".join(f"layer {layer} {('fw', 'bw')[direction] if directions == 2 else ''}"
-                         .strip() for layer, direction in missing)
+        text = listed(f"layer {layer} {('fw', 'bw')[direction] if directions == 2 else ''}"
+                      .strip() for layer, direction in missing)
         raise FormatError(f"{where}: {network.summary()} lacks {text}; the checkpoint is "
                           "incomplete (or holds cells with custom names).")
     kinds = {BY_SCOPE[cell] for cell, _ in network.cells.values()}

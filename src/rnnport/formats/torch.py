@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -54,7 +53,7 @@ from ..io.archive import open_zip
 from ..io.atomic import atomic_write
 from ..model import RNN, Model, Stack, exported, stack
 from ..spec import Spec
-from ._common import describe, require, to_numpy
+from ._common import MAX_LISTED, describe, is_path, layer_number, listed, require, to_numpy
 from ._protocol import Format, Suffix
 
 __all__ = ["FORMAT", "load", "save", "to_module"]
@@ -71,7 +70,6 @@ KEY = re.compile(r"^(?P<prefix>.*?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh|
 MODULE_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 CELL_MODULES = {"LSTMCell": "lstm", "GRUCell": "gru", "RNNCell": "rnn"}
 GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
-MAX_LISTED = 8  # names listed per note before "…"
 CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model")  # training checkpoints' wrappers
 
 
@@ -97,7 +95,7 @@ def _match(key: Any) -> re.Match[str] | None:
 def sniff(source: Any) -> bool:
     if _is_module(source):
         return True
-    if isinstance(source, (str, os.PathLike)):
+    if is_path(source):
         return Path(source).suffix.lower() in FILE_SUFFIXES
     if isinstance(source, Mapping):
         return any(_match(key) for key in source)
@@ -118,7 +116,7 @@ def read(source: Any, **options: Any) -> Model:
         return stack([read(item, **options) for item in source])
     if _is_module(source):
         return _read_module(source, options)
-    if isinstance(source, (str, os.PathLike)):
+    if is_path(source):
         return _read_state_dict(load(source), options, str(source))
     if isinstance(source, Mapping):
         return _read_state_dict(source, options, "torch state_dict")
@@ -164,7 +162,7 @@ def _groups(state: Mapping[str, Any], location: str) -> tuple[Groups, set[str], 
         match = _match(key)
         if match:
             direction = 1 if match["reverse"] else 0
-            layer = 0 if match["layer"] is None else int(match["layer"])
+            layer = 0 if match["layer"] is None else layer_number(match["layer"], location)
             (cells if match["layer"] is None else layered).add(match["prefix"])
             groups[match["prefix"]][(layer, direction)][match["name"]] = value
     if not groups:
@@ -247,7 +245,7 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
 def notes(source: Any, **options: Any) -> list[str]:
     """What a state_dict (or file) holds beside the network ``prefix=`` picks: other RNNs,
     other modules' keys, a training checkpoint's other entries (see ``Format.notes``)."""
-    if isinstance(source, (str, os.PathLike)):
+    if is_path(source):
         state, wrapper, others = _load(source)
         location = str(source)
     elif isinstance(source, Mapping):
@@ -258,10 +256,8 @@ def notes(source: Any, **options: Any) -> list[str]:
     prefix = _prefix(groups, options, location)
     out = []
     if wrapper is not None:
-        listed = ", ".join(map(repr, others[:MAX_LISTED])) + (
-            f", … ({len(others)} in all)" if len(others) > MAX_LISTED else "")
         out.append(f"a training checkpoint: its {wrapper!r} entry read as the state_dict"
-                   + (f"; beside it {listed}, not read." if others else "."))
+                   + (f"; beside it {listed(map(repr, others))}, not read." if others else "."))
     for other in groups:
         if other != prefix:
             out.append(f"another RNN under the key prefix {other!r}; not read "
@@ -276,10 +272,8 @@ def notes(source: Any, **options: Any) -> list[str]:
         modules.setdefault(owner, []).append(f"{key} {tuple(shape)}" if shape is not None
                                              else str(key))
     for owner, keys in list(modules.items())[:MAX_LISTED]:
-        listed = ", ".join(keys[:MAX_LISTED]) + (f", … ({len(keys)} keys)"
-                                                 if len(keys) > MAX_LISTED else "")
         what = f"module {owner!r}" if owner else "top-level keys"
-        out.append(f"{what}: {listed}; not recurrent weights, not read.")
+        out.append(f"{what}: {listed(keys)}; not recurrent weights, not read.")
     if len(modules) > MAX_LISTED:
         rest = sum(len(keys) for keys in list(modules.values())[MAX_LISTED:])
         out.append(f"… and {len(modules) - MAX_LISTED} more modules ({rest} keys), not read.")

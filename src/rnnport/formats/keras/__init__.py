@@ -24,29 +24,26 @@ import numpy as np
 
 from ...model import RNN, Model
 from ...spec import Spec
+from .._common import is_path
 from .._protocol import Format, NamedArray, Suffix
 from . import files, layers
 
 __all__ = ["FORMAT"]
 
 
-def _is_path(source: Any) -> bool:
-    return isinstance(source, (str, os.PathLike))
-
-
 def sniff(source: Any) -> bool:
-    return files.is_keras_file(source) if _is_path(source) else layers.sniff(source)
+    return files.is_keras_file(source) if is_path(source) else layers.sniff(source)
 
 
 def read(source: Any, **options: Any) -> Model:
-    return files.read_file(source, **options) if _is_path(source) else \
+    return files.read_file(source, **options) if is_path(source) else \
         layers.read(source, **options)
 
 
 def notes(source: Any, **options: Any) -> list[str]:
     """A file's layers beside the stack read, and what is assumed (a layer object or a
     weights list holds nothing else)."""
-    return files.notes(source, **options) if _is_path(source) else []
+    return files.notes(source, **options) if is_path(source) else []
 
 
 def write(model: Model, path: Any = None) -> list[Any]:
@@ -89,7 +86,7 @@ def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
     """Keras 3 loading a ``.keras`` source file and running it, when it holds only the
     recurrent stack."""
-    if not (_is_path(source) and os.fspath(source).lower().endswith(".keras")):
+    if not (is_path(source) and os.fspath(source).lower().endswith(".keras")):
         return "only a .keras file holds a model Keras can run: no framework check"
     if importlib.util.find_spec("keras") is None:
         return "Keras is not installed: no framework check"

@@ -136,7 +136,7 @@ def _unique(name: str, used: dict[str, int]) -> str:
 
 
 def _split_key(key: str) -> tuple[str, int]:
-    match = re.fullmatch(r"(.+?)_(\d+)", key)
+    match = re.fullmatch(r"(.+?)_(\d{1,9})", key)  # longer digits: part of the name
     return (match.group(1), int(match.group(2))) if match else (key, 0)
 
 
@@ -583,7 +583,7 @@ def _keras3_arrays(group: hdf5.Group, layer: FileLayer, bidirectional: bool) -> 
             raise FormatError(f"{layer.where}: layer {layer.describe()} has no {node.name}/cell/"
                               "vars group; expected the cell's arrays there (0: kernel, "
                               "1: recurrent_kernel, 2: bias). The file may be damaged.")
-        numbered = {key: int(key) for key in cell if re.fullmatch(r"[0-9]+", key)}
+        numbered = {key: int(key) for key in cell if re.fullmatch(r"[0-9]{1,9}", key)}
         keys = sorted(cell, key=lambda key: (key not in numbered, numbered.get(key, 0), key))
         if len(numbered) != len(keys):
             raise FormatError(f"{layer.where}: {cell.name} holds {keys}; expected datasets "

@@ -42,14 +42,13 @@ checking them by running the graph.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._common import require
+from .._common import is_path, require
 from .._protocol import Format, NamedArray, Suffix
 from .graph import external_files, load, scopes
 from .layout import OPS
@@ -69,7 +68,7 @@ def _is_proto(source: Any, name: str) -> bool:
 def sniff(source: Any) -> bool:
     if _is_proto(source, "ModelProto") or _is_proto(source, "GraphProto"):
         return True
-    return isinstance(source, (str, os.PathLike)) and Path(source).suffix.lower() == ".onnx"
+    return is_path(source) and Path(source).suffix.lower() == ".onnx"
 
 
 def explain_arrays(native: Any, spec: Any) -> list[NamedArray]:

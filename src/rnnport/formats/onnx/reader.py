@@ -13,6 +13,7 @@ from ...errors import AmbiguousSourceError, FormatError, RnnportError, Unsupport
 from ...gates import CANONICAL, reorder
 from ...model import RNN, Model, stack
 from ...spec import Spec
+from .._common import listed
 from . import unrolled
 from .graph import FOLDABLE, Loaded, Scope, load, scopes
 from .layout import OPS, ORDERS, PEEPHOLE_ORDER
@@ -25,7 +26,6 @@ GLUE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Cast", 
 # Nodes that only move, reshape or describe data: counted, not listed, in notes.
 SHAPING_OPS = {*GLUE_OPS, *FOLDABLE, "Constant", "ConstantOfShape"} - {"Add", "Sub", "Mul",
                                                                       "Div"}
-MAX_LISTED = 8  # names listed per note before "…"
 
 
 def chains(scope: Scope) -> list[list[Any]]:
@@ -173,7 +173,7 @@ def notes(source: Any, **options: Any) -> list[str]:
         tensors += [f"{tensor.name!r} {tuple(tensor.dims)}" for tensor in
                     each.initializers.values() if id(tensor) not in used_tensors]
     if computing:
-        out.append(f"other computing nodes: {_listed(computing)}; not part of the recurrent "
+        out.append(f"other computing nodes: {listed(computing)}; not part of the recurrent "
                    "network, not read.")
     if shaping:
         counts = ", ".join(f"{op} ×{count}" if count > 1 else op
@@ -181,7 +181,7 @@ def notes(source: Any, **options: Any) -> list[str]:
         out.append(f"shaping nodes around it ({counts}): they move data, compute nothing, and "
                    "are not read.")
     if tensors:
-        out.append(f"other initializers: {_listed(tensors)}; not read.")
+        out.append(f"other initializers: {listed(tensors)}; not read.")
     return out
 
 
@@ -196,11 +196,6 @@ def _fed(scope: Scope, name: str, what: str) -> str:
     if value.size and not np.any(value):
         return f"{what} from {name!r}, a constant of zeros"
     return f"{what} from {name!r}, a constant {value.shape}{' that is not all zeros' if value.size else ''}"
-
-
-def _listed(names: list[str]) -> str:
-    return ", ".join(names[:MAX_LISTED]) + (f", … ({len(names)} in all)"
-                                            if len(names) > MAX_LISTED else "")
 
 
 def _attributes(node: Any, where: str) -> dict[str, Any]:
