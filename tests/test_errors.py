@@ -256,3 +256,20 @@ def test_ragged_arrays_stray_layers_and_odd_prefixes_are_clear_errors() -> None:
     with pytest.raises(rnnport.FormatError, match="no RNN with prefix"):
         rnnport.read({"weight_ih_l0": np.zeros((4, 2)), "weight_hh_l0": np.zeros((4, 1))},
                      "torch", prefix=[1])
+
+
+def test_layer_numbers_too_long_to_be_real_are_clear_errors() -> None:
+    weights = rnnport.write(RNN.random(Spec("rnn_tanh", 2, 3), seed=1), "torch")
+    stray = {**weights, "weight_ih_l" + "9" * 5000: weights["weight_ih_l0"]}
+    with pytest.raises(rnnport.FormatError, match=r"layer number 999999999999… \(5000 digits\)"):
+        rnnport.read(stray, "torch")
+    cells = {"multi_rnn_cell/cell_" + "1" * 5000 + "/basic_rnn_cell/kernel": np.zeros((5, 3)),
+             "multi_rnn_cell/cell_" + "1" * 5000 + "/basic_rnn_cell/bias": np.zeros(3)}
+    with pytest.raises(rnnport.FormatError, match="5000 digits"):
+        rnnport.read(cells, "tf1")
+
+
+def test_a_checkpoint_dict_is_unwrapped_like_a_checkpoint_file() -> None:
+    weights = rnnport.write(RNN.random(Spec("lstm", 2, 3), seed=2), "torch")
+    wrapped = {"model": {"arch": "tagger"}, "weights": {}, "state_dict": weights, "epoch": 4}
+    assert rnnport.read(wrapped).spec == Spec("lstm", 2, 3)

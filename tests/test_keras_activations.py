@@ -86,3 +86,14 @@ def test_activations_keras_has_no_name_for_or_rnnport_cannot_compute_are_refused
     simple(_x())
     with pytest.raises(rnnport.UnsupportedFeatureError, match="SimpleRNN activation 'sigmoid'"):
         rnnport.read(simple)
+
+
+def test_weights_alone_take_the_gates_their_keras_version_defaulted_to() -> None:
+    """As a weights-only file from Keras 2.2 does: get_weights() with keras_version=."""
+    arrays = rnnport.write(RNN.random(Spec("gru", INPUT, 4), seed=4), "keras")
+    for version in ("2.2.0", b"2.2.4"):
+        assert rnnport.read(arrays, "keras", keras_version=version).spec.activations[0] == (
+            "HardSigmoid", 0.2, 0.5)
+    assert not rnnport.read(arrays, "keras", keras_version="2.3.1").spec.activations
+    with pytest.raises(rnnport.FormatError, match="keras_version='banana'; expected a Keras"):
+        rnnport.read(arrays, "keras", keras_version="banana")

@@ -309,3 +309,20 @@ def test_training_state_is_told_anywhere_in_the_checkpoint() -> None:
     variables["beta1_power_2"] = variables.pop("beta1_power")
     found = notes("tf1", variables, scope="rnn")
     assert "training state: train/global_step, beta1_power_2; not read." in found
+
+
+def test_notes_check_options_as_read_does() -> None:
+    with pytest.raises(rnnport.UnknownOptionError, match="bogus"):
+        get("tf1").source_notes(_variables(), scope="rnn", bogus=1)
+    assert get("tf1").source_notes(_variables(), scope="dec")
+
+
+def test_a_keras_archive_with_an_oversized_config_is_refused_unread(tmp_path: Path) -> None:
+    import zipfile
+
+    path = tmp_path / "big.keras"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("config.json", b" " * (40 << 20))
+        archive.writestr("model.weights.h5", b"")
+    with pytest.raises(rnnport.FormatError, match="config.json' declares 41,943,040 bytes"):
+        rnnport.read(path)

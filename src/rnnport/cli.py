@@ -182,10 +182,10 @@ def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
 
 def _print_notes(source: str, fmt: str, options: dict[str, Any], out: TextIO) -> None:
     """What the source holds beside the network read, and what was assumed."""
-    notes = formats.get(fmt).notes
-    if notes is None:
+    chosen = formats.get(fmt)
+    if chosen.notes is None:
         return
-    found = notes(source, **options)
+    found = chosen.source_notes(source, **options)
     if not found:
         print("beside it: nothing (the source holds this network alone)", file=out)
         return

@@ -169,6 +169,12 @@ class Format:
                                 "there is nothing to count")
         return int(self.counter(model, **options))
 
+    def source_notes(self, source: Any, **options: Any) -> list[str]:
+        """What reading ``source`` with these options leaves out or assumes (the ``notes``
+        hook, after checking the options as :meth:`read` does); none without the hook."""
+        check_options(f"read(fmt={self.name!r})", options, self.read_options)
+        return [] if self.notes is None else self.notes(source, **options)
+
     def check_features(self, spec: Spec, where: str,
                        consequence: str = "Converting would change the numbers, so nothing "
                                           "was written") -> None:

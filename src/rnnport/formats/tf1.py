@@ -466,9 +466,7 @@ def _read_cell(variables: _Variables, scope_name: str, prefix: str,
     cell = BY_SCOPE[scope_name]
     base = f"{prefix}{scope_name}/"
     where = f"{variables.where}: {base}"
-    projection, peepholes, expected = _cell_variables(variables.names, cell, base)
-    present = {name[len(base):] for name in variables.names if name.startswith(base)}
-    missing = [name for name in expected if name not in present]
+    projection, peepholes, expected, missing = _cell_variables(variables.names, cell, base)
     if missing:
         raise FormatError(f"{where}: {cell.name} variables {', '.join(missing)} are missing; "
                           f"expected {', '.join(expected)}.")
@@ -484,13 +482,14 @@ def _read_cell(variables: _Variables, scope_name: str, prefix: str,
 
 
 def _cell_variables(names: Sequence[str], cell: Cell,
-                    base: str) -> tuple[bool, bool, list[str]]:
-    """Whether the cell under ``base`` has a projection and peepholes, and the names (below
-    ``base``) of the variables it reads."""
+                    base: str) -> tuple[bool, bool, list[str], list[str]]:
+    """Whether the cell under ``base`` has a projection and peepholes, the names (below
+    ``base``) of the variables it reads, and those of them ``names`` lacks."""
     present = {name[len(base):] for name in names if name.startswith(base)}
     projection = "projection/kernel" in present and cell.family == "lstm"
     peepholes = bool({"w_i_diag", "w_f_diag", "w_o_diag"} & present) and cell.family == "lstm"
-    return projection, peepholes, list(cell.variables(projection, peepholes))
+    expected = list(cell.variables(projection, peepholes))
+    return projection, peepholes, expected, [name for name in expected if name not in present]
 
 
 def _sizes(cell: Cell, shapes: Mapping[str, tuple[int, ...]], projection: bool,

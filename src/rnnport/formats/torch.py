@@ -98,7 +98,7 @@ def sniff(source: Any) -> bool:
     if is_path(source):
         return Path(source).suffix.lower() in FILE_SUFFIXES
     if isinstance(source, Mapping):
-        return any(_match(key) for key in source)
+        return any(_match(key) for key in _unwrap(source)[0])
     if isinstance(source, (list, tuple)) and source:
         return all(_is_module(item) or (isinstance(item, Mapping) and sniff(item))
                    for item in source)
@@ -119,7 +119,9 @@ def read(source: Any, **options: Any) -> Model:
     if is_path(source):
         return _read_state_dict(load(source), options, str(source))
     if isinstance(source, Mapping):
-        return _read_state_dict(source, options, "torch state_dict")
+        state, wrapper = _unwrap(source)
+        return _read_state_dict(state, options, "torch state_dict" + (
+            f" (checkpoint entry {wrapper!r})" if wrapper else ""))
     raise FormatError(f"read(fmt='torch'): expected an nn.LSTM/GRU/RNN, a state_dict (keys like "
                       f"'weight_ih_l0'), or a list of them; got {describe(source)}.")
 
@@ -249,7 +251,10 @@ def notes(source: Any, **options: Any) -> list[str]:
         state, wrapper, others = _load(source)
         location = str(source)
     elif isinstance(source, Mapping):
-        state, wrapper, others, location = dict(source), None, [], "torch state_dict"
+        state, wrapper = _unwrap(source)
+        outer = wrapper.split(".")[0] if wrapper else None
+        others = [str(key) for key in source if key != outer] if wrapper else []
+        location = "torch state_dict"
     else:  # a module holds its network alone; a list is read whole
         return []
     groups, _, _ = _groups(state, location)
@@ -439,8 +444,10 @@ def _unwrap(loaded: Any) -> tuple[Any, str | None]:
     ``model``), and their path (``"state_dict.model"``); else as given, and None."""
     path: list[str] = []
     while isinstance(loaded, Mapping) and not any(_match(k) for k in loaded) and len(path) < 8:
-        key = next((key for key in CHECKPOINT_KEYS if isinstance(loaded.get(key), Mapping)),
-                   None)
+        wrappers = [key for key in CHECKPOINT_KEYS if isinstance(loaded.get(key), Mapping)]
+        # The one holding the weights, if one does at once ({"model": config, "weights": …}).
+        key = next((key for key in wrappers if any(_match(k) for k in loaded[key])),
+                   wrappers[0] if wrappers else None)
         if key is None:
             break
         path.append(key)

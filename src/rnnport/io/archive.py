@@ -72,8 +72,15 @@ def _check(path: Path, info: zipfile.ZipInfo, size: int) -> None:
             "damaged, or built to exhaust memory). Nothing was read.")
 
 
-def read_member(archive: zipfile.ZipFile, name: str, where: str) -> bytes:
-    """The bytes of member ``name`` (checked by :func:`open_zip`), CRC verified."""
+def read_member(archive: zipfile.ZipFile, name: str, where: str,
+                limit: int | None = None) -> bytes:
+    """The bytes of member ``name`` (checked by :func:`open_zip`), CRC verified; refused
+    before reading when it declares more than ``limit`` bytes."""
+    size = archive.getinfo(name).file_size
+    if limit is not None and size > limit:
+        raise FormatError(f"{where}: archive member {name!r} declares {size:,} bytes; expected "
+                          f"at most {limit:,} for what it holds. The file is damaged or built "
+                          "to exhaust memory; nothing was read.")
     try:
         return archive.read(name)
     except _ZIP_ERRORS as error:

@@ -105,6 +105,7 @@ SUFFIXES = (".keras", ".h5", ".hdf5")
 ARCHIVE_CONFIG = "config.json"
 ARCHIVE_WEIGHTS = "model.weights.h5"
 ARCHIVE_METADATA = "metadata.json"
+MAX_CONFIG = 32 << 20  # bytes of JSON: a model's config is kilobytes, a huge one megabytes
 CONTAINERS = ("layers", "_layer_checkpoint_dependencies")
 # Recurrent layers rnnport cannot read; reading the rest of a model must not hide them.
 OTHER_RECURRENT = {"RNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "StackedRNNCells",
@@ -178,18 +179,8 @@ class FileLayer:
 
 def read_file(source: Any, **options: Any) -> Model:
     """Read the recurrent stack of a Keras model or weights file (see the module docstring)."""
-    path = Path(source)
-    if not path.name.lower().endswith(SUFFIXES):
-        raise FormatError(
-            f"read(fmt='keras'): {path}: expected a Keras file named *.keras, *.h5, *.hdf5 or "
-            f"*.weights.h5, got suffix {path.suffix or 'none'!r}. Rename the file if it is one.")
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "does not exist"
-        raise FormatError(f"read(fmt='keras'): {path} {what}; expected a Keras model file. "
-                          "Check the path.")
-    choice = options.pop("layer", None)
-    layers, functional, ordered = _file_layers(path)
-    chosen = _select(layers, choice, str(path), functional=functional, ordered=ordered)
+    keras_layers.check_version_option(options, f"read(fmt='keras'): {source}")
+    path, _, chosen = _chosen(source, options.pop("layer", None))
     for option, gates, owner in (("activation", {1}, "SimpleRNN"), ("reset_after", {3}, "GRU"),
                                  ("recurrent_activation", {3, 4}, "LSTM and GRU")):
         if option in options and not any(_gates(layer) in gates for layer in chosen):
@@ -203,10 +194,7 @@ def notes(source: Any, **options: Any) -> list[str]:
     """What reading the file with ``options`` leaves out or assumes (see ``Format.notes``):
     the layers beside the stack read, and the gate activation a weights-only file from an
     old Keras is taken to have."""
-    path = Path(source)
-    layers, functional, ordered = _file_layers(path)
-    chosen = _select(layers, options.get("layer"), str(path), functional=functional,
-                     ordered=ordered)
+    path, layers, chosen = _chosen(source, options.get("layer"))
     read = {id(layer) for layer in chosen}
     out = []
     for layer in layers:
@@ -224,6 +212,22 @@ def notes(source: Any, **options: Any) -> list[str]:
         if note:
             out.append(f"layer {layer.describe()}: {note}")
     return out
+
+
+def _chosen(source: Any, choice: Any) -> tuple[Path, list[FileLayer], list[FileLayer]]:
+    """The file's path, its layers, and the stack ``layer=`` (``choice``) picks."""
+    path = Path(source)
+    if not path.name.lower().endswith(SUFFIXES):
+        raise FormatError(
+            f"read(fmt='keras'): {path}: expected a Keras file named *.keras, *.h5, *.hdf5 or "
+            f"*.weights.h5, got suffix {path.suffix or 'none'!r}. Rename the file if it is one.")
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise FormatError(f"read(fmt='keras'): {path} {what}; expected a Keras model file. "
+                          "Check the path.")
+    layers, functional, ordered = _file_layers(path)
+    return path, layers, _select(layers, choice, str(path), functional=functional,
+                                 ordered=ordered)
 
 
 def _left_out(layer: FileLayer) -> str | None:
@@ -278,9 +282,9 @@ def _archive_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
                 f"{path}: the archive lacks {' and '.join(missing)}; expected config.json and "
                 f"model.weights.h5 (what Keras 3 model.save('m.keras') writes), found {found}."
                 f"{other}")
-        config_bytes = read_member(archive, ARCHIVE_CONFIG, str(path))
+        config_bytes = read_member(archive, ARCHIVE_CONFIG, str(path), MAX_CONFIG)
         weights_bytes = read_member(archive, ARCHIVE_WEIGHTS, str(path))
-        metadata = (_json(read_member(archive, ARCHIVE_METADATA, str(path)),
+        metadata = (_json(read_member(archive, ARCHIVE_METADATA, str(path), MAX_CONFIG),
                           f"{path}, {ARCHIVE_METADATA}") if ARCHIVE_METADATA in names else {})
     config = _json(config_bytes, f"{path}, {ARCHIVE_CONFIG}")
     version = metadata.get("keras_version") if isinstance(metadata, Mapping) else None
@@ -792,9 +796,8 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
                        or (key == "recurrent_activation" and gates not in (3, 4)))}
     version = options.get("keras_version", layer.keras_version)
     if layer.class_name is None or layer.config is None:
-        if "recurrent_activation" not in options:
-            options = {**options, **_assumed_activation(layer, options, location)}
-        return keras_layers.read_weights(layer.arrays, options, location)
+        return keras_layers.read_weights(layer.arrays, {"keras_version": version, **options},
+                                         location)
     config = layer.config
     if layer.class_name in keras_layers.WRAPPERS:
         forward = config["layer"]
@@ -822,29 +825,11 @@ def _read_layer(layer: FileLayer, options: Mapping[str, Any]) -> Model:
 
 def _assumed_activation(layer: FileLayer, options: Mapping[str, Any],
                         location: str) -> dict[str, Any]:
-    """The options a weights-only LSTM or GRU layer is read with for the activation its file
-    does not record (none, or hard_sigmoid gates from an old Keras)."""
+    """The options a weights-only layer is read with for the gate activation its file does
+    not record (hard_sigmoid gates from a Keras before 2.3, or none)."""
     halves = layer.arrays[:3] if len(layer.arrays) in (3, 6) else layer.arrays
-    if _gates(layer) not in (3, 4) or keras_layers.is_cudnn_weights(halves):
-        return {}
-    return _default_gate_activation(options.get("keras_version", layer.keras_version), location)
-
-
-def _default_gate_activation(version: str | None, location: str) -> dict[str, Any]:
-    """The gates' activation of an LSTM or GRU in a weights-only file, which records none:
-    the default of the Keras that wrote it (``hard_sigmoid`` before Keras 2.3)."""
-    if version is None or keras_layers.keras_major(version) == 3:
-        return {}
-    numbers = re.findall(r"\d+", version)[:2]
-    if len(numbers) < 2 or (int(numbers[0]), int(numbers[1])) >= (2, 3):
-        return {}
-    if "tf" in version:
-        raise FormatError(
-            f"{location}: a weights-only file from tf.keras {version} (TensorFlow 1.x to "
-            "2.1), whose LSTM and GRU gates defaulted to hard_sigmoid in TensorFlow 1.x and to "
-            "sigmoid from 2.0 on, and the file does not say which. Pass "
-            "recurrent_activation='hard_sigmoid' or 'sigmoid' (what the model was built with).")
-    return {"recurrent_activation": "hard_sigmoid", "keras_version": version}
+    return keras_layers.default_gates(
+        halves, {"keras_version": layer.keras_version, **options}, location)
 
 
 def _gru_defaults(entry: Mapping[str, Any], arrays: Sequence[np.ndarray]) -> Mapping[str, Any]:

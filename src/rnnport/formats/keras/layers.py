@@ -52,6 +52,7 @@ two LSTM biases.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -64,10 +65,29 @@ from ...model import RNN, Model, as_float_array, stack
 from ...spec import Spec
 from .._common import combine_biases, describe, to_numpy
 
-__all__ = ["KERAS_ACTIVATIONS", "LAYER_CELLS", "PASSIVE_LAYERS", "WRAPPERS",
-           "bidirectional_options", "holds_activations", "is_cudnn_weights", "keras_major",
-           "keras_names", "layer_options", "leaves", "read", "read_configured",
-           "read_cudnn_weights", "read_weights", "sniff", "stack_layers", "write"]
+__all__ = [
+    "KERAS_ACTIVATIONS",
+    "LAYER_CELLS",
+    "PASSIVE_LAYERS",
+    "WRAPPERS",
+    "bidirectional_options",
+    "check_version_option",
+    "default_gates",
+    "holds_activations",
+    "is_cudnn_weights",
+    "keras_major",
+    "keras_names",
+    "keras_version",
+    "layer_options",
+    "leaves",
+    "read",
+    "read_configured",
+    "read_cudnn_weights",
+    "read_weights",
+    "sniff",
+    "stack_layers",
+    "write",
+]
 
 ORDERS = {"lstm": "ifgo", "gru": "zrn", "rnn": "h"}
 LAYER_CELLS = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
@@ -89,11 +109,49 @@ HARD_SIGMOID: dict[int, Activation] = {2: ("HardSigmoid", 0.2, 0.5),
                                        3: ("HardSigmoid", 1 / 6, 0.5)}
 
 
+def keras_version(version: Any) -> tuple[int, int, bool] | None:
+    """``(major, minor, tf.keras)`` of a ``keras_version`` (``"2.2.4-tf"``, ``"3.4.1"``, ``3``,
+    ``b"2.1.6"``); None when it is none."""
+    if isinstance(version, bytes):
+        version = version.decode("utf-8", "replace")
+    text = "" if version is None else str(version).strip()
+    match = re.match(r"(\d{1,4})(?:\.(\d{1,4}))?", text)
+    return None if match is None else (int(match[1]), int(match[2] or 0), "tf" in text)
+
+
 def keras_major(version: Any) -> int | None:
-    """2 or 3 from a ``keras_version`` (``"2.2.4-tf"``, ``"3.4.1"``, ``3``); None if unknown."""
-    text = str(version).strip() if version is not None else ""
-    head = text.split(".")[0]
-    return int(head) if head in ("2", "3") else None
+    """2 or 3 from a ``keras_version``; None if unknown."""
+    parsed = keras_version(version)
+    return parsed[0] if parsed is not None and parsed[0] in (2, 3) else None
+
+
+def check_version_option(options: Mapping[str, Any], location: str) -> None:
+    """Refuse a ``keras_version=`` that names no version."""
+    given = options.get("keras_version")
+    if given is not None and keras_version(given) is None:
+        raise FormatError(f"{location}: keras_version={given!r}; expected a Keras version such "
+                          "as '2.2.4', '2.2.4-tf' or 3.")
+
+
+def default_gates(arrays: Sequence[Any], options: Mapping[str, Any],
+                  location: str) -> dict[str, Any]:
+    """The options for the gate activation one direction's arrays do not record: the default
+    of the Keras that ``keras_version`` names, ``hard_sigmoid`` before Keras 2.3 (none for a
+    simple RNN, a CuDNN layer, a newer Keras, or when ``recurrent_activation`` is given)."""
+    shape = tuple(np.shape(arrays[1])) if len(arrays) > 1 else ()
+    gates = shape[1] // shape[0] if len(shape) == 2 and shape[0] else 0
+    parsed = keras_version(options.get("keras_version"))
+    if "recurrent_activation" in options or gates not in (3, 4) or \
+            is_cudnn_weights(arrays) or parsed is None or parsed[:2] >= (2, 3):
+        return {}
+    version = options["keras_version"]
+    if parsed[2]:
+        raise FormatError(
+            f"{location}: weights alone from tf.keras {version} (TensorFlow 1.x to 2.1), whose "
+            "LSTM and GRU gates defaulted to hard_sigmoid in TensorFlow 1.x and to sigmoid from "
+            "2.0 on, and nothing says which. Pass recurrent_activation='hard_sigmoid' or "
+            "'sigmoid' (what the model was built with).")
+    return {"recurrent_activation": "hard_sigmoid", "keras_version": "2"}
 
 
 def _same(first: Activation, second: Activation) -> bool:
@@ -176,6 +234,7 @@ def sniff(source: Any) -> bool:
 
 def read(source: Any, **options: Any) -> Model:
     """Layer objects, a model, or ``get_weights()`` lists (see the module docstring)."""
+    check_version_option(options, "read(fmt='keras')")
     if "layer" in options:
         raise FormatError(
             "read(fmt='keras'): option layer= picks layers inside a Keras model file (.keras, "
@@ -468,6 +527,7 @@ def read_weights(arrays: list[Any], options: Mapping[str, Any], location: str) -
             raise ShapeError(f"{location}: recurrent_kernel {shape}; a CuDNNLSTM's is (H, 4·H) "
                              "and a CuDNNGRU's (H, 3·H).")
         return read_cudnn_weights(arrays, GATE_COUNT_CELLS[gates], options, location)
+    options = {**options, **default_gates(first, options, location)}
     halves = _halves(arrays, location)
     names = ("forward", "backward")
     found = [_direction(half, options, f"{location}, {names[d]}" if len(halves) == 2 else location)
@@ -518,6 +578,9 @@ def _direction(arrays: list[np.ndarray], options: Mapping[str, Any],
         activations = (gate, candidate, candidate) if family == "lstm" else (gate, candidate)
     reset_after = True
     bias = arrays[2] if len(arrays) == 3 else None
+    if options.get("reset_after") not in (None, True, False):
+        raise FormatError(f"{location}: reset_after={options['reset_after']!r}; expected True "
+                          "or False.")
     if family == "gru":
         if bias is None:
             reset_after = bool(options.get("reset_after", True))
