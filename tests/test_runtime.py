@@ -191,3 +191,20 @@ def test_each_activation_kernel_matches_its_definition(name: str) -> None:
             k.into(x, out)
         np.testing.assert_allclose(values, want, atol=1e-15, err_msg=repr(k))
         np.testing.assert_allclose(out, want, atol=1e-15, err_msg=repr(k))
+
+
+def test_a_network_that_cannot_be_weakly_referenced_is_never_mistaken_for_another() -> None:
+    """The prepared-layer cache is keyed by id: a network it cannot watch die is not cached,
+    so a later one at the same id gets its own weights."""
+    from collections import namedtuple
+
+    from rnnport.runtime import run
+
+    Plain = namedtuple("Plain", "spec dtype params")
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 4, 3)).astype(np.float32)
+    results = []
+    for seed in (1, 2):
+        model = RNN.random(Spec("gru", 3, 4), seed=seed)
+        results.append(run(Plain(model.spec, model.dtype, model.params), x)[0])
+        np.testing.assert_array_equal(results[-1], model.forward(x)[0])
+    assert not np.array_equal(results[0], results[1])

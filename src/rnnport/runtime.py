@@ -172,8 +172,11 @@ def _prepared(network: Network) -> list[_Layer]:
     if cached is None:
         dtype = compute_dtype(network.dtype)
         cached = [_Layer(network.spec, directions, dtype) for directions in network.params]
+        try:  # the entry must leave with the network, or a later one at its id would reuse it
+            weakref.finalize(network, _PREPARED.pop, key, None)
+        except TypeError:  # not weakly referable: prepared afresh on each call
+            return cached
         _PREPARED[key] = cached
-        weakref.finalize(network, _PREPARED.pop, key, None)
     return cached
 
 
