@@ -125,18 +125,22 @@ def _docstring_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
+# f-strings' text is its own token from Python 3.12 on.
+TEXT_TOKENS = {tokenize.NAME, tokenize.STRING, tokenize.COMMENT,
+               *filter(None, [getattr(tokenize, "FSTRING_MIDDLE", None)])}
+
+
 def _namings(text: str) -> list[tuple[int, str]]:
     """Names, strings (docstrings aside) and comments of ``text`` that hold a registered
     format's name as a word (``keras``, ``tf1_cells``, ``"cudnn"``; not ``onnxruntime``)."""
     word = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, rnnport.formats()))
-                      + r")(?![A-Za-z0-9])")
+                      + r")(?![A-Za-z0-9])", re.IGNORECASE)
     docstrings = _docstring_lines(ast.parse(text))
     found = []
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.STRING and token.start[0] in docstrings:
             continue  # documentation may give examples
-        if token.type in (tokenize.NAME, tokenize.STRING, tokenize.COMMENT) \
-                and word.search(token.string):
+        if token.type in TEXT_TOKENS and word.search(token.string):
             found.append((token.start[0], token.string))
     return found
 
@@ -152,5 +156,5 @@ def test_nothing_outside_formats_names_a_format() -> None:
 
 def test_the_naming_check_sees_names_strings_and_comments() -> None:
     code = ('"""A docstring may say keras."""\nimport torch\nx = {"tf1": 1}  # a cudnn buffer\n'
-            'keras_weights = 1\nonnxruntime = "pytorch"\n')
-    assert [line for line, _ in _namings(code)] == [2, 3, 3, 4]
+            'keras_weights = 1\nonnxruntime = "pytorch"\ny = f"{x} from Keras"\n')
+    assert [line for line, _ in _namings(code)] == [2, 3, 3, 4, 6]

@@ -27,7 +27,7 @@ Activation = tuple[str, float, float]
 
 DEFAULTS: dict[str, tuple[str, ...]] = {"lstm": ("Sigmoid", "Tanh", "Tanh"),
                                         "gru": ("Sigmoid", "Tanh")}
-# Which of alpha/beta each function takes, with ONNX's default values.
+# Which of alpha/beta each function takes, with its default value.
 PARAMETERS: dict[str, dict[str, float]] = {
     "Sigmoid": {}, "Tanh": {}, "Relu": {}, "Softsign": {}, "Softplus": {},
     "Affine": {"alpha": 1.0, "beta": 0.0},

@@ -61,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="no progress messages on stderr")
     parser = argparse.ArgumentParser(
         prog="rnnport", parents=[common],
-        description="Move trained LSTM/GRU/RNN layers exactly between Keras, cuDNN buffers, "
-                    "PyTorch, ONNX and TF1 checkpoints, and run them with NumPy alone.",
+        description="Move trained LSTM/GRU/RNN layers exactly between the frameworks and "
+                    "containers that hold them (`rnnport formats` lists them), and run them "
+                    "with NumPy alone.",
         epilog="`rnnport COMMAND --help` explains each command.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -175,8 +176,8 @@ def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
             print(f"  layer {layer}: {_formula(spec, layer)}", file=out)
     stored = _stored_count(model, fmt, options)
     _print_notes(args.source, fmt, options, out)
-    print(f"parameters: canonical {model.num_params():,} (both biases, as cuDNN and PyTorch "
-          f"keep them); as stored in {fmt}: {stored}", file=out)
+    print(f"parameters: canonical {model.num_params():,} (both biases, as rnnport's model "
+          f"keeps them); as stored in {fmt}: {stored}", file=out)
     return 0
 
 

@@ -76,7 +76,7 @@ def _legend_html(layout: Layout, letters: str) -> list[str]:
     esc = html.escape
     g = letters[0]
     out = ["<section class=\"legend\"><h2>Legend</h2>",
-           "<p>Each cell names the canonical (cuDNN/PyTorch) parameter it holds: "
+           "<p>Each cell names the canonical parameter it holds: "
            f"<code>W{g}[u,c]</code> input weight W<sub>{g}</sub> (H×I), unit u, input c; "
            f"<code>R{g}[u,c]</code> recurrent weight (H×H); <code>bW{g}[u]</code> input-side "
            f"bias; <code>bR{g}[u]</code> recurrent-side bias; <code>b{g}[u]</code> one stored "

@@ -42,7 +42,7 @@ def render_text(layout: Layout, color: bool, width: int = WIDTH) -> str:
 
 def _legend_text(layout: Layout, letters: str, color: bool) -> list[str]:
     g = letters[0]  # the examples name the cell's first gate
-    lines = ["LEGEND: each cell names the canonical (cuDNN/PyTorch) parameter it holds",
+    lines = ["LEGEND: each cell names the canonical parameter it holds",
              f"  W{g}[u,c]  input weight W_{g} (H×I): gate {g}, unit u (row), input c (column)",
              f"  R{g}[u,c]  recurrent weight R_{g} (H×H): gate {g}, unit u, h column c",
              f"  bW{g}[u]   input-side bias    bR{g}[u]  recurrent-side bias",

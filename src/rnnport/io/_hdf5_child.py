@@ -41,7 +41,7 @@ def encode_attribute(value: Any) -> dict[str, Any] | None:
     if array.dtype.kind in "biuf" and array.size <= 1 << 20:
         return {"values": array.reshape(-1).tolist(), "dtype": array.dtype.str,
                 "shape": list(array.shape)}
-    return None  # compound, reference, enum … types: nothing a Keras file needs
+    return None  # compound, reference, enum … types: no weights
 
 
 class Walk:
@@ -84,7 +84,7 @@ class Walk:
     def dataset(self, obj: Any) -> dict[str, Any]:
         out = {"virtual": bool(obj.is_virtual), "external": bool(obj.external)}
         if out["virtual"] or out["external"]:
-            return {**out, "problem": "its data lives in other files; Keras never writes that"}
+            return {**out, "problem": "its data lives in other files, which are never opened"}
         if obj.dtype.kind not in "biuf" or obj.dtype.names is not None \
                 or obj.dtype.subdtype is not None:
             return {**out, "problem": f"it holds {obj.dtype}, not numbers"}

@@ -155,9 +155,8 @@ def _parse(output: bytes, where: str) -> Group:
     except (ValueError, RecursionError):
         raise FormatError(f"{where}: the HDF5 reader's answer is malformed.") from None
     if "error" in header:
-        raise FormatError(f"{where}: not a readable HDF5 file ({header['error']}); expected a "
-                          "Keras weights or model file. It may be truncated or damaged; save it "
-                          "again.")
+        raise FormatError(f"{where}: not a readable HDF5 file ({header['error']}); it may be "
+                          "truncated or damaged, or not HDF5 at all; save it again.")
     data = memoryview(bytearray(output))[8 + length:]
     try:
         root = _build(header["root"], data)
