@@ -431,3 +431,57 @@ def test_an_rnn_exported_with_one_step_says_why_it_cannot_be_read(tmp_path: Path
     with pytest.raises(rnnport.FormatError, match="single time step.*weight_hh is not in the "
                                                   "file: export it with two or more steps"):
         rnnport.read(tmp_path / "one.onnx")
+
+
+def test_declared_sizes_alone_neither_raise_the_budget_nor_allocate() -> None:
+    """A tensor that declares a huge shape but stores nothing adds nothing to the memory
+    budget; a Split promising millions of outputs is refused before listing them; a scalar
+    sliced is a clear error."""
+    W = _lstm_arrays(MODEL)["W"]
+    empty = onnx.TensorProto(name="empty", data_type=onnx.TensorProto.FLOAT, dims=[10**12])
+    model = _computed([helper.make_node("Expand", ["w0", "shape"], ["computed"])],
+                      {"w0": W, "shape": np.array([4 * 10**6, 16, 3])})
+    model.graph.initializer.append(empty)
+    with pytest.raises(rnnport.FormatError, match="built to exhaust memory"):
+        rnnport.read(model)
+    split = [helper.make_node("Split", ["w0"], ["computed"], axis=0, num_outputs=10**7)]
+    with pytest.raises(rnnport.FormatError, match="num_outputs=10000000 but the node has 1 "
+                                                  "outputs"):
+        rnnport.read(_computed(split, {"w0": W}))
+    sliced = [helper.make_node("Slice", ["scalar", "zero", "one"], ["computed"])]
+    with pytest.raises(rnnport.FormatError, match="the graph is malformed"):
+        rnnport.read(_computed(sliced, {"scalar": np.float32(1), "zero": np.array([0]),
+                                        "one": np.array([1])}))
+    with pytest.raises(rnnport.FormatError, match=r"node=\[1\]; expected the name"):
+        rnnport.read(_computed([helper.make_node("Identity", ["w0"], ["computed"])],
+                               {"w0": W}), node=[1])
+
+
+def test_function_calls_cannot_multiply_a_small_file_into_millions_of_nodes() -> None:
+    body = [helper.make_node("Identity", ["a" if i == 0 else f"b{i - 1}"], [f"b{i}"])
+            for i in range(2000)]
+    function = helper.make_function("local", "f", ["a"], ["b1999"], body,
+                                    [helper.make_opsetid("", 17)])
+    calls = [helper.make_node("f", ["x"], [f"y{i}"], domain="local") for i in range(400)]
+    graph = helper.make_graph(calls, "g", [_value("x", [2])], [_value("y0", None)])
+    model = helper.make_model(graph, functions=[function], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    with pytest.raises(rnnport.FormatError, match="more than 500,000 nodes"):
+        rnnport.read(model)
+
+
+def test_declared_shapes_of_an_unrolled_graph_are_checked_before_feeding_it() -> None:
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("Identity", ["x0"], ["x"]),
+             helper.make_node("MatMul", ["x", "A"], ["xa"]),
+             helper.make_node("MatMul", ["h", "B"], ["hb"]),
+             helper.make_node("Add", ["xa", "hb"], ["sum"]),
+             helper.make_node("Tanh", ["sum"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "cell", [_value("x0", [2, 3]), _value("h", [2, 4])], [_value("y", [2, 4])],
+        [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+         for name, shape in (("A", (3, 4)), ("B", (4, 4)))],
+        value_info=[_value("x", [10**8, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(rnnport.FormatError, match=r"values of shape \(100000000, 3\)"):
+        rnnport.read(model)

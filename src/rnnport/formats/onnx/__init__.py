@@ -50,7 +50,7 @@ import numpy as np
 
 from .._common import is_path, require
 from .._protocol import Format, NamedArray, Suffix
-from .graph import external_files, load, scopes
+from .graph import external_files, is_proto, load, scopes
 from .layout import OPS
 from .reader import notes, read
 from .writer import write
@@ -61,12 +61,8 @@ READ_OPTIONS = frozenset({"node", "inputs"})
 WRITE_OPTIONS = frozenset({"time_major", "opset"})
 
 
-def _is_proto(source: Any, name: str) -> bool:
-    return type(source).__name__ == name and hasattr(source, "SerializeToString")
-
-
 def sniff(source: Any) -> bool:
-    if _is_proto(source, "ModelProto") or _is_proto(source, "GraphProto"):
+    if is_proto(source, "ModelProto") or is_proto(source, "GraphProto"):
         return True
     return is_path(source) and Path(source).suffix.lower() == ".onnx"
 

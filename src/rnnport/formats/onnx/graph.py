@@ -31,7 +31,9 @@ stored tensors hold (plus 16 MiB), and a value computed through more than
 
 from __future__ import annotations
 
+import math
 import os
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,17 +41,27 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import FormatError, UnsupportedFeatureError
+from ...errors import FormatError, RnnportError, UnsupportedFeatureError
 from .._common import describe, require
 
-__all__ = ["FOLDABLE", "MAX_DEPTH", "Loaded", "Scope", "external_files", "fold", "load",
-           "scopes"]
+__all__ = ["FOLDABLE", "MAX_DEPTH", "BudgetError", "Loaded", "Scope", "attributes", "exhausted",
+           "external_files", "fold", "is_proto", "load", "scopes"]
 
 FOLDABLE = ("Identity", "Cast", "Unsqueeze", "Squeeze", "Slice", "Concat", "Split", "Reshape",
             "Transpose", "Gather", "Shape", "Expand", "Add", "Sub", "Mul", "Div")
 MAX_DEPTH = 200
-SUBGRAPH_OPS = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
+MAX_NODES = 500_000  # nodes in all scopes, each function call's body counted again
 EXTERNAL = 1  # TensorProto.EXTERNAL
+
+
+class BudgetError(FormatError):
+    """Computing a value would take more memory than a model of this size justifies."""
+
+
+def exhausted(where: str, what: str) -> BudgetError:
+    """The error for ``what`` (“the result would be …”) past the budget."""
+    return BudgetError(f"{where}: {what}, more memory than the model's stored tensors, four "
+                       "times over; the graph is built to exhaust memory. Nothing was read.")
 
 
 @dataclass
@@ -68,11 +80,11 @@ def load(source: Any) -> Loaded:
     """``source`` (a ModelProto, a GraphProto or a path) as a :class:`Loaded`."""
     onnx = require("onnx", extra="onnx", purpose="read(fmt='onnx')")
     folder = None
-    if _is_proto(source, "ModelProto"):
+    if is_proto(source, "ModelProto"):
         model, where = source, "ONNX model"
-    elif _is_proto(source, "GraphProto"):
+    elif is_proto(source, "GraphProto"):
         loaded = Loaded(source, {}, None, "ONNX graph")
-        loaded.budget = _budget(source, {})
+        loaded.budget = _budget(source, {}, None)
         return loaded
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -89,23 +101,38 @@ def load(source: Any) -> Loaded:
                           f"path to an .onnx file, got {describe(source)}.")
     functions = {(function.domain, function.name): function for function in model.functions}
     loaded = Loaded(model.graph, functions, folder, where, opsets=list(model.opset_import))
-    loaded.budget = _budget(model.graph, functions)
+    loaded.budget = _budget(model.graph, functions, folder)
     return loaded
 
 
-def _is_proto(source: Any, name: str) -> bool:
+def is_proto(source: Any, name: str) -> bool:
     return type(source).__name__ == name and hasattr(source, "SerializeToString")
 
 
-def _budget(graph: Any, functions: Mapping[tuple[str, str], Any]) -> int:
-    """Four times the bytes the model's tensors store (by their declared shapes), + 16 MiB."""
+def _budget(graph: Any, functions: Mapping[tuple[str, str], Any], folder: Path | None) -> int:
+    """Four times the bytes the model's tensors store, + 16 MiB: what they hold inline, and
+    for external data what they declare, up to the size of the file named (a declared
+    shape alone stores nothing)."""
     stored = 0
     for tensor in _tensors(graph, functions):
-        count = 1
-        for dim in tensor.dims:
-            count *= max(int(dim), 0)
-        stored += count * 8
+        if tensor.data_location == EXTERNAL or len(tensor.external_data):
+            declared = math.prod(max(int(dim), 0) for dim in tensor.dims) * 8
+            stored += min(declared, _external_size(tensor, folder))
+        else:
+            stored += tensor.ByteSize()
     return 4 * stored + (16 << 20)
+
+
+def _external_size(tensor: Any, folder: Path | None) -> int:
+    """The size of the file a tensor's external data names, if it lies in ``folder``."""
+    location = next((entry.value for entry in tensor.external_data
+                     if entry.key == "location"), "")
+    if folder is None or not location or os.path.isabs(location) or ".." in Path(location).parts:
+        return 0
+    try:
+        return (folder / location).stat().st_size
+    except (OSError, ValueError):
+        return 0
 
 
 def _tensors(graph: Any, functions: Mapping[tuple[str, str], Any]) -> Iterator[Any]:
@@ -148,10 +175,22 @@ class Scope:
     bindings: dict[str, str] = field(default_factory=dict)  # function input → caller's name
     given: Mapping[str, Any] = field(default_factory=dict)  # the main graph's inputs=
     cache: dict[str, np.ndarray] = field(default_factory=dict)
+    not_constant: set[str] = field(default_factory=set)  # names :meth:`constant` found none for
     producers: dict[str, Any] = field(init=False)
+    _consumers: dict[str, list[Any]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.producers = {name: node for node in self.nodes for name in node.output if name}
+
+    @property
+    def consumers(self) -> dict[str, list[Any]]:
+        """Name → the nodes that take it, in graph order."""
+        if self._consumers is None:
+            self._consumers = {}
+            for node in self.nodes:
+                for name in node.input:
+                    self._consumers.setdefault(name, []).append(node)
+        return self._consumers
 
     def label(self, node: Any) -> str:
         own = f"ONNX {node.op_type} node {node.name or next((o for o in node.output if o), '')!r}"
@@ -162,6 +201,19 @@ class Scope:
     def value(self, name: str, where: str) -> np.ndarray:
         """The constant ``name`` holds, or an error saying why it is not one."""
         return self._value(name, where, 0, frozenset())
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The constant ``name`` holds, or None when it holds none (remembered, so asking
+        again costs nothing). A graph built to exhaust memory still raises."""
+        if not name or name in self.not_constant:
+            return None
+        try:
+            return self.value(name, self.path or "ONNX graph")
+        except BudgetError:
+            raise
+        except RnnportError:
+            self.not_constant.add(name)
+            return None
 
     def _value(self, name: str, where: str, depth: int,
                seen: frozenset[tuple[int, str]]) -> np.ndarray:
@@ -216,11 +268,12 @@ class Scope:
         self._spend(value, where)
         return value
 
-    def lineage(self, name: str, nodes: set[int], tensors: set[int]) -> None:
+    def lineage(self, name: str, nodes: set[int], tensors: set[int],
+                seen: set[tuple[int, str]]) -> None:
         """Add the nodes (by id) and initializers (by id) that ``name``'s value comes from,
-        the way :meth:`value` would follow them, without computing anything."""
+        the way :meth:`value` would follow them, without computing anything; ``seen`` (the
+        names followed, shared between calls) keeps every name followed once."""
         pending: list[tuple[Scope, str]] = [(self, name)]
-        seen: set[tuple[int, str]] = set()
         while pending:
             scope, current = pending.pop()
             if (id(scope), current) in seen or not current:
@@ -243,11 +296,11 @@ class Scope:
                 pending.append((scope.parent, current))
 
     def _spend(self, value: np.ndarray, where: str) -> None:
+        if value.base is not None:  # a view of what was already paid for
+            return
         self.loaded.budget -= int(value.nbytes)
         if self.loaded.budget < 0:
-            raise FormatError(f"{where}: computing the weights from the graph's constants takes "
-                              "more memory than the model's stored tensors, four times over; "
-                              "the graph is built to exhaust memory. Nothing was read.")
+            raise exhausted(where, "computing the weights from the graph's constants takes")
 
     def _constant(self, node: Any, where: str) -> np.ndarray:
         from onnx import helper
@@ -291,15 +344,25 @@ def scopes(loaded: Loaded, given: Mapping[str, Any]) -> list[Scope]:
                           "which are no inputs of the graph; its inputs: "
                           f"{', '.join(sorted(main.inputs)) or 'none'}.")
     out: list[Scope] = []
-    pending = [main]
-    calls = 0
+    pending = deque([main])
+    calls, nodes = 0, len(main.nodes)
+
+    def count(more: int) -> None:  # before a scope's nodes are taken
+        nonlocal nodes
+        nodes += more
+        if nodes > MAX_NODES:
+            raise FormatError(f"{loaded.where}: more than {MAX_NODES:,} nodes, counting those of "
+                              "subgraphs and of every function call; the model is built to "
+                              "break a reader.")
+
     while pending:
-        scope = pending.pop(0)
+        scope = pending.popleft()
         out.append(scope)
         for node in scope.nodes:
             for attribute in node.attribute:
                 graphs = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
                 for graph in graphs:
+                    count(len(graph.node))
                     path = f"{scope.label(node)} {attribute.name}"
                     pending.append(_graph_scope(loaded, graph, path, scope))
             function = loaded.functions.get((node.domain, node.op_type))
@@ -309,6 +372,7 @@ def scopes(loaded: Loaded, given: Mapping[str, Any]) -> list[Scope]:
                     raise FormatError(f"{loaded.where}: more than 10,000 function calls, "
                                       "counting nested ones; the model is built to break a "
                                       "reader.")
+                count(len(function.node))
                 bindings = {formal: actual for formal, actual in zip(function.input, node.input,
                                                                       strict=False) if actual}
                 body = Scope(loaded, list(function.node), f"{scope.label(node)} (function "
@@ -420,6 +484,30 @@ def _with_external_data(tensor: Any, loaded: Loaded, where: str) -> Any:
     return copy
 
 
+def attributes(node: Any, where: str) -> dict[str, Any]:
+    """A node's attributes by name, strings decoded; one that cannot be read is a
+    FormatError naming it."""
+    from onnx import helper
+
+    out = {}
+    for attribute in node.attribute:
+        try:
+            value = helper.get_attribute_value(attribute)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8")
+            elif isinstance(value, list) and any(isinstance(item, bytes) for item in value):
+                value = [item.decode("utf-8") if isinstance(item, bytes) else item
+                         for item in value]
+        except MemoryError:
+            raise
+        except Exception as error:  # an unknown attribute type, text that is not UTF-8
+            raise FormatError(f"{where}: attribute {attribute.name!r} cannot be read "
+                              f"({type(error).__name__}: {error}); the model is damaged.") \
+                from None
+        out[attribute.name] = value
+    return out
+
+
 # -- folding -------------------------------------------------------------------------------------
 
 
@@ -436,11 +524,11 @@ class _Call:
     limit: int  # bytes the result may take
 
     def data(self, index: int = 0) -> np.ndarray:
-        if len(self.arguments) <= index or self.arguments[index] is None:
+        found = self.arguments[index] if len(self.arguments) > index else None
+        if found is None:
             raise FormatError(f"{self.where}: {self.op} lacks input {index}; the graph is "
                               "malformed.")
-        found = self.arguments[index]
-        return found if found is not None else np.zeros(0)
+        return found
 
     def optional(self, index: int) -> np.ndarray | None:
         return self.arguments[index] if len(self.arguments) > index else None
@@ -457,9 +545,7 @@ class _Call:
                                   "malformed.")
             count *= dim
         if count * dtype.itemsize > self.limit:
-            raise FormatError(f"{self.where}: the result would be {shape} of {dtype}, more "
-                              "memory than the model's stored tensors, four times over; the "
-                              "graph is built to exhaust memory. Nothing was read.")
+            raise exhausted(self.where, f"the result would be {shape} of {dtype}")
         return shape
 
 
@@ -581,12 +667,15 @@ def _split(call: _Call) -> np.ndarray:
         sizes = call.ints(1, "split")
     else:
         count = int(call.attributes.get("num_outputs", len(call.outputs)))
+        if count != len(call.outputs):
+            raise FormatError(f"{call.where}: Split num_outputs={count} but the node has "
+                              f"{len(call.outputs)} outputs; the graph is malformed.")
         whole = data.shape[axis]
         chunk = -(-whole // count) if count > 0 else 0
         sizes = [min(chunk, max(whole - i * chunk, 0)) for i in range(max(count, 0))]
     if sum(sizes) != data.shape[axis] or len(sizes) != len(call.outputs) or \
             min(sizes, default=0) < 0:
-        raise FormatError(f"{call.where}: Split sizes {sizes} do not divide axis {axis} of "
+        raise FormatError(f"{call.where}: Split sizes {sizes[:8]} do not divide axis {axis} of "
                           f"shape {data.shape} into {len(call.outputs)} outputs.")
     starts = np.cumsum([0, *sizes])
     position = call.outputs.index(call.name)
@@ -637,12 +726,11 @@ _FOLDERS = {"Identity": _identity, "Cast": _cast, "Unsqueeze": _unsqueeze,
 def fold(node: Any, arguments: list[np.ndarray | None], name: str, where: str, label: str,
           limit: int) -> np.ndarray:
     """The output ``name`` of ``node`` (one of :data:`FOLDABLE`) from constant inputs."""
-    from onnx import helper
-
-    call = _Call(node.op_type, {a.name: helper.get_attribute_value(a) for a in node.attribute},
-                 arguments, list(node.output), name, f"{where}, computing {name!r} ({label})",
-                 limit)
+    call = _Call(node.op_type, attributes(node, label), arguments, list(node.output), name,
+                 f"{where}, computing {name!r} ({label})", limit)
     try:
         return _FOLDERS[node.op_type](call)
-    except (ValueError, IndexError, TypeError) as error:  # NumPy's AxisError is both
+    except RnnportError:
+        raise
+    except (ValueError, IndexError, TypeError, ArithmeticError) as error:  # AxisError is both
         raise FormatError(f"{call.where}: {error}; the graph is malformed.") from None

@@ -9,13 +9,14 @@ from typing import Any
 import numpy as np
 
 from ...activations import PARAMETERS
-from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
+from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ...gates import CANONICAL, reorder
 from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import listed
 from . import unrolled
 from .graph import FOLDABLE, Loaded, Scope, load, scopes
+from .graph import attributes as node_attributes
 from .layout import OPS, ORDERS, PEEPHOLE_ORDER
 
 __all__ = ["chains", "notes", "read"]
@@ -31,10 +32,8 @@ SHAPING_OPS = {*GLUE_OPS, *FOLDABLE, "Constant", "ConstantOfShape"} - {"Add", "S
 def chains(scope: Scope) -> list[list[Any]]:
     """The recurrent nodes of one scope, in chains of layers joined by reshaping glue."""
     nodes = [n for n in scope.nodes if n.op_type in OPS and n.domain in ("", "ai.onnx")]
-    consumers: dict[str, list[Any]] = {}
-    for node in scope.nodes:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    consumers = scope.consumers
+    dead_ends: set[str] = set()  # names from which no recurrent node is reached: walked once
 
     def next_rnn(node: Any) -> Any:
         if not node.output or not node.output[0]:  # Y omitted: the chain ends here
@@ -42,14 +41,15 @@ def chains(scope: Scope) -> list[list[Any]]:
         frontier, seen = [node.output[0]], set()
         while frontier:
             name = frontier.pop()
+            if name in seen or name in dead_ends:
+                continue
+            seen.add(name)
             for consumer in consumers.get(name, []):
-                if id(consumer) in seen:
-                    continue
-                seen.add(id(consumer))
                 if consumer.op_type in OPS and consumer.input and consumer.input[0] == name:
                     return consumer
                 if consumer.op_type in GLUE_OPS:
                     frontier.extend(consumer.output[:1])
+        dead_ends.update(seen)
         return None
 
     successor = {id(n): next_rnn(n) for n in nodes}
@@ -88,7 +88,8 @@ def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> Model:
     model = unrolled.read(main, options)
     if model is not None:
         return model
-    unrolled_looking = {"MatMul", "Gemm"} & set(ops) and {"Tanh", "Relu", "Sigmoid"} & set(ops)
+    sequence_in = any(len(value.type.tensor_type.shape.dim) == 3 for value in main.loaded.graph.input)
+    unrolled_looking = sequence_in and {"MatMul", "Gemm"} & set(ops) and {"Tanh", "Relu"} & set(ops)
     hint = (" An nn.RNN exported with a single time step never multiplies its state, so its "
             "weight_hh is not in the file: export it with two or more steps, or with "
             "dynamo=False." if unrolled_looking else "")
@@ -112,17 +113,19 @@ def _choose(loaded: Loaded, options: Mapping[str, Any]
         return every, found, None
     picked = found
     wanted = options.get("node")
+    if wanted is not None and not isinstance(wanted, str):
+        raise FormatError(f"read(fmt='onnx'): node={wanted!r}; expected the name of a node or "
+                          "of its output.")
     if wanted is not None:
         picked = [(scope, chain) for scope, chain in found
                   if any(wanted in _names(node) for node in chain)]
         if not picked:
-            listed = ", ".join(repr(scope.label(node)) for scope, chain in found
-                               for node in chain)
+            names = listed(repr(scope.label(node)) for scope, chain in found for node in chain)
             raise FormatError(f"read(fmt='onnx'): no recurrent node named {wanted!r}; the "
-                              f"recurrent nodes: {listed}.")
+                              f"recurrent nodes: {names}.")
     if len(picked) > 1:
-        listing = "; ".join(" → ".join(scope.label(node) for node in chain)
-                            for scope, chain in picked)
+        listing = listed(" → ".join(scope.label(node) for node in chain)
+                         for scope, chain in picked)
         raise AmbiguousSourceError(f"read(fmt='onnx'): the model holds {len(picked)} separate "
                                    f"recurrent networks ({listing}); pass node= with the name "
                                    "of one of their nodes.")
@@ -147,10 +150,11 @@ def notes(source: Any, **options: Any) -> list[str]:
            for other, nodes in found if nodes is not chain]
     used_nodes = {id(node) for _, nodes in found for node in nodes}
     used_tensors: set[int] = set()
+    followed: set[tuple[int, str]] = set()
     for owner, nodes in found:  # their weights, lengths and states: told of here
         for node in nodes:
             for name in node.input[1:]:
-                owner.lineage(name, used_nodes, used_tensors)
+                owner.lineage(name, used_nodes, used_tensors, followed)
     for node in chain:
         inputs = list(node.input) + [""] * 8
         fed = [_fed(scope, inputs[index], what) for index, what in
@@ -187,9 +191,8 @@ def notes(source: Any, **options: Any) -> list[str]:
 
 def _fed(scope: Scope, name: str, what: str) -> str:
     """What a recurrent node's state or lengths input holds, as far as constants tell."""
-    try:
-        value = scope.value(name, scope.path or "ONNX graph")
-    except RnnportError:
+    value = scope.constant(name)
+    if value is None:
         return f"{what} from {name!r}, computed at run time"
     if what == "sequence_lens":
         return f"{what} from {name!r}, a constant {value.shape}"
@@ -199,31 +202,16 @@ def _fed(scope: Scope, name: str, what: str) -> str:
 
 
 def _attributes(node: Any, where: str) -> dict[str, Any]:
-    """A node's attributes, strings decoded; a malformed one is a FormatError."""
-    from onnx import helper
-
-    out = {}
-    for attribute in node.attribute:
-        try:
-            value = helper.get_attribute_value(attribute)
-            if isinstance(value, bytes):
-                value = value.decode("utf-8")
-            elif isinstance(value, list) and any(isinstance(item, bytes) for item in value):
-                value = [item.decode("utf-8") if isinstance(item, bytes) else item
-                         for item in value]
-        except MemoryError:
-            raise
-        except Exception as error:  # an unknown attribute type, text that is not UTF-8
-            raise FormatError(f"{where}: attribute {attribute.name!r} cannot be read "
-                              f"({type(error).__name__}: {error}); the model is damaged.") \
-                from None
-        expected = _ATTRIBUTE_TYPES.get(attribute.name)
+    """A recurrent node's attributes (:func:`.graph.attributes`), each of the type ONNX
+    defines for it."""
+    out = node_attributes(node, where)
+    for name, value in out.items():
+        expected = _ATTRIBUTE_TYPES.get(name)
         if expected is not None and not (
                 isinstance(value, expected[0]) and (expected[1] is None or all(
                     isinstance(item, expected[1]) for item in value))):
-            raise FormatError(f"{where}: attribute {attribute.name!r} is {value!r}; "
+            raise FormatError(f"{where}: attribute {name!r} is {value!r}; "
                               f"expected {expected[2]}. The model is damaged.")
-        out[attribute.name] = value
     return out
 
 
@@ -243,22 +231,18 @@ def _read_node(node: Any, scope: Scope) -> RNN:
     family = OPS[node.op_type]
     attributes = _attributes(node, where)
     directions = {"forward": 1, "reverse": 1, "bidirectional": 2}
-    direction = attributes.get("direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
+    direction = attributes.get("direction", "forward")
     if direction not in directions:
         raise FormatError(f"{where}: direction={direction!r}; expected forward, reverse or "
                           "bidirectional.")
     clip = attributes.get("clip")
     if clip is not None:
-        if not isinstance(clip, (int, float)):
-            raise FormatError(f"{where}: clip={clip!r}; expected a number.")
         # ONNX keeps float attributes as float32: take the shortest decimal that gives it back.
         clip = float(str(np.float32(clip)))
     input_forget = bool(attributes.get("input_forget", 0))
     if input_forget and family != "lstm":
         raise FormatError(f"{where}: input_forget=1 applies to LSTM nodes only.")
-    activations = [a.decode() if isinstance(a, bytes) else a
-                   for a in attributes.get("activations", [])]
+    activations = list(attributes.get("activations", []))
     cell = family
     if family == "rnn":
         kinds = set(activations or ["Tanh"])

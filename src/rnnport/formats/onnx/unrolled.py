@@ -38,16 +38,19 @@ time step (no state is ever multiplied), anything the check does not confirm.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ...activations import function
 from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from ...model import RNN, Model
 from ...spec import Spec
-from .graph import FOLDABLE, Scope, fold
+from .graph import FOLDABLE, MAX_DEPTH, BudgetError, Scope, attributes, exhausted, fold
 
 __all__ = ["RUN_OPS", "TOLERANCE", "read"]
 
@@ -84,21 +87,22 @@ class _Network:
     model: RNN
     linears: list[Linear]  # the nodes whose matrices it holds
     what: str  # for listings: "an LSTM 3→4 (state 'h')"
-    names: set[str] = field(default_factory=set)
 
-    def __post_init__(self) -> None:
-        self.names = {name for linear in self.linears
-                      for name in (linear.node.name, *linear.node.output) if name}
+    @property
+    def names(self) -> set[str]:
+        """What ``node=`` may give to pick it: its nodes' names and outputs."""
+        return {name for linear in self.linears
+                for name in (linear.node.name, *linear.node.output) if name}
 
 
 def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
     """The network ``scope`` computes step by step, checked against rnnport's forward pass;
     None when the graph computes nothing the way a recurrent network does."""
     where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
-    linears = _linears(scope)
+    graph = _Search(scope, where)
+    linears = _linears(graph)
     if not linears:
         return None
-    graph = _Graph(scope, where)
     networks = _sequences(graph, linears)
     taken = {id(linear) for network in networks for linear in network.linears}
     cells, problems = _cells(graph, [linear for linear in linears if id(linear) not in taken])
@@ -138,15 +142,6 @@ def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
 # -- the graph: linears, what depends on the inputs, shapes --------------------------------------
 
 
-def _constant(scope: Scope, name: str) -> np.ndarray | None:
-    if not name:
-        return None
-    try:
-        return scope.value(name, scope.path or "ONNX graph")
-    except RnnportError:
-        return None
-
-
 def _dynamic(scope: Scope) -> set[str]:
     """The names whose values depend on the graph's inputs fed at run time, in one pass."""
     out = {name for name in scope.inputs if name not in scope.initializers}
@@ -157,29 +152,29 @@ def _dynamic(scope: Scope) -> set[str]:
     return out
 
 
-def _linears(scope: Scope) -> list[Linear]:
+def _linears(graph: _Search) -> list[Linear]:
+    scope = graph.scope
     dynamic = _dynamic(scope)
-    consumers = _consumers(scope)
+    consumers = scope.consumers
     found = []
     for node in scope.nodes:
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Gemm") \
                 or len(node.input) < 2 or not node.output or node.input[0] not in dynamic \
                 or node.input[1] in dynamic:
             continue
-        attributes = _attributes(node)
-        if node.op_type == "Gemm" and (attributes.get("alpha", 1.0) != 1.0 or
-                                       attributes.get("beta", 1.0) != 1.0 or
-                                       attributes.get("transA", 0)):
+        given = attributes(node, scope.label(node))
+        if node.op_type == "Gemm" and (given.get("alpha", 1.0) != 1.0 or
+                                       given.get("beta", 1.0) != 1.0 or given.get("transA", 0)):
             continue
-        matrix = _constant(scope, node.input[1])
+        matrix = scope.constant(node.input[1])
         if matrix is None or matrix.ndim != 2 or matrix.dtype.kind != "f" or 0 in matrix.shape:
             continue
-        kernel = matrix.T if attributes.get("transB", 0) else matrix
+        kernel = matrix.T if given.get("transB", 0) else matrix
         bias, output = None, node.output[0]
         if node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]:
             if node.input[2] in dynamic:
                 continue
-            bias = _constant(scope, node.input[2])
+            bias = scope.constant(node.input[2])
             if bias is None or bias.shape not in ((kernel.shape[1],), (1, kernel.shape[1])):
                 continue
             bias = bias.reshape(-1)
@@ -187,51 +182,37 @@ def _linears(scope: Scope) -> list[Linear]:
             after = consumers.get(output, [])
             if len(after) == 1 and after[0].op_type == "Add" and after[0].output:
                 other = next((name for name in after[0].input if name != output), "")
-                value = None if other in dynamic else _constant(scope, other)
+                value = None if other in dynamic else scope.constant(other)
                 if value is not None and value.shape == (kernel.shape[1],):
                     bias, output = value, after[0].output[0]
-        key = _origin(scope, node.input[1])[0]  # through the Transpose an exporter may add
+        key = graph.origin(node.input[1])[0]  # through the Transpose an exporter may add
         found.append(Linear(node, node.input[0], key, kernel, bias, output))
     return found
 
 
-def _attributes(node: Any) -> dict[str, Any]:
-    from onnx import helper
-
-    return {attribute.name: helper.get_attribute_value(attribute)
-            for attribute in node.attribute}
-
-
-def _consumers(scope: Scope) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for node in scope.nodes:
-        for name in node.input:
-            out.setdefault(name, []).append(node)
-    return out
-
-
-def _origin(scope: Scope, name: str) -> tuple[str, list[Any]]:
-    """Follow ``name`` back through :data:`PASS_OPS` (their data input): the name reached
-    and the nodes passed."""
-    passed: list[Any] = []
-    seen = {name}
-    while name in scope.producers and scope.producers[name].op_type in PASS_OPS:
-        node = scope.producers[name]
-        if not node.input or not node.input[0] or node.input[0] in seen:
-            break
-        passed.append(node)
-        name = node.input[0]
-        seen.add(name)
-    return name, passed
-
-
-class _Graph:
-    """One scope, with what the checks share: consumers, shapes, a random source."""
+class _Search:
+    """One scope being searched, with what the steps share: consumers, shapes, the nodes
+    near each value."""
 
     def __init__(self, scope: Scope, where: str) -> None:
         self.scope, self.where = scope, where
-        self.consumers = _consumers(scope)
+        self.consumers = scope.consumers
         self._shapes: dict[str, tuple[int, ...]] | None = None
+        self._near_cache: dict[str, set[int]] = {}
+
+    def origin(self, name: str) -> tuple[str, list[Any]]:
+        """Follow ``name`` back through :data:`PASS_OPS` (their data input), at most
+        :data:`~.graph.MAX_DEPTH` nodes: the name reached and the nodes passed."""
+        passed: list[Any] = []
+        producers = self.scope.producers
+        while name in producers and producers[name].op_type in PASS_OPS and \
+                len(passed) < MAX_DEPTH:
+            node = producers[name]
+            if not node.input or not node.input[0] or node.input[0] == name:
+                break
+            passed.append(node)
+            name = node.input[0]
+        return name, passed
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         """``name``'s shape as the model declares or ONNX's shape inference finds it (a
@@ -244,7 +225,7 @@ class _Graph:
         """Whether a Slice among ``nodes`` reverses an axis (a negative step)."""
         for node in nodes:
             if node.op_type == "Slice" and len(node.input) > 4:
-                steps = _constant(self.scope, node.input[4])
+                steps = self.scope.constant(node.input[4])
                 if steps is not None and steps.dtype.kind in "iu" and (steps < 0).any():
                     return True
         return False
@@ -255,6 +236,8 @@ class _Graph:
         return bool(self._near(first) & self._near(second))
 
     def _near(self, name: str) -> set[int]:
+        if name in self._near_cache:
+            return self._near_cache[name]
         frontier, seen = [name], set()
         for _ in range(MEETING_HOPS):
             following: list[str] = []
@@ -264,6 +247,7 @@ class _Graph:
                         seen.add(id(node))
                         following.extend(output for output in node.output if output)
             frontier = following
+        self._near_cache[name] = seen
         return seen
 
 
@@ -273,19 +257,20 @@ def _declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
     graph = scope.loaded.graph
     infos = [*graph.input, *graph.value_info, *graph.output]
     if not graph.value_info and scope.loaded.opsets:
+        # The initializers' shapes, not their bytes: inference copies the model it is given.
+        listed = {value.name for value in graph.input}
+        declared = [helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+                    for tensor in graph.initializer if tensor.name not in listed]
+        bare = helper.make_graph(graph.node, graph.name, [*graph.input, *declared],
+                                 graph.output)
         try:
             inferred = shape_inference.infer_shapes(
-                helper.make_model(graph, opset_imports=scope.loaded.opsets))
+                helper.make_model(bare, opset_imports=scope.loaded.opsets))
             infos = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
         except Exception:  # shape inference fails on what it does not know: no shapes
             pass
-    shapes = {}
-    for info in infos:
-        tensor = info.type.tensor_type
-        if tensor.HasField("shape"):
-            shapes[info.name] = tuple(dim.dim_value if dim.HasField("dim_value") and
-                                      dim.dim_value > 0 else 2 for dim in tensor.shape.dim)
-    return shapes
+    return {info.name: _dims(info.type.tensor_type) for info in infos
+            if info.type.tensor_type.HasField("shape")}
 
 
 # -- sequences (nn.RNN, unrolled) ---------------------------------------------------------------
@@ -300,7 +285,7 @@ class _Step:
     others: list[Linear] = field(default_factory=list)  # the other steps' uses of U
 
 
-def _sequences(graph: _Graph, linears: list[Linear]) -> list[_Network]:
+def _sequences(graph: _Search, linears: list[Linear]) -> list[_Network]:
     scope = graph.scope
     by_output = {linear.output: linear for linear in linears}
     steps: dict[str, list[_Step]] = {}  # U's key → its steps
@@ -314,7 +299,7 @@ def _sequences(graph: _Graph, linears: list[Linear]) -> list[_Network]:
         if len(after) != 1 or after[0].op_type not in ACTIVATIONS:
             continue
         other = next((name for name in joins[0].input if name != linear.output), "")
-        origin, passed = _origin(scope, other)
+        origin, passed = graph.origin(other)
         weight = by_output.get(origin)
         if weight is None or weight.key == linear.key or weight.kernel.shape[1] != columns \
                 or not any(node.op_type in SLICING_OPS for node in passed):
@@ -346,7 +331,7 @@ def _sequences(graph: _Graph, linears: list[Linear]) -> list[_Network]:
     return [_sequence(graph, network) for network in networks]
 
 
-def _follows(graph: _Graph, layer: list[_Step], before: list[_Step]) -> bool:
+def _follows(graph: _Search, layer: list[_Step], before: list[_Step]) -> bool:
     """Whether ``layer`` multiplies what ``before`` (the layer before) outputs: its input
     is computed from that layer's activations."""
     outputs = {output for step in before for node in graph.consumers.get(step.recurrent.output,
@@ -374,7 +359,7 @@ def _refuse(where: str, what: str) -> UnsupportedFeatureError:
         "writes RNN nodes, or read the PyTorch weights themselves (the state_dict).")
 
 
-def _sequence(graph: _Graph, layers: list[list[_Step]]) -> _Network:
+def _sequence(graph: _Search, layers: list[list[_Step]]) -> _Network:
     where = graph.where
     counts = {len(layer) for layer in layers}
     nonlinearities = {step.activation for layer in layers for step in layer}
@@ -427,49 +412,53 @@ def _build(spec: Spec, params: list[list[dict[str, np.ndarray]]], where: str) ->
 # -- steps (cells) ------------------------------------------------------------------------------
 
 
-def _cells(graph: _Graph, linears: list[Linear]) -> tuple[list[_Network], list[str]]:
+def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[str]]:
     """The cells whose steps the graph computes, and why the candidates that are not failed
     the check."""
-    pairs = []  # (input's linear, state's linear)
-    for state in linears:
-        hidden, width = state.kernel.shape
-        if width % hidden or width // hidden not in CELLS:
-            continue
-        pairs += [(data, state) for data in linears
-                  if data is not state and data.data != state.data
-                  and data.kernel.shape[1] == width and graph.meets(data.output, state.output)]
+    pairs = itertools.islice(  # (input's linear, state's linear), found lazily
+        ((data, state) for state in linears
+         if state.kernel.shape[1] % state.kernel.shape[0] == 0
+         and state.kernel.shape[1] // state.kernel.shape[0] in CELLS
+         for data in linears
+         if data is not state and data.data != state.data
+         and data.kernel.shape[1] == state.kernel.shape[1]
+         and graph.meets(data.output, state.output)), MAX_PAIRS)
     found: list[_Network] = []
     problems = []
     checked = set()
-    for data, state in pairs[:MAX_PAIRS]:
+    for data, state in pairs:
+        if (data.key, state.key) in checked:  # a cell stepped in a loop: read once
+            continue
         hidden, width = state.kernel.shape
         family = CELLS[width // hidden]
         cells = [f"rnn_{name}" for name in ACTIVATIONS.values()] if family == "rnn" else \
             [family]
+        try:
+            step = _StepRun(graph, data, state)
+        except _Mismatch as error:
+            problems.append(f"{data.output!r} and {state.output!r}: {error}")
+            continue
         for cell in cells:
             spec = Spec(cell=cell, input_size=data.kernel.shape[0], hidden_size=hidden,
                         bias=data.bias is not None or state.bias is not None)
-            if (data.key, state.key, cell) in checked:  # a cell stepped in a loop
-                continue
             model = _build(spec, [[_params(data, state, spec.bias)]], graph.where)
             try:
-                _check_step(graph, model, data, state)
+                step.check(model)
             except _Mismatch as error:
                 problems.append(f"as {spec.describe(article=True)}: {error}")
                 continue
-            checked.add((data.key, state.key, cell))
+            checked.add((data.key, state.key))
             same = next((network for network in found if network.model == model), None)
             if same is None:
                 found.append(_Network(model, [data, state], f"{spec.describe(article=True)} "
                                       f"(state {state.data!r})"))
             else:
                 same.linears += [data, state]
-                same.__post_init__()
             break
     return found, problems
 
 
-def _folded_state(graph: _Graph, linears: list[Linear]) -> bool:
+def _folded_state(graph: _Search, linears: list[Linear]) -> bool:
     """Whether a linear of the input meets a 2-D constant of its width: a cell exported
     without its state, whose state product was folded."""
     if len(linears) != 1:
@@ -480,7 +469,7 @@ def _folded_state(graph: _Graph, linears: list[Linear]) -> bool:
         if node.op_type != "Add":
             continue
         other = next((name for name in node.input if name != linear.output), "")
-        value = _constant(graph.scope, other)
+        value = graph.scope.constant(other)
         if value is not None and value.ndim == 2 and value.shape[1] == width:
             return True
     return False
@@ -493,39 +482,49 @@ class _Mismatch(Exception):
     """The graph computed other numbers than the network read."""
 
 
-def _check_step(graph: _Graph, model: RNN, data: Linear, state: Linear) -> None:
-    """One step of ``model`` from random x and h fed where the graph multiplies them (and,
-    for an LSTM, the graph's c) is among the values the graph computes."""
-    spec = model.spec
-    batch = _batch(graph, data.data, 2) or _batch(graph, state.data, 2) or 2
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (batch, spec.input_size)).astype(np.float32)
-    feeds = {**_feeds(graph), data.data: x}
-    values = run(graph.scope, feeds, graph.where)
-    h = values.get(state.data)  # the graph's own state keeps every use of it consistent
-    if not (isinstance(h, np.ndarray) and h.shape == (batch, spec.hidden_size) and
-            h.dtype.kind == "f"):
-        h = rng.uniform(-1, 1, (batch, spec.hidden_size)).astype(np.float32)
-        values = run(graph.scope, {**feeds, state.data: h}, graph.where)
-    states: list[Any] = [h[None]]
-    if spec.cell == "lstm":
-        own = _origin(graph.scope, state.data)[0]
-        ordered = sorted(values.items(), key=lambda item: item[0] not in graph.scope.inputs)
-        states = [(h[None], value[None]) for name, value in ordered
-                  if name not in (own, state.data) and isinstance(value, np.ndarray)
-                  and value.shape == h.shape and value.dtype.kind == "f"][:8]
-        if not states:
-            raise _Mismatch("no value of the state's shape to be c")
-    closest = np.inf
-    for state_in in states:
-        y, _ = model.forward(x[:, None, :], state=state_in)
-        closest = min(closest, _closest(values, y[:, 0]))
-        if closest <= TOLERANCE * _scale(y):
-            return
-    raise _Mismatch(_differs("the next state h", closest))
+class _StepRun:
+    """The graph run once with random x and h fed where it multiplies them, for the cells
+    those two products may be (:meth:`check`)."""
+
+    def __init__(self, graph: _Search, data: Linear, state: Linear) -> None:
+        self.graph, self.state = graph, state
+        hidden, inputs = state.kernel.shape[0], data.kernel.shape[0]
+        batch = _batch(graph, data.data) or _batch(graph, state.data) or 2
+        rng = np.random.default_rng(0)
+        self.x = _random(rng, (batch, inputs), graph.where)
+        feeds = {**_feeds(graph), data.data: self.x}
+        values = run(graph.scope, feeds, graph.where)
+        h = values.get(state.data)  # the graph's own state keeps every use of it consistent
+        if not (isinstance(h, np.ndarray) and h.shape == (batch, hidden) and
+                h.dtype.kind == "f"):
+            h = _random(rng, (batch, hidden), graph.where)
+            values = run(graph.scope, {**feeds, state.data: h}, graph.where)
+        self.h, self.values = h, values
+
+    def check(self, model: RNN) -> None:
+        """One step of ``model`` (an LSTM's c: a value of the state's shape the graph has)
+        is among the run's values, or :class:`_Mismatch`."""
+        h = self.h
+        states: list[Any] = [h[None]]
+        if model.spec.cell == "lstm":
+            own = self.graph.origin(self.state.data)[0]
+            inputs = self.graph.scope.inputs
+            ordered = sorted(self.values.items(), key=lambda item: item[0] not in inputs)
+            states = [(h[None], value[None]) for name, value in ordered
+                      if name not in (own, self.state.data) and isinstance(value, np.ndarray)
+                      and value.shape == h.shape and value.dtype.kind == "f"][:8]
+            if not states:
+                raise _Mismatch("no value of the state's shape to be c")
+        closest = np.inf
+        for state_in in states:
+            y, _ = model.forward(self.x[:, None, :], state=state_in)
+            closest = min(closest, _closest(self.values, y[:, 0]))
+            if closest <= TOLERANCE * _scale(y):
+                return
+        raise _Mismatch(_differs("the next state h", closest))
 
 
-def _check_sequence(graph: _Graph, model: RNN, first: Linear) -> None:
+def _check_sequence(graph: _Search, model: RNN, first: Linear) -> None:
     """``model`` run on random input fed where the graph multiplies its first layer's
     input (time-major, as PyTorch's exporter multiplies it), from a state of the graph's if
     it has one, gives an output among the values the graph computes."""
@@ -538,7 +537,7 @@ def _check_sequence(graph: _Graph, model: RNN, first: Linear) -> None:
         raise _refuse(graph.where, f"the shape of the first layer's input {first.data!r} is "
                       f"{'unknown' if shape is None else shape}; expected (time, batch, "
                       f"{spec.input_size})")
-    x = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
+    x = _random(np.random.default_rng(1), shape, graph.where)
     values = run(graph.scope, {**feeds, first.data: x}, graph.where)
     states_shape = (spec.num_layers * spec.num_directions, shape[1], spec.hidden_size)
     ordered = sorted(values.items(), key=lambda item: item[0] not in graph.scope.inputs)
@@ -554,18 +553,29 @@ def _check_sequence(graph: _Graph, model: RNN, first: Linear) -> None:
                   f"({spec.describe(article=True)}): {_differs('the output y', closest)}")
 
 
-def _batch(graph: _Graph, name: str, rank: int) -> int | None:
+def _batch(graph: _Search, name: str) -> int | None:
+    """The batch size of a step's input or state ``name`` (batch, width), if declared."""
     shape = graph.shape(name)
-    return shape[0] if shape is not None and len(shape) == rank else None
+    return shape[0] if shape is not None and len(shape) == 2 else None
 
 
-def _computed_shape(graph: _Graph, feeds: Mapping[str, np.ndarray],
+def _random(rng: np.random.Generator, shape: tuple[int, ...], where: str) -> np.ndarray:
+    """Random float32 values in [-1, 1) of ``shape``, refused before allocating past
+    :data:`MAX_FED`."""
+    if len(shape) > 64 or math.prod(shape) > MAX_FED:
+        raise FormatError(f"{where}: checking the network means feeding the graph values of "
+                          f"shape {shape[:8]}, more than {MAX_FED:,}; the declared shapes are "
+                          "not a real model's.")
+    return rng.random(shape, dtype=np.float32) * 2 - 1
+
+
+def _computed_shape(graph: _Search, feeds: Mapping[str, np.ndarray],
                     name: str) -> tuple[int, ...] | None:
     value = run(graph.scope, feeds, graph.where).get(name)
     return value.shape if isinstance(value, np.ndarray) else None
 
 
-def _feeds(graph: _Graph) -> dict[str, np.ndarray]:
+def _feeds(graph: _Search) -> dict[str, np.ndarray]:
     """Random values for the graph's inputs fed at run time (a named size taken as 2)."""
     rng = np.random.default_rng(0)
     feeds, total = {}, 0
@@ -573,18 +583,21 @@ def _feeds(graph: _Graph) -> dict[str, np.ndarray]:
         if value.name in graph.scope.initializers:
             continue
         tensor = value.type.tensor_type
-        dims = tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else 2
-                     for dim in tensor.shape.dim)
-        total += int(np.prod(dims, dtype=np.float64))
-        if total > MAX_FED:
+        dims = _dims(tensor)
+        total += math.prod(dims)
+        if total > MAX_FED or len(dims) > 64:
             raise FormatError(f"{graph.where}: the graph's inputs (up to {value.name!r}, "
-                              f"{dims}) take more than {MAX_FED:,} values; too large to check "
-                              "the network it computes by running it.")
-        if tensor.elem_type in FLOAT_TYPES:
-            feeds[value.name] = rng.uniform(-1, 1, dims).astype(np.float32)
-        else:
-            feeds[value.name] = np.zeros(dims, np.int64)
+                              f"{dims[:8]}) take more than {MAX_FED:,} values; too large to "
+                              "check the network it computes by running it.")
+        feeds[value.name] = _random(rng, dims, graph.where) \
+            if tensor.elem_type in FLOAT_TYPES else np.zeros(dims, np.int64)
     return feeds
+
+
+def _dims(tensor: Any) -> tuple[int, ...]:
+    """A tensor type's shape, a named or unknown size taken as 2."""
+    return tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else 2
+                 for dim in tensor.shape.dim)
 
 
 MAX_FED = 1 << 22  # values fed to the graph's inputs when running it
@@ -621,14 +634,10 @@ def _gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
     return out if c is None else out + float(attributes.get("beta", 1.0)) * c
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
-    "MatMul": np.matmul, "Sigmoid": _sigmoid, "Tanh": np.tanh,
-    "Relu": lambda x: np.maximum(x, 0), "Neg": np.negative,
+    "MatMul": np.matmul, "Neg": np.negative,
+    **{name: function((name, 0.0, 0.0)) for name in ("Sigmoid", "Tanh", "Relu")},
 }
 
 
@@ -649,22 +658,19 @@ def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, 
         try:
             with np.errstate(all="ignore"):
                 outputs = _compute(scope, node, arguments, where, scope.label(node), budget)
-        except FormatError as error:
-            if "exhaust memory" in str(error):
-                raise
-            continue
+        except BudgetError:
+            raise
         except RnnportError:
             continue
-        except (ValueError, TypeError, IndexError, AttributeError, ZeroDivisionError):
+        except (ValueError, TypeError, IndexError, AttributeError, ArithmeticError):
             continue  # shapes that do not fit: the value is simply not there
         for name, value in outputs.items():
             if name in feeds:
                 continue
             budget -= sum(int(item.nbytes) for item in _items(value))
             if budget < 0:
-                raise FormatError(f"{where}: running the graph to check the network it "
-                                  "computes takes more memory than its stored tensors, four "
-                                  "times over; the graph is built to exhaust memory.")
+                raise exhausted(where, "running the graph to check the network it computes "
+                                "takes")
             values[name] = value
     return values
 
@@ -683,7 +689,7 @@ def _arguments(scope: Scope, node: Any, values: Mapping[str, Any]) -> list[Any] 
         elif name in scope.producers:
             return None
         else:
-            constant = _constant(scope, name)
+            constant = scope.constant(name)
             if constant is None:
                 return None
             arguments.append(constant)
@@ -692,10 +698,9 @@ def _arguments(scope: Scope, node: Any, values: Mapping[str, Any]) -> list[Any] 
 
 def _fits(shape: tuple[int, ...], budget: int, where: str) -> None:
     """Refuse, before computing it, a result larger than the run may still take."""
-    if int(np.prod(shape, dtype=np.float64)) * 8 > budget:
-        raise FormatError(f"{where}: running the graph to check the network it computes would "
-                          f"make a value of shape {shape}, more memory than its stored tensors, "
-                          "four times over; the graph is built to exhaust memory.")
+    if math.prod(shape) * 8 > budget:
+        raise exhausted(where, f"running the graph to check the network it computes would "
+                        f"make a value of shape {shape}")
 
 
 def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any],
@@ -710,8 +715,7 @@ def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any],
     else:
         count = len(split)
     if count > MAX_PIECES:
-        raise FormatError(f"{where}: SplitToSequence into {count:,} pieces; running the graph "
-                          "to check it would exhaust memory.")
+        raise exhausted(where, f"SplitToSequence into {count:,} pieces would take")
     if split is None:
         pieces = np.split(data, data.shape[axis], axis=axis)
         return pieces if attributes.get("keepdims", 1) else [np.squeeze(p, axis) for p in pieces]
@@ -723,18 +727,18 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
              label: str, budget: int) -> dict[str, Any]:
     op = node.op_type
     if op == "SplitToSequence":
-        return {node.output[0]: _split_to_sequence(arguments, _attributes(node), where)}
+        return {node.output[0]: _split_to_sequence(arguments, attributes(node, label), where)}
     if op == "SequenceAt":
         return {node.output[0]: arguments[0][int(arguments[1])]}
     if op == "Constant":
-        value = _constant(scope, node.output[0])
+        value = scope.constant(node.output[0])
         return {} if value is None else {node.output[0]: value}
     if op == "Gemm":
         a, b, *rest = arguments
-        attributes = _attributes(node)
-        _fits((a.shape[1] if attributes.get("transA", 0) else a.shape[0],
-               b.shape[0] if attributes.get("transB", 0) else b.shape[1]), budget, where)
-        return {node.output[0]: _gemm(a, b, rest[0] if rest else None, attributes)}
+        given = attributes(node, label)
+        _fits((a.shape[1] if given.get("transA", 0) else a.shape[0],
+               b.shape[0] if given.get("transB", 0) else b.shape[1]), budget, where)
+        return {node.output[0]: _gemm(a, b, rest[0] if rest else None, given)}
     if op in ELEMENTWISE and (op not in FOLDABLE or any(
             argument is not None and argument.dtype.kind == "f" for argument in arguments)):
         operands = [a for a in arguments if a is not None]
