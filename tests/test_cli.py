@@ -256,3 +256,39 @@ def test_a_legacy_h5_output_is_refused_before_reading(capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert "a legacy Keras .h5 is read, not written" in err and "reading" not in err
     assert not (tmp_path / "out.h5").exists()
+
+
+def test_options_in_python_spelling_and_broken_json_are_told_apart(
+        capsys: pytest.CaptureFixture[str], model_file: Path) -> None:
+    from rnnport.cli import _option
+
+    assert _option("bidirectional=True") == ("bidirectional", True)
+    assert _option("proj_size=None") == ("proj_size", None)
+    assert _option("scope=rnn/fw") == ("scope", "rnn/fw")
+    assert main(["inspect", str(model_file), "-O", "prefix=[1"]) == 2
+    assert "looks like JSON but is not valid JSON" in capsys.readouterr().err
+
+
+def test_unwritable_folders_and_archives_as_inputs_are_one_line_errors(
+        capsys: pytest.CaptureFixture[str], model_file: Path, tmp_path: Path) -> None:
+    assert main(["convert", str(model_file), "/proc/m.onnx"]) == 1  # even root cannot write
+    err = capsys.readouterr().err
+    assert "cannot create a file in /proc" in err and ".partial" not in err
+    np.savez(tmp_path / "x.npz", x=np.zeros((1, 2, 3), np.float32))
+    assert main(["run", str(model_file), "--input", str(tmp_path / "x.npz"), "--output",
+                 str(tmp_path / "y.npz")]) == 1
+    assert "expected one array saved with np.save" in capsys.readouterr().err
+    with pytest.raises(rnnport.FormatError, match="param_count: expected an rnnport.RNN"):
+        rnnport.param_count("x")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("suffix", [".weights.h5", ".keras"])
+def test_convert_verify_reads_back_a_stack_of_different_layers(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, suffix: str) -> None:
+    from rnnport.model import stack
+
+    model = stack([RNN.random(Spec("lstm", 3, 4), seed=1), RNN.random(Spec("gru", 4, 5), seed=2)])
+    rnnport.write(model, "npz", path=tmp_path / "stack.npz")
+    assert main(["convert", str(tmp_path / "stack.npz"), str(tmp_path / f"stack{suffix}"),
+                 "--verify", "-q"]) == 0
+    assert "read back: max |Δ| = 0.0e+00 ok" in capsys.readouterr().out

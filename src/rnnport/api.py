@@ -62,6 +62,9 @@ def param_count(model: Model, fmt: str | None = None, **options: Any) -> int:
     A Keras GRU 4→5 stores 150 with reset_after=False and 165 with reset_after=True; a
     Keras LSTM stores one bias where the canonical model (and cuDNN) keep two.
     """
+    if not isinstance(model, (RNN, Stack)):
+        raise FormatError(f"param_count: expected an rnnport.RNN or Stack (from rnnport.read), "
+                          f"got {type(model).__name__}.")
     if fmt is None:
         return model.num_params()
     return get(info(fmt).name).param_count(model, **options)

@@ -47,9 +47,15 @@ def _option(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    spelled = {"True": True, "False": False, "None": None}  # Python's spellings, too
+    if value.strip() in spelled:
+        return key.strip(), spelled[value.strip()]
     try:
         return key.strip(), json.loads(value)
     except (ValueError, RecursionError):
+        if value.lstrip()[:1] in ("[", "{", '"'):
+            raise argparse.ArgumentTypeError(
+                f"{key.strip()}={value!r} looks like JSON but is not valid JSON") from None
         return key.strip(), value
 
 
@@ -150,7 +156,7 @@ def _read(path: str, fmt: str | None, options: dict[str, Any], progress: _Progre
 
 def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     options = dict(args.options)
-    fmt = formats.sniff(args.source) if args.fmt is None else formats.info(args.fmt).name
+    fmt = formats.resolve(args.source, args.fmt)
     model = _read(args.source, fmt, options, progress)
     print(f"{args.source}: {fmt} ({formats.info(fmt).summary})", file=out)
     networks = formats.get(fmt).networks
@@ -243,9 +249,8 @@ def _convert(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     if not args.verify:
         return 0
     progress("verifying …")
-    first = model.parts[0] if isinstance(model, Stack) else model
     declared = formats.get(target)
-    back_options = {**declared.read_options_for(first.spec),
+    back_options = {**declared.read_back_options(model),
                     **{k: v for k, v in options.items() if k in declared.read_options}}
     back = api.read(args.destination, target, **back_options)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 7, model.input_size)).astype(model.dtype)
@@ -310,7 +315,11 @@ def _state_arrays(state: Any, prefix: str = "") -> dict[str, np.ndarray]:
 
 def _load_array(path: str, flag: str) -> np.ndarray:
     from .io.archive import load_npy
+    from .io.atomic import NUMPY_ARCHIVE
 
+    if path.lower().endswith(NUMPY_ARCHIVE):
+        raise RnnportError(f"{flag} {path}: an archive of several arrays; expected one array "
+                           "saved with np.save(path, x) as .npy.")
     return load_npy(path, f"{flag} {path}")
 
 

@@ -25,7 +25,7 @@ from .api import param_count, read, write
 from .errors import FormatError
 from .explain import explain
 from .formats import formats, get
-from .model import RNN, Model
+from .model import RNN, one_network
 
 __all__ = ["CaseResult", "Reference", "check_reference", "load_reference", "run_demo",
            "source_arrays"]
@@ -76,6 +76,10 @@ def load_reference(path: str | Path | None = None) -> Reference:
         except UnicodeDecodeError:
             raise FormatError(f"{where}: not a text file; expected a JSON reference like the "
                               "bundled rnnport/data/reference.json.") from None
+        except OSError as error:
+            raise FormatError(f"{where}: cannot be read ({error.strerror or error}); expected "
+                              "the path of a JSON reference like the bundled "
+                              "rnnport/data/reference.json.") from None
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as error:
@@ -130,12 +134,6 @@ class CaseResult:
             for a, b in zip(self.back, self.original, strict=False))
 
 
-def _one_network(model: Model, where: str) -> RNN:
-    if not isinstance(model, RNN):
-        raise FormatError(f"{where}: the arrays read as a stack of networks; expected one layer.")
-    return model
-
-
 def check_reference(reference: Reference) -> list[CaseResult]:
     """Each case: source arrays → target buffer, compared with the reference's; and that
     buffer converted back to the source format."""
@@ -143,7 +141,7 @@ def check_reference(reference: Reference) -> list[CaseResult]:
     source, target = get(reference.source), get(reference.target)
     for name in CASES:
         original = source_arrays(reference, name)
-        rnn = _one_network(read(original, reference.source), f"{reference.where}, {name}")
+        rnn = one_network(read(original, reference.source), f"{reference.where}, {name}")
         buffer = np.asarray(write(rnn, reference.target))
         back = write(read(buffer, reference.target, **target.read_options_for(rnn.spec)),
                      reference.source)

@@ -21,7 +21,7 @@ from typing import Any, Union
 import numpy as np
 
 from .copying import copy_into, writable_view
-from .errors import DTypeError, ShapeError, SpecError, StackSpecError, StateError
+from .errors import DTypeError, FormatError, ShapeError, SpecError, StackSpecError, StateError
 from .spec import Spec
 
 __all__ = ["RNN", "Model", "Stack", "stack"]
@@ -207,6 +207,14 @@ class RNN:
 
     def __repr__(self) -> str:
         return f"<rnnport.RNN {self._spec.describe()}, {self._dtype}, {self.num_params():,} params>"
+
+
+def one_network(model: Model, where: str) -> RNN:
+    """``model`` when it is one network, not a :class:`Stack` of several."""
+    if not isinstance(model, RNN):
+        raise FormatError(f"{where}: the arrays read as a stack of {len(model.parts)} networks "
+                          "that differ; expected one network.")
+    return model
 
 
 def shared_with_caller(model: Model, source: Any) -> None:

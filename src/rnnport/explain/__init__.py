@@ -31,10 +31,10 @@ draw them.
 from __future__ import annotations
 
 from ..api import read, write
-from ..errors import RnnportError, SpecError
+from ..errors import SpecError
 from ..formats import NamedArray, get, info
 from ..gates import CANONICAL, gate_family
-from ..model import RNN, Model
+from ..model import one_network
 from ..spec import Spec
 from .layout import Count, Layout, Origin
 from .page import render_html
@@ -98,7 +98,7 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
     read_source, write_source = options_for(source, spec)
     write_target = options_for(target, spec)[1]
     native_a, native_b = (write(model, source, **write_source) for model in (model_a, model_b))
-    read_a, read_b = (_one_network(read(native, source, **read_source))
+    read_a, read_b = (one_network(read(native, source, **read_source), f"explain ({source})")
                       for native in (native_a, native_b))
     source_arrays = annotate(source, trace(book, get(source).explain_arrays(native_a, spec),
                                            get(source).explain_arrays(native_b, spec), source))
@@ -119,8 +119,3 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
                        tuple(origins(source, source_arrays, target_arrays)))
 
 
-def _one_network(model: Model) -> RNN:
-    if not isinstance(model, RNN):
-        raise RnnportError("explain: a one-layer network read back as a stack (a bug in "
-                           "explain or the format).")
-    return model

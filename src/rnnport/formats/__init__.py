@@ -54,6 +54,9 @@ Reading back, and running:
 * ``read_options_for(spec) -> dict``: the options reading the format's own output of a
   network of ``spec`` needs, because the native object does not record them (a flat
   buffer's shape, a simple RNN's relu).
+* ``stack_read_options(specs) -> dict`` (optional): what reading back a stack of layers
+  of these specs needs besides each layer's options (a Keras weights file: the layers'
+  names in order). :meth:`~._protocol.Format.read_back_options` joins both for a model.
 * ``write_options_for(spec) -> dict``: the options writing such a network needs, for what
   the format must be told rather than shown (a checkpoint's cell clip).
 * ``networks(source) -> Choices`` (optional): the networks a source holds when it can hold
@@ -209,8 +212,10 @@ def sniff(source: Any) -> str:
         raise FormatError(f"read: {source} does not exist (no such file, folder or checkpoint "
                           "prefix); check the path.")
     if not matches:
+        what = (f"{source} (a folder)" if os.path.isdir(source) else str(source)) \
+            if isinstance(source, (str, os.PathLike)) else describe(source)
         raise FormatError(
-            f"read: cannot tell the format of {describe(source)}; pass fmt= with one of "
+            f"read: cannot tell the format of {what}; pass fmt= with one of "
             f"{', '.join(_REGISTRY)}.")
     raise AmbiguousSourceError(
         f"read: {describe(source)} could be read as {' or '.join(matches)}; pass fmt= with one "

@@ -122,6 +122,7 @@ class Format:
     modules: tuple[str, ...] = ()
     suffixes: tuple[Suffix, ...] = ()
     read_options_for: Callable[[Spec], dict[str, Any]] = no_options
+    stack_read_options: Callable[[list[Spec]], dict[str, Any]] | None = None
     write_options_for: Callable[[Spec], dict[str, Any]] = no_options
     output_files: Callable[[Path], list[Path]] = same_file
     input_files: Callable[[Path], list[Path]] = no_files
@@ -168,6 +169,20 @@ class Format:
             self.check_features(part.spec, location, "It cannot store such a network, so "
                                 "there is nothing to count")
         return int(self.counter(model, **options))
+
+    def read_back_options(self, model: Model) -> dict[str, Any]:
+        """The options reading this format's own output of ``model`` needs: each part's
+        ``read_options_for`` (the first part's where they disagree), and for a stack of
+        several parts ``stack_read_options`` of its layers."""
+        parts = [part for _, part in _parts(model, f"{self.name} read back")]
+        options: dict[str, Any] = {}
+        for part in parts:
+            for key, value in self.read_options_for(part.spec).items():
+                options.setdefault(key, value)
+        layers = [layer for part in parts for layer in part.layers()]
+        if len(parts) > 1 and self.stack_read_options is not None:
+            options.update(self.stack_read_options([layer.spec for layer in layers]))
+        return options
 
     def source_notes(self, source: Any, **options: Any) -> list[str]:
         """What reading ``source`` with these options leaves out or assumes (the ``notes``

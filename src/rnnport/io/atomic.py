@@ -65,8 +65,13 @@ def atomic_write_all(
     try:
         for target, (_, write) in zip(targets, files, strict=True):
             folder = target.parent if str(target.parent) else Path(".")
-            handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
-                                                 dir=folder)
+            try:
+                handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.",
+                                                     suffix=".partial", dir=folder)
+            except OSError as error:
+                raise FormatError(f"{target}: cannot create a file in {folder} "
+                                  f"({error.strerror or error}); choose a folder you can write "
+                                  "to. Nothing was written.") from None
             temporaries.append(temporary)
             os.chmod(temporary, file_mode())
             with os.fdopen(handle, "wb") as file:

@@ -76,6 +76,11 @@ def read_options_for(spec: Spec) -> dict[str, Any]:
     return options
 
 
+def stack_read_options(specs: list[Spec]) -> dict[str, Any]:
+    """A weights file does not record the order of layers of different classes: name them."""
+    return {"layer": files.layer_names(specs)}
+
+
 def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
     """One layer's arrays under the names Keras gives them."""
     names = ("kernel", "recurrent_kernel", "bias")
@@ -115,4 +120,4 @@ FORMAT = Format(
     read_options_for=read_options_for, gate_names={"g": "c", "n": "h"},
     explain_arrays=explain_arrays, framework_forward=framework_forward,
     names={"reset_before": "reset_after=False", "reset_after": "reset_after=True"},
-    activations=layers.holds_activations, notes=notes)
+    activations=layers.holds_activations, notes=notes, stack_read_options=stack_read_options)

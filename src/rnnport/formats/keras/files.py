@@ -99,7 +99,7 @@ from ...spec import Spec
 from .._common import close_matches, require
 from . import layers as keras_layers
 
-__all__ = ["is_keras_file", "notes", "read_file", "write_file"]
+__all__ = ["is_keras_file", "layer_names", "notes", "read_file", "write_file"]
 
 SUFFIXES = (".keras", ".h5", ".hdf5")
 ARCHIVE_CONFIG = "config.json"
@@ -942,6 +942,11 @@ def _plan(specs: Sequence[Spec]) -> list[_Planned]:
             name, key = inner, _unique(_snake(cls), keys)
         plan.append(_Planned(key, name, cls, inner, spec.bidirectional))
     return plan
+
+
+def layer_names(specs: Sequence[Spec]) -> list[str]:
+    """The names :func:`write_file` gives the layers of ``specs``, in order."""
+    return [planned.name for planned in _plan(specs)]
 
 
 def _weights_bytes(h5py: Any, plan: Sequence[_Planned],
