@@ -326,3 +326,12 @@ def test_a_keras_archive_with_an_oversized_config_is_refused_unread(tmp_path: Pa
         archive.writestr("model.weights.h5", b"")
     with pytest.raises(rnnport.FormatError, match="config.json' declares 41,943,040 bytes"):
         rnnport.read(path)
+
+
+def test_a_variable_given_twice_or_under_no_name_is_refused() -> None:
+    variables = _variables()
+    twice = {**variables, "rnn/lstm_cell/kernel:0": variables["rnn/lstm_cell/kernel"]}
+    with pytest.raises(rnnport.FormatError, match="name one variable"):
+        rnnport.read(twice, "tf1", scope="rnn")
+    with pytest.raises(rnnport.FormatError, match="expected variable names"):
+        rnnport.read({**variables, 3: np.zeros(2)}, "tf1", scope="rnn")

@@ -178,7 +178,18 @@ class _Variables:
         elif isinstance(source, Mapping):
             self.bundle = None
             self.where = "tf1 variables"
-            self._arrays = {_strip(str(key)): value for key, value in source.items()}
+            self._arrays = {}
+            for key, value in source.items():
+                if isinstance(key, bytes):
+                    key = key.decode("utf-8", "replace")
+                if not isinstance(key, str):
+                    raise FormatError(f"tf1 variables: key {key!r} is a {type(key).__name__}; "
+                                      "expected variable names (strings).")
+                name = _strip(key)
+                if name in self._arrays:
+                    raise FormatError(f"tf1 variables: {key!r} and {name!r} name one variable "
+                                      "(a graph tensor's ':0' dropped); pass each once.")
+                self._arrays[name] = value
             self.names = list(self._arrays)
             self.shapes = {}
             for name, value in self._arrays.items():
