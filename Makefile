@@ -1,7 +1,9 @@
 # Two commands do everything on a fresh machine:
 #   make demo   create .venv, install rnnport, run the demo on the bundled example
-#   make test   create .venv, install the test frameworks (and Debian's chromium for the
-#               HTML check of `rnnport explain`), lint, type-check and run every test
+#   make test   create .venv, install the test frameworks, lint, type-check and run every
+#               test; when `chromium` is missing it installs Debian's package with apt-get
+#               (sudo unless root), saying so first: a headless browser renders the
+#               `rnnport explain --html` pages in one test
 # While developing: make test-fast (lint, types, and the suite without the `slow` tests).
 PYTHON ?= python3
 VENV := .venv
@@ -21,12 +23,17 @@ $(VENV)/.base: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.test: pyproject.toml requirements-test.txt | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e . -r requirements-test.txt
-	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+	command -v chromium >/dev/null || { \
+	  echo "make test: installing Debian's chromium package (apt-get$(if $(SUDO), through sudo)):" \
+	       "a headless browser renders the rnnport explain --html pages in one test"; \
+	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 	touch $@ $(VENV)/.base
 
 demo: $(VENV)/.base
 	$(PY) -m rnnport demo $(if $(wildcard $(REFERENCE)),--reference $(REFERENCE))
+	@echo "rnnport is installed in $(VENV): run $(VENV)/bin/rnnport --help, or activate the" \
+	      "environment with '. $(VENV)/bin/activate' and run rnnport --help"
 
 test: lint typecheck
 	$(PY) -m pytest

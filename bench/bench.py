@@ -131,7 +131,6 @@ def onnxruntime_runner(rnn: rnnport.RNN, x: np.ndarray) -> tuple[Callable[[], An
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = os.cpu_count() or 1
-    options.log_severity_level = 3
     session = onnxruntime.InferenceSession(rnnport.write(rnn, "onnx").SerializeToString(), options,
                                            providers=["CPUExecutionProvider"])
     output = session.get_outputs()[0].name

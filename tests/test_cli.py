@@ -76,7 +76,8 @@ def test_inspect_shows_the_network_and_both_counts_with_the_formula(
     assert "cell lstm, input 3, hidden 4, layers 2, directions 2, variant standard, dtype float32" \
         in out
     assert "layer 1: 2 × (4·4·(8+4) + 2·4·4) = 448" in out
-    assert "parameters: canonical 736" in out and "as stored in torch: 736" in out
+    assert "parameters, canonical (both biases b_ih and b_hh, as rnnport's model keeps them): 736" in out
+    assert "parameters as stored in torch: 736, the same" in out
 
 
 def test_inspect_a_tf1_checkpoint_lists_its_networks(
@@ -84,12 +85,15 @@ def test_inspect_a_tf1_checkpoint_lists_its_networks(
     variables = {**rnnport.write(RNN.random(Spec("lstm", 4, 5)), "tf1", scope="encoder/rnn"),
                  **rnnport.write(RNN.random(Spec("gru", 5, 6)), "tf1", scope="decoder/rnn")}
     tensorbundle.write_bundle(tmp_path / "two.ckpt", variables)
-    assert main(["inspect", str(tmp_path / "two.ckpt")]) == 1
-    assert "pass scope= to pick one" in capsys.readouterr().err
-    assert main(["inspect", str(tmp_path / "two.ckpt"), "-O", "scope=decoder", "-q"]) == 0
+    assert main(["inspect", str(tmp_path / "two.ckpt"), "-q"]) == 0  # every network, in full
     out = capsys.readouterr().out
-    assert "2 networks (-O scope=… picks one):" in out
+    assert "2 networks (--scope picks one):" in out
     assert "scope='encoder/rnn': single, 1 layer(s) of LSTMCell" in out
+    assert "\n== scope='encoder/rnn'\nLSTM 4→5" in out and "\n== scope='decoder/rnn'\nGRU 5→6" in out
+    assert out.count("parameters as stored in tf1") == 2
+    assert main(["inspect", str(tmp_path / "two.ckpt"), "--scope", "decoder", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "networks" not in out.splitlines()[1] and "== scope" not in out
     assert "GRU 5→6 (reset after)" in out and "as stored in tf1: 222" in out
 
 
@@ -105,8 +109,9 @@ def test_convert_verify_reports_the_max_error(capsys: pytest.CaptureFixture[str]
     assert main(["convert", str(model_file), str(destination), "--verify", "-q", *extra]) == 0
     out = capsys.readouterr().out
     assert f"wrote {destination} (" in out
-    assert re.search(r"file read back: max \|Δ\| = \S+ ok", out)
-    assert re.search(r"PyTorch nn.LSTM on the source weights: max \|Δ\| = \S+ ok", out)
+    assert re.search(r"stage 1, rnnport reading \S+ back: max \|Δ\| = \S+ \(tolerance 1e-05\) ok",
+                     out)
+    assert re.search(r"source, PyTorch .*: max \|Δ\| = \S+ \(tolerance 1e-05\) ok", out)
     if target.endswith(".npy"):
         back = rnnport.read(np.load(destination), "cudnn", cell="lstm", input_size=3,
                             hidden_size=4, num_layers=2, bidirectional=True)
@@ -195,7 +200,8 @@ def test_console_script_converts(model_file: Path) -> None:
                              str(model_file.parent / "c.npz"), "--verify"],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    assert "npz file read back: max |Δ| = 0.0e+00 ok" in result.stdout
+    assert re.search(r"stage 1, rnnport reading \S+c.npz back: max \|Δ\| = 0.0e\+00 .* ok",
+                     result.stdout)
     assert result.stderr.startswith("reading ")
 
 
@@ -219,8 +225,8 @@ def test_convert_verify_runs_a_keras_source_in_keras(capsys: pytest.CaptureFixtu
     assert main(["convert", str(tmp_path / "m.keras"), str(tmp_path / "m.onnx"), "--verify",
                  "-q"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"onnx file read back: max \|Δ\| = \S+ ok", out)
-    assert re.search(r"Keras 3 running the source file: max \|Δ\| = \S+ ok", out)
+    assert re.search(r"stage 1, rnnport reading \S+m.onnx back: max \|Δ\| = \S+ .* ok", out)
+    assert re.search(r"source, Keras 3 .*: max \|Δ\| = \S+ .* ok", out)
 
 
 def test_explain_html_and_outputs_that_cannot_be_written(
@@ -291,4 +297,196 @@ def test_convert_verify_reads_back_a_stack_of_different_layers(
     rnnport.write(model, "npz", path=tmp_path / "stack.npz")
     assert main(["convert", str(tmp_path / "stack.npz"), str(tmp_path / f"stack{suffix}"),
                  "--verify", "-q"]) == 0
-    assert "read back: max |Δ| = 0.0e+00 ok" in capsys.readouterr().out
+    assert re.search(r"back: max \|Δ\| = 0.0e\+00 \(tolerance \S+\) ok", capsys.readouterr().out)
+
+
+def _two_networks(kind: str, tmp_path: Path) -> tuple[Path, str, list[str]]:
+    """A file of ``kind`` holding two separate networks, the option that picks one, and
+    the values that pick each."""
+    lstm, gru = RNN.random(Spec("lstm", 3, 4)), RNN.random(Spec("gru", 3, 2), seed=5)
+    if kind == "torch":
+        state = {**{f"enc.{k}": v for k, v in rnnport.write(lstm, "torch").items()},
+                 **{f"dec.{k}": v for k, v in rnnport.write(gru, "torch").items()}}
+        from rnnport.formats import torch as torch_format
+
+        torch_format.save(state, tmp_path / "two.pt")
+        return tmp_path / "two.pt", "prefix", ["enc.", "dec."]
+    if kind == "onnx":
+        import onnx
+
+        merged = onnx.compose.merge_models(rnnport.write(lstm, "onnx"), rnnport.write(gru, "onnx"),
+                                           io_map=[], prefix1="a_", prefix2="b_")
+        onnx.save(merged, tmp_path / "two.onnx")
+        names = [node.name for node in merged.graph.node if node.op_type in ("LSTM", "GRU")]
+        return tmp_path / "two.onnx", "node", names
+    import keras
+
+    inputs = keras.Input((None, 3), name="x")
+    encoded = keras.layers.LSTM(4, return_sequences=True, name="enc")(inputs)
+    middle = keras.layers.Dense(3, name="mid")(encoded)
+    decoded = keras.layers.GRU(2, return_sequences=True, name="dec")(middle)
+    keras.Model(inputs, decoded).save(tmp_path / "two.keras")
+    return tmp_path / "two.keras", "layer", ["enc", "dec"]
+
+
+@pytest.mark.parametrize("kind", ["torch", "onnx", "keras"])
+def test_inspect_lists_and_shows_every_network_of_any_format(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str) -> None:
+    path, option, values = _two_networks(kind, tmp_path)
+    assert main(["inspect", str(path), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "2 networks (" in out
+    for value in values:
+        assert f"\n== {option}={value!r}\n" in out
+    assert "LSTM 3→4" in out and "GRU" in out
+    assert out.count("parameters as stored in") == 2
+    assert main(["inspect", str(path), "-O", f"{option}={values[1]}", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "== " not in out and "LSTM 3→4" not in out.split("beside it")[0]
+
+
+def test_cli_errors_speak_the_command_line(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    from rnnport.cli import cli_terms
+
+    assert cli_terms("read: x could be read as a or b; pass fmt= with one of them (e.g. "
+                     "fmt='a').") == ("read: x could be read as a or b; pass --from with one of "
+                                      "them (e.g. --from a).")
+    assert cli_terms("pass layer=['gru', 'lstm'] or scope='enc/rnn'; bidirectional='True'; "
+                     "expected True or False") == ("pass --layer gru --layer lstm or --scope "
+                                                   "enc/rnn; -O bidirectional=True; expected "
+                                                   "true or false")
+    assert cli_terms("write(fmt='torch', as_cell=True): no. Pass overwrite=True, per_part=True "
+                     "or reset_after=False; x=3 stays") == (
+        "writing torch (-O as_cell=true): no. Pass --force, --per-part or -O reset_after=false; "
+        "x=3 stays")
+    (tmp_path / "m.weird").write_text("?")
+    assert main(["inspect", str(tmp_path / "m.weird")]) == 1
+    error = capsys.readouterr().err
+    assert "pass --from with one of" in error and "fmt=" not in error and "builtins" not in error
+    np.save(tmp_path / "b.npy", np.zeros(10, np.float32))
+    assert main(["inspect", str(tmp_path / "b.npy"), "-O", "cell=gru", "-O", "input_size=2",
+                 "-O", "hidden_size=3", "-O", "bidirectional=yes"]) == 1
+    assert "-O bidirectional=yes; expected true or false" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "b.npy"), "-O", "cell=gru", "-O", "input_size=2",
+                 "-O", "hidden_size=3", "-O", "bidirectional=FALSE", "-q"]) == 1
+    assert "expected 63 for a GRU 2→3" in capsys.readouterr().err  # FALSE is false: sizes checked
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert re.fullmatch(r"rnnport \S+ \(NumPy \S+\)\n", capsys.readouterr().out)
+
+
+def test_a_stack_into_a_one_network_format_asks_for_per_part_and_writes_each_part(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    stack = rnnport.stack([RNN.random(Spec("gru", 3, 4)), RNN.random(Spec("lstm", 4, 2))])
+    rnnport.write(stack, "npz", path=tmp_path / "s.npz")
+    assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "s.pt")]) == 1
+    error = capsys.readouterr().err
+    assert "Pass --per-part to write one file per part" in error
+    assert str(tmp_path / "s.part0.pt") in error and not (tmp_path / "s.pt").exists()
+    assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "s.pt"), "--per-part",
+                 "--verify", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("stage 1, rnnport reading") == 2 and out.count("stage 2, PyTorch") == 2
+    for index, part in enumerate(stack.parts):
+        assert rnnport.read(tmp_path / f"s.part{index}.pt") == part
+    assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "s.pt"), "--per-part",
+                 "-q"]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "b.npy"), "--per-part",
+                 "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "b.part1.npy does not record all of its network; to read it back, pass: -O cell=lstm " \
+           "-O input_size=4 -O hidden_size=2" in out
+    flags = out.split("b.part1.npy does not record all of its network; to read it back, pass: ")[1]
+    options = [word for word in flags.split() if word != "-O"]
+    assert main(["inspect", str(tmp_path / "b.part1.npy"), *(w for o in options for w in ("-O", o)),
+                 "-q"]) == 0
+    assert "LSTM 4→2" in capsys.readouterr().out
+
+
+def test_api_writes_one_file_per_part_checked_before_the_first(tmp_path: Path) -> None:
+    stack = rnnport.stack([RNN.random(Spec("gru", 3, 4)), RNN.random(Spec("lstm", 4, 2))])
+    (tmp_path / "s.part1.npy").write_bytes(b"mine")
+    with pytest.raises(rnnport.RnnportError, match="overwrite=True"):
+        rnnport.write(stack, "cudnn", path=tmp_path / "s.npy", per_part=True)
+    assert not (tmp_path / "s.part0.npy").exists()
+    buffers = rnnport.write(stack, "cudnn", path=tmp_path / "s.npy", per_part=True, overwrite=True)
+    assert [np.load(tmp_path / f"s.part{i}.npy").tolist() for i in range(2)] == \
+           [b.tolist() for b in buffers]
+
+
+@pytest.mark.parametrize(("shape", "flags", "lengths", "expected"), [
+    ((5, 3), [], None, (5, 4)),                                    # one sequence: (time, input)
+    ((2, 5, 3), [], [5, 2], (2, 5, 4)),                            # lengths tell: batch first
+    ((5, 2, 3), [], [5, 2], (5, 2, 4)),                            # lengths tell: time first
+    ((2, 5, 3), ["--batch-first"], None, (2, 5, 4)),
+    ((5, 2, 3), ["--time-major"], None, (5, 2, 4)),
+])
+def test_run_knows_the_layout_or_is_told(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                         shape: tuple[int, ...], flags: list[str],
+                                         lengths: list[int] | None,
+                                         expected: tuple[int, ...]) -> None:
+    model = RNN.random(Spec("gru", 3, 4))
+    rnnport.write(model, "npz", path=tmp_path / "m.npz")
+    x = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    extra = []
+    if lengths is not None:
+        np.save(tmp_path / "l.npy", np.array(lengths))
+        extra = ["--lengths", str(tmp_path / "l.npy")]
+    assert main(["run", str(tmp_path / "m.npz"), "--input", str(tmp_path / "x.npy"), *flags,
+                 *extra, "--output", str(tmp_path / "y.npz"), "-q"]) == 0
+    with np.load(tmp_path / "y.npz") as saved:
+        assert saved["y"].shape == expected
+        time_major = shape[0] == 5 and len(shape) == 3
+        want, _ = model.forward(x if len(shape) == 3 else x[None], time_major=time_major,
+                                lengths=None if lengths is None else np.array(lengths))
+        np.testing.assert_array_equal(saved["y"], want if len(shape) == 3 else want[0])
+    capsys.readouterr()
+
+
+def test_run_refuses_an_ambiguous_layout(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    rnnport.write(RNN.random(Spec("gru", 3, 4)), "npz", path=tmp_path / "m.npz")
+    np.save(tmp_path / "x.npy", np.zeros((4, 6, 3), np.float32))
+    assert main(["run", str(tmp_path / "m.npz"), "--input", str(tmp_path / "x.npy")]) == 1
+    error = capsys.readouterr().err
+    assert "(batch 4, time 6, input 3) or (time 4, batch 6, input 3)" in error
+    assert "Pass --batch-first or --time-major" in error
+    np.save(tmp_path / "x.npy", np.zeros((4, 4, 3), np.float32))
+    np.save(tmp_path / "l.npy", np.array([4, 1, 2, 3]))
+    assert main(["run", str(tmp_path / "m.npz"), "--input", str(tmp_path / "x.npy"),
+                 "--lengths", str(tmp_path / "l.npy")]) == 1
+    assert "fits both axes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("reset_after", "stored", "formula"), [
+    (False, 150, "layer 0: (3·5·(4+5) + 3·5) = 150  [G·H·(in + H_out) weights + G·H biases, one "
+                 "per gate]"),
+    (True, 165, None),
+])
+def test_inspect_explains_each_count_with_its_own_formula(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, reset_after: bool, stored: int,
+        formula: str | None) -> None:
+    gru = RNN.random(Spec("gru", 4, 5, reset_after=reset_after))
+    rnnport.write(gru, "keras", path=tmp_path / "gru.keras")
+    assert main(["inspect", str(tmp_path / "gru.keras"), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "canonical (both biases b_ih and b_hh, as rnnport's model keeps them): 165" in out
+    assert "layer 0: (3·5·(4+5) + 2·3·5) = 165" in out
+    if formula is None:
+        assert "parameters as stored in keras: 165, the same" in out and "why:" not in out
+    else:
+        assert f"parameters as stored in keras: {stored}\n  {formula}" in out
+        assert "why: keras keeps b_ih + b_hh as one sum" in out
+        assert "why: this is a reset-before GRU" in out and "165 parameters rather than 150" in out
+
+
+def test_missing_extras_say_how_to_install_them_from_a_clone() -> None:
+    from rnnport.formats._common import install_hint
+
+    hint = install_hint("safetensors.numpy", "torch")
+    assert "`pip install safetensors`" in hint and "`pip install -e '.[torch]'` in a clone" in hint

@@ -113,7 +113,8 @@ def test_the_command_line_lists_converts_and_verifies_it(
     assert main(["convert", str(model_file), str(target), "--verify", "-q"]) == 0
     out = capsys.readouterr().out
     assert f"wrote {target} ({NAME}, " in out
-    assert re.search(rf"{NAME} file read back: max \|Δ\| = 0\.0e\+00 ok", out)
+    assert re.search(r"stage 1, rnnport reading \S+ back: max \|Δ\| = 0\.0e\+00 \(tolerance \S+\) ok", out)
+    assert f"stage 2, {NAME}'s framework: not run" in out
     assert rnnport.read(target) == rnnport.read(model_file)
     assert main(["convert", str(target), str(model_file.parent / "back.npz"), "-q"]) == 0
     assert rnnport.read(model_file.parent / "back.npz") == rnnport.read(model_file)

@@ -81,7 +81,7 @@ def test_inspect_prints_the_assumption_and_the_layers_left_out(
 
 
 def test_masking_and_another_stack_are_named_with_what_they_do(tmp_path: Path) -> None:
-    keras = pytest.importorskip("keras")  # installed in the test set-up; missing fails there
+    import keras
     model = keras.Sequential([keras.Input((None, 3)), keras.layers.Masking(mask_value=-1.0),
                               keras.layers.LSTM(4, return_sequences=True, name="encoder"),
                               keras.layers.Dense(2, name="head"),
@@ -127,7 +127,7 @@ def test_a_second_rnn_is_named_with_the_prefix_that_reads_it() -> None:
 
 
 def test_a_training_checkpoint_names_what_sits_beside_its_state_dict(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
     state = {key: torch.from_numpy(np.asarray(value)) for key, value in _state().items()}
     path = tmp_path / "checkpoint.pt"
     torch.save({"model": state, "optimizer": {"lr": 0.1}, "epoch": 3}, path)
@@ -199,8 +199,7 @@ def test_inspect_a_tf1_checkpoint_says_what_is_assumed(
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """An LSTM stack with a Linear head and a softmax, as both PyTorch exporters write it."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    import torch
 
     class Tagger(torch.nn.Module):
         def __init__(self) -> None:
@@ -234,16 +233,21 @@ def test_an_exported_model_names_its_head_and_the_states_fed(exported: dict[str,
     assert "'fc.bias' (2,)" in initializers
 
 
-def test_a_written_onnx_model_has_no_other_computing_nodes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inputs", [False, True], ids=["x alone", "lengths and state"])
+def test_a_written_onnx_model_has_no_other_computing_nodes(tmp_path: Path, inputs: bool) -> None:
     path = tmp_path / "m.onnx"
-    rnnport.write(RNN.random(Spec("gru", 3, 4, num_layers=2), seed=3), "onnx", path=path)
+    rnnport.write(RNN.random(Spec("gru", 3, 4, num_layers=2), seed=3), "onnx", path=path,
+                  lengths=inputs, initial_state=inputs)
     found = notes("onnx", path)
     assert not any(note.startswith("other computing nodes") for note in found)
-    assert all("computed at run time" in note for note in found if " is fed " in note)
+    fed = [note for note in found if " is fed " in note]
+    assert len(fed) == (2 if inputs else 0)  # one node per layer
+    assert all("sequence_lens from 'sequence_lens', computed at run time" in note
+               and "initial_h from" in note for note in fed)
 
 
 def test_a_second_onnx_network_is_named_with_the_node_that_reads_it() -> None:
-    onnx = pytest.importorskip("onnx")
+    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(4)
@@ -284,8 +288,7 @@ def test_inspect_with_options_passes_them_to_the_notes(
 
 
 def test_an_unrolled_network_says_how_it_was_read(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    import torch
     path = tmp_path / "rnn.onnx"
     torch.onnx.export(torch.nn.RNN(3, 4, 2), (torch.randn(5, 1, 3),), str(path))
     (note,) = notes("onnx", path)
@@ -294,7 +297,7 @@ def test_an_unrolled_network_says_how_it_was_read(tmp_path: Path) -> None:
 
 
 def test_a_nested_checkpoint_is_unwrapped_and_named(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
     state = {key: torch.from_numpy(np.asarray(value)) for key, value in _state().items()}
     path = tmp_path / "nested.pt"
     torch.save({"state_dict": {"model": state}, "epoch": 3}, path)

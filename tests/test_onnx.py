@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import json
+import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,6 +22,7 @@ from onnx import helper, numpy_helper
 
 import rnnport
 from rnnport import RNN, Spec
+from rnnport.cli import main
 from rnnport.errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from rnnport.formats.onnx import run_reference
 
@@ -55,8 +61,9 @@ def test_golden_cases_run_in_onnx_runtime(name: str) -> None:
         with pytest.raises(UnsupportedFeatureError, match="cannot hold an LSTM projection"):
             rnnport.write(model, "onnx")
         return
-    proto = rnnport.write(model, "onnx")
     feeds = state_feeds(model, case.initial_state(model))
+    proto = rnnport.write(model, "onnx", lengths=case.lengths is not None,
+                          initial_state=bool(feeds))
     if case.lengths is not None:
         feeds["sequence_lens"] = case.lengths.astype(np.int32)
     out = run_reference(proto, case.arrays["x"], **feeds)
@@ -73,10 +80,11 @@ def test_defaults_are_full_length_and_zero_state(name: str) -> None:
     model = load(name).read()
     x = load(name).arrays["x"]
     proto = rnnport.write(model, "onnx")
+    assert [value.name for value in proto.graph.input] == ["x"]
     plain = run_reference(proto, x)
     zeros = {k: np.zeros_like(v) for k, v in state_feeds(model, model.forward(x)[1]).items()}
-    fed = run_reference(proto, x, sequence_lens=np.full(x.shape[0], x.shape[1], np.int32),
-                        **zeros)
+    fed = run_reference(rnnport.write(model, "onnx", lengths=True, initial_state=True), x,
+                        sequence_lens=np.full(x.shape[0], x.shape[1], np.int32), **zeros)
     for key in plain:
         np.testing.assert_array_equal(plain[key], fed[key])
     np.testing.assert_allclose(plain["y"], model.forward(x)[0], atol=1e-5)
@@ -203,7 +211,8 @@ def test_alternative_activations_match_onnx_runtime(cell: str, activations: list
     proto = rnnport.write(model, "onnx")
     assert rnnport.read(proto) == model
     x = np.random.default_rng(0).uniform(-2, 2, (3, 6, 3)).astype(np.float32)
-    out = run_reference(proto, x, sequence_lens=np.array([6, 3, 5], np.int32))
+    out = run_reference(rnnport.write(model, "onnx", lengths=True), x,
+                        sequence_lens=np.array([6, 3, 5], np.int32))
     y, _ = model.forward(x, lengths=[6, 3, 5])
     np.testing.assert_allclose(out["y"], y, atol=1e-5, rtol=0)
     default = RNN(spec.replace(activations=()), model.params)
@@ -230,15 +239,16 @@ def test_gate_clip_and_input_forget_match_onnx_runtime(spec: Spec) -> None:
     x = np.random.default_rng(0).uniform(-2, 2, (3, 6, 3)).astype(np.float32)
     proto = rnnport.write(model, "onnx")
     assert rnnport.read(proto) == model
-    _matches_onnx_runtime(model, proto, x, states=False)
+    _matches_onnx_runtime(model, x, states=False)
     unclipped = RNN(spec.replace(gate_clip=None, input_forget=False), model.params)
     assert not np.allclose(unclipped.forward(x)[0], model.forward(x)[0], atol=1e-3)
 
 
-def _matches_onnx_runtime(model: RNN, proto: Any, x: np.ndarray, *, states: bool) -> None:
-    """ONNX Runtime running ``proto`` gives ``model``'s y (and final states), over full and
-    uneven lengths."""
+def _matches_onnx_runtime(model: RNN, x: np.ndarray, *, states: bool) -> None:
+    """ONNX Runtime running ``model`` written as ONNX gives its y (and final states), over
+    full lengths (the graph without a lengths input) and uneven ones."""
     for lengths in (None, np.array([6, 3, 5])):
+        proto = rnnport.write(model, "onnx", lengths=lengths is not None)
         out = run_reference(proto, x, sequence_lens=None if lengths is None
                             else lengths.astype(np.int32))
         y, state = model.forward(x, lengths=lengths)
@@ -263,7 +273,7 @@ def test_reverse_networks_match_onnx_runtime(spec: Spec) -> None:
     assert {a.s for n in proto.graph.node if n.op_type in ("LSTM", "GRU", "RNN")
             for a in n.attribute if a.name == "direction"} == {b"reverse"}
     assert rnnport.read(proto) == model
-    _matches_onnx_runtime(model, proto, x, states=True)
+    _matches_onnx_runtime(model, x, states=True)
     forward = RNN(spec.replace(reverse=False), model.params)
     assert not np.allclose(forward.forward(x)[0], model.forward(x)[0], atol=1e-3)
 
@@ -344,3 +354,238 @@ def test_malformed_graphs_get_rnnport_errors() -> None:
                            (clipped, "attribute 'clip' is 'x'; expected a float")):
         with pytest.raises(rnnport.FormatError, match=message):
             rnnport.read(proto, "onnx")
+
+
+# -- the interface: required inputs only, nothing ONNX Runtime warns about ------------------
+
+INTERFACE_MODELS = {
+    "lstm_bi_2layer_peepholes": lambda: RNN.random(Spec("lstm", 3, 4, num_layers=2,
+                                                        bidirectional=True, peepholes=True), seed=1),
+    "gru_bi_2layer": lambda: RNN.random(Spec("gru", 3, 4, num_layers=2, bidirectional=True),
+                                        seed=2),
+    "gru_reset_before": lambda: RNN.random(Spec("gru", 3, 5, reset_after=False), seed=3),
+    "rnn_relu_bi_3layer": lambda: RNN.random(Spec("rnn_relu", 3, 4, num_layers=3,
+                                                  bidirectional=True), seed=4),
+    "rnn_tanh": lambda: RNN.random(Spec("rnn_tanh", 3, 4), seed=5),
+    "stack_lstm_gru": lambda: rnnport.Stack([
+        RNN.random(Spec("lstm", 3, 4), seed=6),
+        RNN.random(Spec("gru", 4, 5, bidirectional=True), seed=7)]),
+}
+INTERFACES = [{}, {"lengths": True}, {"initial_state": True},
+              {"lengths": True, "initial_state": True},
+              {"lengths": True, "initial_state": True, "time_major": True}]
+# Creates a session per model with ONNX Runtime's default logging (warnings and above, on
+# stderr, where a fresh process prints them), runs it on the saved feeds, saves the outputs.
+SESSIONS = """
+import json, sys
+import numpy as np
+import onnxruntime
+for job in json.loads(sys.argv[1]):
+    session = onnxruntime.InferenceSession(job["model"], providers=["CPUExecutionProvider"])
+    feeds = dict(np.load(job["feeds"]))
+    names = [output.name for output in session.get_outputs()]
+    np.savez(job["out"], **dict(zip(names, session.run(None, feeds))))
+"""
+
+
+def _run_in_fresh_process(jobs: list[dict[str, str]]) -> str:
+    """Run ``jobs`` (model, feeds, out paths) in a new Python process; its stderr."""
+    done = subprocess.run([sys.executable, "-c", SESSIONS, json.dumps(jobs)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines()
+            if "[W:" in line or "[E:" in line or "initializer" in line.lower()
+            or "warning" in line.lower()]
+
+
+def _interface_feeds(model: rnnport.Model, options: dict[str, bool], x: np.ndarray,
+                     lengths: np.ndarray, state: Any) -> dict[str, np.ndarray]:
+    feeds = {"x": x.transpose(1, 0, 2) if options.get("time_major") else x}
+    if options.get("lengths"):
+        feeds["sequence_lens"] = lengths.astype(np.int32)
+    if options.get("initial_state"):
+        feeds.update(state_feeds(model, state))
+    return feeds
+
+
+def _random_state(model: rnnport.Model, batch: int, rng: np.random.Generator) -> Any:
+    def one(part: RNN) -> Any:
+        spec = part.spec
+        stacked = spec.num_layers * spec.num_directions
+        h = rng.uniform(-1, 1, (stacked, batch, spec.output_size)).astype(np.float32)
+        if spec.cell != "lstm":
+            return h
+        return h, rng.uniform(-1, 1, (stacked, batch, spec.hidden_size)).astype(np.float32)
+
+    return one(model) if isinstance(model, RNN) else [one(part) for part in model.parts]
+
+
+def test_written_models_load_without_warnings_and_match_forward(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1, 1, (3, 6, 3)).astype(np.float32)
+    lengths = np.array([6, 2, 4])
+    jobs, expected = [], []
+    for name, build in INTERFACE_MODELS.items():
+        model = build()
+        state = _random_state(model, x.shape[0], rng)
+        for index, options in enumerate(INTERFACES):
+            proto = rnnport.write(model, "onnx", **options)
+            inputs = [value.name for value in proto.graph.input]
+            feeds = _interface_feeds(model, options, x, lengths, state)
+            assert sorted(inputs) == sorted(feeds)
+            assert not set(inputs) & {tensor.name for tensor in proto.graph.initializer}
+            assert rnnport.read(proto) == model
+            stem = tmp_path / f"{name}_{index}"
+            rnnport.write(model, "onnx", path=f"{stem}.onnx", **options)
+            np.savez(f"{stem}_feeds.npz", **feeds)
+            jobs.append({"model": f"{stem}.onnx", "feeds": f"{stem}_feeds.npz",
+                         "out": f"{stem}_out.npz"})
+            y, final = model.forward(
+                x, state=state if options.get("initial_state") else None,
+                lengths=lengths if options.get("lengths") else None)
+            expected.append((f"{name} {options}", model, options, y, final))
+    stderr = _run_in_fresh_process(jobs)
+    assert _warnings(stderr) == [], stderr
+    for job, (label, model, options, y, final) in zip(jobs, expected, strict=True):
+        out = dict(np.load(job["out"]))
+        got = out["y"].transpose(1, 0, 2) if options.get("time_major") else out["y"]
+        np.testing.assert_allclose(got, y, atol=1e-5, rtol=0, err_msg=label)
+        for got_state, want in zip(onnx_state(model, out), flatten_state(final), strict=True):
+            np.testing.assert_allclose(got_state, want, atol=1e-5, rtol=0, err_msg=label)
+
+
+def _legacy(model: rnnport.Model, batch: int, steps: int) -> onnx.ModelProto:
+    """A graph as rnnport wrote them before: the optional inputs are also initializers
+    holding their defaults (full length, zero state)."""
+    proto = rnnport.write(model, "onnx", lengths=True, initial_state=True)
+    for value in proto.graph.input[1:]:
+        shape = [dim.dim_value or batch for dim in value.type.tensor_type.shape.dim]
+        default = np.full(shape, steps, np.int32) if value.name == "sequence_lens" \
+            else np.zeros(shape, np.float32)
+        proto.graph.initializer.append(numpy_helper.from_array(default, value.name))
+    return proto
+
+
+def test_the_warning_check_sees_initializers_among_the_inputs(tmp_path: Path) -> None:
+    """The check above is not blind: a graph like those rnnport wrote before warns once per
+    initializer that is also an input, and still reads back as the same network."""
+    model = INTERFACE_MODELS["lstm_bi_2layer_peepholes"]()
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 5, 3)).astype(np.float32)
+    proto = _legacy(model, *x.shape[:2])
+    assert rnnport.read(proto) == model
+    (tmp_path / "legacy.onnx").write_bytes(proto.SerializeToString())
+    np.savez(tmp_path / "feeds.npz", x=x)
+    stderr = _run_in_fresh_process([{"model": str(tmp_path / "legacy.onnx"),
+                                     "feeds": str(tmp_path / "feeds.npz"),
+                                     "out": str(tmp_path / "out.npz")}])
+    found = _warnings(stderr)
+    assert len(found) == 3 and all("appears in graph inputs" in line for line in found), stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["y"], model.forward(x)[0],
+                               atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("option", ["lengths", "initial_state", "time_major"])
+def test_interface_options_are_true_or_false(option: str) -> None:
+    with pytest.raises(FormatError, match=rf"write\(fmt='onnx'\): {option}=1; expected True "
+                                          "or False"):
+        rnnport.write(RNN.random(Spec("gru", 3, 4)), "onnx", **{option: 1})
+
+
+# -- framework_forward: ONNX Runtime running a source file ---------------------------------
+
+def _framework_forward(source: Any, model: rnnport.Model, x: np.ndarray) -> Any:
+    run = rnnport.formats.get("onnx").framework_forward
+    assert run is not None
+    return run(source, model, x)
+
+
+@pytest.mark.parametrize("options", INTERFACES, ids=str)
+@pytest.mark.parametrize("name", ["lstm_bi_2layer_peepholes", "stack_lstm_gru"])
+def test_framework_forward_runs_a_written_file(tmp_path: Path, name: str,
+                                               options: dict[str, bool]) -> None:
+    model = INTERFACE_MODELS[name]()
+    path = tmp_path / "m.onnx"
+    rnnport.write(model, "onnx", path=path, **options)
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 7, 3)).astype(np.float32)
+    found = _framework_forward(path, rnnport.read(path), x)
+    assert not isinstance(found, str), found
+    label, y = found
+    assert label == "ONNX Runtime running m.onnx"
+    np.testing.assert_allclose(y, model.forward(x)[0], atol=1e-5, rtol=0)
+    assert _framework_forward(str(path), model, x[:, :3])[1].shape == (2, 3, model.output_size)
+
+
+def test_framework_forward_runs_a_pytorch_export(tmp_path: Path) -> None:
+    torch.manual_seed(4)
+    module = TORCH_MODULES["lstm_bi_2layer"]().eval()
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 6, 4)).astype(np.float32)
+    path = tmp_path / "exported.onnx"
+    path.write_bytes(torch_export(module, x))
+    model = rnnport.read(path)
+    found = _framework_forward(path, model, x)
+    assert not isinstance(found, str), found
+    with torch.no_grad():
+        want = module(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(found[1], want, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(found[1], model.forward(x)[0], atol=1e-5, rtol=0)
+    # The exporter fixed the example's shape: another length cannot run.
+    assert _framework_forward(path, model, x[:, :4]) == (
+        "the graph's input 'x' is declared [2, 6, 4], which holds the check's input (batch, "
+        "time, input) = (2, 4, 4) neither batch-first nor time-major: no framework check")
+
+
+def test_framework_forward_says_why_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = RNN.random(Spec("lstm", 3, 4), seed=1)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 5, 3)).astype(np.float32)
+    proto = rnnport.write(model, "onnx", initial_state=True)
+    assert _framework_forward(proto, model, x) == (
+        "only an .onnx file holds a model ONNX Runtime can run: no framework check")
+    # An input it cannot build: the state under another name.
+    renamed = rnnport.write(model, "onnx", initial_state=True)
+    for node in renamed.graph.node:
+        node.input[:] = ["h0" if name == "initial_h" else name for name in node.input]
+    renamed.graph.input[1].name = "h0"
+    (tmp_path / "renamed.onnx").write_bytes(renamed.SerializeToString())
+    assert _framework_forward(tmp_path / "renamed.onnx", model, x) == (
+        "the graph takes 2 inputs besides lengths and rnnport's states ('x', 'h0'); expected "
+        "one, the sequence x: no framework check")
+    # A head after the network: its output is not the network's.
+    headed = rnnport.write(model, "onnx")
+    headed.graph.node.append(helper.make_node("Relu", ["y"], ["head"]))
+    headed.graph.output.insert(0, helper.make_tensor_value_info("head", onnx.TensorProto.FLOAT,
+                                                                None))
+    (tmp_path / "headed.onnx").write_bytes(headed.SerializeToString())
+    found = _framework_forward(tmp_path / "headed.onnx", model, x)
+    assert found.startswith("the graph computes more than the network read (other computing "
+                            "nodes: ONNX Relu node")
+    merged = onnx.compose.merge_models(proto, rnnport.write(model, "onnx"), io_map=[],
+                                       prefix1="a_", prefix2="b_")
+    (tmp_path / "merged.onnx").write_bytes(merged.SerializeToString())
+    assert _framework_forward(tmp_path / "merged.onnx", model, x) == (
+        "the graph holds several recurrent networks: no framework check")
+    path = tmp_path / "m.onnx"
+    rnnport.write(model, "onnx", path=path)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None
+                        if name == "onnxruntime" else find_spec(name, *args))
+    assert _framework_forward(path, model, x) == ("ONNX Runtime is not installed: no "
+                                                  "framework check")
+
+
+def test_convert_verify_runs_onnx_files_in_onnx_runtime(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = RNN.random(Spec("gru", 3, 4, num_layers=2, bidirectional=True), seed=5)
+    rnnport.write(model, "onnx", path=tmp_path / "m.onnx", lengths=True, initial_state=True)
+    assert main(["convert", str(tmp_path / "m.onnx"), str(tmp_path / "m.pt"), "--verify",
+                 "-q"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"source, ONNX Runtime running m.onnx: max \|Δ\| = \S+ .*ok$", out, re.M), out
+    # …and the ONNX file a conversion writes.
+    assert main(["convert", str(tmp_path / "m.pt"), str(tmp_path / "out.onnx"), "--verify",
+                 "-q"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"ONNX Runtime running out.onnx: max \|Δ\| = \S+ .*ok$", out, re.M), out

@@ -68,7 +68,8 @@ def test_the_command_line_converts_a_default_export(tmp_path: Path,
     assert main(["convert", str(tmp_path / "m.onnx"), str(tmp_path / "m.pt"), "--verify",
                  "-q"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"torch file read back: max \|Δ\| = \S+ ok", out)
+    assert re.search(r"stage 1, rnnport reading \S+m.pt back: max \|Δ\| = \S+ .* ok", out)
+    assert re.search(r"stage 2, PyTorch loading m.pt into nn.LSTM: max \|Δ\| = \S+ .* ok", out)
     back = rnnport.read(tmp_path / "m.pt")
     assert back == rnnport.read(module)
 

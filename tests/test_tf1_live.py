@@ -1,5 +1,6 @@
 """Checkpoints rnnport writes, read by real TensorFlow: ``tf.train.load_checkpoint`` in this
-process, and TF1 graphs restored with ``Saver`` and run in another (``tests/tf1_runner.py``)."""
+process, and TF1 graphs restored with ``Saver`` and run in another (``tests/tf1_runner.py``);
+the ``checkpoint`` state file beside them, by ``latest_checkpoint`` and ``CheckpointManager``."""
 
 from __future__ import annotations
 
@@ -101,3 +102,36 @@ def test_tensorflow_runs_our_checkpoints_like_rnnport(tmp_path: Path) -> None:
         tolerance = 1e-10 if model.dtype == np.float64 else 1e-5
         np.testing.assert_allclose(y, tf_out["y"], atol=tolerance, rtol=tolerance,
                                    err_msg=job["name"])
+
+
+def test_tensorflow_finds_and_restores_the_newest_checkpoint_we_write(tmp_path: Path) -> None:
+    spec = Spec("lstm", 4, 5, num_layers=2)
+    rnnport.write(RNN.random(spec, seed=1), "tf1", path=tmp_path / "model.ckpt-1")
+    written = rnnport.write(RNN.random(spec, seed=2), "tf1", path=tmp_path / "model.ckpt-2")
+    assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-2")
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "model.ckpt-1"),
+                                                      str(tmp_path / "model.ckpt-2")]
+    with tf.Graph().as_default():
+        variables = {name: tf.compat.v1.get_variable(name, array.shape, tf.as_dtype(array.dtype))
+                     for name, array in written.items()}
+        with tf.compat.v1.Session() as session:
+            tf.compat.v1.train.Saver().restore(session, tf.train.latest_checkpoint(str(tmp_path)))
+            restored = session.run(variables)
+    for name, array in written.items():
+        assert np.array_equal(restored[name], array), name
+
+
+def test_a_checkpoint_manager_keeps_its_checkpoints_and_takes_ours_as_the_newest(
+        tmp_path: Path) -> None:
+    saved = tf.train.Checkpoint(step=tf.Variable(1))
+    manager = tf.train.CheckpointManager(saved, str(tmp_path), max_to_keep=5)
+    first, second = manager.save(), manager.save()
+    rnnport.write(RNN.random(Spec("gru", 3, 4)), "tf1", path=tmp_path / "converted.ckpt")
+    again = tf.train.CheckpointManager(saved, str(tmp_path), max_to_keep=5)
+    assert again.latest_checkpoint == str(tmp_path / "converted.ckpt")
+    assert again.checkpoints == [first, second, str(tmp_path / "converted.ckpt")]
+    third = again.save()  # TensorFlow's next save keeps ours in the list
+    assert tf.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths[-2:] == [
+        str(tmp_path / "converted.ckpt"), third]
+    assert rnnport.read(tmp_path / "converted.ckpt") is not None

@@ -13,9 +13,11 @@ variables are set to random values (uniform, all distinct) and saved with
 ``tf.compat.v1.train.Saver`` as a TensorBundle checkpoint
 ``<out>/tf1/<case>/model.ckpt`` (``.index`` and ``.data-*-of-*``).
 
-The contrib classes that no longer ship with TensorFlow are mirrored here from
-their TF 1.15 sources: ``tf.contrib.rnn.LSTMBlockCell`` (running the real
-``LSTMBlockCell`` kernel), ``tf.contrib.cudnn_rnn.CudnnCompatibleLSTMCell``,
+The networks are built by ``src/rnnport/formats/_tf1_graph.py``, loaded by its
+path (it is TensorFlow code that imports nothing from rnnport), which also mirrors
+the contrib classes that no longer ship with TensorFlow from their TF 1.15
+sources: ``tf.contrib.rnn.LSTMBlockCell`` (running the real ``LSTMBlockCell``
+kernel), ``tf.contrib.cudnn_rnn.CudnnCompatibleLSTMCell``,
 ``tf.contrib.cudnn_rnn.CudnnCompatibleGRUCell`` and
 ``tf.contrib.rnn.stack_bidirectional_dynamic_rnn``.
 
@@ -61,6 +63,7 @@ converted to float32).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -89,8 +92,21 @@ from make_golden import (
     uniform,
     write_npz,
 )
-from tf_keras.src.layers.rnn.legacy_cells import LayerRNNCell
 
+
+def _load_graph_module() -> Any:
+    """rnnport's TF1 graph builders (pure TensorFlow, importing nothing from rnnport), loaded
+    by their path so that this script never imports the package it makes cases for."""
+    path = Path(__file__).resolve().parent.parent / "src" / "rnnport" / "formats" / "_tf1_graph.py"
+    spec = importlib.util.spec_from_file_location("_tf1_graph", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+graph = _load_graph_module()
 tf.compat.v1.disable_eager_execution()
 tf.get_logger().setLevel("ERROR")
 warnings.filterwarnings("ignore", message=r".* is deprecated and will be removed")
@@ -109,143 +125,6 @@ CELL_PATHS = {
     "CudnnCompatibleLSTMCell": "tf.contrib.cudnn_rnn.CudnnCompatibleLSTMCell",
     "CudnnCompatibleGRUCell": "tf.contrib.cudnn_rnn.CudnnCompatibleGRUCell",
 }
-
-
-# -- mirrors of the tf.contrib classes (TF 1.15 sources) ----------------------------------
-
-
-class LSTMBlockCell(LayerRNNCell):
-    """``tf.contrib.rnn.LSTMBlockCell``: the fused ``LSTMBlockCell`` kernel, one step."""
-
-    def __init__(self, num_units: int, forget_bias: float = 1.0, cell_clip: float | None = None,
-                 use_peephole: bool = False, dtype: Any = None, reuse: Any = None,
-                 name: str = "lstm_cell") -> None:
-        super().__init__(_reuse=reuse, dtype=dtype, name=name)
-        self._num_units = num_units
-        self._forget_bias = forget_bias
-        self._use_peephole = use_peephole
-        self._cell_clip = cell_clip if cell_clip is not None else -1
-        self._names = {"W": "kernel", "b": "bias", "wci": "w_i_diag", "wcf": "w_f_diag",
-                       "wco": "w_o_diag", "scope": "lstm_cell"}
-
-    @property
-    def state_size(self) -> Any:
-        return rnn_cell.LSTMStateTuple(self._num_units, self._num_units)
-
-    @property
-    def output_size(self) -> int:
-        return self._num_units
-
-    def build(self, inputs_shape: Any) -> None:
-        input_size = tf.compat.dimension_value(tf.TensorShape(inputs_shape)[-1])
-        if not input_size:
-            raise ValueError(f"Expecting inputs_shape[1] to be set: {inputs_shape}")
-        units = self._num_units
-        self._kernel = self.add_weight(self._names["W"], [input_size + units, units * 4])
-        self._bias = self.add_weight(self._names["b"], [units * 4],
-                                     initializer=tf.compat.v1.constant_initializer(0.0))
-        if self._use_peephole:
-            self._w_i_diag = self.add_weight(self._names["wci"], [units])
-            self._w_f_diag = self.add_weight(self._names["wcf"], [units])
-            self._w_o_diag = self.add_weight(self._names["wco"], [units])
-        self.built = True
-
-    def call(self, inputs: Any, state: Any) -> Any:
-        if self._use_peephole:
-            wci, wcf, wco = self._w_i_diag, self._w_f_diag, self._w_o_diag
-        else:
-            wci = wcf = wco = tf.zeros([self._num_units], dtype=self.dtype)
-        cs_prev, h_prev = state
-        out = tf.raw_ops.LSTMBlockCell(
-            x=inputs, cs_prev=cs_prev, h_prev=h_prev, w=self._kernel, wci=wci, wcf=wcf, wco=wco,
-            b=self._bias, forget_bias=self._forget_bias, cell_clip=self._cell_clip,
-            use_peephole=self._use_peephole)
-        return out.h, rnn_cell.LSTMStateTuple(out.cs, out.h)
-
-
-class CudnnCompatibleLSTMCell(LSTMBlockCell):
-    """``tf.contrib.cudnn_rnn.CudnnCompatibleLSTMCell``."""
-
-    def __init__(self, num_units: int, reuse: Any = None) -> None:
-        super().__init__(num_units, forget_bias=0, cell_clip=None, use_peephole=False,
-                         reuse=reuse, name="cudnn_compatible_lstm_cell")
-        self._names.update({"scope": "cudnn_compatible_lstm_cell"})
-
-
-class CudnnCompatibleGRUCell(rnn_cell.GRUCell):
-    """``tf.contrib.cudnn_rnn.CudnnCompatibleGRUCell``: cuDNN's GRU (reset applied after)."""
-
-    def __init__(self, num_units: int, reuse: Any = None, kernel_initializer: Any = None) -> None:
-        super().__init__(num_units, activation=None, reuse=reuse,
-                         kernel_initializer=kernel_initializer)
-
-    def build(self, inputs_shape: Any) -> None:
-        input_depth = tf.compat.dimension_value(tf.TensorShape(inputs_shape)[-1])
-        if input_depth is None:
-            raise ValueError(f"Expected inputs.shape[-1] to be known, saw shape: {inputs_shape}")
-        units = self._num_units
-        zeros = tf.compat.v1.zeros_initializer(dtype=self.dtype)
-        self._gate_kernel = self.add_weight(
-            "gates/kernel", shape=[input_depth + units, 2 * units],
-            initializer=self._kernel_initializer)
-        self._gate_bias = self.add_weight(
-            "gates/bias", shape=[2 * units],
-            initializer=(self._bias_initializer if self._bias_initializer is not None
-                         else tf.compat.v1.constant_initializer(1.0, dtype=self.dtype)))
-        self._candidate_input_kernel = self.add_weight(
-            "candidate/input_projection/kernel", shape=[input_depth, units],
-            initializer=self._kernel_initializer)
-        self._candidate_hidden_kernel = self.add_weight(
-            "candidate/hidden_projection/kernel", shape=[units, units],
-            initializer=self._kernel_initializer)
-        self._candidate_input_bias = self.add_weight(
-            "candidate/input_projection/bias", shape=[units],
-            initializer=self._bias_initializer if self._bias_initializer is not None else zeros)
-        self._candidate_hidden_bias = self.add_weight(
-            "candidate/hidden_projection/bias", shape=[units],
-            initializer=self._bias_initializer if self._bias_initializer is not None else zeros)
-        self.built = True
-
-    def call(self, inputs: Any, state: Any) -> Any:
-        gate_inputs = tf.matmul(tf.concat([inputs, state], 1), self._gate_kernel)
-        gate_inputs = tf.nn.bias_add(gate_inputs, self._gate_bias)
-        value = tf.sigmoid(gate_inputs)
-        r, u = tf.split(value=value, num_or_size_splits=2, axis=1)
-        candidate = tf.nn.bias_add(tf.matmul(inputs, self._candidate_input_kernel),
-                                   self._candidate_input_bias)
-        candidate += r * tf.nn.bias_add(tf.matmul(state, self._candidate_hidden_kernel),
-                                        self._candidate_hidden_bias)
-        candidate = self._activation(candidate)
-        new_h = (1 - u) * candidate + u * state
-        return new_h, new_h
-
-
-def stack_bidirectional_dynamic_rnn(
-    cells_fw: Sequence[Any], cells_bw: Sequence[Any], inputs: Any,
-    initial_states_fw: Sequence[Any] | None = None,
-    initial_states_bw: Sequence[Any] | None = None, dtype: Any = None,
-    sequence_length: Any = None, parallel_iterations: int | None = None,
-    time_major: bool = False, scope: str | None = None, swap_memory: bool = False,
-) -> tuple[Any, tuple[Any, ...], tuple[Any, ...]]:
-    """``tf.contrib.rnn.stack_bidirectional_dynamic_rnn``."""
-    if not cells_fw or not cells_bw or len(cells_fw) != len(cells_bw):
-        raise ValueError("cells_fw and cells_bw must be non-empty lists of the same length")
-    states_fw, states_bw = [], []
-    prev_layer = inputs
-    with tf.compat.v1.variable_scope(scope or "stack_bidirectional_rnn"):
-        for i, (cell_fw, cell_bw) in enumerate(zip(cells_fw, cells_bw, strict=True)):
-            initial_state_fw = initial_states_fw[i] if initial_states_fw else None
-            initial_state_bw = initial_states_bw[i] if initial_states_bw else None
-            with tf.compat.v1.variable_scope(f"cell_{i}"):
-                outputs, (state_fw, state_bw) = tf.compat.v1.nn.bidirectional_dynamic_rnn(
-                    cell_fw, cell_bw, prev_layer, initial_state_fw=initial_state_fw,
-                    initial_state_bw=initial_state_bw, sequence_length=sequence_length,
-                    parallel_iterations=parallel_iterations, dtype=dtype,
-                    swap_memory=swap_memory, time_major=time_major)
-                prev_layer = tf.concat(outputs, 2)
-            states_fw.append(state_fw)
-            states_bw.append(state_bw)
-    return prev_layer, tuple(states_fw), tuple(states_bw)
 
 
 # -- case tables ---------------------------------------------------------------------------
@@ -380,15 +259,7 @@ def case_names() -> list[str]:
 
 
 def make_cell(spec: TFCell) -> Any:
-    kwargs = dict(spec.kwargs)
-    if "activation" in kwargs:
-        kwargs["activation"] = getattr(tf.nn, kwargs["activation"])
-    if "dtype" in kwargs:
-        kwargs["dtype"] = tf.as_dtype(kwargs["dtype"])
-    mirrors = {"LSTMBlockCell": LSTMBlockCell, "CudnnCompatibleLSTMCell": CudnnCompatibleLSTMCell,
-               "CudnnCompatibleGRUCell": CudnnCompatibleGRUCell}
-    cls = mirrors.get(spec.cls) or getattr(rnn_cell, spec.cls)
-    return cls(**kwargs)
+    return graph.make_cell(spec.cls, spec.kwargs)
 
 
 def cell_meta(spec: TFCell) -> dict[str, Any]:
@@ -435,34 +306,11 @@ def initial_states(case: TF1Case, rng: np.random.Generator, arrays: Arrays) -> l
 def build_network(case: TF1Case, x: Any, lengths: Any, init: list[list[Any]] | None
                   ) -> tuple[Any, list[list[Any]]]:
     """The case's network; returns ``y`` and the final states per layer and direction."""
-    dtype = tf.as_dtype(case.dtype)
-    common = {"sequence_length": lengths, "time_major": case.time_major, "dtype": dtype}
-    if case.structure in ("single", "multi"):
-        cells = [make_cell(spec) for spec in case.cells]
-        if case.devices:
-            cells = [rnn_cell.DeviceWrapper(cell, dev)
-                     for cell, dev in zip(cells, case.devices, strict=True)]
-        if case.structure == "single":
-            state = init[0][0] if init else None
-            y, final = tf.compat.v1.nn.dynamic_rnn(cells[0], x, initial_state=state,
-                                                   scope=case.scope, **common)
-            return y, [[final]]
-        state = tuple(layer[0] for layer in init) if init else None
-        y, final = tf.compat.v1.nn.dynamic_rnn(rnn_cell.MultiRNNCell(cells), x,
-                                               initial_state=state, scope=case.scope, **common)
-        return y, [[layer] for layer in final]
-    if case.structure == "bidirectional":
-        (y_fw, y_bw), (s_fw, s_bw) = tf.compat.v1.nn.bidirectional_dynamic_rnn(
-            make_cell(case.cells[0]), make_cell(case.cells[0]), x,
-            initial_state_fw=init[0][0] if init else None,
-            initial_state_bw=init[0][1] if init else None, scope=case.scope, **common)
-        return tf.concat([y_fw, y_bw], -1), [[s_fw, s_bw]]
-    y, states_fw, states_bw = stack_bidirectional_dynamic_rnn(
-        [make_cell(spec) for spec in case.cells], [make_cell(spec) for spec in case.cells], x,
-        initial_states_fw=[layer[0] for layer in init] if init else None,
-        initial_states_bw=[layer[1] for layer in init] if init else None, scope=case.scope,
-        **common)
-    return y, [[s_fw, s_bw] for s_fw, s_bw in zip(states_fw, states_bw, strict=True)]
+    wrap = (lambda layer, cell: rnn_cell.DeviceWrapper(cell, case.devices[layer])) \
+        if case.devices else None
+    return graph.build_network(case.structure, [(spec.cls, spec.kwargs) for spec in case.cells],
+                               x, scope=case.scope, lengths=lengths, time_major=case.time_major,
+                               dtype=case.dtype, initial_states=init, wrap=wrap)
 
 
 def build_extras(case: TF1Case, y: Any) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, UnknownOptionError
-from .formats import get, info, input_files, output_files, resolve, split_options
+from .formats import get, info, input_files, output_files, part_path, resolve, split_options
 from .model import RNN, Model, Stack, shared_with_caller
 
-__all__ = ["Conversion", "convert", "param_count", "read", "write"]
+__all__ = ["Conversion", "convert", "param_count", "per_part_paths", "read", "write"]
 
 
 def read(source: Any, fmt: str | None = None, **options: Any) -> Model:
@@ -36,11 +36,17 @@ def write(model: Model, fmt: str, path: Any = None, *, overwrite: bool = False,
           **options: Any) -> Any:
     """Write ``model`` in format ``fmt``; returns the format's native object and, when
     ``path`` is given, also saves it there (atomically). An existing file is replaced only
-    with ``overwrite=True``."""
+    with ``overwrite=True``.
+
+    A :class:`~rnnport.Stack` written with ``per_part=True`` to a format that holds one
+    network gives a list, one native object per part; with ``path`` each part is saved
+    beside it as ``.part0``, ``.part1`` … before the suffix (:func:`per_part_paths`)."""
     if not isinstance(model, (RNN, Stack)):
         raise FormatError(f"write: expected an rnnport.RNN or Stack (from rnnport.read), got "
                           f"{type(model).__name__}.")
     name = info(fmt).name
+    if per_part_paths(name, model, path, options):
+        return write_parts(name, model, path, overwrite, None, "pass overwrite=True", options)
     check_path("write", path, name, overwrite, None, "pass overwrite=True")
     return get(name).write(model, path=path, **options)
 
@@ -82,6 +88,8 @@ class Conversion:
     path: Any
     read_options: dict[str, Any]
     write_options: dict[str, Any]
+    overwrite: bool = False
+    how: str = "pass overwrite=True"
 
     @classmethod
     def plan(cls, source: Any, to: str, *, fmt: str | None = None, path: Any = None,
@@ -95,7 +103,8 @@ class Conversion:
         read_options, write_options = split_options(source_format, target_format,
                                                     options or {}, where)
         check_path(where, path, target_format, overwrite, source, how)
-        return cls(source, source_format, target_format, path, read_options, write_options)
+        return cls(source, source_format, target_format, path, read_options, write_options,
+                   overwrite, how)
 
     def read(self) -> Model:
         """The source, read; writers may hand out views of the arrays the caller passed."""
@@ -104,12 +113,44 @@ class Conversion:
         return model
 
     def write(self, model: Model) -> Any:
-        """``model`` in the target format, saved when the plan has a path."""
+        """``model`` in the target format, saved when the plan has a path (one file per
+        part for a stack written with ``per_part=True``)."""
+        if per_part_paths(self.target_format, model, self.path, self.write_options):
+            return write_parts(self.target_format, model, self.path, self.overwrite,
+                               self.source, self.how, self.write_options)
         return get(self.target_format).write(model, path=self.path, **self.write_options)
 
-    def output_files(self) -> list[Path]:
-        """The files the write creates (none without a path)."""
-        return [] if self.path is None else output_files(self.target_format, self.path)
+    def output_files(self, model: Model | None = None) -> list[Path]:
+        """The files the write (of ``model``, when it goes one file per part) creates; none
+        without a path."""
+        if self.path is None:
+            return []
+        paths = (per_part_paths(self.target_format, model, self.path, self.write_options)
+                 if model is not None else []) or [Path(self.path)]
+        return [file for path in paths for file in output_files(self.target_format, path)]
+
+
+def per_part_paths(fmt: str, model: Model, path: Any, options: dict[str, Any]) -> list[Path]:
+    """The paths a stack's parts go to when they are written one file each (``per_part``
+    asked, a path given, a stack of several parts); otherwise none."""
+    if not (options.get("per_part") and path is not None and isinstance(model, Stack)
+            and isinstance(path, (str, os.PathLike))):
+        return []
+    return [part_path(fmt, path, index) for index in range(len(model.parts))]
+
+
+def write_parts(fmt: str, model: Model, path: Any, overwrite: bool, source: Any, how: str,
+                options: dict[str, Any]) -> list[Any]:
+    """Each part of a stack in its own file, every output checked before the first write."""
+    assert isinstance(model, Stack)
+    paths = per_part_paths(fmt, model, path, options)
+    from .io.atomic import check_outputs
+
+    check_outputs([file for part in paths for file in output_files(fmt, part)],
+                  input_files(source), overwrite, how)
+    declared = get(fmt)
+    return [declared.write(part, path=part_file, **options)
+            for part, part_file in zip(model.parts, paths, strict=True)]
 
 
 def check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any,

@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,12 +20,13 @@ from typing import Any, TextIO
 import numpy as np
 
 from . import api, formats
+from ._version import package_version
 from .errors import FormatError, RnnportError
 from .io.atomic import NUMPY_ARCHIVE, atomic_write, check_outputs, save_archive
 from .model import Model, Stack
 from .spec import Spec
 
-__all__ = ["main", "main_entry"]
+__all__ = ["cli_terms", "main", "main_entry"]
 
 TOLERANCE = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
 EPILOG = """format options (-O KEY=VALUE, repeatable; values are JSON when they parse, e.g.
@@ -47,9 +49,9 @@ def _option(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    spelled = {"True": True, "False": False, "None": None}  # Python's spellings, too
-    if value.strip() in spelled:
-        return key.strip(), spelled[value.strip()]
+    spelled = {"true": True, "false": False, "none": None, "null": None}  # in any case
+    if value.strip().lower() in spelled:
+        return key.strip(), spelled[value.strip().lower()]
     try:
         return key.strip(), json.loads(value)
     except (ValueError, RecursionError):
@@ -71,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                     "containers that hold them (`rnnport formats` lists them), and run them "
                     "with NumPy alone.",
         epilog="`rnnport COMMAND --help` explains each command.")
+    parser.add_argument("--version", action="version",
+                        version=f"rnnport {package_version()} (NumPy {np.__version__})")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
@@ -82,9 +86,16 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("source", metavar=name, help="a model file, checkpoint prefix or "
                          "folder (`rnnport formats` lists the names each format reads)")
         sub.add_argument("--from", dest="fmt", metavar="FORMAT",
-                         help="the source's format when its name does not tell")
+                         help="the source's format when its name does not tell: "
+                              f"{', '.join(formats.formats())}")
         sub.add_argument("-O", "--option", dest="options", action="append", type=_option,
                          default=[], metavar="KEY=VALUE", help="a format option (see below)")
+        sub.add_argument("--layer", action="append", metavar="NAME",
+                         help="read only the recurrent layer(s) of this name from a model that "
+                              "holds several (repeat for a stack, in order; -O layer=[…])")
+        sub.add_argument("--scope", metavar="SCOPE",
+                         help="the variable scope of the network to read from a checkpoint "
+                              "that holds several (`rnnport inspect` lists them; -O scope=…)")
 
     inspect = command("inspect", "what a file holds: networks, sizes, parameter counts",
                       "Show the format found, each recurrent network (cell, sizes, layers, "
@@ -99,22 +110,36 @@ def _parser() -> argparse.ArgumentParser:
     source(convert, "SRC")
     convert.add_argument("destination", metavar="DST", help="the output path")
     convert.add_argument("--to", metavar="FORMAT", help="the output format when DST's name does "
-                         "not tell, or another that writes the same name (`rnnport formats` "
-                         "lists the names each format writes; the first listed wins)")
+                         "not tell, or another that writes the same name (one of "
+                         f"{', '.join(formats.formats())}; `rnnport formats` lists the names "
+                         "each format writes; the first listed wins)")
+    convert.add_argument("--per-part", action="store_true",
+                         help="a stack of networks that differ (LSTM → GRU), written to a format "
+                              "that holds one network: one file per part, DST's name with "
+                              ".part0, .part1 … before its suffix (-O per_part=true)")
     convert.add_argument("--verify", action="store_true",
-                         help="re-read the output and compare outputs, printing the max error")
+                         help="check the output in two stages: rnnport reads it back, and the "
+                              "target's own framework (when installed) loads and runs it; "
+                              "prints the largest difference and the tolerance of each")
     convert.add_argument("--force", action="store_true",
                          help="replace DST if it exists (never the input itself)")
 
     run = command("run", "run a model file on an input array",
-                  "Run FILE's network on X (.npy, (batch, time, input), or (time, batch, "
-                  "input) with --time-major) with NumPy and save y and the final states.")
+                  "Run FILE's network on X with NumPy and save y and the final states. X is "
+                  "one .npy array: (time, input) for one sequence, or (batch, time, input) "
+                  "with --batch-first, or (time, batch, input) with --time-major. Without "
+                  "either flag, --lengths (one length per sequence) must tell which axis is "
+                  "the batch; otherwise the layout is ambiguous and run refuses.")
     source(run)
     run.add_argument("--input", required=True, metavar="X.npy", help="the input sequence")
     run.add_argument("--lengths", metavar="L.npy", help="valid length of each sequence")
     run.add_argument("--output", metavar="Y" + NUMPY_ARCHIVE,
                      help="save y, h_n (and c_n) here, as one NumPy archive")
-    run.add_argument("--time-major", action="store_true", help="X is (time, batch, input)")
+    layout = run.add_mutually_exclusive_group()
+    layout.add_argument("--batch-first", dest="time_major", action="store_false", default=None,
+                        help="X is (batch, time, input)")
+    layout.add_argument("--time-major", dest="time_major", action="store_true", default=None,
+                        help="X is (time, batch, input)")
     run.add_argument("--force", action="store_true", help="replace --output if it exists")
 
     explain = command("explain", "show two formats' layouts element by element, in colour",
@@ -122,10 +147,21 @@ def _parser() -> argparse.ArgumentParser:
                       "coloured by gate and by kind, with a legend and the rules that map one "
                       "onto the other.")
     explain.add_argument("cell", choices=["lstm", "gru", "rnn"], help="the cell type")
-    explain.add_argument("--from", dest="source_format", required=True, metavar="FORMAT")
-    explain.add_argument("--to", dest="target_format", required=True, metavar="FORMAT")
+    known = ", ".join(formats.formats())
+    explain.add_argument("--from", dest="source_format", required=True, metavar="FORMAT",
+                         help=f"the source format: one of {known}")
+    explain.add_argument("--to", dest="target_format", required=True, metavar="FORMAT",
+                         help=f"the target format: one of {known}")
     explain.add_argument("-i", "--input-size", type=int, default=2, metavar="I")
     explain.add_argument("-H", "--hidden-size", type=int, default=3, metavar="H")
+    explain.add_argument("--reset-before", action="store_true",
+                         help="gru: the reset-before GRU (one bias per gate where a format "
+                              "sums them) instead of the reset-after one")
+    explain.add_argument("--layers", dest="num_layers", type=int, default=1, metavar="N",
+                         help="layers of the network (default 1); the tables show layer 0, "
+                              "and a flat buffer gets the offsets of every block")
+    explain.add_argument("--bidirectional", action="store_true",
+                         help="a bidirectional network (flat buffers: every block's offsets)")
     explain.add_argument("--html", metavar="OUT", help="also write a standalone HTML page")
     explain.add_argument("--force", action="store_true", help="replace --html if it exists")
 
@@ -154,17 +190,42 @@ def _read(path: str, fmt: str | None, options: dict[str, Any], progress: _Progre
 # -- commands --------------------------------------------------------------------------------
 
 
-def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+def _source_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``-O`` options with ``--layer`` and ``--scope`` added; giving one twice is an error."""
     options = dict(args.options)
+    for key, value in (("layer", getattr(args, "layer", None)),
+                       ("scope", getattr(args, "scope", None))):
+        if value is None:
+            continue
+        if key in options:
+            raise FormatError(f"--{key} and -O {key}=… both given; give one of them.")
+        options[key] = value
+    return options
+
+
+def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+    options = _source_options(args)
     fmt = formats.resolve(args.source, args.fmt)
-    model = _read(args.source, fmt, options, progress)
     print(f"{args.source}: {fmt} ({formats.info(fmt).summary})", file=out)
     networks = formats.get(fmt).networks
     choices = networks(args.source) if networks is not None else None
-    if choices is not None and len(choices.entries) > 1:
-        print(f"{len(choices.entries)} networks (-O {choices.option}=… picks one):", file=out)
-        for value, what in choices.entries:
-            print(f"  {choices.option}={value!r}: {what}", file=out)
+    if choices is None or len(choices.entries) < 2 or choices.option in options:
+        _inspect_one(args.source, fmt, options, out, progress)
+        return 0
+    flag = f"--{choices.option}" if choices.option in ("layer", "scope") \
+        else f"-O {choices.option}=…"
+    print(f"{len(choices.entries)} networks ({flag} picks one):", file=out)
+    for value, what in choices.entries:
+        print(f"  {choices.option}={value!r}: {what}", file=out)
+    for value, _ in choices.entries:
+        print(f"\n== {choices.option}={value!r}", file=out)
+        _inspect_one(args.source, fmt, {**options, choices.option: value}, out, progress)
+    return 0
+
+
+def _inspect_one(source: str, fmt: str, options: dict[str, Any], out: TextIO,
+                 progress: _Progress) -> None:
+    model = _read(source, fmt, options, progress)
     parts = model.parts if isinstance(model, Stack) else (model,)
     if len(parts) > 1:
         print(f"a stack of {len(parts)} networks that differ (each a part):", file=out)
@@ -178,13 +239,9 @@ def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
               f"{f', projection {spec.proj_size}' if spec.proj_size else ''}, layers "
               f"{spec.num_layers}, directions {spec.num_directions}, variant {variant}, dtype "
               f"{part.dtype}", file=out)
-        for layer in range(spec.num_layers):
-            print(f"  layer {layer}: {_formula(spec, layer)}", file=out)
-    stored = _stored_count(model, fmt, options)
-    _print_notes(args.source, fmt, options, out)
-    print(f"parameters: canonical {model.num_params():,} (both biases, as rnnport's model "
-          f"keeps them); as stored in {fmt}: {stored}", file=out)
-    return 0
+    _print_notes(source, fmt, options, out)
+    for line in _count_lines(model, fmt, options):
+        print(line, file=out)
 
 
 def _print_notes(source: str, fmt: str, options: dict[str, Any], out: TextIO) -> None:
@@ -201,69 +258,182 @@ def _print_notes(source: str, fmt: str, options: dict[str, Any], out: TextIO) ->
         print(f"  - {note}", file=out)
 
 
-def _formula(spec: Spec, layer: int) -> str:
+# -- parameter counts ------------------------------------------------------------------------
+
+
+def _count_lines(model: Model, fmt: str, options: dict[str, Any]) -> list[str]:
+    """The count as ``fmt`` stores it and the canonical count, each with its formula per
+    layer, and why they differ when they do."""
+    declared = formats.get(fmt)
+    usable = {k: v for k, v in options.items() if k in declared.write_options}
+    canonical = model.num_params()
+    layers = [(index, part.spec, layer) for index, part in
+              enumerate(model.parts if isinstance(model, Stack) else (model,))
+              for layer in range(part.spec.num_layers)]
+    lead = (lambda index, layer: f"part {index} layer {layer}") if isinstance(model, Stack) \
+        else (lambda index, layer: f"layer {layer}")
+    lines = [f"parameters, canonical (both biases b_ih and b_hh, as rnnport's model keeps them): "
+             f"{canonical:,}"]
+    lines += [f"  {lead(i, layer)}: {_formula(spec, layer, one_bias=False)}"
+              for i, spec, layer in layers]
+    try:
+        stored = api.param_count(model, fmt, **usable)
+    except RnnportError as error:
+        lines.append(f"parameters as stored in {fmt}: n/a ({str(error).splitlines()[0]})")
+        return lines
+    if stored == canonical:
+        lines.append(f"parameters as stored in {fmt}: {stored:,}, the same")
+        return lines
+    one = {spec: formats.sums_biases(fmt, spec) for _, spec, _ in layers}
+    predicted = sum(_layer_count(spec, layer, one_bias=one[spec]) for _, spec, layer in layers)
+    lines.append(f"parameters as stored in {fmt}: {stored:,}")
+    if predicted == stored:
+        lines += [f"  {lead(i, layer)}: {_formula(spec, layer, one_bias=one[spec])}"
+                  for i, spec, layer in layers]
+    else:  # a layout of the format's own (`rnnport explain` shows it element by element)
+        lines.append(f"  {stored - canonical:+,} against the canonical count, in {fmt}'s own "
+                     "bias layout (`rnnport explain` shows it element by element)")
+    lines += [f"  why: {reason}" for reason in _count_reasons(fmt, [s for _, s, _ in layers])]
+    return lines
+
+
+def _count_reasons(fmt: str, specs: list[Spec]) -> list[str]:
+    reasons = []
+    if any(spec.bias and formats.sums_biases(fmt, spec) for spec in specs):
+        reasons.append(f"{fmt} keeps b_ih + b_hh as one sum wherever the cell's equations "
+                       "allow it (the same function), where the canonical model keeps the two.")
+    if any(not spec.bias and formats.sums_biases(fmt, spec) for spec in specs):
+        reasons.append(f"{fmt} stores zero biases even for a network without them.")
+    if any(spec.cell == "gru" and not spec.reset_after for spec in specs):
+        reasons.append("this is a reset-before GRU: r multiplies h before the recurrent product, "
+                       "so its two candidate biases can be summed; a reset-after GRU computes "
+                       "r ⊙ (W_hn·h + b_hn), so it must keep b_hn apart: 2·3·H biases where one "
+                       "bias per gate takes 3·H (for 4→5, 165 parameters rather than 150).")
+    return reasons
+
+
+def _layer_count(spec: Spec, layer: int, *, one_bias: bool) -> int:
+    shapes = spec.param_shapes(layer)
+    total = sum(math.prod(shape) for shape in shapes.values())
+    if one_bias:
+        total += spec.gate_count * spec.hidden_size - sum(
+            math.prod(shapes[name]) for name in ("bias_ih", "bias_hh") if name in shapes)
+    return spec.num_directions * total
+
+
+def _formula(spec: Spec, layer: int, *, one_bias: bool) -> str:
     gates, hidden, width = spec.gate_count, spec.hidden_size, spec.layer_input_size(layer)
     recurrent = spec.output_size
     terms = [(f"{gates}·{hidden}·({width}+{recurrent})", "G·H·(in + H_out) weights")]
-    if spec.bias:
+    if one_bias:
+        terms.append((f"{gates}·{hidden}", "G·H biases, one per gate"))
+    elif spec.bias:
         terms.append((f"2·{gates}·{hidden}", "2·G·H biases"))
     if spec.proj_size:
         terms.append((f"{spec.proj_size}·{hidden}", "P·H projection"))
     if spec.peepholes:
         terms.append((f"3·{hidden}", "3·H peepholes"))
-    total = spec.num_directions * sum(math.prod(s) for s in spec.param_shapes(layer).values())
+    total = _layer_count(spec, layer, one_bias=one_bias)
     lead = f"{spec.num_directions} × " if spec.num_directions > 1 else ""
     return (f"{lead}({' + '.join(t for t, _ in terms)}) = {total:,}  "
             f"[{' + '.join(n for _, n in terms)}]")
 
 
-def _stored_count(model: Model, fmt: str, options: dict[str, Any]) -> str:
-    usable = {k: v for k, v in options.items() if k in formats.get(fmt).write_options}
-    try:
-        return f"{api.param_count(model, fmt, **usable):,}"
-    except RnnportError as error:
-        return f"n/a ({str(error).splitlines()[0]})"
-
-
 def _compare(label: str, got: np.ndarray, want: np.ndarray, dtype: np.dtype,
              out: TextIO) -> bool:
+    tolerance = TOLERANCE.get(dtype, 1e-5)
     error = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))))
-    ok = error <= TOLERANCE.get(dtype, 1e-5)
-    print(f"  {label}: max |Δ| = {error:.1e} {'ok' if ok else 'TOO LARGE'}", file=out)
+    ok = error <= tolerance
+    print(f"  {label}: max |Δ| = {error:.1e} (tolerance {tolerance:.0e}) "
+          f"{'ok' if ok else 'TOO LARGE'}", file=out)
     return ok
 
 
 def _convert(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
-    options = dict(args.options)
+    options = _source_options(args)
+    if args.per_part:
+        options["per_part"] = True
     target = formats.info(args.to).name if args.to else formats.output_format(args.destination)
     conversion = api.Conversion.plan(args.source, target, fmt=args.fmt, path=args.destination,
                                      overwrite=args.force, options=options, how="pass --force")
     progress(f"reading {args.source} …")
     model = conversion.read()
+    declared = formats.get(target)
+    if isinstance(model, Stack) and "per_part" in declared.write_options \
+            and not options.get("per_part"):
+        names = [str(formats.part_path(target, args.destination, index))
+                 for index in range(len(model.parts))]
+        layers = " or --layer NAME to convert some of its layers" \
+            if "layer" in formats.get(conversion.source_format).read_options else ""
+        raise FormatError(
+            f"{args.source} holds a stack of {len(model.parts)} networks that differ "
+            f"({'; '.join(spec.describe() for spec in model.specs)}), and a {target} file holds "
+            f"one network. Pass --per-part to write one file per part ({', '.join(names)}){layers}.")
     progress(f"writing {args.destination} ({target}) …")
     conversion.write(model)
-    size = sum(p.stat().st_size for p in conversion.output_files() if p.exists())
+    written = conversion.output_files(model)
+    size = sum(path.stat().st_size for path in written if path.exists())
     what = (f"a stack of {len(model.parts)} networks" if isinstance(model, Stack)
             else model.spec.describe())
-    print(f"wrote {args.destination} ({target}, {size:,} bytes): {what}", file=out)
-    if not args.verify:
-        return 0
+    files = api.per_part_paths(target, model, args.destination, conversion.write_options)
+    shown = ", ".join(map(str, files)) if files else args.destination
+    print(f"wrote {shown} ({target}, {size:,} bytes): {what}", file=out)
+    pieces: list[tuple[Any, Model]] = [(args.destination, model)]
+    if files and isinstance(model, Stack):
+        pieces = list(zip(files, model.parts, strict=True))
+    for path, part in pieces:
+        back_options = declared.read_back_options(part)
+        if back_options:
+            flags = " ".join(_flag(key, value) for key, value in back_options.items())
+            print(f"{path} does not record all of its network; to read it back, pass: "
+                  f"{flags}", file=out)
+    if args.verify:
+        _verify(args, conversion, model, pieces, out, progress)
+    return 0
+
+
+def _flag(key: str, value: Any) -> str:
+    """``-O key=value`` as a shell word: JSON values, quoted when the shell needs it."""
+    text = value if isinstance(value, str) and value and all(
+        c.isalnum() or c in "._-/" for c in value) else json.dumps(value)
+    word = f"{key}={text}"
+    return f"-O {word}" if all(c.isalnum() or c in "._-/=:" for c in word) \
+        else f"-O '{word}'"
+
+
+def _verify(args: argparse.Namespace, conversion: api.Conversion, model: Model,
+            pieces: list[tuple[Any, Model]], out: TextIO, progress: _Progress) -> None:
+    """Stage 1: rnnport reads the output back; stage 2: the target's framework loads and runs
+    it, when installed; and the source's framework runs the source, when installed."""
     progress("verifying …")
-    declared = formats.get(target)
-    back_options = {**declared.read_back_options(model),
-                    **{k: v for k, v in options.items() if k in declared.read_options}}
-    back = api.read(args.destination, target, **back_options)
+    target, declared = conversion.target_format, formats.get(conversion.target_format)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 7, model.input_size)).astype(model.dtype)
     want, _ = model.forward(x)
-    got, _ = back.forward(x)
-    print(f"verify: random input {x.shape}, forward() of {args.source} vs {args.destination}:",
-          file=out)
-    ok = _compare(f"{target} file read back", got, want, np.dtype(model.dtype), out)
+    dtype = np.dtype(model.dtype)
+    print(f"verify: random input {x.shape}, forward() of {args.source} against:", file=out)
+    ok = True
+    piece_input = x
+    for path, part in pieces:
+        part_want, _ = part.forward(piece_input)
+        back_options = {**declared.read_back_options(part),
+                        **{k: v for k, v in conversion.read_options.items()
+                           if k in declared.read_options}}
+        back = api.read(path, target, **back_options)
+        got, _ = back.forward(piece_input)
+        ok &= _compare(f"stage 1, rnnport reading {path} back", got, part_want, dtype, out)
+        run = declared.framework_forward
+        found = run(path, back, piece_input) if run is not None else (
+            f"{target} has no framework of its own to load it")
+        if isinstance(found, str):
+            print(f"  stage 2, {target}'s framework: not run ({found})", file=out)
+        else:
+            label, got = found
+            ok &= _compare(f"stage 2, {label}", got, part_want, dtype, out)
+        piece_input = part_want
     ok &= _framework_check(model, conversion.source_format, args.source, x, want, out)
     if not ok:
         raise FormatError(f"convert --verify: {args.destination} does not compute what "
-                          f"{args.source} computes (see the errors above).")
-    return 0
+                          f"{args.source} computes (see the differences above).")
 
 
 def _framework_check(model: Model, fmt: str, path: str, x: np.ndarray, want: np.ndarray,
@@ -271,13 +441,13 @@ def _framework_check(model: Model, fmt: str, path: str, x: np.ndarray, want: np.
     """Compare with the source framework's own computation when it is installed."""
     run = formats.get(fmt).framework_forward
     found = run(path, model, x) if run is not None else (
-        f"{fmt} source: no framework check; rnnport's runtime is checked against each framework "
-        "by its test suite")
+        f"{fmt} has no framework of its own; rnnport's runtime is checked against each "
+        "framework by its test suite")
     if isinstance(found, str):
-        print(f"  ({found})", file=out)
+        print(f"  source, {fmt}'s framework on {path}: not run ({found})", file=out)
         return True
     label, got = found
-    return _compare(label, got, want, np.dtype(model.dtype), out)
+    return _compare(f"source, {label}", got, want, np.dtype(model.dtype), out)
 
 
 def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
@@ -287,11 +457,14 @@ def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
                               "archive of y and the final states).")
         check_outputs([Path(args.output)], [*formats.input_files(args.source), Path(args.input)],
                       args.force, "pass --force")
-    model = _read(args.source, args.fmt, dict(args.options), progress)
+    model = _read(args.source, args.fmt, _source_options(args), progress)
     x = _load_array(args.input, "--input")
     lengths = _load_array(args.lengths, "--lengths") if args.lengths else None
-    progress(f"running {x.shape} …")
-    y, state = model.forward(x, lengths=lengths, time_major=args.time_major)
+    x, time_major, single = _layout(x, lengths, args.time_major, args.input)
+    progress(f"running {x.shape} ({'time, batch' if time_major else 'batch, time'}, input) …")
+    y, state = model.forward(x, lengths=lengths, time_major=time_major)
+    if single:
+        y, state = y[0], _drop_batch(state)
     arrays = {"y": y, **_state_arrays(state)}
     for name, array in arrays.items():
         print(f"{name}: shape {array.shape}, dtype {array.dtype}, min {array.min():.4g}, max "
@@ -300,6 +473,36 @@ def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
         save_archive(args.output, arrays, "rnnport run --output")
         print(f"wrote {args.output}", file=out)
     return 0
+
+
+def _layout(x: np.ndarray, lengths: np.ndarray | None, time_major: bool | None,
+            name: str) -> tuple[np.ndarray, bool, bool]:
+    """``x`` as forward takes it, whether it is time-major, and whether it was one sequence
+    (time, input). A 3-D ``x`` needs --batch-first, --time-major, or lengths that tell."""
+    if x.ndim == 2 and time_major is None and lengths is None:
+        return x[None], False, True
+    if x.ndim != 3 or time_major is not None:
+        return x, bool(time_major), False
+    if lengths is not None and lengths.ndim == 1:
+        fits = [axis for axis in (0, 1) if x.shape[axis] == lengths.shape[0]]
+        if len(fits) == 1:
+            return x, fits[0] == 1, False
+    told = (f"--lengths has {lengths.shape[0]} entries, which fits both axes"
+            if lengths is not None and lengths.ndim == 1 and x.shape[0] == x.shape[1]
+            else "nothing tells which axis is the batch")
+    raise FormatError(
+        f"--input {name}: shape {x.shape} is (batch {x.shape[0]}, time {x.shape[1]}, input "
+        f"{x.shape[2]}) or (time {x.shape[0]}, batch {x.shape[1]}, input {x.shape[2]}); "
+        f"{told}. Pass --batch-first or --time-major.")
+
+
+def _drop_batch(state: Any) -> Any:
+    """The final state of a one-sequence run without its batch axis of 1."""
+    if isinstance(state, list):
+        return [_drop_batch(item) for item in state]
+    if isinstance(state, tuple):
+        return tuple(item[:, 0] for item in state)
+    return state[:, 0]
 
 
 def _state_arrays(state: Any, prefix: str = "") -> dict[str, np.ndarray]:
@@ -329,7 +532,9 @@ def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     if args.html:
         check_outputs([Path(args.html)], [], args.force, "pass --force")
     result = explain(args.cell, args.source_format, args.target_format,
-                     input_size=args.input_size, hidden_size=args.hidden_size)
+                     input_size=args.input_size, hidden_size=args.hidden_size,
+                     reset_before=args.reset_before, num_layers=args.num_layers,
+                     bidirectional=args.bidirectional)
     print(result.text(color=out.isatty() and "NO_COLOR" not in os.environ), file=out)
     if args.html:
         page = result.html().encode("utf-8")
@@ -345,8 +550,8 @@ def _formats(args: argparse.Namespace, out: TextIO) -> int:
     for name in formats.formats():
         declared = formats.get(name)
         extra = declared.extra
-        needs = f"framework objects need pip install 'rnnport[{extra}]'" if extra else \
-            "NumPy only"
+        needs = f"framework objects need the {extra!r} extra (pip install -e '.[{extra}]' " \
+            "in a clone)" if extra else "NumPy only"
         print(f"{name:<7} {formats.info(name).summary}; {needs}", file=out)
         read = " ".join(f"*{s.text}" for s in declared.suffixes)
         written = " ".join(f"*{s.text}" for s in declared.suffixes if s.writes)
@@ -357,6 +562,63 @@ def _formats(args: argparse.Namespace, out: TextIO) -> int:
             if names:
                 print(f"{'':<8}{kind} options: {', '.join(sorted(names))}", file=out)
     return 0
+
+
+# -- errors in the command line's terms ------------------------------------------------------
+
+_CALL = re.compile(r"\b(read|write|convert|param_count)\(fmt='([\w-]+)'(?:, ([^()]*))?\)")
+_KEYWORD = re.compile(r"(?<![\w.-])([a-z][a-z_]*)=(True|False|None|'[^']*'|\"[^\"]*\"|"
+                      r"\[[^\]]*\]|\{[^}]*\}|[\w.+-]+|…|\.\.\.)?")
+_FLAGS = {"fmt": "--from", "overwrite": "--force", "per_part": "--per-part", "layer": "--layer",
+          "scope": "--scope", "time_major": "--time-major", "lengths": "--lengths"}
+
+
+def cli_terms(text: str) -> str:
+    """An error message from the Python API, phrased for the command line: ``fmt=`` is
+    ``--from``, ``overwrite=True`` is ``--force``, ``layer=['a']`` is ``--layer a``, and
+    other format options are ``-O key=value`` with JSON values (``true``, not ``True``)."""
+    verbs = {"read": "reading", "write": "writing", "convert": "converting",
+             "param_count": "counting"}
+    text = _CALL.sub(lambda m: f"{verbs[m[1]]} {m[2]}" + (f" ({m[3]})" if m[3] else ""), text)
+    known = _option_names()
+
+    def flag(match: re.Match[str]) -> str:
+        key, value = match[1], match[2]
+        parsed = _python_value(value) if value else None
+        if key in _FLAGS:
+            name = _FLAGS[key]
+            if value is None or value in ("…", "...") or isinstance(parsed, bool):
+                return name
+            items = parsed if isinstance(parsed, list) else [parsed]
+            return " ".join(f"{name} {item}" for item in items)
+        if key not in known:
+            return match[0]
+        if value is None or value in ("…", "..."):
+            return f"-O {key}={value or ''}"
+        return _flag(key, parsed)
+
+    text = _KEYWORD.sub(flag, text)
+    return text.replace("expected True or False", "expected true or false")
+
+
+def _python_value(text: str) -> Any:
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _option_names() -> set[str]:
+    """Every option a format takes, and the Spec fields a flat buffer needs told."""
+    from dataclasses import fields
+
+    names = {field.name for field in fields(Spec)}
+    for name in formats.formats():
+        declared = formats.get(name)
+        names |= declared.read_options | declared.write_options
+    return names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -388,7 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         text = " ".join(str(error).split("\n")[0].split()) if isinstance(error, OSError) \
-            else str(error).replace("\n", " ")
+            else cli_terms(str(error).replace("\n", " "))
         print(f"rnnport {args.command}: {text}", file=sys.stderr)
         return 1
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import html
 
 from ..gates import CANONICAL, gate_family
-from .layout import Layout
+from .blocks import block_text, gate_text
+from .layout import BufferMap, Layout
 from .style import css, dark, elided, shade, table_grid
+from .terminal import BLOCK_HEAD
 from .trace import BR, BW, KIND_NAMES, KIND_TAGS, SUM, ZERO, R, TracedArray, W
 
 __all__ = ["render_html"]
@@ -35,8 +37,16 @@ def render_html(layout: Layout) -> str:
            "td.gap{padding:0 3px!important;background:none!important;border:none!important}",
            "tr.gap td{height:4px;padding:0!important}",
            "td.el{color:#999;text-align:center}",
-           "table.counts td,table.counts th{padding:2px 10px;text-align:left}",
-           "ol.rules li{margin:.25em 0}"]
+           "table.counts td,table.counts th,table.blocks td,table.blocks th{padding:2px 10px;"
+           "text-align:left;vertical-align:top}",
+           "table.blocks{border-collapse:collapse;font-family:ui-monospace,Menlo,Consolas,"
+           "monospace;font-size:12px}table.blocks td{white-space:nowrap}",
+           "table.blocks td.num{text-align:right}",
+           "ol.rules li{margin:.25em 0}",
+           # A wide table scrolls inside its own box; the page itself never gets wider than
+           # the window, and long words in the text wrap.
+           "body{overflow-wrap:break-word}",
+           "div.scroll{overflow-x:auto;max-width:100%}"]
     rules.append(f".k0{{background:#ebebeb;color:#999;border:{_BORDERS[ZERO]}}}")
     for letter in letters:
         for kind in (W, R, BW, BR, SUM):
@@ -44,6 +54,8 @@ def render_html(layout: Layout) -> str:
             rules.append(f".g{letter}.k{KIND_TAGS[kind]}{{background:{css(color)};"
                          f"color:{'#fff' if dark(color) else '#000'};border:{_BORDERS[kind]}}}")
     body = [f"<h1>rnnport explain — {esc(layout.title)}</h1>"]
+    if layout.scope:
+        body.append(f"<p class=\"scope\">{esc(layout.scope)}</p>")
     body += _legend_html(layout, letters)
     for heading, fmt, arrays in (("Source", layout.source, layout.source_arrays),
                                  ("Target", layout.target, layout.target_arrays)):
@@ -53,19 +65,28 @@ def render_html(layout: Layout) -> str:
         for array in arrays:
             body.append(f"<h3>{esc(array.heading())}</h3>")
             body += [f"<p class=\"note\">{esc(note)}</p>" for note in array.notes]
-            body.append(_table_html(array, elided(layout.spec)))
+            body.append(_scroll(_table_html(array, elided(layout.spec))))
         body.append("</section>")
+    for buffer in layout.buffers:
+        body += _buffer_html(layout, buffer)
     body.append(f"<section class=\"rules\"><h2>Rules: {esc(layout.source)} → "
                 f"{esc(layout.target)}</h2><ol class=\"rules\">")
     body += [f"<li>{esc(rule)}</li>" for rule in layout.rules]
     body.append("</ol></section>")
-    body.append("<section class=\"counts\"><h2>Parameter counts</h2><table class=\"counts\">"
+    scope = " (layer 0, forward direction)" if layout.network else ""
+    body.append(f"<section class=\"counts\"><h2>Parameter counts{scope}</h2>"
+                "<div class=\"scroll\"><table class=\"counts\">"
                 "<tr><th>format</th><th>parameters</th><th>formula</th><th>by kind</th></tr>")
     for count in layout.counts:
         body.append(f"<tr><td>{esc(count.fmt)}</td><td>{count.total}</td>"
                     f"<td>{esc(count.formula)}</td><td>{esc(count.detail)}</td></tr>")
     body.append(f"<tr><td>canonical</td><td>{spec.num_params()}</td><td>G·H·(I + H + 2)</td>"
-                "<td>both biases</td></tr></table></section>")
+                "<td>both biases</td></tr></table></div>")
+    if layout.network_counts:
+        body.append(f"<p>The whole {esc(layout.whole.describe())}: " + "; ".join(
+            f"{esc(fmt)} {total}" for fmt, total in layout.network_counts)
+            + f"; canonical model (both biases) {layout.whole.num_params()}.</p>")
+    body.append("</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>rnnport explain: {esc(layout.title)}</title>\n"
             "<style>\n" + "\n".join(rules) + "\n</style>\n</head>\n<body>\n"
@@ -84,7 +105,7 @@ def _legend_html(layout: Layout, letters: str) -> list[str]:
            "border: the kind (" + ", ".join(f"{KIND_TAGS[k]} {_BORDER_WORDS[k]}"
                                               for k in (W, R, BW, BR, SUM, ZERO)) +
            "). Hover a cell for a description.</p>",
-           "<table class=\"legend\"><tr><th>gate</th>"
+           "<div class=\"scroll\"><table class=\"legend\"><tr><th>gate</th>"
            + "".join(f"<th>{esc(KIND_NAMES[k])}</th>" for k in (W, R, BW, BR, SUM)) + "</tr>"]
     for letter in letters:
         name = f"{letter} {layout.gate_names[letter]}"
@@ -92,7 +113,31 @@ def _legend_html(layout: Layout, letters: str) -> list[str]:
             f"<td class=\"g{letter} k{KIND_TAGS[kind]}\">{KIND_TAGS[kind]}{letter}"
             f"[{'u,c' if kind in (W, R) else 'u'}]</td>" for kind in (W, R, BW, BR, SUM))
             + "</tr>")
-    out.append("<tr><th>none</th><td class=\"k0\">zero</td></tr></table></section>")
+    out.append("<tr><th>none</th><td class=\"k0\">zero</td></tr></table></div></section>")
+    return out
+
+
+def _scroll(table: str) -> str:
+    """``table`` in a box of its own that scrolls sideways when the table is wider."""
+    return f"<div class=\"scroll\">{table}</div>"
+
+
+def _buffer_html(layout: Layout, buffer: BufferMap) -> list[str]:
+    """One flat buffer's block map as a table, in buffer order."""
+    esc = html.escape
+    out = [f"<section class=\"buffer\"><h2>Buffer blocks: {esc(buffer.fmt)}</h2>",
+           f"<p>The whole {esc(layout.whole.describe())}: one buffer of {buffer.size} elements; "
+           f"{esc(buffer.summary)}. Each block was found where the writer put its elements.</p>",
+           "<div class=\"scroll\"><table class=\"blocks\"><tr>"
+           + "".join(f"<th>{esc(head)}</th>" for head in BLOCK_HEAD) + "</tr>"]
+    for block in buffer.blocks:
+        letter = block.gates[0][0] if block.gates else ""
+        kind = f"g{letter} k{KIND_TAGS[block.kind]}" if block.kind != ZERO else "k0"
+        layer, direction, what = block_text(block)
+        out.append(f"<tr><td>[{block.start}, {block.stop})</td><td class=\"num\">{block.size}"
+                   f"</td><td>{layer}</td><td>{direction}</td><td class=\"{kind}\">{esc(what)}"
+                   f"</td><td>{esc(gate_text(block))}</td></tr>")
+    out.append("</table></div></section>")
     return out
 
 

@@ -78,9 +78,11 @@ def _permutation_text(source: str, target: str) -> str:
 
 
 def rules(spec: Spec, source: str, target: str, source_arrays: Sequence[TracedArray],
-          target_arrays: Sequence[TracedArray], hub: Sequence[TracedArray]) -> list[str]:
+          target_arrays: Sequence[TracedArray], hub: Sequence[TracedArray],
+          buffers: Mapping[str, int] | None = None) -> list[str]:
     """The rules that take ``source``'s arrays to ``target``'s, one sentence each; ``hub``:
-    the canonical biases between them."""
+    the canonical biases between them; ``buffers``: the size of each format's flat buffer of
+    the whole network, when the arrays are layer 0 of a larger one."""
     rules: list[str] = []
     pieces = [(array, region) for array in source_arrays for region in array.regions()]
     summed_targets: dict[str, list[str]] = {}
@@ -125,15 +127,63 @@ def rules(spec: Spec, source: str, target: str, source_arrays: Sequence[TracedAr
                          "in function; the two cannot be told apart again).")
     for fmt, arrays in ((source, source_arrays), (target, target_arrays)):
         if any(array.offset is not None for array in arrays):
-            rules.append(_flat_rule(fmt, arrays))
+            rules.append(_flat_rule(fmt, arrays, (buffers or {}).get(fmt)))
     if spec.cell == "gru":
-        rules.append(f"GRU here is reset-after: n = tanh(W_n x + bW_n + r∘(R_n h + bR_n)) "
-                     f"({_called('reset_after')}). A reset-before GRU "
-                     f"({_called('reset_before')}), n = tanh(W_n x + bW_n + R_n(r∘h) + bR_n), is "
-                     "a different function; no conversion between the two is exact.")
+        rules.append(_gru_rule(spec))
+        for fmt in dict.fromkeys((source, target)):
+            both = _gru_counts(spec, fmt)
+            if both is not None:
+                rules.append(_gru_count_rule(spec, fmt, *both))
     for fmt in dict.fromkeys((source, target)):
         rules.extend(get(fmt).layout_notes)
     return list(dict.fromkeys(rules))
+
+
+AFTER = "n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))"
+BEFORE = "n = tanh(W_n x + R_n(r∘h) + bW_n + bR_n)"
+WHY_ONE_BIAS = ("The reset-after GRU keeps the candidate's recurrent bias bR_n apart because r "
+                "multiplies (R_n h + bR_n); the reset-before GRU applies r to h before the "
+                "product, so bW_n and bR_n only ever act as their sum and can be stored as one.")
+
+
+def _gru_rule(spec: Spec) -> str:
+    if spec.reset_after:
+        return (f"GRU here is reset-after: {AFTER} ({_called('reset_after')}). A reset-before "
+                f"GRU ({_called('reset_before')}), {BEFORE}, is a different function; no "
+                "conversion between the two is exact.")
+    return (f"GRU here is reset-before: {BEFORE} ({_called('reset_before')}). The reset-after "
+            f"GRU ({_called('reset_after')}), {AFTER}, is a different function; no conversion "
+            f"between the two is exact. {WHY_ONE_BIAS}")
+
+
+def _gru_counts(spec: Spec, fmt: str) -> tuple[int, int] | None:
+    """(reset-before, reset-after) parameters of one layer of ``spec`` as ``fmt`` stores them,
+    where ``fmt`` holds both GRUs and their counts differ; else None."""
+    if spec.cell != "gru" or "reset_before" not in get(fmt).features:
+        return None
+    before, after = (param_count(model, fmt, **get(fmt).write_options_for(model.spec))
+                     for model in (RNN.random(spec.replace(reset_after=flag), dtype=np.float64)
+                                   for flag in (False, True)))
+    return None if before == after else (before, after)
+
+
+def _gru_count_rule(spec: Spec, fmt: str, before: int, after: int) -> str:
+    """``keras stores a reset-before GRU … with one bias per gate, 3·H: … = 150 parameters
+    …, against … = 165 for a reset-after GRU``: ``before`` and ``after`` as ``fmt`` counts."""
+    gates, hidden, inputs = spec.gate_count, spec.hidden_size, spec.input_size
+    weights = gates * hidden * (inputs + hidden)
+    names = get(fmt).names
+
+    def formula(total: int) -> str:
+        return f"{gates}·H·(I + H) + {(total - weights) // hidden}·H = {total}"
+
+    called = {key: f" ({names[key]})" if key in names else "" for key in ("reset_before",
+                                                                          "reset_after")}
+    stored = "one bias per gate" if before - weights == gates * hidden else "its biases"
+    return (f"{fmt} stores a reset-before GRU{called['reset_before']} with {stored}, "
+            f"{(before - weights) // hidden}·H: {formula(before)} parameters (I = {inputs}, "
+            f"H = {hidden}), against {formula(after)} for a reset-after "
+            f"GRU{called['reset_after']}, which must keep the candidate's two biases apart.")
 
 
 def _called(key: str) -> str:
@@ -184,7 +234,9 @@ def _copy_rule(source: str, target: str, name: str, region: Region,
     return f"{name} ({kind}) ← {source} {' + '.join(parts)}: {'; '.join(steps) or 'copied'}."
 
 
-def _flat_rule(fmt: str, arrays: Sequence[TracedArray]) -> str:
+def _flat_rule(fmt: str, arrays: Sequence[TracedArray], whole: int | None = None) -> str:
+    """The offsets of ``fmt``'s flat segments; ``whole``: the size of the whole network's
+    buffer when these are its layer 0, forward direction."""
     total = sum(array.size for array in arrays)
     pieces = []
     for array in arrays:
@@ -203,6 +255,9 @@ def _flat_rule(fmt: str, arrays: Sequence[TracedArray]) -> str:
                  else "")
         pieces.append(f"{array.name} [{offset}, {offset + array.size}): "
                       f"{' '.join(blocks)}{shape}")
+    if whole is not None:
+        return (f"{fmt} flat buffer of the whole network, {whole} elements (every block in the "
+                "block map); layer 0, forward direction — " + "; ".join(pieces) + ".")
     return (f"{fmt} flat buffer, {total} elements: all matrices first, then all biases; "
             "offsets — " + "; ".join(pieces) + ".")
 
@@ -231,9 +286,11 @@ def native_arrays(model: Model, fmt: str, options: Mapping[str, Any]) -> list[Na
 
 
 def constant_rules(spec: Spec, source: str, target: str, source_native: Any,
-                   canonical: Model) -> list[str]:
+                   canonical: Model, offsets: Mapping[str, int] | None = None) -> list[str]:
     """Where a run-time constant that a format never saves (TF1's ``forget_bias``) goes,
-    found by a second trace with the constant at its default."""
+    found by a second trace with the constant at its default; ``offsets``: where the target's
+    flat segments lie in the whole network's buffer, by name, when the tables show its
+    layer 0."""
     out = []
     baseline = native_arrays(canonical, target, options_for(target, spec)[1])
     for constant in get(source).run_time_constants:
@@ -244,7 +301,7 @@ def constant_rules(spec: Spec, source: str, target: str, source_native: Any,
         folded = read(source_native, source, **options_for(source, spec, default)[0])
         shifted = native_arrays(folded, target,
                                 options_for(target, spec, default if both else None)[1])
-        changes = _differences(baseline, shifted)
+        changes = _differences(baseline, shifted, offsets)
         effect = (f"reading and writing back with the same {constant.option}="
                   f"{constant.default!r}: {changes}" if both else
                   f"reading with {constant.option}={constant.default!r} {changes}")
@@ -258,14 +315,17 @@ def constant_rules(spec: Spec, source: str, target: str, source_native: Any,
         shifted = native_arrays(canonical, target, options_for(target, spec, default)[1])
         out.append(f"{constant.what}; these tables trace {constant.option}="
                    f"{constant.neutral:g}. Writing for {constant.option}={constant.default!r} "
-                   f"{_differences(baseline, shifted)}, so {constant.adder} adds it back.")
+                   f"{_differences(baseline, shifted, offsets)}, so {constant.adder} adds it "
+                   "back.")
     return out
 
 
-def _differences(before: Sequence[NamedArray], after: Sequence[NamedArray]) -> str:
+def _differences(before: Sequence[NamedArray], after: Sequence[NamedArray],
+                 offsets: Mapping[str, int] | None = None) -> str:
     changes = []
     for old, new in zip(before, after, strict=True):
-        name, offset = old.name, old.offset
+        name = old.name
+        offset = None if old.offset is None else (offsets or {}).get(name, old.offset)
         delta = np.asarray(new.array, np.float64) - np.asarray(old.array, np.float64)
         if not delta.any():
             continue
@@ -315,13 +375,13 @@ def count(fmt: str, arrays: Sequence[TracedArray], model: RNN, spec: Spec) -> Co
     kinds = {tag: int((tags == tag).sum()) for tag in KIND_TAGS if (tags == tag).any()}
     detail = ", ".join(f"{tag} {number}" for tag, number in kinds.items())
     detail += f"; G={gates} gates, H={hidden}, I={inputs}"
-    if spec.cell == "gru" and "reset_before" in get(fmt).features:
-        before = RNN.random(spec.replace(reset_after=False), dtype=np.float64)
-        stored = param_count(before, fmt, **get(fmt).write_options_for(before.spec))
-        if stored != total:
-            called = get(fmt).names.get("reset_before")
-            detail += (f"; a reset-before GRU{f' ({called})' if called else ''} keeps one bias: "
-                       f"{stored}")
+    found = _gru_counts(spec, fmt)
+    if found is not None:
+        other = "reset_before" if spec.reset_after else "reset_after"
+        called = get(fmt).names.get(other)
+        which = "a reset-before GRU" if spec.reset_after else "a reset-after GRU"
+        detail += (f"; {which}{f' ({called})' if called else ''}: "
+                   f"{found[0] if spec.reset_after else found[1]}")
     return Count(fmt, total, formula, detail)
 
 

@@ -4,11 +4,12 @@ in plain text or with ANSI colours."""
 from __future__ import annotations
 
 from ..gates import CANONICAL, gate_family
-from .layout import Layout
+from .blocks import block_text, gate_text
+from .layout import BufferMap, Layout
 from .style import ansi, elided, table_grid
 from .trace import BR, BW, KIND_TAGS, SUM, R, TracedArray, W
 
-__all__ = ["WIDTH", "render_origins", "render_text"]
+__all__ = ["WIDTH", "render_buffer", "render_origins", "render_text"]
 
 WIDTH = 120
 
@@ -18,6 +19,8 @@ def render_text(layout: Layout, color: bool, width: int = WIDTH) -> str:
     spec = layout.spec
     letters = CANONICAL[gate_family(spec.cell)]
     lines = [f"rnnport explain — {layout.title}", ""]
+    if layout.scope:
+        lines += [layout.scope, ""]
     lines += _legend_text(layout, letters, color)
     for heading, fmt, arrays in (("SOURCE", layout.source, layout.source_arrays),
                                  ("TARGET", layout.target, layout.target_arrays)):
@@ -30,14 +33,39 @@ def render_text(layout: Layout, color: bool, width: int = WIDTH) -> str:
             lines += [f"    {note}" for note in array.notes]
             lines += _table_text(array, color, width, elided(layout.spec))
             lines.append("")
+    for buffer in layout.buffers:
+        lines += render_buffer(layout, buffer)
     lines += [f"RULES: {layout.source} → {layout.target} (what rnnport.convert does)"]
     lines += [f"  {number}. {rule}" for number, rule in enumerate(layout.rules, 1)]
-    lines += ["", "PARAMETER COUNTS (rnnport.param_count)"]
+    scope = " — layer 0, forward direction" if layout.network else ""
+    lines += ["", f"PARAMETER COUNTS (rnnport.param_count){scope}"]
     for count in layout.counts:
         lines.append(f"  {count.fmt}: {count.total} = {count.formula}  ({count.detail})")
     canonical = spec.num_params()
     lines.append(f"  canonical model (both biases): {canonical} = G·H·(I + H + 2)")
+    if layout.network_counts:
+        lines.append(f"  the whole {layout.whole.describe()}:")
+        lines += [f"    {fmt}: {total}" for fmt, total in layout.network_counts]
+        lines.append(f"    canonical model (both biases): {layout.whole.num_params()}")
     return "\n".join(lines) + "\n"
+
+
+BLOCK_HEAD = ("offsets", "size", "layer", "direction", "block", "gates (first offset)")
+
+
+def render_buffer(layout: Layout, buffer: BufferMap) -> list[str]:
+    """One flat buffer's block map: every block of the whole network, in buffer order."""
+    rows = [BLOCK_HEAD] + [(f"[{block.start}, {block.stop})", str(block.size), *block_text(block),
+                            gate_text(block)) for block in buffer.blocks]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(BLOCK_HEAD) - 1)]
+    lines = [f"BUFFER BLOCKS: {buffer.fmt}, the whole {layout.whole.describe()} — one buffer of "
+             f"{buffer.size} elements: {buffer.summary} (each block found where the writer put "
+             "its elements)", ""]
+    for row in rows:
+        cells = [f"{row[0]:<{widths[0]}}", f"{row[1]:>{widths[1]}}",
+                 *(f"{text:<{width}}" for text, width in zip(row[2:-1], widths[2:], strict=True))]
+        lines.append(("  " + "  ".join(cells) + "  " + row[-1]).rstrip())
+    return [*lines, ""]
 
 
 def _legend_text(layout: Layout, letters: str, color: bool) -> list[str]:

@@ -70,6 +70,8 @@ class Codebook:
     gate: np.ndarray
     unit: np.ndarray
     column: np.ndarray
+    layer: np.ndarray  # the layer and direction of each code's element (-1 for index 0)
+    direction: np.ndarray
 
     def label(self, first: int, second: int) -> str:
         if first and second:
@@ -114,32 +116,47 @@ def gates_of(book: Codebook, first: np.ndarray, second: np.ndarray) -> np.ndarra
 
 
 def coded_models(spec: Spec) -> tuple[Codebook, RNN, RNN]:
-    """The code book and the two tracing models (pass A: bias_ih coded; pass B: bias_hh)."""
+    """The code book and the two tracing models (pass A: bias_ih coded; pass B: bias_hh) of a
+    network of ``spec``, every layer and direction of it.
+
+    Codes run in storage order: layer by layer, forward before backward, and in each
+    ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``. So layer 0's forward direction
+    holds the same codes in a one-layer network as in a deeper or bidirectional one, and one
+    code book decodes both.
+    """
     letters = CANONICAL[gate_family(spec.cell)]
     hidden = spec.hidden_size
-    shapes = spec.param_shapes(0)
     kinds = {"weight_ih": W, "weight_hh": R, "bias_ih": BW, "bias_hh": BR}
-    tables = {name: [np.array([-1])] for name in ("gate", "unit", "column")}
-    tables["kind"] = [np.array([ZERO])]
-    coded: dict[str, np.ndarray] = {}
+    keys = ("kind", "gate", "unit", "column", "layer", "direction")
+    tables = {key: [np.array([ZERO if key == "kind" else -1])] for key in keys}
+    pass_a: list[list[dict[str, np.ndarray]]] = []
+    pass_b: list[list[dict[str, np.ndarray]]] = []
     start = 1
-    for name, kind in kinds.items():
-        shape = shapes[name]
-        size = int(np.prod(shape))
-        coded[name] = np.arange(start, start + size, dtype=np.float64).reshape(shape)
-        rows = np.arange(shape[0]).repeat(size // shape[0])
-        tables["kind"].append(np.full(size, kind))
-        tables["gate"].append(rows // hidden)
-        tables["unit"].append(rows % hidden)
-        tables["column"].append(np.tile(np.arange(shape[1]), shape[0]) if len(shape) == 2
-                                else np.full(size, -1))
-        start += size
+    for layer in range(spec.num_layers):
+        shapes = spec.param_shapes(layer)
+        pass_a.append([])
+        pass_b.append([])
+        for direction in range(spec.num_directions):
+            coded: dict[str, np.ndarray] = {}
+            for name, kind in kinds.items():
+                shape = shapes[name]
+                size = int(np.prod(shape))
+                coded[name] = np.arange(start, start + size, dtype=np.float64).reshape(shape)
+                rows = np.arange(shape[0]).repeat(size // shape[0])
+                tables["kind"].append(np.full(size, kind))
+                tables["gate"].append(rows // hidden)
+                tables["unit"].append(rows % hidden)
+                tables["column"].append(np.tile(np.arange(shape[1]), shape[0]) if len(shape) == 2
+                                        else np.full(size, -1))
+                tables["layer"].append(np.full(size, layer))
+                tables["direction"].append(np.full(size, direction))
+                start += size
+            zeros = np.zeros_like(coded["bias_ih"])
+            pass_a[-1].append({**coded, "bias_hh": zeros})
+            pass_b[-1].append({**coded, "bias_ih": zeros})
     book = Codebook(letters, hidden, *(np.concatenate(tables[key]).astype(np.int64)
-                                       for key in ("kind", "gate", "unit", "column")))
-    zeros = np.zeros_like(coded["bias_ih"])
-    pass_a = {**coded, "bias_hh": zeros}
-    pass_b = {**coded, "bias_ih": zeros}
-    return book, RNN(spec, [[pass_a]]), RNN(spec, [[pass_b]])
+                                       for key in keys))
+    return book, RNN(spec, pass_a), RNN(spec, pass_b)
 
 
 def decode(book: Codebook, pass_a: np.ndarray, pass_b: np.ndarray,

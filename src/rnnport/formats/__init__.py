@@ -129,6 +129,7 @@ __all__ = [
     "matrix_markdown",
     "output_files",
     "output_format",
+    "part_path",
     "register",
     "resolve",
     "sniff",
@@ -211,14 +212,14 @@ def sniff(source: Any) -> str:
     if not matches and isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
         raise FormatError(f"read: {source} does not exist (no such file, folder or checkpoint "
                           "prefix); check the path.")
+    what = (f"{source} (a folder)" if os.path.isdir(source) else str(source)) \
+        if isinstance(source, (str, os.PathLike)) else describe(source)
     if not matches:
-        what = (f"{source} (a folder)" if os.path.isdir(source) else str(source)) \
-            if isinstance(source, (str, os.PathLike)) else describe(source)
         raise FormatError(
             f"read: cannot tell the format of {what}; pass fmt= with one of "
             f"{', '.join(_REGISTRY)}.")
     raise AmbiguousSourceError(
-        f"read: {describe(source)} could be read as {' or '.join(matches)}; pass fmt= with one "
+        f"read: {what} could be read as {' or '.join(matches)}; pass fmt= with one "
         f"of them (e.g. fmt={matches[0]!r}).")
 
 
@@ -283,6 +284,19 @@ def output_format(path: str | os.PathLike[str]) -> str:
 def output_files(name: str, path: str | os.PathLike[str]) -> list[Path]:
     """The files ``write(model, name, path=path)`` creates."""
     return get(name).output_files(Path(path))
+
+
+def part_path(name: str, path: str | os.PathLike[str], index: int) -> Path:
+    """Where part ``index`` of a stack goes when format ``name`` writes one file per part:
+    ``.part{index}`` before the format's suffix (``enc.pt`` → ``enc.part0.pt``), or after
+    the name when none matches (a checkpoint prefix)."""
+    text = os.fspath(path)
+    endings = sorted((suffix.text for suffix in get(name).suffixes),
+                     key=len, reverse=True)
+    for ending in endings:
+        if text.lower().endswith(ending.lower()) and len(text) > len(ending):
+            return Path(f"{text[:-len(ending)]}.part{index}{text[-len(ending):]}")
+    return Path(f"{text}.part{index}")
 
 
 def input_files(source: object) -> list[Path]:

@@ -74,7 +74,14 @@ def require(module: str, *, extra: str, purpose: str) -> Any:
     except ImportError as error:
         raise MissingDependencyError(
             f"{purpose} needs {module!r}, which is not installed ({error}). "
-            f"Install it with: pip install 'rnnport[{extra}]'") from error
+            f"{install_hint(module, extra)}") from error
+
+
+def install_hint(module: str, extra: str) -> str:
+    """How to install what an optional module needs, into the environment rnnport runs in."""
+    return (f"Install it with `pip install {module.split('.')[0]}`, or install rnnport with "
+            f"its {extra!r} extra: `pip install 'rnnport[{extra}]'` from an index, "
+            f"`pip install -e '.[{extra}]'` in a clone.")
 
 
 def to_numpy(value: Any, location: str = "an input array") -> np.ndarray:

@@ -21,21 +21,38 @@ Example: 2-layer bidirectional LSTM, I=10, H=20 — matrices ``[0, 14400)``, bia
 ``[14400, 15040)``; single layer (Keras reference): ``W…, R…, bW…, bR…``.
 
 NVIDIA does not document the multi-layer order; it is what JAX's cuDNN binding, MXNet's
-CPU twin of cuDNN and ONNX's OptimizedRNN found against cuDNN. Check against a GPU with
-``torch.nn.LSTM(...).cuda()._flat_weights`` after ``flatten_parameters()``.
+CPU twin of cuDNN and ONNX's OptimizedRNN found against cuDNN, and what
+``tools/check_cudnn_gpu.py`` found with cuDNN 9.19 (through PyTorch 2.11, on an H100): every
+parameter's offset, a buffer bit-equal to the weight space PyTorch builds, and cuDNN's
+outputs, for LSTM (with projection), GRU and RNN, 1–3 layers, one or two directions.
 
 Reading needs the network's shape as options: ``cell``, ``input_size``, ``hidden_size``,
 ``num_layers`` (1), ``bidirectional`` (False), ``proj_size`` (0), ``bias_mode``
 ("double"). The buffer's dtype is kept. A buffer is a 1-D array, or a ``.npy`` file holding
 one (read without unpickling); ``write(..., path=...)`` saves the ``.npy``.
+
+**Running it in cuDNN** (``framework_forward``, ``convert --verify``) needs PyTorch and a
+CUDA GPU: an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` is built on the GPU for the network
+(bias modes ``double`` and ``none``: PyTorch has no single-bias modules) and, after
+``flatten_parameters()``, every parameter is a view into one contiguous tensor, the weight
+space PyTorch hands cuDNN (always with both biases: zeros for a bias-free network).
+:func:`cuda_module` checks that this tensor has the size of a ``double`` buffer and each
+parameter the offset and shape :func:`layout` gives it, copies the buffer into it (a
+``none`` buffer is its matrices, which come first), and cuDNN runs ``x`` with IEEE float32
+(no TF32). ``tools/check_cudnn_gpu.py`` runs the same check over many networks.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import math
 import os
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,10 +63,11 @@ from ..gates import CANONICAL, gate_family, reorder
 from ..io.archive import load_npy
 from ..model import RNN, Model, Stack, as_float_array, where
 from ..spec import Spec
-from ._common import combine_biases, describe, is_path, to_numpy
+from ._common import combine_biases, describe, is_path, require, to_numpy
 from ._protocol import Format, NamedArray, Suffix
 
-__all__ = ["FORMAT", "FlatFormat", "Segment", "buffer_size", "layout"]
+__all__ = ["FORMAT", "FlatFormat", "Segment", "buffer_size", "check_weight_space", "cuda_module",
+           "framework_forward", "ieee_float32", "layout", "weight_space"]
 
 BIAS_MODES = ("double", "single_input", "single_recurrent", "none")
 READ_OPTIONS = frozenset({"cell", "input_size", "hidden_size", "num_layers", "bidirectional",
@@ -131,14 +149,18 @@ class FlatFormat:
         self.sniffs_files = sniffs_files
 
     def declaration(self, *, gate_names: Mapping[str, str], layout_notes: tuple[str, ...],
-                    what: str, names: Mapping[str, str]) -> Format:
+                    what: str, names: Mapping[str, str],
+                    framework_forward: Callable[[Any, Model, np.ndarray],
+                                                tuple[str, np.ndarray] | str] | None = None
+                    ) -> Format:
         """This format's ``FORMAT``."""
         return Format(self.name, sniff=self.sniff, reader=self.read, writer=self.write,
                       counter=self.param_count, read_options=READ_OPTIONS,
                       write_options=WRITE_OPTIONS, features=self.features,
                       suffixes=(Suffix(SUFFIX, what),), read_options_for=self.read_options_for,
                       gate_names=gate_names, explain_arrays=self.explain_arrays,
-                      layout_notes=layout_notes, names=names)
+                      layout_notes=layout_notes, names=names,
+                      framework_forward=framework_forward)
 
     def read_options_for(self, spec: Spec) -> dict[str, Any]:
         """A buffer records no shape: reading one back is told all of it."""
@@ -311,9 +333,171 @@ def _size_formula(spec: Spec, bias_mode: str) -> str:
     return "per layer: " + " + ".join(parts)
 
 
+# -- running it in cuDNN, through PyTorch -------------------------------------------------
+
+# PyTorch's names for its flat weights: weight_ih_l0, bias_hh_l2_reverse, weight_hr_l1.
+TORCH_WEIGHT = re.compile(r"(weight_ih|weight_hh|weight_hr|bias_ih|bias_hh)_l(\d+)(_reverse)?")
+
+
+def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
+    """cuDNN computing ``y`` (batch, time, D·H_out) for ``x`` (batch, time, I) from the buffer
+    itself: ``source``, a ``.npy`` file (loaded with ``numpy.load``) or a 1-D array, copied
+    into the weight space of a PyTorch module on the GPU (:func:`cuda_module`). Where
+    there is no CUDA GPU (or no PyTorch, or the network is one PyTorch's cuDNN modules cannot
+    express), a sentence saying why not."""
+    if isinstance(model, Stack):
+        return "a stack of differing parts is no single cuDNN network: no framework check"
+    if importlib.util.find_spec("torch") is None:
+        return ("real cuDNN runs here through PyTorch, which is not installed: "
+                "no framework check")
+    import torch
+
+    if not torch.cuda.is_available():
+        return "real cuDNN needs a CUDA GPU, and PyTorch sees none: no framework check"
+    if not torch.backends.cudnn.is_available():
+        return "this PyTorch was built without cuDNN: no framework check"
+    spec = model.spec
+    if spec.cell == "gru" and not spec.reset_after:
+        return "cuDNN's GRU is reset-after, and this one resets before: no framework check"
+    if is_path(source):
+        buffer = np.load(os.fspath(source), allow_pickle=False)
+        what = Path(source).name
+    else:
+        buffer, what = to_numpy(source), "the buffer"
+    buffer = buffer.astype(buffer.dtype.newbyteorder("="), copy=False)  # torch: native only
+    bias_mode = "double" if spec.bias else "none"
+    expected = buffer_size(spec, bias_mode)
+    if buffer.ndim != 1 or buffer.size != expected:
+        return (f"{what} holds {buffer.size} elements, and PyTorch's cuDNN module for "
+                f"{spec.describe(article=True)} takes {expected} (bias_mode={bias_mode!r}; it "
+                "has no single-bias modes): no framework check")
+    module = cuda_module(spec, buffer)
+    inputs = torch.from_numpy(np.ascontiguousarray(x)).to(device="cuda", dtype=_module_dtype(module))
+    with ieee_float32(torch), torch.no_grad():
+        y = module(inputs)[0].cpu().numpy()
+    label = (f"cuDNN {torch.backends.cudnn.version()} on {torch.cuda.get_device_name()} running "
+             f"{what} (copied into PyTorch's nn.{type(module).__name__} weight space)")
+    return label, y
+
+
+def cuda_module(spec: Spec, buffer: np.ndarray) -> Any:
+    """An ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (batch_first) on the current CUDA device, in
+    ``buffer``'s dtype, whose cuDNN weight space holds ``buffer``: a 1-D array laid out as
+    :func:`layout` says for ``spec``, bias mode ``double`` (``spec.bias``) or ``none``.
+
+    PyTorch keeps every network in cuDNN's double-bias weight space, a bias-free one with its
+    biases zero (no views on them). The matrices come first in both modes, so a buffer
+    without biases fills the space up to where they start, and the rest is set to zero. The
+    module's weight space is checked (:func:`check_weight_space`) before the copy, so every
+    parameter takes the values at cuDNN's own offsets."""
+    torch = require("torch", extra="torch", purpose="running a cuDNN buffer")
+    from .torch import new_module
+
+    module = new_module(spec, batch_first=True).to(device="cuda",
+                                                   dtype=getattr(torch, buffer.dtype.name))
+    module.flatten_parameters()
+    space = weight_space(module)
+    check_weight_space(module, spec, space)
+    with torch.no_grad():
+        space[:buffer.size].copy_(torch.from_numpy(np.ascontiguousarray(buffer)))
+        space[buffer.size:].zero_()
+    return module
+
+
+def _module_dtype(module: Any) -> Any:
+    return next(module.parameters()).dtype
+
+
+def weight_space(module: Any) -> Any:
+    """The contiguous 1-D tensor that every parameter of a flattened CUDA ``nn.LSTM`` /
+    ``nn.GRU`` / ``nn.RNN`` views: the storage of ``module._flat_weights`` after
+    ``flatten_parameters()``, the weight space PyTorch allocated
+    (``cudnnGetRNNWeightSpaceSize`` bytes) and hands cuDNN."""
+    import torch
+
+    weights = module._flat_weights
+    storage = weights[0].untyped_storage()
+    unshared = [name for name, weight in zip(module._flat_weights_names, weights, strict=True)
+                if weight.untyped_storage().data_ptr() != storage.data_ptr()]
+    if unshared or not weights[0].is_cuda:
+        raise FormatError(
+            f"cuDNN weight space: the module's parameters {', '.join(unshared) or '(on the CPU)'} "
+            "do not share one storage after flatten_parameters(); expected a CUDA module with "
+            "cuDNN enabled (torch.backends.cudnn.enabled), where PyTorch flattens them into "
+            "one.")
+    space = torch.empty(0, dtype=weights[0].dtype, device=weights[0].device)
+    space.set_(storage, 0, (storage.nbytes() // weights[0].element_size(),))
+    return space
+
+
+def check_weight_space(module: Any, spec: Spec, space: Any) -> None:
+    """Raise FormatError unless the weight space ``space`` of the flattened CUDA ``module``
+    has :func:`buffer_size` elements for ``spec`` in bias mode ``double`` (the one mode
+    PyTorch sets up, also for a bias-free network) and each parameter is the view at the
+    offset, of the shape, that :func:`layout` gives it — where cuDNN's own
+    ``cudnnGetRNNWeightParams`` placed it for PyTorch."""
+    import torch
+
+    segments = {(segment.layer, segment.direction, segment.name): segment
+                for segment in layout(spec, "double")}
+    expected = buffer_size(spec, "double")
+    version = f"cuDNN {torch.backends.cudnn.version()}"
+    if space.numel() != expected:
+        raise FormatError(
+            f"{version} weight space for {spec.describe(article=True)}: {space.numel()} "
+            f"elements; expected {expected} ({_size_formula(spec, 'double')}), the size of "
+            "rnnport's cudnn buffer with bias_mode='double'. The layout in "
+            "rnnport.formats.cudnn does not match this cuDNN; please report it with this "
+            "message.")
+    wrong = []
+    for name, weight in zip(module._flat_weights_names, module._flat_weights, strict=True):
+        match = TORCH_WEIGHT.fullmatch(name)
+        segment = segments.get((int(match[2]), 1 if match[3] else 0, match[1])) if match else None
+        found = (weight.storage_offset(), tuple(weight.shape))
+        if segment is None or found != (segment.offset, segment.shape):
+            at = "nowhere" if segment is None else f"{segment.offset} {segment.shape}"
+            wrong.append(f"{name} at {found[0]} {found[1]} (rnnport: {at})")
+    if wrong:
+        raise FormatError(
+            f"{version} weight space for {spec.describe(article=True)}: "
+            f"{'; '.join(wrong[:6])}; expected every parameter where rnnport's cudnn layout puts "
+            "it. The layout in rnnport.formats.cudnn does not match this cuDNN; please report it "
+            "with this message.")
+
+
+@contextmanager
+def ieee_float32(torch: Any) -> Iterator[None]:
+    """cuDNN enabled, with float32 products in IEEE float32. PyTorch lets cuDNN use TF32 (a
+    10-bit mantissa, errors near 1e-3) by default on Ampere and later GPUs, which would swamp
+    the check's 1e-5; the settings are restored afterwards."""
+    cudnn = torch.backends.cudnn
+    rnn: Any
+    try:  # PyTorch ≥ 2.9 sets precision per cuDNN operation; an RNN is one
+        rnn = importlib.import_module("torch.backends.cudnn.rnn")
+    except ImportError:
+        rnn = None
+    per_operation = rnn is not None and hasattr(rnn, "fp32_precision")
+    enabled = cudnn.enabled
+    saved = rnn.fp32_precision if per_operation else cudnn.allow_tf32
+    cudnn.enabled = True
+    if per_operation:
+        rnn.fp32_precision = "ieee"
+    else:
+        cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        cudnn.enabled = enabled
+        if per_operation:
+            rnn.fp32_precision = saved
+        else:
+            cudnn.allow_tf32 = saved
+
+
 FORMAT = FlatFormat("cudnn", ORDERS, frozenset({"projection"}), BIAS_MODES,
                     sniffs_files=True).declaration(
     gate_names={}, what="a flat buffer saved with numpy.save",
     names={"projection": "proj_size", "reset_after": "CUDNN_GRU"},
     layout_notes=("cuDNN's linLayerID k is the k-th matrix (and bias) of a pseudo-layer in the "
-                  "buffer's order.",))
+                  "buffer's order.",),
+    framework_forward=framework_forward)

@@ -29,6 +29,22 @@ Writing names the variables the same way: ``scope=`` (default ``rnn``, or
 ``single`` for one layer, ``multi`` for several, ``stack_bidirectional`` when bidirectional;
 ``bidirectional`` names a one-layer ``bidirectional_dynamic_rnn``).
 
+The state file: writing a checkpoint at ``folder/NAME`` also records it as the newest in
+``folder/checkpoint``, the ``CheckpointState`` text TensorFlow's savers keep there
+(:mod:`rnnport.io.checkpoint_state`), so ``tf.train.latest_checkpoint(folder)`` returns
+it. ``model_checkpoint_path`` and the last ``all_model_checkpoint_paths`` entry become
+``"NAME"`` (relative to the folder); the file's other entries are kept. It is read before
+anything is written: a ``checkpoint`` file that is not a checkpoint state stops the write
+with an error (and is left as it was). It is not among the written files
+(``output_files``): an existing one is updated, as TensorFlow does, never a reason to
+refuse the write. Reading a folder reads the checkpoint its state file names
+(``model_checkpoint_path``, looked for in that folder), else its only checkpoint.
+
+Running: ``framework_forward`` (``rnnport convert --verify`` from a checkpoint) builds the
+TF1 graph the variable names describe — the cells, structure and scope found — restores it
+with ``tf.compat.v1.train.Saver`` and runs it, in a TensorFlow process of its own
+(:mod:`rnnport.formats._tf1_graph`), where TensorFlow and ``tf_keras`` are installed.
+
 Biases: the cells keep one bias, plus ``forget_bias`` (1.0 by default; 0 for
 CudnnCompatibleLSTMCell) added to f at run time and never saved. Reading puts the saved
 bias in ``bias_hh`` and ``forget_bias`` in ``bias_ih``'s forget block, so writing back
@@ -42,9 +58,14 @@ agree with the model.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import itertools
+import json
 import os
 import re
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,11 +76,12 @@ import numpy as np
 from ..errors import (
     AmbiguousSourceError,
     FormatError,
+    RnnportError,
     ShapeError,
     UnsupportedFeatureError,
 )
 from ..gates import CANONICAL, block, block_range, gate_family, reorder, transposed
-from ..io import tensorbundle
+from ..io import checkpoint_state, tensorbundle
 from ..model import RNN, Model, as_float_array, stack
 from ..spec import Spec
 from ._common import (
@@ -733,7 +755,14 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
                                             location).items():
                 out[base + name] = array
     if path is not None:
-        tensorbundle.write_bundle(tensorbundle.output_prefix(path), out)
+        prefix = tensorbundle.output_prefix(path)
+        # Read before anything is written: a state file that cannot be updated stops the write.
+        state = checkpoint_state.read_state(
+            prefix.parent, "rnnport names each checkpoint it writes there, as TensorFlow's "
+            "savers do, and does not overwrite a state file it cannot read; fix or remove it. "
+            "Nothing was written.")
+        tensorbundle.write_bundle(prefix, out)
+        checkpoint_state.record(prefix, state)
     return out
 
 
@@ -825,7 +854,8 @@ def read_options_for(spec: Spec) -> dict[str, Any]:
 
 def output_files(path: Path) -> list[Path]:
     """A checkpoint written at ``path`` (a prefix, or its ``.index``): the index and the one
-    data shard."""
+    data shard. The folder's ``checkpoint`` state file is updated too but is not listed: it
+    is shared by every checkpoint in the folder, and one there must not stop the write."""
     return tensorbundle.bundle_files(tensorbundle.output_prefix(path))
 
 
@@ -851,6 +881,176 @@ def choices(source: Any) -> Choices:
         for network in networks(source)))
 
 
+# -- TensorFlow running the checkpoint ------------------------------------------------------
+
+# Seconds for the TensorFlow process to start, build the graph, restore and run.
+FRAMEWORK_TIME_LIMIT = 300
+
+
+def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
+    """TensorFlow restoring the checkpoint ``source`` into the TF1 graph its variable names
+    describe, and running ``x`` ``(batch, time, input)``: ``y`` ``(batch, time, D·H_out)``.
+
+    The cells, structure and scope come from the checkpoint: the network whose layers have
+    ``model``'s cells and sizes (of several alike, the one holding ``model``'s arrays). What
+    a checkpoint does not record comes from ``model``, as reading left it: each LSTM cell's
+    ``forget_bias`` (the constant in ``bias_ih``'s forget block), ``cell_clip`` and a
+    BasicRNNCell's activation. TensorFlow runs in a process of its own (``python -m
+    rnnport.formats._tf1_graph``, on the CPU, within :data:`FRAMEWORK_TIME_LIMIT` seconds),
+    since TF1 cells need ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported; the
+    graph's variables are restored with ``tf.compat.v1.train.Saver``, which fails unless
+    every name, shape and dtype matches. Returns a sentence instead when it cannot run.
+    """
+    if not is_path(source):
+        return ("the source is a dict of variables, no checkpoint TensorFlow can restore: no "
+                "framework check")
+    missing = [name for name in ("tensorflow", "tf_keras") if importlib.util.find_spec(name) is None]
+    if missing:
+        return (f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed "
+                "(TF1 cells run in TensorFlow with tf_keras): no framework check")
+    x = np.asarray(x)
+    if x.ndim != 3 or x.shape[2] != model.input_size:
+        return (f"x has shape {x.shape}; TensorFlow is run on (batch, time, {model.input_size}): "
+                "no framework check")
+    variables = _Variables(source)
+    plan = _framework_plan(variables, model)
+    if isinstance(plan, str):
+        return f"{plan}: no framework check"
+    network, cells = plan
+    assert variables.bundle is not None
+    with tempfile.TemporaryDirectory(prefix="rnnport-tf1-") as temporary:
+        folder = Path(temporary)
+        np.save(folder / "x.npy", np.ascontiguousarray(x, dtype=model.dtype), allow_pickle=False)
+        job = {"checkpoint": str(variables.bundle.prefix.resolve()),
+               "structure": network.structure, "scope": network.scope, "cells": cells,
+               "x": str(folder / "x.npy"), "y": str(folder / "y.npy")}
+        (folder / "job.json").write_text(json.dumps(job))
+        package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnport
+        environment = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+                       "CUDA_VISIBLE_DEVICES": "",
+                       "PYTHONPATH": os.pathsep.join(filter(None, [
+                           package_root, os.environ.get("PYTHONPATH")]))}
+        try:
+            done = subprocess.run([sys.executable, "-m", "rnnport.formats._tf1_graph",
+                                   str(folder / "job.json")], cwd=folder, env=environment,
+                                  capture_output=True, text=True, timeout=FRAMEWORK_TIME_LIMIT)
+        except subprocess.TimeoutExpired:
+            return f"TensorFlow did not finish within {FRAMEWORK_TIME_LIMIT} s: no framework check"
+        if done.returncode != 0 or not (folder / "y.npy").is_file():
+            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            why = lines[-1][:500] if lines else f"exit status {done.returncode}"
+            return f"TensorFlow could not run the checkpoint ({why}): no framework check"
+        y = np.load(folder / "y.npy", allow_pickle=False)
+    names = ", ".join(dict.fromkeys(cell["cls"] for cell in cells))
+    return (f"TensorFlow restoring {variables.bundle.prefix.name} into "
+            f"{STRUCTURES[network.structure]} ({names})", y)
+
+
+def _framework_plan(variables: _Variables,
+                    model: Model) -> tuple[_Network, list[dict[str, Any]]] | str:
+    """The network of the checkpoint ``model`` was read from, and the TF cells to build for
+    it (class and constructor arguments per layer); or why there is none."""
+    found = _networks(variables.names, variables.where)
+    fitting, reasons = [], []
+    for network in found:
+        cells = _framework_cells(variables, network, model)
+        if isinstance(cells, str):
+            reasons.append(cells)
+        else:
+            fitting.append((network, cells))
+    if len(fitting) > 1:
+        fitting = [(network, cells) for network, cells in fitting
+                   if _holds(variables, network, model, cells)] or fitting
+    if len(fitting) == 1:
+        return fitting[0]
+    if fitting:
+        return (f"{variables.where}: holds {len(fitting)} networks like the model ("
+                f"{'; '.join(network.summary() for network, _ in fitting)}) and none holds "
+                "its arrays alone")
+    if len(reasons) == 1:
+        return reasons[0]
+    if not reasons:
+        return f"{variables.where}: holds no TF1 recurrent cell variables"
+    return (f"{variables.where}: none of its {len(found)} networks is the model's: "
+            f"{'; '.join(reasons)}")
+
+
+def _framework_cells(variables: _Variables, network: _Network,
+                     model: Model) -> list[dict[str, Any]] | str:
+    """``{"cls", "kwargs"}`` per layer for TensorFlow to build ``network`` as ``model``
+    computes it, or why ``model`` is not that network."""
+    layers = model.layers()
+    directions = 2 if network.structure in ("bidirectional", "stack_bidirectional") else 1
+    count = 1 + max(layer for layer, _ in network.cells)
+    if count != len(layers) or len(network.cells) != count * directions or any(
+            layer.spec.bidirectional != (directions == 2) for layer in layers):
+        return (f"{network.summary()} is not the model's {len(layers)} "
+                f"{'bidirectional ' if layers[0].spec.bidirectional else ''}layer(s)")
+    out = []
+    for index, layer in enumerate(layers):
+        spec = layer.spec
+        scope_name, prefix = network.cells[index, 0]
+        cell = BY_SCOPE[scope_name]
+        base = f"{prefix}{scope_name}/"
+        where = f"{variables.where}: {base}"
+        projection, peepholes, expected, missing = _cell_variables(variables.names, cell, base)
+        if missing:
+            return f"{where}: {cell.name} variables {', '.join(missing)} are missing"
+        try:
+            sizes = _sizes(cell, {name: variables.shapes[base + name] for name in expected},
+                           projection, where)
+            _check_cell(cell, spec, {"cell_clip": spec.cell_clip,
+                                     "activation": spec.nonlinearity}, where)
+        except RnnportError as error:
+            return str(error).rstrip(".")
+        if (*sizes, peepholes) != (spec.input_size, spec.hidden_size, spec.proj_size,
+                                   spec.peepholes):
+            return (f"{where}: {cell.name} with input size {sizes[0]}, {sizes[1]} units"
+                    f"{f', num_proj {sizes[2]}' if sizes[2] else ''}"
+                    f"{', peepholes' if peepholes else ''}; layer {index} of the model is "
+                    f"{spec.describe(article=True)}")
+        kwargs: dict[str, Any] = {"num_units": spec.hidden_size}
+        if cell.forget_bias is not None and not cell.fixed_forget_bias:
+            forget_bias = _model_forget_bias(layer)
+            if forget_bias is None:
+                return (f"layer {index}: bias_ih's forget block is not one number, as reading "
+                        "a checkpoint leaves it (forget_bias there, zeros elsewhere), so the "
+                        "forget_bias TensorFlow should add is unknown")
+            kwargs["forget_bias"] = forget_bias
+        if cell.name == "LSTMCell":
+            kwargs.update(use_peepholes=spec.peepholes, num_proj=spec.proj_size or None,
+                          cell_clip=spec.cell_clip)
+        if cell.family == "rnn":
+            kwargs["activation"] = spec.nonlinearity
+        out.append({"cls": cell.name, "kwargs": kwargs})
+    return out
+
+
+def _model_forget_bias(layer: RNN) -> float | None:
+    """The constant reading put in ``bias_ih``'s forget block (0 without biases)."""
+    if not layer.spec.bias:
+        return 0.0
+    values = np.concatenate([np.ravel(block(named["bias_ih"], CANONICAL["lstm"], "f"))
+                             for named in layer.params[0]])
+    return float(values[0]) if values.size and np.all(values == values[0]) else None
+
+
+def _holds(variables: _Variables, network: _Network, model: Model,
+           cells: list[dict[str, Any]]) -> bool:
+    """Whether ``network``'s variables are exactly what writing ``model`` with these cells
+    would save."""
+    for index, (layer, built) in enumerate(zip(model.layers(), cells, strict=True)):
+        for direction, named in enumerate(layer.params[0]):
+            scope_name, prefix = network.cells[index, direction]
+            cell = BY_SCOPE[scope_name]
+            forget_bias = built["kwargs"].get("forget_bias", cell.forget_bias or 0.0)
+            expected = _cell_arrays(cell, layer.spec, named, forget_bias, variables.where)
+            if not all(np.array_equal(variables.array(f"{prefix}{scope_name}/{name}"), array)
+                       for name, array in expected.items()):
+                return False
+    return True
+
+
 FORMAT = Format(
     "tf1", sniff=sniff, reader=read, writer=write, counter=param_count,
     read_options=READ_OPTIONS, write_options=WRITE_OPTIONS,
@@ -867,7 +1067,7 @@ FORMAT = Format(
         "forget_bias", default=1.0, neutral=0.0, cells=frozenset({"lstm"}),
         what="TF1 LSTM cells add forget_bias (default 1.0, never saved) to gate f at run time",
         adder="TensorFlow"),),
-    networks=choices, notes=notes,
+    networks=choices, notes=notes, framework_forward=framework_forward,
     names={"projection": "LSTMCell num_proj", "peepholes": "LSTMCell use_peepholes",
            "cell_clip": "LSTMCell cell_clip", "reset_before": "GRUCell",
            "reset_after": "CudnnCompatibleGRUCell"})

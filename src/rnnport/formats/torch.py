@@ -34,6 +34,10 @@ Files: ``.pt``/``.pth`` are read with ``torch.load(weights_only=True)`` (never a
 unpickle: a file holding Python objects is refused) and written with ``torch.save``;
 ``.safetensors`` through safetensors' NumPy API. A state_dict wrapped in a training
 checkpoint (``{"state_dict": ...}``, ``{"model_state_dict": ...}``) is unwrapped.
+
+The framework check (``framework_forward``, ``convert --verify``) has PyTorch itself load
+such a file (``torch.load(weights_only=True)``, ``safetensors.torch``), put the tensors into
+a module built for the network with ``load_state_dict(strict=True)``, and run it.
 """
 
 from __future__ import annotations
@@ -48,15 +52,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from ..errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from ..io.archive import open_zip
 from ..io.atomic import atomic_write
 from ..model import RNN, Model, Stack, exported, stack
 from ..spec import Spec
 from ._common import MAX_LISTED, describe, is_path, layer_number, listed, require, to_numpy
-from ._protocol import Format, Suffix
+from ._protocol import Choices, Format, Suffix
 
-__all__ = ["FORMAT", "load", "save", "to_module"]
+__all__ = ["FORMAT", "load", "new_module", "save", "to_module"]
 
 READ_OPTIONS = frozenset({"nonlinearity", "prefix"})
 WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part", "as_cell"})
@@ -244,6 +248,21 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
     return RNN(spec, params, copy=False)
 
 
+def choices(source: Any) -> Choices:
+    """The RNNs a state_dict (or file) holds, by the key prefix ``prefix=`` takes."""
+    if is_path(source):
+        state, _, _ = _load(source)
+    elif isinstance(source, Mapping):
+        state, _ = _unwrap(source)
+    else:
+        return Choices("prefix", ())
+    groups, _, _ = _groups(state, "torch state_dict")
+    return Choices("prefix", tuple(
+        (prefix, f"{max(layer for layer, _ in group) + 1} layer(s), "
+                 f"{max(direction for _, direction in group) + 1} direction(s)")
+        for prefix, group in groups.items()))
+
+
 def notes(source: Any, **options: Any) -> list[str]:
     """What a state_dict (or file) holds beside the network ``prefix=`` picks: other RNNs,
     other modules' keys, a training checkpoint's other entries (see ``Format.notes``)."""
@@ -336,25 +355,29 @@ def _module_class(spec: Spec) -> str:
 def to_module(model: RNN, state: Mapping[str, np.ndarray], *, batch_first: bool,
               cell: bool = False) -> Any:
     torch = require("torch", extra="torch", purpose="write(fmt='torch', module=True)")
-    spec = model.spec
+    module = new_module(model.spec, batch_first=batch_first, cell=cell).to(
+        getattr(torch, model.dtype.name))
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})  # it copies
+    return module.eval()
+
+
+def new_module(spec: Spec, *, batch_first: bool, cell: bool = False) -> Any:
+    """A freshly initialised ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (``cell``: ``nn.LSTMCell``
+    / ``nn.GRUCell`` / ``nn.RNNCell``) of ``spec``'s shape, float32, on the CPU."""
+    torch = require("torch", extra="torch", purpose="building a PyTorch module")
+    if cell:
+        shape = dict(input_size=spec.input_size, hidden_size=spec.hidden_size, bias=spec.bias)
+        return (torch.nn.LSTMCell(**shape) if spec.cell == "lstm" else
+                torch.nn.GRUCell(**shape) if spec.cell == "gru" else
+                torch.nn.RNNCell(nonlinearity=spec.nonlinearity, **shape))
     kwargs: dict[str, Any] = dict(input_size=spec.input_size, hidden_size=spec.hidden_size,
                                   num_layers=spec.num_layers, bias=spec.bias,
                                   batch_first=batch_first, bidirectional=spec.bidirectional)
-    if cell:
-        shape = dict(input_size=spec.input_size, hidden_size=spec.hidden_size, bias=spec.bias)
-        module = (torch.nn.LSTMCell(**shape) if spec.cell == "lstm" else
-                  torch.nn.GRUCell(**shape) if spec.cell == "gru" else
-                  torch.nn.RNNCell(nonlinearity=spec.nonlinearity, **shape))
-    elif spec.cell == "lstm":
-        module = torch.nn.LSTM(proj_size=spec.proj_size, **kwargs)
-    elif spec.cell == "gru":
-        module = torch.nn.GRU(**kwargs)
-    else:
-        module = torch.nn.RNN(nonlinearity=spec.nonlinearity, **kwargs)
-    module = module.to({np.float16: torch.float16, np.float32: torch.float32,
-                        np.float64: torch.float64}[model.dtype.type])
-    module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})  # it copies
-    return module.eval()
+    if spec.cell == "lstm":
+        return torch.nn.LSTM(proj_size=spec.proj_size, **kwargs)
+    if spec.cell == "gru":
+        return torch.nn.GRU(**kwargs)
+    return torch.nn.RNN(nonlinearity=spec.nonlinearity, **kwargs)
 
 
 def load(path: Any) -> dict[str, Any]:
@@ -479,17 +502,128 @@ def read_options_for(spec: Spec) -> dict[str, Any]:
 
 
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
-    """PyTorch's own module, built from the weights read, run on ``x``."""
+    """PyTorch computing ``y`` for ``x`` (batch, time, I) from the source itself.
+
+    A module runs as it is (in eval mode: no dropout between layers). A file is loaded by
+    PyTorch — ``.pt`` / ``.pth`` with ``torch.load(weights_only=True)`` after rnnport's own
+    checks, a training checkpoint unwrapped as the reader does; ``.safetensors`` with
+    ``safetensors.torch.load_file`` — and its tensors (like a state_dict's) go through
+    ``load_state_dict(strict=True)`` into an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``, or the
+    cell, built for ``model.spec``: a key rnnport did not read, or one it read wrongly, makes
+    PyTorch refuse. Returns (label, y (batch, time, D·H_out)), or why PyTorch cannot run.
+    """
     if isinstance(model, Stack):
         return "a stack of differing parts is no single PyTorch module: no framework check"
     if importlib.util.find_spec("torch") is None:
         return "PyTorch is not installed: no framework check"
+    if isinstance(source, (list, tuple)) and len(source) == 1:
+        source = source[0]
+    if _is_module(source):
+        return f"PyTorch running the {_module_name(source)} itself", _run(source, x)
+    if is_path(source):
+        path = Path(source)
+        if path.suffix.lower() == ".safetensors":
+            if importlib.util.find_spec("safetensors") is None:
+                return "safetensors is not installed: no framework check"
+            loader = require("safetensors.torch", extra="torch",
+                             purpose="loading .safetensors files into PyTorch")
+            state: Mapping[str, Any] = loader.load_file(str(path), device="cpu")
+        else:
+            state = _load(path)[0]  # torch.load(weights_only=True), checked and unwrapped
+        what, location = f"PyTorch loading {path.name}", str(path)
+    elif isinstance(source, Mapping):
+        state = _unwrap(source)[0]
+        what, location = "PyTorch loading the state_dict", "torch state_dict"
+    else:
+        return (f"{describe(source)} is no PyTorch module, state_dict or file: "
+                "no framework check")
+    found = _loaded_module(state, model, location)
+    if isinstance(found, str):
+        return found
+    module, prefix = found
+    under = f" (keys under {prefix!r})" if prefix else ""
+    stepped = ", stepped over time" if _is_cell(module) else ""
+    return f"{what}{under} into {_module_name(module)}{stepped}", _run(module, x)
+
+
+def _loaded_module(state: Mapping[str, Any], model: RNN,
+                   location: str) -> tuple[Any, str] | str:
+    """A module built for ``model.spec`` holding ``state``'s tensors under the prefix that
+    reads as ``model`` (loaded by PyTorch's ``load_state_dict(strict=True)``), and that
+    prefix; or why there is none."""
     import torch
 
-    module = to_module(model, write(model), batch_first=True)
-    with torch.no_grad():
-        y = module(torch.from_numpy(np.asarray(x)))[0].numpy()
-    return f"PyTorch nn.{type(module).__name__} on the source weights", y
+    groups, cells, _ = _groups(state, location)
+    if len(groups) == 1:
+        prefix = next(iter(groups))
+    else:  # the reader was told prefix=; find the network it read
+        options = read_options_for(model.spec)
+        matching = [candidate for candidate in groups
+                    if _reads_as(state, {**options, "prefix": candidate}, location, model)]
+        if len(matching) != 1:
+            return (f"{location} holds {len(groups)} RNNs and {len(matching)} of them hold the "
+                    "network read: no framework check")
+        prefix = matching[0]
+    tensors = {}
+    for key, value in state.items():
+        match = _match(key)
+        if match is not None and match["prefix"] == prefix:
+            tensors[key[len(prefix):]] = value if isinstance(value, torch.Tensor) else \
+                torch.from_numpy(np.array(to_numpy(value, f"{location}, {key}"), copy=True))
+    module = new_module(model.spec, batch_first=True, cell=prefix in cells).to(
+        getattr(torch, model.dtype.name))
+    try:
+        module.load_state_dict(tensors, strict=True)  # copies, casting bfloat16 exactly
+    except RuntimeError as error:
+        raise FormatError(
+            f"{location}: PyTorch's load_state_dict(strict=True) refuses the tensors under "
+            f"prefix {prefix!r} for nn.{type(module).__name__} built for the network read, "
+            f"{model.spec.describe(article=True)}; expected them to fit it exactly. "
+            f"{str(error)[:500]}") from None
+    return module.eval(), prefix
+
+
+def _module_name(module: Any) -> str:
+    """``nn.LSTM``, ``nn.RNN(nonlinearity='relu')``."""
+    nonlinearity = getattr(module, "nonlinearity", None)
+    return f"nn.{type(module).__name__}" + (f"(nonlinearity={nonlinearity!r})"
+                                            if nonlinearity else "")
+
+
+def _reads_as(state: Mapping[str, Any], options: Mapping[str, Any], location: str,
+              model: RNN) -> bool:
+    try:
+        return _read_state_dict(state, options, location) == model
+    except RnnportError:
+        return False
+
+
+def _run(module: Any, x: np.ndarray) -> np.ndarray:
+    """``module`` (a network or a cell, stepped over time) run on ``x`` (batch, time, I) on
+    its own device and dtype; ``y`` (batch, time, D·H_out) as NumPy."""
+    import torch
+
+    parameter = next(module.parameters())
+    inputs = torch.from_numpy(np.ascontiguousarray(x)).to(device=parameter.device,
+                                                          dtype=parameter.dtype)
+    training = module.training
+    module.eval()  # nn.LSTM's dropout= acts between layers in training mode only
+    try:
+        with torch.no_grad():
+            if _is_cell(module):
+                state: Any = None
+                steps = []
+                for step in range(inputs.shape[1]):
+                    state = module(inputs[:, step], state)
+                    steps.append(state[0] if isinstance(state, tuple) else state)
+                y = torch.stack(steps, dim=1)
+            elif module.batch_first:
+                y = module(inputs)[0]
+            else:
+                y = module(inputs.transpose(0, 1))[0].transpose(0, 1)
+    finally:
+        module.train(training)
+    return to_numpy(y)
 
 
 FORMAT = Format(
@@ -497,5 +631,5 @@ FORMAT = Format(
     write_options=WRITE_OPTIONS, features=frozenset({"projection"}), extra="torch",
     modules=("torch", "safetensors.numpy"),
     suffixes=SUFFIXES,
-    read_options_for=read_options_for, framework_forward=framework_forward,
+    read_options_for=read_options_for, framework_forward=framework_forward, networks=choices,
     names={"projection": "proj_size", "reset_after": "nn.GRU"}, notes=notes)

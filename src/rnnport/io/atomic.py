@@ -6,6 +6,7 @@ A reader never sees a half-written file, and a failure leaves any previous file 
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -26,8 +27,9 @@ def check_target(path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
-        raise FormatError(f"{target}: the folder {folder} does not exist; create it first or "
-                          "choose another output path. Nothing was written.")
+        raise FormatError(f"{target}: the folder {folder} does not exist; create it first "
+                          f"(mkdir -p {shlex.quote(str(folder))}) or choose another output "
+                          "path. Nothing was written.")
     if target.is_dir():
         raise FormatError(f"{target}: is a folder; expected a file path. Nothing was written.")
     return target

@@ -26,7 +26,7 @@ from typing import BinaryIO, Literal
 import numpy as np
 
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
-from . import _proto
+from . import _proto, checkpoint_state
 from .atomic import atomic_write_all
 from .crc32c import crc32c, mask, unmask
 
@@ -105,19 +105,20 @@ def bundle_files(prefix: str | os.PathLike[str]) -> list[Path]:
 
 
 def _latest_in(folder: Path) -> Path:
-    state = folder / "checkpoint"
-    if state.is_file():
-        for line in state.read_text(errors="replace").splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "model_checkpoint_path":
-                # Only the name counts: the checkpoint is looked for in this folder, never
-                # where the file says (TensorFlow writes absolute paths that go stale on a
-                # copy, and a hostile one could point anywhere).
-                name = re.split(r"[\\/]", value.strip().strip('"'))[-1]
-                if name in ("", ".", ".."):
-                    raise FormatError(f"{state}: model_checkpoint_path names no checkpoint "
-                                      f"({value.strip()!r}); pass the prefix.")
-                return folder / name
+    """The checkpoint the folder's state file names newest, else its only checkpoint."""
+    state = checkpoint_state.read_state(
+        folder, f"Pass a checkpoint prefix instead of the folder ({folder / 'NAME'} for "
+                f"{folder / 'NAME.index'}).")
+    if state is not None and state.model_checkpoint_path is not None:
+        # Only the name counts: the checkpoint is looked for in this folder, never where
+        # the file says (TensorFlow writes absolute paths that go stale on a copy, and a
+        # hostile one could point anywhere).
+        value = state.model_checkpoint_path
+        name = re.split(r"[\\/]", value)[-1]
+        if name in ("", ".", ".."):
+            raise FormatError(f"{folder / checkpoint_state.STATE_FILE}: model_checkpoint_path "
+                              f"names no checkpoint ({value!r}); pass the prefix.")
+        return folder / name
     indexes = sorted(folder.glob("*.index"))
     if len(indexes) == 1:
         return Path(str(indexes[0])[: -len(".index")])

@@ -12,20 +12,27 @@ picks one stack when the model holds several. ``write`` gives the ``get_weights(
 nesting (a flat list for a one-layer network, a list of per-layer lists otherwise); with
 ``path=`` it also saves a ``.keras`` archive (a Sequential model that
 ``keras.saving.load_model`` runs) or a ``.weights.h5`` for ``load_weights``.
+
+The framework check (``framework_forward``, ``convert --verify``) has Keras 3 load a
+``.keras`` file and run it; for a ``.weights.h5``, Keras loads the Sequential rnnport writes
+for the network and then ``load_weights`` the file into it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ...errors import UnsupportedFeatureError
 from ...model import RNN, Model
 from ...spec import Spec
 from .._common import is_path
-from .._protocol import Format, NamedArray, Suffix
+from .._protocol import Choices, Format, NamedArray, Suffix
 from . import files, layers
 
 __all__ = ["FORMAT"]
@@ -88,22 +95,57 @@ def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
                                                                        strict=False)]
 
 
+def choices(source: Any) -> Choices:
+    """The separate recurrent stacks of a model file, each picked by one of its layers."""
+    return Choices("layer", tuple(files.stacks(source)))
+
+
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
-    """Keras 3 loading a ``.keras`` source file and running it, when it holds only the
-    recurrent stack."""
-    if not (is_path(source) and os.fspath(source).lower().endswith(".keras")):
-        return "only a .keras file holds a model Keras can run: no framework check"
+    """Keras 3 computing ``y`` for ``x`` (batch, time, I) from a source file.
+
+    A ``.keras`` archive is loaded with ``keras.saving.load_model`` and run, when it holds
+    only the recurrent stack. A ``.weights.h5`` holds no architecture: Keras loads the
+    Sequential rnnport writes for ``model`` (a ``.keras`` in a temporary folder, every weight
+    NaN so that one ``load_weights`` leaves unset shows), then ``load_weights(source)``, and
+    runs it. Returns (label, y (batch, time, D·H_out)), or why Keras cannot run it.
+    """
+    name = os.fspath(source).lower() if is_path(source) else ""
+    if not name.endswith((".keras", ".weights.h5")):
+        what = "a legacy .h5 file" if name.endswith((".h5", ".hdf5")) else (
+            "a file" if name else "an object in memory")
+        return (f"the Keras check loads .keras and .weights.h5 files, and this is {what}: "
+                "no framework check")
     if importlib.util.find_spec("keras") is None:
         return "Keras is not installed: no framework check"
+    # Keras 3 brings its backend (often TensorFlow): keep its start-up log off the terminal
+    # unless the caller asked for it.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
 
-    loaded = keras.saving.load_model(source, compile=False)
-    others = [layer.name for layer in loaded.layers if type(layer).__name__ not in
-              {*layers.LAYER_CELLS, *layers.WRAPPERS, *layers.PASSIVE_LAYERS}]
-    if others:
-        return (f"the Keras model has layers beyond the recurrent stack ({', '.join(others)}): "
-                "no framework check")
-    return "Keras 3 running the source file", keras.ops.convert_to_numpy(loaded(x))
+    if name.endswith(".keras"):
+        loaded = keras.saving.load_model(source, compile=False)
+        others = [layer.name for layer in loaded.layers if type(layer).__name__ not in
+                  {*layers.LAYER_CELLS, *layers.WRAPPERS, *layers.PASSIVE_LAYERS}]
+        if others:
+            return (f"the Keras model has layers beyond the recurrent stack "
+                    f"({', '.join(others)}): no framework check")
+        label = f"Keras 3 loading {Path(source).name}"
+        return label, keras.ops.convert_to_numpy(loaded(x))
+    specs = [layer.spec for layer in model.layers()]
+    why = files.loads_into(source, specs)
+    if why is not None:
+        return f"{why}: no framework check"
+    blank = [[np.full_like(array, np.nan) for array in arrays] for arrays in layers.write(model)]
+    with tempfile.TemporaryDirectory(prefix="rnnport-") as folder:
+        rebuilt = Path(folder) / "rebuilt.keras"
+        try:
+            files.write_file(specs, blank, rebuilt)
+        except UnsupportedFeatureError as error:  # Keras 2's hard_sigmoid, say
+            return f"Keras 3 cannot build this network ({error}): no framework check"
+        built = keras.saving.load_model(rebuilt, compile=False)
+    built.load_weights(source)
+    label = f"Keras 3 loading {Path(source).name} into the Sequential rnnport rebuilt"
+    return label, keras.ops.convert_to_numpy(built(x))
 
 
 FORMAT = Format(
@@ -120,4 +162,5 @@ FORMAT = Format(
     read_options_for=read_options_for, gate_names={"g": "c", "n": "h"},
     explain_arrays=explain_arrays, framework_forward=framework_forward,
     names={"reset_before": "reset_after=False", "reset_after": "reset_after=True"},
-    activations=layers.holds_activations, notes=notes, stack_read_options=stack_read_options)
+    activations=layers.holds_activations, notes=notes, networks=choices,
+    stack_read_options=stack_read_options)

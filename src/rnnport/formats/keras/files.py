@@ -96,10 +96,10 @@ from ...io.archive import open_zip, read_member
 from ...io.atomic import atomic_write
 from ...model import Model
 from ...spec import Spec
-from .._common import close_matches, require
+from .._common import close_matches, is_path, require
 from . import layers as keras_layers
 
-__all__ = ["is_keras_file", "layer_names", "notes", "read_file", "write_file"]
+__all__ = ["is_keras_file", "layer_names", "loads_into", "notes", "read_file", "write_file"]
 
 SUFFIXES = (".keras", ".h5", ".hdf5")
 ARCHIVE_CONFIG = "config.json"
@@ -188,6 +188,19 @@ def read_file(source: Any, **options: Any) -> Model:
                               f"layers read ({', '.join(layer.describe() for layer in chosen)}) "
                               "have none; drop the option.")
     return keras_layers.stack_layers([_read_layer(layer, options) for layer in chosen])
+
+
+def stacks(source: Any) -> list[tuple[str, str]]:
+    """The separate recurrent stacks of a model file whose config records the order of
+    its layers: (the name of a layer that picks the stack, what the stack is) each."""
+    if not (is_path(source) and Path(source).name.lower().endswith(SUFFIXES)
+            and Path(source).is_file()):
+        return []
+    layers, functional, ordered = _file_layers(Path(source))
+    if not ordered:
+        return []
+    return [(stack[0].name, " → ".join(layer.describe() for layer in stack))
+            for stack in _stacks(layers, functional)]
 
 
 def notes(source: Any, **options: Any) -> list[str]:
@@ -947,6 +960,27 @@ def _plan(specs: Sequence[Spec]) -> list[_Planned]:
 def layer_names(specs: Sequence[Spec]) -> list[str]:
     """The names :func:`write_file` gives the layers of ``specs``, in order."""
     return [planned.name for planned in _plan(specs)]
+
+
+def loads_into(path: Any, specs: Sequence[Spec]) -> str | None:
+    """None when the Keras 3 weights file at ``path`` holds exactly the layers that
+    :func:`write_file` gives ``specs`` — what Keras's ``load_weights`` needs to fill a
+    Sequential rebuilt from them, as it finds each layer's group by class and position
+    (``lstm``, ``lstm_1`` …), not by the layer's name; else why not, in one sentence."""
+    layers, _, _ = _file_layers(Path(path))
+    if any(not layer.aliases for layer in layers):
+        return (f"{Path(path).name} is a legacy HDF5 weights file, which Keras 3 loads only into "
+                "the model that saved it")
+    found = sorted(layer.aliases[0] for layer in layers)
+    expected = sorted(planned.key for planned in _plan(specs))
+    if found != expected:
+        return (f"{Path(path).name} holds the layer groups {', '.join(found) or 'none'}, and "
+                "Keras's load_weights needs exactly those of the Sequential rebuilt from the "
+                f"network read ({', '.join(expected)})")
+    if not all(stored.startswith("/layers/") for layer in layers for stored in layer.datasets):
+        return (f"{Path(path).name} keeps its layers where an older TensorFlow put them "
+                "(not under /layers/), which Keras 3 does not load")
+    return None
 
 
 def _weights_bytes(h5py: Any, plan: Sequence[_Planned],

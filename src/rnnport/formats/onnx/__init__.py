@@ -18,15 +18,28 @@ an RNN with ``Relu`` is ``rnn_relu``. ONNX cannot hold an LSTM projection, and i
 ``clip`` (every pre-activation clipped before its activation) is rnnport's ``gate_clip``,
 not TF1's cell clip; ``input_forget=1`` is ``Spec.input_forget`` (``f = 1 − i``).
 
-Writing builds a whole graph: input ``x`` ``(batch, time, input)`` (``time_major=True``:
-``(time, batch, input)``), optional inputs ``sequence_lens`` (int32 ``(batch,)``),
-``initial_h`` and ``initial_c`` shaped like ``forward``'s state (defaults: full length,
-zeros), outputs ``y`` shaped like ``forward``'s ``y``, ``h_n`` and, for LSTM, ``c_n``. The
-glue between layers (``Y [T, D, B, H]`` → ``[T, B, D·H]``) is ordinary graph nodes. A
-``Stack`` is written whole, with one state input and output per part (``initial_h_0``,
-``h_n_0``, …). The graph computes in float32 (ONNX Runtime's CPU kernels for these
-operators run float32 only); float16 and float64 weights are stored in their own precision
-and cast in the graph, so reading the file back gives them unchanged.
+Writing builds a whole graph. Its inputs:
+
+* ``x`` ``(batch, time, input)``, float32 (``time_major=True``: ``(time, batch, input)``);
+* with ``lengths=True``, ``sequence_lens`` int32 ``(batch,)``: sequence ``b`` is valid for
+  its first ``sequence_lens[b]`` steps (at most ``time``), as ``forward``'s ``lengths``;
+* with ``initial_state=True``, ``initial_h`` and, for LSTM, ``initial_c``, float32, shaped
+  like ``forward``'s state: ``(layers·D, batch, H_out)`` and ``(layers·D, batch, H)``, index
+  ``layer·D + direction``; each node takes its layer's slice.
+
+Every input it declares is required, and none is also an initializer (ONNX Runtime warns
+about each initializer listed among the inputs). By default the graph takes ``x`` alone
+and the recurrent nodes' ``sequence_lens``, ``initial_h`` and ``initial_c`` are left empty,
+which ONNX defines as full length and zero state: ``session.run(None, {"x": x})``. The
+outputs are ``y`` shaped like ``forward``'s ``y``, ``h_n`` and, for LSTM, ``c_n`` shaped like
+its state. The glue between layers (``Y [T, D, B, H]`` → ``[T, B, D·H]``) is ordinary graph
+nodes. A ``Stack`` is written whole, with one ``sequence_lens`` for all parts and one state
+input and output per part (``initial_h_0``, ``h_n_0``, …). The graph computes in float32
+(ONNX Runtime's CPU kernels for these operators run float32 only); float16 and float64
+weights are stored in their own precision and cast in the graph, so reading the file back
+gives them unchanged. ``opset`` (default 17, at least 14) is the operator set declared.
+Files from earlier rnnport versions, whose optional inputs were also initializers holding
+the defaults, read the same.
 
 Reading finds the RNN nodes of a graph, takes W/R/B/P from initializers or Constant nodes
 (through Cast/Identity), and follows chains of nodes joined by reshaping glue (as
@@ -38,27 +51,30 @@ different functions per direction, weights fed at run time) raises an error nami
 node and the attribute. A graph with no recurrent node may compute one step by step, as
 PyTorch's default exporter writes ``nn.RNN`` and the cells: :mod:`.unrolled` reads those,
 checking them by running the graph.
+
+Running: ``framework_forward`` (``convert --verify`` from an ``.onnx`` file) runs the source
+file in ONNX Runtime, feeding ``x`` in the layout its declared shape names, full lengths to
+an integer ``(batch,)`` input and zeros to rnnport's state inputs; a graph that computes
+more than the network (a head, a second network) or takes other inputs is not checked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from .._common import is_path, require
-from .._protocol import Format, NamedArray, Suffix
+from .._common import is_path
+from .._protocol import Choices, Format, NamedArray, Suffix
 from .graph import external_files, is_proto, load, scopes
 from .layout import OPS
-from .reader import notes, read
+from .reader import networks, notes, read
+from .session import framework_forward, run_reference
 from .writer import write
 
 __all__ = ["FORMAT", "run_reference"]
 
 READ_OPTIONS = frozenset({"node", "inputs"})
-WRITE_OPTIONS = frozenset({"time_major", "opset"})
+WRITE_OPTIONS = frozenset({"time_major", "opset", "lengths", "initial_state"})
 
 
 def sniff(source: Any) -> bool:
@@ -82,17 +98,9 @@ def explain_arrays(native: Any, spec: Any) -> list[NamedArray]:
     return out
 
 
-def run_reference(proto: Any, x: np.ndarray, **feeds: Any) -> Mapping[str, np.ndarray]:
-    """Run a written model in ONNX Runtime (CPU); used by tests and ``convert --verify``."""
-    onnxruntime = require("onnxruntime", extra="onnx", purpose="running ONNX models")
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3  # the optional inputs' defaults are meant to be overridable
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
-                                           providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    inputs = {"x": np.asarray(x, np.float32),
-              **{k: v for k, v in feeds.items() if v is not None}}
-    return dict(zip(names, session.run(None, inputs), strict=True))
+def choices(source: Any) -> Choices:
+    """The separate recurrent networks of a model, each picked by one of its nodes."""
+    return Choices("node", tuple(networks(source)))
 
 
 FORMAT = Format(
@@ -103,7 +111,8 @@ FORMAT = Format(
     extra="onnx", modules=("onnx",), suffixes=(Suffix(".onnx", "an ONNX model"),),
     input_files=external_files,
     gate_names={"g": "c", "n": "h"},
-    explain_arrays=explain_arrays, notes=notes,
+    explain_arrays=explain_arrays, notes=notes, framework_forward=framework_forward,
+    networks=choices,
     names={"peepholes": "P", "gate_clip": "clip", "input_forget": "input_forget=1",
            "reverse": "direction=reverse",
            "activations": "activations", "reset_before": "linear_before_reset=0",

@@ -132,6 +132,14 @@ def _choose(loaded: Loaded, options: Mapping[str, Any]
     return every, found, picked[0]
 
 
+def networks(source: Any) -> list[tuple[str, str]]:
+    """The separate chains of recurrent nodes: (a name ``node=`` takes, what the chain is)."""
+    loaded = load(source)
+    return [(chain[0].name or next(output for output in chain[0].output if output),
+             " → ".join(scope.label(node) for node in chain))
+            for scope in scopes(loaded, {}) for chain in chains(scope)]
+
+
 def notes(source: Any, **options: Any) -> list[str]:
     """What the model holds beside the recurrent nodes read: other recurrent networks, the
     initial states and lengths those nodes are fed, the graph's other computing nodes and

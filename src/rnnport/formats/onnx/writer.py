@@ -20,7 +20,6 @@ __all__ = ["write"]
 
 DEFAULT_OPSET = 17
 IR_VERSION = 8
-MAX_LENGTH = np.iinfo(np.int32).max
 
 
 class _Graph:
@@ -61,11 +60,17 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
     from onnx import numpy_helper
 
     parts = list(model.parts) if isinstance(model, Stack) else [model]
-    time_major = bool(options.get("time_major", False))
     opset = options.get("opset", DEFAULT_OPSET)
     if isinstance(opset, bool) or not isinstance(opset, int) or opset < 14:
         raise FormatError(f"write(fmt='onnx'): opset={opset}; expected 14 or later (the LSTM, "
                           "GRU and RNN operators this writer targets).")
+    flags = {}
+    for flag in ("time_major", "lengths", "initial_state"):
+        value = options.get(flag, False)
+        if not isinstance(value, (bool, np.bool_)):
+            raise FormatError(f"write(fmt='onnx'): {flag}={value!r}; expected True or False.")
+        flags[flag] = bool(value)
+    time_major = flags["time_major"]
     # ONNX Runtime's CPU kernels for these operators run float32 only: the graph computes in
     # float32, and weights of other precisions are stored as they are and cast in the graph.
     compute = np.dtype(np.float32)
@@ -76,23 +81,22 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
         "x", elem, ["time", "batch", model.input_size] if time_major
         else ["batch", "time", model.input_size]))
     x = "x" if time_major else graph.one("Transpose", ["x"], perm=[1, 0, 2])
-    shape = graph.one("Shape", [x])
-    steps = graph.one("Gather", [shape, graph.constant("time_axis", np.array([0]))], axis=0)
-    batch = graph.one("Gather", [shape, graph.constant("batch_axis", np.array([1]))], axis=0)
 
-    # sequence_lens defaults to "longer than any sequence", then is capped at T.
-    graph.inputs.append(onnx.helper.make_tensor_value_info("sequence_lens", onnx.TensorProto.INT32,
-                                                           ["batch"]))
-    graph.initializers.append(numpy_helper.from_array(np.array([MAX_LENGTH], np.int32),
-                                                      "sequence_lens"))
-    lengths = graph.one("Min", [graph.one("Expand", ["sequence_lens", batch]),
-                                graph.one("Cast", [steps], to=onnx.TensorProto.INT32)])
+    # Optional inputs are graph inputs only when asked for, and never initializers as well:
+    # ONNX Runtime warns about every initializer that is also a graph input. Left out, the
+    # recurrent nodes' own defaults apply (full length, zero state).
+    lengths = ""
+    if flags["lengths"]:
+        lengths = "sequence_lens"
+        graph.inputs.append(onnx.helper.make_tensor_value_info(
+            lengths, onnx.TensorProto.INT32, ["batch"]))
+    initial_state = flags["initial_state"]
 
     suffix = (lambda index: "") if len(parts) == 1 else (lambda index: f"_{index}")
     layer_input = x
     for index, part in enumerate(parts):
-        layer_input = _write_part(graph, part, layer_input, lengths, batch, suffix(index),
-                                  compute, elem)
+        layer_input = _write_part(graph, part, layer_input, lengths, initial_state,
+                                  suffix(index), compute, elem)
     y = layer_input if time_major else graph.one("Transpose", [layer_input], perm=[1, 0, 2])
     graph.nodes.append(onnx.helper.make_node("Identity", [y], ["y"], name="y"))
     graph.outputs.insert(0, onnx.helper.make_tensor_value_info(
@@ -111,8 +115,10 @@ def write(model: Model, path: Any = None, **options: Any) -> Any:
     return proto
 
 
-def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str, batch: str,
-                suffix: str, compute: np.dtype, elem: int) -> str:
+def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str,
+                initial_state: bool, suffix: str, compute: np.dtype, elem: int) -> str:
+    """One part's recurrent nodes, one per layer; ``lengths`` is the name of the lengths
+    input ("" for none), and with ``initial_state`` the part takes its state inputs."""
     onnx = graph.onnx
     spec = part.spec
     directions = spec.num_directions
@@ -120,16 +126,12 @@ def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str, batch:
     order, canonical = ORDERS[family], CANONICAL[family]
     stacked = spec.num_layers * directions
     state_names = ["initial_h"] + (["initial_c"] if spec.cell == "lstm" else [])
-    states = {}
+    states = {}  # state name → graph input (L·D, batch, width), sliced per layer below
     for name, width in zip(state_names, (spec.output_size, spec.hidden_size), strict=False):
-        full = f"{name}{suffix}"
-        graph.inputs.append(onnx.helper.make_tensor_value_info(full, elem,
-                                                               [stacked, "batch", width]))
-        graph.initializers.append(graph.numpy_helper.from_array(
-            np.zeros((stacked, 1, width), compute), full))
-        target = graph.one("Concat", [graph.constant("states", np.array([stacked])), batch,
-                                      graph.constant("width", np.array([width]))], axis=0)
-        states[name] = graph.one("Expand", [full, target])
+        if initial_state:
+            states[name] = f"{name}{suffix}"
+            graph.inputs.append(onnx.helper.make_tensor_value_info(states[name], elem,
+                                                                   [stacked, "batch", width]))
     finals: dict[str, list[str]] = {"h_n": [], "c_n": []}
     for layer, named_directions in enumerate(part.params):
         def weights(value: np.ndarray, base: str) -> str:
@@ -154,11 +156,13 @@ def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str, batch:
             [reorder(n["bias_ih"], canonical, order), reorder(n["bias_hh"], canonical, order)]),
             "B") if spec.bias else "")
         inputs.append(lengths)
-        window = [graph.constant("start", np.array([layer * directions])),
-                  graph.constant("stop", np.array([(layer + 1) * directions])),
-                  graph.constant("axis", np.array([0]))]
-        for name in state_names:
-            inputs.append(graph.one("Slice", [states[name], *window]))
+        if states:
+            window = [graph.constant("start", np.array([layer * directions])),
+                      graph.constant("stop", np.array([(layer + 1) * directions])),
+                      graph.constant("axis", np.array([0]))]
+            inputs += [graph.one("Slice", [states[name], *window]) for name in state_names]
+        else:
+            inputs += [""] * len(state_names)
         if spec.peepholes:
             inputs.append(stacked_param(lambda n: reorder(
                 n["weight_peephole"], "ifo", PEEPHOLE_ORDER).reshape(-1), "P"))
@@ -182,6 +186,8 @@ def _write_part(graph: _Graph, part: RNN, layer_input: str, lengths: str, batch:
                     attributes[f"activation_{key}"] = values
         if family == "rnn":
             attributes["activations"] = ["Relu" if spec.cell == "rnn_relu" else "Tanh"] * directions
+        while not inputs[-1]:  # absent optional inputs at the end are left out, not named ""
+            inputs.pop()
         op = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}[family]
         outputs = graph.node(op, inputs, 3 if op == "LSTM" else 2, **attributes)
         finals["h_n"].append(outputs[1])
