@@ -87,9 +87,9 @@ def test_inspect_a_tf1_checkpoint_lists_its_networks(
     tensorbundle.write_bundle(tmp_path / "two.ckpt", variables)
     assert main(["inspect", str(tmp_path / "two.ckpt"), "-q"]) == 0  # every network, in full
     out = capsys.readouterr().out
-    assert "2 networks (--scope picks one):" in out
-    assert "scope='encoder/rnn': single, 1 layer(s) of LSTMCell" in out
-    assert "\n== scope='encoder/rnn'\nLSTM 4→5" in out and "\n== scope='decoder/rnn'\nGRU 5→6" in out
+    assert "2 networks (-O scope=… picks one):" in out
+    assert "--scope encoder/rnn: single, 1 layer(s) of LSTMCell" in out
+    assert "\n== --scope encoder/rnn\nLSTM 4→5" in out and "\n== --scope decoder/rnn\nGRU 5→6" in out
     assert out.count("parameters as stored in tf1") == 2
     assert main(["inspect", str(tmp_path / "two.ckpt"), "--scope", "decoder", "-q"]) == 0
     out = capsys.readouterr().out
@@ -337,7 +337,7 @@ def test_inspect_lists_and_shows_every_network_of_any_format(
     out = capsys.readouterr().out
     assert "2 networks (" in out
     for value in values:
-        assert f"\n== {option}={value!r}\n" in out
+        assert f"\n== -O {option}={value}\n" in out
     assert "LSTM 3→4" in out and "GRU" in out
     assert out.count("parameters as stored in") == 2
     assert main(["inspect", str(path), "-O", f"{option}={values[1]}", "-q"]) == 0
@@ -354,8 +354,8 @@ def test_cli_errors_speak_the_command_line(capsys: pytest.CaptureFixture[str],
                                       "them (e.g. --from a).")
     assert cli_terms("pass layer=['gru', 'lstm'] or scope='enc/rnn'; bidirectional='True'; "
                      "expected True or False") == ("pass --layer gru --layer lstm or --scope "
-                                                   "enc/rnn; -O bidirectional=True; expected "
-                                                   "true or false")
+                                                   "enc/rnn; -O 'bidirectional=\"True\"'; "
+                                                   "expected true or false")
     assert cli_terms("write(fmt='torch', as_cell=True): no. Pass overwrite=True, per_part=True "
                      "or reset_after=False; x=3 stays") == (
         "writing torch (-O as_cell=true): no. Pass --force, --per-part or -O reset_after=false; "
@@ -398,9 +398,9 @@ def test_a_stack_into_a_one_network_format_asks_for_per_part_and_writes_each_par
     assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "b.npy"), "--per-part",
                  "-q"]) == 0
     out = capsys.readouterr().out
-    assert "b.part1.npy does not record all of its network; to read it back, pass: -O cell=lstm " \
-           "-O input_size=4 -O hidden_size=2" in out
-    flags = out.split("b.part1.npy does not record all of its network; to read it back, pass: ")[1]
+    assert "reading b.part1.npy back takes: -O cell=lstm -O input_size=4 -O hidden_size=2" \
+        in out.replace(str(tmp_path) + "/", "")
+    flags = out.split("b.part1.npy back takes: ")[1].splitlines()[0]
     options = [word for word in flags.split() if word != "-O"]
     assert main(["inspect", str(tmp_path / "b.part1.npy"), *(w for o in options for w in ("-O", o)),
                  "-q"]) == 0
@@ -421,7 +421,7 @@ def test_api_writes_one_file_per_part_checked_before_the_first(tmp_path: Path) -
 @pytest.mark.parametrize(("shape", "flags", "lengths", "expected"), [
     ((5, 3), [], None, (5, 4)),                                    # one sequence: (time, input)
     ((2, 5, 3), [], [5, 2], (2, 5, 4)),                            # lengths tell: batch first
-    ((5, 2, 3), [], [5, 2], (5, 2, 4)),                            # lengths tell: time first
+    ((2, 6, 3), [], None, (2, 6, 4)),                              # (batch, time, input)
     ((2, 5, 3), ["--batch-first"], None, (2, 5, 4)),
     ((5, 2, 3), ["--time-major"], None, (5, 2, 4)),
 ])
@@ -441,52 +441,143 @@ def test_run_knows_the_layout_or_is_told(capsys: pytest.CaptureFixture[str], tmp
                  *extra, "--output", str(tmp_path / "y.npz"), "-q"]) == 0
     with np.load(tmp_path / "y.npz") as saved:
         assert saved["y"].shape == expected
-        time_major = shape[0] == 5 and len(shape) == 3
+        time_major = "--time-major" in flags
         want, _ = model.forward(x if len(shape) == 3 else x[None], time_major=time_major,
                                 lengths=None if lengths is None else np.array(lengths))
         np.testing.assert_array_equal(saved["y"], want if len(shape) == 3 else want[0])
     capsys.readouterr()
 
 
-def test_run_refuses_an_ambiguous_layout(capsys: pytest.CaptureFixture[str],
-                                         tmp_path: Path) -> None:
+def test_run_refuses_lengths_that_say_the_input_is_time_major(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rnnport.write(RNN.random(Spec("gru", 3, 4)), "npz", path=tmp_path / "m.npz")
     np.save(tmp_path / "x.npy", np.zeros((4, 6, 3), np.float32))
-    assert main(["run", str(tmp_path / "m.npz"), "--input", str(tmp_path / "x.npy")]) == 1
-    error = capsys.readouterr().err
-    assert "(batch 4, time 6, input 3) or (time 4, batch 6, input 3)" in error
-    assert "Pass --batch-first or --time-major" in error
-    np.save(tmp_path / "x.npy", np.zeros((4, 4, 3), np.float32))
-    np.save(tmp_path / "l.npy", np.array([4, 1, 2, 3]))
+    assert main(["run", str(tmp_path / "m.npz"), "--input", str(tmp_path / "x.npy")]) == 0
+    assert "as (batch, time, input) (--time-major reads it as (time, batch, input))" in \
+        capsys.readouterr().err
+    np.save(tmp_path / "l.npy", np.array([4, 1, 2, 3, 4, 4]))
     assert main(["run", str(tmp_path / "m.npz"), "--input", str(tmp_path / "x.npy"),
                  "--lengths", str(tmp_path / "l.npy")]) == 1
-    assert "fits both axes" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--lengths has 6 entries, the size of axis 1: it looks time-major" in error
+    assert "Pass --time-major" in error and "--batch-first" in error
+    assert main(["run", str(tmp_path / "m.npz"), "--input", str(tmp_path / "x.npy"),
+                 "--lengths", str(tmp_path / "l.npy"), "--time-major", "--output",
+                 str(tmp_path / "y.npy"), "-q"]) == 0
+    assert np.load(tmp_path / "y.npy").shape == (4, 6, 4)
 
 
-@pytest.mark.parametrize(("reset_after", "stored", "formula"), [
-    (False, 150, "layer 0: (3·5·(4+5) + 3·5) = 150  [G·H·(in + H_out) weights + G·H biases, one "
-                 "per gate]"),
-    (True, 165, None),
-])
-def test_inspect_explains_each_count_with_its_own_formula(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path, reset_after: bool, stored: int,
-        formula: str | None) -> None:
-    gru = RNN.random(Spec("gru", 4, 5, reset_after=reset_after))
-    rnnport.write(gru, "keras", path=tmp_path / "gru.keras")
-    assert main(["inspect", str(tmp_path / "gru.keras"), "-q"]) == 0
+def test_review_mends_bias_mode_none_and_read_back_hints(capsys: pytest.CaptureFixture[str],
+                                                         tmp_path: Path) -> None:
+    from rnnport.cli import _option
+
+    assert _option("bias_mode=none") == ("bias_mode", "none")
+    assert _option("x=null") == ("x", None) and _option("x=TRUE") == ("x", True)
+    rnnport.write(RNN.random(Spec("gru", 3, 4, bias=False)), "npz", path=tmp_path / "n.npz")
+    assert main(["convert", str(tmp_path / "n.npz"), str(tmp_path / "n.npy"), "-q"]) == 0
+    hint = capsys.readouterr().out.split("back takes: ")[1].split()
+    assert "bias_mode=none" in hint
+    assert main(["inspect", str(tmp_path / "n.npy"), *hint, "-q"]) == 0
+    assert "no bias" in capsys.readouterr().out
+    rnnport.write(RNN.random(Spec("lstm", 3, 4)), "npz", path=tmp_path / "l.npz")
+    assert main(["convert", str(tmp_path / "l.npz"), str(tmp_path / "s.npy"), "-O",
+                 "bias_mode=single_input", "--verify", "-q"]) == 0
     out = capsys.readouterr().out
-    assert "canonical (both biases b_ih and b_hh, as rnnport's model keeps them): 165" in out
-    assert "layer 0: (3·5·(4+5) + 2·3·5) = 165" in out
-    if formula is None:
-        assert "parameters as stored in keras: 165, the same" in out and "why:" not in out
-    else:
-        assert f"parameters as stored in keras: {stored}\n  {formula}" in out
-        assert "why: keras keeps b_ih + b_hh as one sum" in out
-        assert "why: this is a reset-before GRU" in out and "165 parameters rather than 150" in out
+    assert "-O bias_mode=single_input" in out and "stage 1, rnnport reading" in out
 
 
-def test_missing_extras_say_how_to_install_them_from_a_clone() -> None:
-    from rnnport.formats._common import install_hint
+def test_review_mends_per_part_writes_nothing_when_a_part_cannot_be_written(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    stack = rnnport.stack([RNN.random(Spec("lstm", 3, 4)),
+                           RNN.random(Spec("gru", 4, 2, reset_after=False))])
+    rnnport.write(stack, "npz", path=tmp_path / "s.npz")
+    (tmp_path / "s.npy").write_bytes(b"mine")  # the unsplit name is never written
+    assert main(["convert", str(tmp_path / "s.npz"), str(tmp_path / "s.npy"), "--per-part"]) == 1
+    assert "reset-before GRU" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npy", "s.npz"]
+    with pytest.raises(rnnport.UnsupportedFeatureError):
+        rnnport.write(stack, "torch", per_part=True, path=tmp_path / "api.pt")
+    assert not list(tmp_path.glob("api*"))
+    fine = rnnport.stack([RNN.random(Spec("lstm", 3, 4)), RNN.random(Spec("gru", 4, 2))])
+    rnnport.write(fine, "npz", path=tmp_path / "f.npz")
+    (tmp_path / "f.pt").write_bytes(b"mine")
+    assert main(["convert", str(tmp_path / "f.npz"), str(tmp_path / "f.pt"), "--per-part",
+                 "-q"]) == 0
+    assert (tmp_path / "f.pt").read_bytes() == b"mine" and (tmp_path / "f.part1.pt").exists()
 
-    hint = install_hint("safetensors.numpy", "torch")
-    assert "`pip install safetensors`" in hint and "`pip install -e '.[torch]'` in a clone" in hint
+
+def test_review_mends_cli_terms_leave_what_is_not_an_option_alone() -> None:
+    from rnnport.cli import cli_terms
+
+    assert cli_terms("--layer and -O layer=… both given") == "--layer and -O layer=… both given"
+    assert cli_terms("with overwrite=False or per_part=False, layer=None") == \
+        "with overwrite=False or per_part=False, layer=None"
+    assert cli_terms("scope='a b' here") == "--scope 'a b' here"
+    told = "Formats that hold it: keras (keras: reset_after=False); pass bias_mode='double'"
+    assert cli_terms(told, {"bias_mode"}) == \
+        "Formats that hold it: keras (keras: reset_after=False); pass -O bias_mode=double"
+    assert cli_terms("lengths=3; expected True or False") == \
+        "-O lengths=3; expected true or false"
+
+
+def test_review_mends_run_takes_one_sequence_with_any_flag(capsys: pytest.CaptureFixture[str],
+                                                           tmp_path: Path) -> None:
+    model = RNN.random(Spec("gru", 3, 4))
+    rnnport.write(model, "npz", path=tmp_path / "m.npz")
+    x = np.random.default_rng(1).uniform(-1, 1, (7, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "l.npy", np.array([5]))
+    for extra in (["--time-major"], ["--batch-first"], ["--lengths", str(tmp_path / "l.npy")]):
+        assert main(["run", str(tmp_path / "m.npz"), "--input", str(tmp_path / "x.npy"), *extra,
+                     "--output", str(tmp_path / "y.npz"), "--force", "-q"]) == 0
+        with np.load(tmp_path / "y.npz") as saved:
+            lengths = np.array([5]) if "--lengths" in extra else None
+            np.testing.assert_array_equal(saved["y"], model.forward(x[None], lengths=lengths)[0][0])
+    capsys.readouterr()
+
+
+def test_review_mends_verify_compares_a_keras_model_that_returns_the_last_step(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import keras
+
+    model = keras.Sequential([keras.Input((None, 3)), keras.layers.Bidirectional(
+        keras.layers.GRU(2))])
+    model.save(tmp_path / "last.keras")
+    assert main(["convert", str(tmp_path / "last.keras"), str(tmp_path / "last.pt"), "--verify",
+                 "-q"]) == 0
+    assert re.search(r"source, Keras 3 loading last.keras \(return_sequences=True to compare "
+                     r"every step\): max \|Δ\| = \S+ \(tolerance 1e-05\) ok", capsys.readouterr().out)
+
+
+def test_review_mends_verify_checks_the_source_before_writing_beside_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    rnnport.write(RNN.random(Spec("gru", 3, 4)), "tf1", path=folder / "orig")
+    assert main(["convert", str(folder), str(folder / "copy"), "--to", "tf1", "--verify",
+                 "-q"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"source, TensorFlow restoring orig", out), out
+    assert re.search(r"stage 2, TensorFlow restoring copy", out), out
+
+
+def test_review_mends_verify_of_float64_into_a_float32_framework(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rnnport.write(RNN.random(Spec("lstm", 3, 4), dtype=np.float64), "npz", path=tmp_path / "d.npz")
+    assert main(["convert", str(tmp_path / "d.npz"), str(tmp_path / "d.onnx"), "--verify",
+                 "-q"]) == 0
+    assert re.search(r"stage 2, ONNX Runtime .*\(tolerance 1e-05\) ok", capsys.readouterr().out)
+
+
+def test_review_mends_verify_of_some_layers_of_a_keras_model(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import keras
+
+    keras.Sequential([keras.Input((None, 3)), keras.layers.LSTM(4, return_sequences=True,
+                                                                name="a"),
+                      keras.layers.GRU(2, return_sequences=True, name="b")]).save(
+        tmp_path / "two.keras")
+    assert main(["convert", str(tmp_path / "two.keras"), str(tmp_path / "b.pt"), "--layer", "b",
+                 "--verify", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "the Keras model runs 2 recurrent layer(s), and 1 were read" in out

@@ -102,7 +102,8 @@ class Conversion:
         where = f"convert({source_format} → {target_format})"
         read_options, write_options = split_options(source_format, target_format,
                                                     options or {}, where)
-        check_path(where, path, target_format, overwrite, source, how)
+        if not write_options.get("per_part"):  # else the parts' files, once they are known
+            check_path(where, path, target_format, overwrite, source, how)
         return cls(source, source_format, target_format, path, read_options, write_options,
                    overwrite, how)
 
@@ -118,6 +119,9 @@ class Conversion:
         if per_part_paths(self.target_format, model, self.path, self.write_options):
             return write_parts(self.target_format, model, self.path, self.overwrite,
                                self.source, self.how, self.write_options)
+        if self.write_options.get("per_part"):  # one network after all: the path itself
+            check_path(f"convert({self.source_format} → {self.target_format})", self.path,
+                       self.target_format, self.overwrite, self.source, self.how)
         return get(self.target_format).write(model, path=self.path, **self.write_options)
 
     def output_files(self, model: Model | None = None) -> list[Path]:
@@ -141,7 +145,9 @@ def per_part_paths(fmt: str, model: Model, path: Any, options: dict[str, Any]) -
 
 def write_parts(fmt: str, model: Model, path: Any, overwrite: bool, source: Any, how: str,
                 options: dict[str, Any]) -> list[Any]:
-    """Each part of a stack in its own file, every output checked before the first write."""
+    """Each part of a stack in its own file: every output checked, and every part written
+    in memory, before the first file is saved, so a part the format cannot hold leaves no
+    file behind."""
     assert isinstance(model, Stack)
     paths = per_part_paths(fmt, model, path, options)
     from .io.atomic import check_outputs
@@ -149,6 +155,8 @@ def write_parts(fmt: str, model: Model, path: Any, overwrite: bool, source: Any,
     check_outputs([file for part in paths for file in output_files(fmt, part)],
                   input_files(source), overwrite, how)
     declared = get(fmt)
+    for part in model.parts:
+        declared.write(part, **options)
     return [declared.write(part, path=part_file, **options)
             for part, part_file in zip(model.parts, paths, strict=True)]
 

@@ -12,8 +12,10 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -49,9 +51,12 @@ def _option(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    spelled = {"true": True, "false": False, "none": None, "null": None}  # in any case
+    # true/false in any case, and Python's spellings; `none` stays text (bias_mode=none).
+    spelled = {"true": True, "false": False}
     if value.strip().lower() in spelled:
         return key.strip(), spelled[value.strip().lower()]
+    if value.strip() == "None":
+        return key.strip(), None
     try:
         return key.strip(), json.loads(value)
     except (ValueError, RecursionError):
@@ -77,8 +82,9 @@ def _parser() -> argparse.ArgumentParser:
                         version=f"rnnport {package_version()} (NumPy {np.__version__})")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=summary, description=description, epilog=EPILOG,
+    def command(name: str, summary: str, description: str,
+                epilog: str | None = EPILOG) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=summary, description=description, epilog=epilog,
                                    parents=[common],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
@@ -126,15 +132,16 @@ def _parser() -> argparse.ArgumentParser:
 
     run = command("run", "run a model file on an input array",
                   "Run FILE's network on X with NumPy and save y and the final states. X is "
-                  "one .npy array: (time, input) for one sequence, or (batch, time, input) "
-                  "with --batch-first, or (time, batch, input) with --time-major. Without "
-                  "either flag, --lengths (one length per sequence) must tell which axis is "
-                  "the batch; otherwise the layout is ambiguous and run refuses.")
+                  "one .npy array: (time, input) for one sequence, or (batch, time, input), "
+                  "or (time, batch, input) with --time-major. --lengths (one length per "
+                  "sequence) that fit only the time axis of a (batch, time, input) reading "
+                  "are refused as a sign of time-major input.")
     source(run)
     run.add_argument("--input", required=True, metavar="X.npy", help="the input sequence")
     run.add_argument("--lengths", metavar="L.npy", help="valid length of each sequence")
-    run.add_argument("--output", metavar="Y" + NUMPY_ARCHIVE,
-                     help="save y, h_n (and c_n) here, as one NumPy archive")
+    run.add_argument("--output", metavar="Y.npy|Y" + NUMPY_ARCHIVE,
+                     help="save y alone (a name ending .npy), or y, h_n (and c_n) in one NumPy "
+                          f"archive (ending {NUMPY_ARCHIVE})")
     layout = run.add_mutually_exclusive_group()
     layout.add_argument("--batch-first", dest="time_major", action="store_false", default=None,
                         help="X is (batch, time, input)")
@@ -145,7 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     explain = command("explain", "show two formats' layouts element by element, in colour",
                       "Every element of the source format's arrays and of the target layout, "
                       "coloured by gate and by kind, with a legend and the rules that map one "
-                      "onto the other.")
+                      "onto the other. Sizes: -i and -H from 1 to 64, --layers from 1 to 8.",
+                      epilog=None)
     explain.add_argument("cell", choices=["lstm", "gru", "rnn"], help="the cell type")
     known = ", ".join(formats.formats())
     explain.add_argument("--from", dest="source_format", required=True, metavar="FORMAT",
@@ -212,13 +220,11 @@ def _inspect(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     if choices is None or len(choices.entries) < 2 or choices.option in options:
         _inspect_one(args.source, fmt, options, out, progress)
         return 0
-    flag = f"--{choices.option}" if choices.option in ("layer", "scope") \
-        else f"-O {choices.option}=…"
-    print(f"{len(choices.entries)} networks ({flag} picks one):", file=out)
+    print(f"{len(choices.entries)} networks (-O {choices.option}=… picks one):", file=out)
     for value, what in choices.entries:
-        print(f"  {choices.option}={value!r}: {what}", file=out)
+        print(f"  {_flag(choices.option, value)}: {what}", file=out)
     for value, _ in choices.entries:
-        print(f"\n== {choices.option}={value!r}", file=out)
+        print(f"\n== {_flag(choices.option, value)}", file=out)
         _inspect_one(args.source, fmt, {**options, choices.option: value}, out, progress)
     return 0
 
@@ -255,7 +261,7 @@ def _print_notes(source: str, fmt: str, options: dict[str, Any], out: TextIO) ->
         return
     print(f"beside it, or assumed ({len(found)}):", file=out)
     for note in found:
-        print(f"  - {note}", file=out)
+        print(f"  - {cli_terms(note, chosen.read_options)}", file=out)
 
 
 # -- parameter counts ------------------------------------------------------------------------
@@ -279,7 +285,8 @@ def _count_lines(model: Model, fmt: str, options: dict[str, Any]) -> list[str]:
     try:
         stored = api.param_count(model, fmt, **usable)
     except RnnportError as error:
-        lines.append(f"parameters as stored in {fmt}: n/a ({str(error).splitlines()[0]})")
+        why = cli_terms(str(error).splitlines()[0], declared.read_options)
+        lines.append(f"parameters as stored in {fmt}: n/a ({why})")
         return lines
     if stored == canonical:
         lines.append(f"parameters as stored in {fmt}: {stored:,}, the same")
@@ -304,7 +311,7 @@ def _count_reasons(fmt: str, specs: list[Spec]) -> list[str]:
                        "allow it (the same function), where the canonical model keeps the two.")
     if any(not spec.bias and formats.sums_biases(fmt, spec) for spec in specs):
         reasons.append(f"{fmt} stores zero biases even for a network without them.")
-    if any(spec.cell == "gru" and not spec.reset_after for spec in specs):
+    if any(spec.cell == "gru" and not spec.reset_after and spec.bias for spec in specs):
         reasons.append("this is a reset-before GRU: r multiplies h before the recurrent product, "
                        "so its two candidate biases can be summed; a reset-after GRU computes "
                        "r ⊙ (W_hn·h + b_hn), so it must keep b_hn apart: 2·3·H biases where one "
@@ -341,7 +348,14 @@ def _formula(spec: Spec, layer: int, *, one_bias: bool) -> str:
 
 def _compare(label: str, got: np.ndarray, want: np.ndarray, dtype: np.dtype,
              out: TextIO) -> bool:
-    tolerance = TOLERANCE.get(dtype, 1e-5)
+    # The coarser of the model's precision and the one the framework computed in (some
+    # compute float32 even for float64 weights).
+    tolerance = max(TOLERANCE.get(dtype, 1e-5),
+                    TOLERANCE.get(np.asarray(got).dtype, 1e-5))
+    if np.shape(got) != np.shape(want):
+        print(f"  {label}: output shape {np.shape(got)}, expected {np.shape(want)}: MISMATCH",
+              file=out)
+        return False
     error = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))))
     ok = error <= tolerance
     print(f"  {label}: max |Δ| = {error:.1e} (tolerance {tolerance:.0e}) "
@@ -369,6 +383,10 @@ def _convert(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
             f"{args.source} holds a stack of {len(model.parts)} networks that differ "
             f"({'; '.join(spec.describe() for spec in model.specs)}), and a {target} file holds "
             f"one network. Pass --per-part to write one file per part ({', '.join(names)}){layers}.")
+    # The source's own framework runs before anything is written: writing may change what a
+    # folder source names (a checkpoint folder's state file).
+    checked = _source_check(model, conversion.source_format, args.source, progress) \
+        if args.verify else None
     progress(f"writing {args.destination} ({target}) …")
     conversion.write(model)
     written = conversion.output_files(model)
@@ -382,32 +400,65 @@ def _convert(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     if files and isinstance(model, Stack):
         pieces = list(zip(files, model.parts, strict=True))
     for path, part in pieces:
-        back_options = declared.read_back_options(part)
+        back_options = _back_options(declared, part, conversion.write_options)
         if back_options:
             flags = " ".join(_flag(key, value) for key, value in back_options.items())
-            print(f"{path} does not record all of its network; to read it back, pass: "
-                  f"{flags}", file=out)
-    if args.verify:
-        _verify(args, conversion, model, pieces, out, progress)
+            print(f"reading {path} back takes: {flags}", file=out)
+    if checked is not None:
+        _verify(args, conversion, model, pieces, checked, out, progress)
     return 0
 
 
+def _back_options(declared: formats.Format, model: Model,
+                  write_options: dict[str, Any]) -> dict[str, Any]:
+    """What reading ``model`` back from the target needs: what the format does not record,
+    and the write options (``bias_mode``) that are also read options."""
+    return {**declared.read_back_options(model),
+            **{key: value for key, value in write_options.items()
+               if key in declared.read_options and key != "per_part"}}
+
+
 def _flag(key: str, value: Any) -> str:
-    """``-O key=value`` as a shell word: JSON values, quoted when the shell needs it."""
-    text = value if isinstance(value, str) and value and all(
-        c.isalnum() or c in "._-/" for c in value) else json.dumps(value)
-    word = f"{key}={text}"
-    return f"-O {word}" if all(c.isalnum() or c in "._-/=:" for c in word) \
-        else f"-O '{word}'"
+    """The command-line words that pass option ``key=value``: ``--layer``/``--scope`` where
+    they say it, else ``-O key=value`` with a value ``-O`` reads back as ``value``, quoted
+    for the shell where it needs it."""
+    if key == "layer" and isinstance(value, list) and value and all(
+            isinstance(name, str) for name in value):
+        return " ".join(f"--layer {shlex.quote(name)}" for name in value)
+    if key == "scope" and isinstance(value, str) and value:
+        return f"--scope {shlex.quote(value)}"
+    text = value if isinstance(value, str) else json.dumps(value)
+    try:
+        if _option(f"{key}={text}")[1] != value:
+            text = json.dumps(value)
+    except argparse.ArgumentTypeError:
+        text = json.dumps(value)
+    return f"-O {shlex.quote(f'{key}={text}')}"
+
+
+def _verify_input(model: Model) -> np.ndarray:
+    return np.random.default_rng(0).uniform(-1, 1, (2, 7, model.input_size)).astype(model.dtype)
+
+
+def _source_check(model: Model, fmt: str, path: str,
+                  progress: _Progress) -> tuple[str, np.ndarray] | str:
+    """The source's own framework computing ``y`` for the verify input, or why not."""
+    run = formats.get(fmt).framework_forward
+    if run is None:
+        return (f"{fmt} has no framework of its own; rnnport's runtime is checked against each "
+                "framework by its test suite")
+    progress(f"running {path} in its own framework …")
+    return run(path, model, _verify_input(model))
 
 
 def _verify(args: argparse.Namespace, conversion: api.Conversion, model: Model,
-            pieces: list[tuple[Any, Model]], out: TextIO, progress: _Progress) -> None:
+            pieces: list[tuple[Any, Model]], checked: tuple[str, np.ndarray] | str,
+            out: TextIO, progress: _Progress) -> None:
     """Stage 1: rnnport reads the output back; stage 2: the target's framework loads and runs
-    it, when installed; and the source's framework runs the source, when installed."""
+    it, when installed; and the source's framework ran the source (``checked``)."""
     progress("verifying …")
     target, declared = conversion.target_format, formats.get(conversion.target_format)
-    x = np.random.default_rng(0).uniform(-1, 1, (2, 7, model.input_size)).astype(model.dtype)
+    x = _verify_input(model)
     want, _ = model.forward(x)
     dtype = np.dtype(model.dtype)
     print(f"verify: random input {x.shape}, forward() of {args.source} against:", file=out)
@@ -415,10 +466,8 @@ def _verify(args: argparse.Namespace, conversion: api.Conversion, model: Model,
     piece_input = x
     for path, part in pieces:
         part_want, _ = part.forward(piece_input)
-        back_options = {**declared.read_back_options(part),
-                        **{k: v for k, v in conversion.read_options.items()
-                           if k in declared.read_options}}
-        back = api.read(path, target, **back_options)
+        back = api.read(path, target, **_back_options(declared, part,
+                                                       conversion.write_options))
         got, _ = back.forward(piece_input)
         ok &= _compare(f"stage 1, rnnport reading {path} back", got, part_want, dtype, out)
         run = declared.framework_forward
@@ -430,38 +479,27 @@ def _verify(args: argparse.Namespace, conversion: api.Conversion, model: Model,
             label, got = found
             ok &= _compare(f"stage 2, {label}", got, part_want, dtype, out)
         piece_input = part_want
-    ok &= _framework_check(model, conversion.source_format, args.source, x, want, out)
+    if isinstance(checked, str):
+        print(f"  source, {conversion.source_format}'s framework on {args.source}: not run "
+              f"({checked})", file=out)
+    else:
+        ok &= _compare(f"source, {checked[0]}", checked[1], want, dtype, out)
     if not ok:
         raise FormatError(f"convert --verify: {args.destination} does not compute what "
                           f"{args.source} computes (see the differences above).")
 
 
-def _framework_check(model: Model, fmt: str, path: str, x: np.ndarray, want: np.ndarray,
-                     out: TextIO) -> bool:
-    """Compare with the source framework's own computation when it is installed."""
-    run = formats.get(fmt).framework_forward
-    found = run(path, model, x) if run is not None else (
-        f"{fmt} has no framework of its own; rnnport's runtime is checked against each "
-        "framework by its test suite")
-    if isinstance(found, str):
-        print(f"  source, {fmt}'s framework on {path}: not run ({found})", file=out)
-        return True
-    label, got = found
-    return _compare(f"source, {label}", got, want, np.dtype(model.dtype), out)
-
-
 def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     if args.output:
-        if Path(args.output).suffix.lower() != NUMPY_ARCHIVE:
-            raise FormatError(f"{args.output}: --output should end in {NUMPY_ARCHIVE} (one NumPy "
-                              "archive of y and the final states).")
+        if Path(args.output).suffix.lower() not in (NUMPY_ARCHIVE, ".npy"):
+            raise FormatError(f"{args.output}: --output should end in .npy (y alone) or "
+                              f"{NUMPY_ARCHIVE} (one NumPy archive of y and the final states).")
         check_outputs([Path(args.output)], [*formats.input_files(args.source), Path(args.input)],
                       args.force, "pass --force")
     model = _read(args.source, args.fmt, _source_options(args), progress)
     x = _load_array(args.input, "--input")
     lengths = _load_array(args.lengths, "--lengths") if args.lengths else None
-    x, time_major, single = _layout(x, lengths, args.time_major, args.input)
-    progress(f"running {x.shape} ({'time, batch' if time_major else 'batch, time'}, input) …")
+    x, time_major, single = _layout(x, lengths, args.time_major, args.input, progress)
     y, state = model.forward(x, lengths=lengths, time_major=time_major)
     if single:
         y, state = y[0], _drop_batch(state)
@@ -470,30 +508,37 @@ def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
         print(f"{name}: shape {array.shape}, dtype {array.dtype}, min {array.min():.4g}, max "
               f"{array.max():.4g}" if array.size else f"{name}: shape {array.shape}", file=out)
     if args.output:
-        save_archive(args.output, arrays, "rnnport run --output")
+        if Path(args.output).suffix.lower() == ".npy":
+            atomic_write(args.output, lambda file: np.save(file, y, allow_pickle=False))
+        else:
+            save_archive(args.output, arrays, "rnnport run --output")
         print(f"wrote {args.output}", file=out)
     return 0
 
 
-def _layout(x: np.ndarray, lengths: np.ndarray | None, time_major: bool | None,
-            name: str) -> tuple[np.ndarray, bool, bool]:
+def _layout(x: np.ndarray, lengths: np.ndarray | None, time_major: bool | None, name: str,
+            progress: _Progress) -> tuple[np.ndarray, bool, bool]:
     """``x`` as forward takes it, whether it is time-major, and whether it was one sequence
-    (time, input). A 3-D ``x`` needs --batch-first, --time-major, or lengths that tell."""
-    if x.ndim == 2 and time_major is None and lengths is None:
+    (time, input). A 3-D ``x`` is (batch, time, input) unless --time-major says otherwise;
+    lengths that fit only the time axis contradict that, and are refused."""
+    if x.ndim == 2:
+        progress(f"running one sequence of {x.shape[0]} steps …")
         return x[None], False, True
-    if x.ndim != 3 or time_major is not None:
-        return x, bool(time_major), False
-    if lengths is not None and lengths.ndim == 1:
-        fits = [axis for axis in (0, 1) if x.shape[axis] == lengths.shape[0]]
-        if len(fits) == 1:
-            return x, fits[0] == 1, False
-    told = (f"--lengths has {lengths.shape[0]} entries, which fits both axes"
-            if lengths is not None and lengths.ndim == 1 and x.shape[0] == x.shape[1]
-            else "nothing tells which axis is the batch")
-    raise FormatError(
-        f"--input {name}: shape {x.shape} is (batch {x.shape[0]}, time {x.shape[1]}, input "
-        f"{x.shape[2]}) or (time {x.shape[0]}, batch {x.shape[1]}, input {x.shape[2]}); "
-        f"{told}. Pass --batch-first or --time-major.")
+    if x.ndim == 3 and time_major is None:
+        if lengths is not None and lengths.ndim == 1 and lengths.shape[0] == x.shape[1] \
+                != x.shape[0]:
+            raise FormatError(
+                f"--input {name}: shape {x.shape} reads as (batch {x.shape[0]}, time "
+                f"{x.shape[1]}, input {x.shape[2]}), but --lengths has {lengths.shape[0]} "
+                f"entries, the size of axis 1: it looks time-major. Pass --time-major to read "
+                f"it as (time {x.shape[0]}, batch {x.shape[1]}, input {x.shape[2]}), or "
+                "--batch-first to keep (batch, time, input).")
+        time_major = False
+        progress(f"running {x.shape} as (batch, time, input) (--time-major reads it as "
+                 "(time, batch, input)) …")
+    else:
+        progress(f"running {x.shape} …")
+    return x, bool(time_major), False
 
 
 def _drop_batch(state: Any) -> Any:
@@ -570,35 +615,82 @@ _CALL = re.compile(r"\b(read|write|convert|param_count)\(fmt='([\w-]+)'(?:, ([^(
 _KEYWORD = re.compile(r"(?<![\w.-])([a-z][a-z_]*)=(True|False|None|'[^']*'|\"[^\"]*\"|"
                       r"\[[^\]]*\]|\{[^}]*\}|[\w.+-]+|…|\.\.\.)?")
 _FLAGS = {"fmt": "--from", "overwrite": "--force", "per_part": "--per-part", "layer": "--layer",
-          "scope": "--scope", "time_major": "--time-major", "lengths": "--lengths"}
+          "scope": "--scope"}
+_SWITCHES = {"overwrite", "per_part"}  # flags that say True; False is their absence
 
 
-def cli_terms(text: str) -> str:
+def cli_terms(text: str, names: Iterable[str] | None = None,
+              flags: Mapping[str, str] | None = None, *,
+              switches: Iterable[str] = ()) -> str:
     """An error message from the Python API, phrased for the command line: ``fmt=`` is
-    ``--from``, ``overwrite=True`` is ``--force``, ``layer=['a']`` is ``--layer a``, and
-    other format options are ``-O key=value`` with JSON values (``true``, not ``True``)."""
+    ``--from``, ``overwrite=True`` is ``--force``, ``layer=['a']`` is ``--layer a``, and the
+    options ``names`` (default: every format's) are ``-O key=value`` with values ``-O``
+    reads (``true``, not ``True``); ``flags`` and ``switches`` add a command's own flags
+    (``num_layers`` → ``--layers``). Words already after ``-O``, and ``key=`` words that name
+    no option (another framework's own vocabulary), stay as they are."""
     verbs = {"read": "reading", "write": "writing", "convert": "converting",
              "param_count": "counting"}
     text = _CALL.sub(lambda m: f"{verbs[m[1]]} {m[2]}" + (f" ({m[3]})" if m[3] else ""), text)
-    known = _option_names()
+    known = set(_option_names() if names is None else names)
+    named = {**_FLAGS, **(flags or {})}
+    on_off = _SWITCHES | set(switches)
 
     def flag(match: re.Match[str]) -> str:
         key, value = match[1], match[2]
+        if match.string[max(0, match.start() - 3):match.start()] == "-O ":
+            return match[0]
         parsed = _python_value(value) if value else None
-        if key in _FLAGS:
-            name = _FLAGS[key]
-            if value is None or value in ("…", "...") or isinstance(parsed, bool):
+        if value in ("…", "..."):
+            value = None
+        if key in named:
+            name = named[key]
+            if key in on_off:
+                return name if value is None or parsed is True else match[0]
+            if value is None:
                 return name
+            if parsed is None or isinstance(parsed, bool):
+                return match[0]
             items = parsed if isinstance(parsed, list) else [parsed]
-            return " ".join(f"{name} {item}" for item in items)
+            return " ".join(f"{name} {shlex.quote(str(item))}" for item in items)
         if key not in known:
             return match[0]
-        if value is None or value in ("…", "..."):
-            return f"-O {key}={value or ''}"
+        if value is None:
+            return f"-O {key}=…"
         return _flag(key, parsed)
 
     text = _KEYWORD.sub(flag, text)
     return text.replace("expected True or False", "expected true or false")
+
+
+# What explain's keyword arguments are called on its command line.
+_EXPLAIN_FLAGS = {"num_layers": "--layers", "input_size": "-i", "hidden_size": "-H",
+                  "reset_before": "--reset-before", "bidirectional": "--bidirectional",
+                  "cell": "CELL"}
+
+
+def _cli_error(text: str, args: argparse.Namespace) -> str:
+    """An error for ``args.command``'s one-line report, in the command line's terms."""
+    text = text.removeprefix(f"{args.command}: ")
+    if args.command == "explain":
+        return cli_terms(text, (), _EXPLAIN_FLAGS, switches={"reset_before", "bidirectional"})
+    return cli_terms(text, _involved(args))
+
+
+def _involved(args: argparse.Namespace) -> set[str] | None:
+    """The options of the formats a command reads and writes, when they can be told."""
+    try:
+        names: set[str] = set()
+        source = getattr(args, "source", None)
+        if isinstance(source, str):
+            declared = formats.get(formats.resolve(source, getattr(args, "fmt", None)))
+            names |= declared.read_options
+        destination = getattr(args, "destination", None)
+        if isinstance(destination, str):
+            target = args.to or formats.output_format(destination)
+            names |= formats.get(formats.info(target).name).write_options
+        return names | {field.name for field in dataclass_fields(Spec)} if names else None
+    except RnnportError:
+        return None
 
 
 def _python_value(text: str) -> Any:
@@ -612,9 +704,7 @@ def _python_value(text: str) -> Any:
 
 def _option_names() -> set[str]:
     """Every option a format takes, and the Spec fields a flat buffer needs told."""
-    from dataclasses import fields
-
-    names = {field.name for field in fields(Spec)}
+    names = {field.name for field in dataclass_fields(Spec)}
     for name in formats.formats():
         declared = formats.get(name)
         names |= declared.read_options | declared.write_options
@@ -650,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         text = " ".join(str(error).split("\n")[0].split()) if isinstance(error, OSError) \
-            else cli_terms(str(error).replace("\n", " "))
+            else _cli_error(str(error).replace("\n", " "), args)
         print(f"rnnport {args.command}: {text}", file=sys.stderr)
         return 1
 

@@ -116,13 +116,13 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
                              ("num_layers", num_layers, MAX_LAYERS)):
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= most:
             raise SpecError(f"explain: {name}={size!r}; expected 1 to {most}. The tables "
-                            "draw every element, so small sizes show the layout best.")
+                            "draw every element, so small networks show the layout best.")
     for name, flag in (("reset_before", reset_before), ("bidirectional", bidirectional)):
         if not isinstance(flag, bool):
             raise SpecError(f"explain: {name}={flag!r}; expected True or False.")
     if reset_before and CELL_NAMES[cell.lower()] != "gru":
         raise SpecError(f"explain: reset_before=True with cell={cell!r}; only a GRU has a "
-                        "reset gate. Pass cell='gru', or leave reset_before out.")
+                        "reset gate. Pass cell='gru', or drop reset_before=True.")
     source, target = info(source).name, info(target).name
     network = Spec(CELL_NAMES[cell.lower()], input_size, hidden_size, num_layers=num_layers,
                    bidirectional=bidirectional, reset_after=not reset_before)

@@ -60,8 +60,9 @@ def render_html(layout: Layout) -> str:
     for heading, fmt, arrays in (("Source", layout.source, layout.source_arrays),
                                  ("Target", layout.target, layout.target_arrays)):
         total = sum(array.size for array in arrays)
+        part = "layer 0, forward: " if layout.network is not None else ""
         body.append(f"<section class=\"{heading.lower()}\"><h2>{heading}: {esc(fmt)} "
-                    f"({total} parameters)</h2>")
+                    f"({part}{total} parameters)</h2>")
         for array in arrays:
             body.append(f"<h3>{esc(array.heading())}</h3>")
             body += [f"<p class=\"note\">{esc(note)}</p>" for note in array.notes]

@@ -344,7 +344,11 @@ def _differences(before: Sequence[NamedArray], after: Sequence[NamedArray],
         else:
             where = f"{name} (flat elements {flat.tolist()})"
         changes.append(f"adds {amount} to {where}")
-    return "; ".join(changes) if changes else "changes nothing (the two cancel, bit-exact)"
+    if not changes:
+        return "changes nothing (the two cancel, bit-exact)"
+    every = (" — shown for layer 0's forward direction; every layer and direction of the "
+             "buffer has such a slot, and changes likewise") if offsets else ""
+    return "; ".join(changes) + every
 
 
 # -- counts ---------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ def render_text(layout: Layout, color: bool, width: int = WIDTH) -> str:
         total = sum(array.size for array in arrays)
         flat = " — one 1-D buffer, segments in buffer order" if any(
             a.offset is not None for a in arrays) else ""
-        lines += [f"{heading}: {fmt} ({total} parameters){flat}", ""]
+        part = "layer 0, forward: " if layout.network is not None else ""
+        lines += [f"{heading}: {fmt} ({part}{total} parameters){flat}", ""]
         for array in arrays:
             lines.append(f"  {array.heading()}")
             lines += [f"    {note}" for note in array.notes]

@@ -762,7 +762,18 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
             "savers do, and does not overwrite a state file it cannot read; fix or remove it. "
             "Nothing was written.")
         tensorbundle.write_bundle(prefix, out)
-        checkpoint_state.record(prefix, state)
+        try:  # what another writer recorded meanwhile is kept too
+            state = checkpoint_state.read_state(prefix.parent, "") or state
+        except RnnportError:
+            pass
+        try:
+            checkpoint_state.record(prefix, state)
+        except OSError as error:
+            raise FormatError(
+                f"write(fmt='tf1'): the checkpoint {prefix} is written, but the state file "
+                f"{prefix.parent / checkpoint_state.STATE_FILE} could not be updated ({error}), "
+                "so tf.train.latest_checkpoint does not name it. Fix the cause, then write again "
+                "with overwrite=True (--force).") from error
     return out
 
 

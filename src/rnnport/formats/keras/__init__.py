@@ -117,8 +117,8 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
                 "no framework check")
     if importlib.util.find_spec("keras") is None:
         return "Keras is not installed: no framework check"
-    # Keras 3 brings its backend (often TensorFlow): keep its start-up log off the terminal
-    # unless the caller asked for it.
+    # Keras 3 brings its backend (often TensorFlow): fewer of its start-up lines on the
+    # terminal (TensorFlow prints some before it reads this setting).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
 
@@ -129,8 +129,19 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
         if others:
             return (f"the Keras model has layers beyond the recurrent stack "
                     f"({', '.join(others)}): no framework check")
+        recurrent = [layer for layer in loaded.layers
+                     if type(layer).__name__ in {*layers.LAYER_CELLS, *layers.WRAPPERS}]
+        if len(recurrent) != len(model.layers()):
+            return (f"the Keras model runs {len(recurrent)} recurrent layer(s), and "
+                    f"{len(model.layers())} were read (layer= picked some): no framework check")
         label = f"Keras 3 loading {Path(source).name}"
-        return label, keras.ops.convert_to_numpy(loaded(x))
+        config = loaded.get_config()
+        if _every_step(config):  # compare every step, not the last only
+            rebuilt = type(loaded).from_config(config)
+            rebuilt.set_weights(loaded.get_weights())
+            loaded, label = rebuilt, label + " (return_sequences=True to compare every step)"
+        y = loaded(x)
+        return label, keras.ops.convert_to_numpy(y[0] if isinstance(y, (list, tuple)) else y)
     specs = [layer.spec for layer in model.layers()]
     why = files.loads_into(source, specs)
     if why is not None:
@@ -146,6 +157,24 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     built.load_weights(source)
     label = f"Keras 3 loading {Path(source).name} into the Sequential rnnport rebuilt"
     return label, keras.ops.convert_to_numpy(built(x))
+
+
+def _every_step(config: Any) -> bool:
+    """Set ``return_sequences`` in every recurrent layer's config of a saved model's config;
+    whether any was off."""
+    changed = False
+    if isinstance(config, dict):
+        inner = config.get("config")
+        if config.get("class_name") in {*layers.LAYER_CELLS, *layers.WRAPPERS} \
+                and isinstance(inner, dict) and inner.get("return_sequences") is False:
+            inner["return_sequences"] = True
+            changed = True
+        for value in config.values():
+            changed |= _every_step(value)
+    elif isinstance(config, list):
+        for value in config:
+            changed |= _every_step(value)
+    return changed
 
 
 FORMAT = Format(

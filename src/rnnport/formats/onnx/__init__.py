@@ -92,8 +92,8 @@ def explain_arrays(native: Any, spec: Any) -> list[NamedArray]:
                                  "P"), node.input, strict=False):
         if input_name in ("W", "R", "B", "P") and name:
             array = scope.value(name, scope.label(node))
-            notes = ("axis 0 is ONNX's direction axis D (1 here: forward only)",) \
-                if array.shape and array.shape[0] == 1 else ()
+            notes = ("axis 0 is ONNX's direction axis D (a bidirectional node's forward "
+                     "direction is index 0, its reverse index 1)",) if array.shape else ()
             out.append(NamedArray(input_name, array, None, notes))
     return out
 
@@ -118,4 +118,5 @@ FORMAT = Format(
            "activations": "activations", "reset_before": "linear_before_reset=0",
            "reset_after": "linear_before_reset=1"},
     layout_notes=("ONNX arrays start with a direction axis D: W [D, G·H, I], R [D, G·H, H], "
-                  "B [D, 2·G·H] (here D = 1).",))
+                  "B [D, 2·G·H] (D = 2 for a bidirectional node, forward first; one node per "
+                  "layer).",))

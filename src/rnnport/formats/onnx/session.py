@@ -71,8 +71,10 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
                 + NO_CHECK)
     import onnxruntime
 
+    settings = onnxruntime.SessionOptions()
+    settings.log_severity_level = 3  # a foreign file's load warnings are not this check's
     try:
-        session = onnxruntime.InferenceSession(os.fspath(source),
+        session = onnxruntime.InferenceSession(os.fspath(source), sess_options=settings,
                                                providers=["CPUExecutionProvider"])
     except Exception as error:  # ONNX Runtime's error classes derive from Exception alone
         return f"ONNX Runtime cannot load {os.fspath(source)} ({_first_line(error)})" + NO_CHECK
