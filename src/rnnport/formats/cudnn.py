@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from ..copying import copy_into
-from ..errors import FormatError, ShapeError, UnsupportedFeatureError
+from ..errors import AmbiguousSourceError, FormatError, ShapeError, UnsupportedFeatureError
 from ..gates import CANONICAL, gate_family, reorder
 from ..io.archive import load_npy
 from ..model import RNN, Model, Stack, as_float_array, where
@@ -67,7 +67,8 @@ from ._common import combine_biases, describe, is_path, require, to_numpy
 from ._protocol import Format, NamedArray, Suffix
 
 __all__ = ["FORMAT", "FlatFormat", "Segment", "buffer_size", "check_weight_space", "cuda_module",
-           "framework_forward", "ieee_float32", "layout", "weight_space"]
+           "framework_forward", "ieee_float32", "layout", "one_shape", "shapes_for",
+           "weight_space"]
 
 BIAS_MODES = ("double", "single_input", "single_recurrent", "none")
 READ_OPTIONS = frozenset({"cell", "input_size", "hidden_size", "num_layers", "bidirectional",
@@ -131,6 +132,65 @@ def layout(spec: Spec, bias_mode: str = "double") -> list[Segment]:
 def buffer_size(spec: Spec, bias_mode: str = "double") -> int:
     segments = layout(spec, bias_mode)
     return segments[-1].stop
+
+
+MAX_CANDIDATES = 8
+
+
+def shapes_for(size: int, cell: str, *, input_size: int | None = None,
+               hidden_size: int | None = None, num_layers: int | None = None,
+               bidirectional: bool | None = None, proj_size: int = 0,
+               bias_mode: str = "double", max_layers: int = 16) -> list[Spec]:
+    """Every network of cell kind ``cell`` whose ``bias_mode`` buffer holds ``size``
+    elements, with the sizes given fixed and the others solved for: what a buffer that
+    records no shape (a TF1 ``opaque_kernel``, a ``CudnnRNN`` node's params) can be.
+    Sorted by layers, then directions, then hidden size; the input size is solved exactly."""
+    gates = {"lstm": 4, "gru": 3}.get(cell, 1)
+    biases = len(bias_names(bias_mode))
+    found = []
+    layers_range = [num_layers] if num_layers is not None else range(1, max_layers + 1)
+    directions_range = [2 if bidirectional else 1] if bidirectional is not None else (1, 2)
+    for layers in layers_range:
+        for directions in directions_range:
+            hidden_range: Any = [hidden_size] if hidden_size is not None else range(
+                1, math.isqrt(max(size // (gates * directions * layers), 0)) + 1)
+            for hidden in hidden_range:
+                out = proj_size or hidden
+                per_layer = gates * hidden * out + biases * gates * hidden + proj_size * hidden
+                deeper = gates * hidden * (directions * out + out) + biases * gates * hidden \
+                    + proj_size * hidden
+                rest = size - directions * per_layer - (layers - 1) * directions * deeper
+                if rest <= 0 or rest % (directions * gates * hidden):
+                    continue
+                width = rest // (directions * gates * hidden)
+                if input_size is not None and width != input_size:
+                    continue
+                spec = Spec(cell, width, hidden, num_layers=layers,
+                            bidirectional=directions == 2, proj_size=proj_size,
+                            bias=bias_mode != "none")
+                if buffer_size(spec, bias_mode) == size:
+                    found.append(spec)
+    return found
+
+
+def one_shape(size: int, cell: str, where: str, **known: Any) -> Spec:
+    """The one network :func:`shapes_for` finds, or an error listing the candidates and the
+    options that would tell them apart."""
+    found = shapes_for(size, cell, **known)
+    if len(found) == 1:
+        return found[0]
+    given = ", ".join(f"{key}={value!r}" for key, value in known.items() if value is not None)
+    if not found:
+        raise FormatError(f"{where}: {size} elements fit no {cell} network"
+                          + (f" with {given}" if given else "") + "; check the sizes given.")
+    shown = "; ".join(spec.describe() for spec in found[:MAX_CANDIDATES])
+    more = f" and {len(found) - MAX_CANDIDATES} more" if len(found) > MAX_CANDIDATES else ""
+    unknown = [key for key in ("hidden_size", "num_layers", "bidirectional", "input_size")
+               if known.get(key) is None]
+    raise AmbiguousSourceError(
+        f"{where}: {size} elements fit {len(found)} {cell} networks ({shown}{more}); the "
+        f"buffer does not record its shape. Pass {', '.join(f'{k}=' for k in unknown)} to "
+        "pick one.")
 
 
 class FlatFormat:

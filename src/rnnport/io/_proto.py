@@ -1,15 +1,22 @@
-"""The few protocol-buffer wire rules a TensorFlow checkpoint index needs, both ways.
+"""The protocol-buffer wire rules TensorFlow's files need: a checkpoint index (both ways)
+and, read only, the graphs and object graphs of ``io/tfproto.py``.
 
-Decoding yields ``(field number, value)`` pairs: an ``int`` for varint and fixed-width
-fields, ``bytes`` for length-delimited ones. Malformed input raises ``ProtoError``; the
-caller adds where it was.
+:func:`fields` yields ``(field number, value)`` pairs: an ``int`` for varint and
+fixed-width fields, ``bytes`` for length-delimited ones. :func:`scan` yields
+``(number, wire type, value)`` with ``memoryview`` slices instead of copies and skips
+groups; :func:`packed_varints` and :func:`fixed_array` decode packed repeated fields with
+NumPy. Malformed input raises ``ProtoError``; the caller adds where it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-__all__ = ["ProtoError", "fields", "key", "read_varint", "varint"]
+import numpy as np
+
+__all__ = ["MAX_FIELD_NUMBER", "WIRE_END_GROUP", "WIRE_FIXED32", "WIRE_FIXED64", "WIRE_LEN",
+           "WIRE_NAMES", "WIRE_START_GROUP", "WIRE_VARINT", "ProtoError", "fields", "fixed_array",
+           "key", "packed_varints", "read_varint", "scan", "varint"]
 
 
 class ProtoError(ValueError):
@@ -75,3 +82,153 @@ def varint(value: int) -> bytes:
 
 def key(number: int, wire: int) -> bytes:
     return varint(number << 3 | wire)
+
+
+# -- the rest of the wire format, for messages read field by field (TensorFlow's graphs) ----------
+
+WIRE_VARINT, WIRE_FIXED64, WIRE_LEN, WIRE_START_GROUP, WIRE_END_GROUP, WIRE_FIXED32 = range(6)
+WIRE_NAMES = {WIRE_VARINT: "varint", WIRE_FIXED64: "64-bit", WIRE_LEN: "length-delimited",
+              WIRE_START_GROUP: "start-group", WIRE_END_GROUP: "end-group", WIRE_FIXED32: "32-bit"}
+MAX_FIELD_NUMBER = (1 << 29) - 1
+# Groups are proto2's and no TensorFlow message has one; an unknown one is still skipped, as
+# protobuf does, but only this deep (each level is a start tag in the input, so a bound).
+MAX_GROUP_DEPTH = 100
+# Packed varints are decoded this many bytes at a time, so the temporary arrays stay small.
+_VARINT_CHUNK = 1 << 20
+
+
+def _tag(data: memoryview, position: int) -> tuple[int, int, int]:
+    byte = data[position]
+    if byte < 0x80:  # most tags are one byte
+        tag, position = byte, position + 1
+    else:
+        tag, position = read_varint(data, position)
+    number, wire = tag >> 3, tag & 7
+    if not 0 < number <= MAX_FIELD_NUMBER:
+        raise ProtoError(f"a field numbered {number} (field numbers run from 1 to {MAX_FIELD_NUMBER})")
+    return number, wire, position
+
+
+def _skip_group(data: memoryview, position: int, number: int) -> int:
+    """The position after the end-group tag that closes group ``number``."""
+    open_groups = [number]
+    while open_groups:
+        if position >= len(data):
+            raise ProtoError(f"group {open_groups[-1]} has no end-group tag before the end of its record")
+        inner, wire, position = _tag(data, position)
+        if wire == WIRE_START_GROUP:
+            if len(open_groups) >= MAX_GROUP_DEPTH:
+                raise ProtoError(f"groups nested deeper than {MAX_GROUP_DEPTH} levels")
+            open_groups.append(inner)
+        elif wire == WIRE_END_GROUP:
+            if inner != open_groups[-1]:
+                raise ProtoError(f"an end-group tag for field {inner} closes group {open_groups[-1]}")
+            open_groups.pop()
+        else:
+            position = _skip_value(data, position, wire)
+    return position
+
+
+def _skip_value(data: memoryview, position: int, wire: int) -> int:
+    if wire == WIRE_VARINT:
+        return read_varint(data, position)[1]
+    if wire == WIRE_FIXED64 or wire == WIRE_FIXED32:
+        position += 8 if wire == WIRE_FIXED64 else 4
+        if position > len(data):
+            raise ProtoError("a fixed-width field runs past the end of its record")
+        return position
+    if wire == WIRE_LEN:
+        length, position = read_varint(data, position)
+        if length > len(data) - position:
+            raise ProtoError(f"a length-delimited field of {length:,} bytes runs past the end of its "
+                             f"record ({len(data) - position:,} bytes left)")
+        return position + length
+    raise ProtoError(f"wire type {wire}, which protobuf does not define")
+
+
+def scan(data: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """Every field of one message, in order: ``(number, wire type, value)``.
+
+    The value is an ``int`` for varint and fixed-width fields (the raw bits, unsigned) and a
+    ``memoryview`` slice of ``data`` (no copy) for length-delimited fields and for groups,
+    which are skipped whole. A field that runs past the end, an end-group tag without its
+    start, a field number outside 1..2^29-1 and wire types 6 and 7 raise ``ProtoError``.
+    """
+    position, end = 0, len(data)
+    value: int | memoryview
+    while position < end:
+        byte = data[position]
+        if byte < 0x80 and byte >= 8:  # a one-byte tag (fields 1..15), the usual case, inline
+            number, wire, position = byte >> 3, byte & 7, position + 1
+        else:
+            number, wire, position = _tag(data, position)
+        if wire == WIRE_VARINT:
+            byte = data[position] if position < end else 0x80
+            if byte < 0x80:
+                value, position = byte, position + 1
+            else:
+                value, position = read_varint(data, position)
+        elif wire == WIRE_LEN:
+            byte = data[position] if position < end else 0x80
+            if byte < 0x80:
+                length, position = byte, position + 1
+            else:
+                length, position = read_varint(data, position)
+            if length > end - position:
+                raise ProtoError(f"a length-delimited field of {length:,} bytes runs past the end of "
+                                 f"its record ({end - position:,} bytes left)")
+            value = data[position:position + length]
+            position += length
+        elif wire == WIRE_FIXED64 or wire == WIRE_FIXED32:
+            width = 8 if wire == WIRE_FIXED64 else 4
+            if position + width > end:
+                raise ProtoError("a fixed-width field runs past the end of its record")
+            value = int.from_bytes(data[position:position + width], "little")
+            position += width
+        elif wire == WIRE_START_GROUP:
+            start = position
+            position = _skip_group(data, position, number)
+            value = data[start:position]
+        elif wire == WIRE_END_GROUP:
+            raise ProtoError(f"an end-group tag for field {number} without its start")
+        else:
+            raise ProtoError(f"wire type {wire}, which protobuf does not define")
+        yield number, wire, value
+
+
+def packed_varints(data: memoryview) -> np.ndarray:
+    """The varints of a packed repeated field, as ``uint64`` (the raw bits, like ``read_varint``)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if raw.size == 0 or int(raw.max()) < 0x80:
+        return raw.astype(np.uint64)  # every value one byte: the common case of small numbers
+    ends = np.flatnonzero(raw < 0x80)
+    if ends.size == 0 or ends[-1] != raw.size - 1:
+        raise ProtoError("a packed varint runs past the end of its field")
+    out = np.empty(ends.size, dtype=np.uint64)
+    first = 0
+    for chunk_start in range(0, ends.size, _VARINT_CHUNK):
+        chunk_ends = ends[chunk_start:chunk_start + _VARINT_CHUNK]
+        starts = np.empty_like(chunk_ends)
+        starts[0] = first
+        starts[1:] = chunk_ends[:-1] + 1
+        lengths = chunk_ends - starts + 1
+        if int(lengths.max()) > 10:
+            raise ProtoError("a packed varint longer than 10 bytes (more than 64 bits)")
+        piece = raw[first:int(chunk_ends[-1]) + 1]
+        offsets = np.arange(piece.size) - np.repeat(starts - first, lengths)
+        if np.any((offsets == 9) & (piece > 1)):
+            raise ProtoError("a packed varint does not fit in 64 bits")
+        payload = (piece & 0x7F).astype(np.uint64) << (7 * offsets).astype(np.uint64)
+        out[chunk_start:chunk_start + chunk_ends.size] = np.bitwise_or.reduceat(payload, starts - first)
+        first = int(chunk_ends[-1]) + 1
+    return out
+
+
+def fixed_array(data: memoryview, dtype: str) -> np.ndarray:
+    """A packed repeated fixed-width field as a read-only array viewing ``data`` (``dtype``
+    little-endian, e.g. ``"<f4"``)."""
+    width = np.dtype(dtype).itemsize
+    if len(data) % width:
+        raise ProtoError(f"a packed field of {len(data)} bytes is not a whole number of "
+                         f"{width}-byte values")
+    return np.frombuffer(data, dtype=dtype)
