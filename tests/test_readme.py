@@ -2,7 +2,8 @@
 
 Its ``python`` blocks run in order in one namespace, and the commands of its ``sh`` blocks
 run where they stand in the text, in a temporary folder that holds a copy of ``examples/``
-(the README speaks from the root of a clone) and a link to this environment as ``.venv``.
+(the README speaks from the root of a clone), a link to ``tests/`` (whose golden files it
+reads) and a link to this environment as ``.venv``.
 Lines that set up an environment (``make``, ``pip install``, activating ``.venv``) are what
 this test environment already did, and are the only lines not run.
 """
@@ -54,6 +55,7 @@ def test_readme_code_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyP
     found = blocks(text)
     assert sum(lang == "python" for _, lang, _ in found) >= 4
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # golden files the README reads, never writes
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
     monkeypatch.chdir(tmp_path)
     environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"

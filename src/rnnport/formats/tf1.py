@@ -60,12 +60,8 @@ from __future__ import annotations
 import glob
 import importlib.util
 import itertools
-import json
 import os
 import re
-import subprocess
-import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,10 +91,14 @@ from ._common import (
     to_numpy,
 )
 from ._protocol import Choices, Format, RunTimeConstant, Suffix, missing_feature
+from ._tensorflow import run_job
 
 __all__ = ["CELLS", "FORMAT", "STRUCTURES", "networks"]
 
-READ_OPTIONS = frozenset({"scope", "forget_bias", "cell_clip", "activation"})
+READ_OPTIONS = frozenset({"scope", "forget_bias", "cell_clip", "activation", "hidden_size",
+                          "num_layers", "bidirectional", "input_size", "rnn_mode"})
+# The options only an opaque cuDNN buffer takes: the shape and cell it does not record.
+OPAQUE_OPTIONS = ("hidden_size", "num_layers", "bidirectional", "input_size", "rnn_mode")
 WRITE_OPTIONS = frozenset({"cell", "scope", "structure", "forget_bias", "cell_clip", "activation"})
 
 LSTM_ORDER = "igfo"  # TF1's i, j, f, o with j written as the candidate g
@@ -177,11 +177,22 @@ def sniff(source: Any) -> bool:
     if is_path(source):
         text = os.fspath(source)
         path = Path(text)
+        if path.is_dir() and (path / "saved_model.pb").is_file():
+            return False  # a SavedModel folder: fmt='tf2' reads it (TF1 exports included)
         if text.endswith(".index") or tensorbundle.is_data_file(path):
+            found = True
+        elif path.is_dir():
+            found = (path / "checkpoint").is_file() or any(path.glob("*.index"))
+        else:
+            found = Path(f"{text}.index").is_file()
+        if not found:
+            return False
+        # An object-based (TF2) checkpoint holds its object graph: fmt='tf2' reads it.
+        try:
+            return "_CHECKPOINTABLE_OBJECT_GRAPH" not in tensorbundle.Bundle(
+                tensorbundle.checkpoint_prefix(path))
+        except (RnnportError, OSError):
             return True
-        if path.is_dir():
-            return (path / "checkpoint").is_file() or any(path.glob("*.index"))
-        return Path(f"{text}.index").is_file()
     if isinstance(source, Mapping):
         return any(isinstance(key, str) and _VARIABLE.match(key) for key in source)
     return False
@@ -263,6 +274,8 @@ class _Network:
             self.scope.startswith(f"{scope}/"))
 
     def summary(self) -> str:
+        if self.structure == OPAQUE:
+            return f"scope={self.scope!r}: {OPAQUE_WHAT} ({self.cells[0, 0][0]})"
         cells = sorted({BY_SCOPE[cell].name for cell, _ in self.cells.values()})
         layers = 1 + max(layer for layer, _ in self.cells)
         return (f"scope={self.scope!r}: {STRUCTURES[self.structure]} of {', '.join(cells)}"
@@ -316,8 +329,8 @@ def _choose(networks: list[_Network], scope: str | None, where: str,
             "lstm_cell/kernel, basic_lstm_cell/kernel, cudnn_compatible_lstm_cell/kernel, "
             "gru_cell/gates/kernel, cudnn_compatible_gru_cell/gates/kernel or "
             "basic_rnn_cell/kernel (cells with a custom name= are not recognised)."
-            + (" This is a TF2 object-based checkpoint (tf.train.Checkpoint), whose names "
-               "follow Python attributes; load it in TensorFlow and pass the Keras layer."
+            + (" This is a TF2 object-based checkpoint (tf.train.Checkpoint, "
+               "Model.save_weights), whose names follow object paths; read it with fmt='tf2'."
                if object_based else ""))
     listing = "\n".join(f"  - {network.summary()}" for network in networks)
     if scope is None:
@@ -362,6 +375,9 @@ def networks(source: Any) -> list[dict[str, Any]]:
             "cells": [BY_SCOPE[network.cells[layer, 0][0]].name if (layer, 0) in network.cells
                       else None for layer in range(listed_layers)],
         })
+    for network in _opaque_networks(variables):
+        out.append({"scope": network.scope, "structure": OPAQUE, "layers": None,
+                    "bidirectional": None, "cells": [network.cells[0, 0][0]]})
     return out
 
 
@@ -370,16 +386,16 @@ def notes(source: Any, **options: Any) -> list[str]:
     optimizer slots and moving averages of its variables, a global step, other layers'
     variables (see ``Format.notes``). Names and shapes only; no tensor is read."""
     variables = _Variables(source)
-    found = _networks(variables.names, variables.where)
+    found = [*_networks(variables.names, variables.where), *_opaque_networks(variables)]
     network = _choose(found, options.get("scope"), variables.where, variables.names)
-    used: set[str] = set()
-    for cell, prefix in network.cells.values():
+    used: set[str] = {f"{network.scope}/opaque_kernel"} if network.structure == OPAQUE else set()
+    for cell, prefix in ([] if network.structure == OPAQUE else network.cells.values()):
         base = f"{prefix}{cell}/"
         used.update(base + name for name in _cell_variables(variables.names, BY_SCOPE[cell],
                                                             base)[2])
     out = [f"another recurrent network, {other.summary()}; not read." for other in found
            if other is not network]
-    kinds = {BY_SCOPE[cell] for cell, _ in network.cells.values()}
+    kinds = {BY_SCOPE[cell] for cell, _ in network.cells.values() if cell in BY_SCOPE}
     assumed = []
     if options.get("forget_bias") is None and any(
             cell.forget_bias and not cell.fixed_forget_bias for cell in kinds):
@@ -423,14 +439,79 @@ def notes(source: Any, **options: Any) -> list[str]:
     return out
 
 
+# -- CudnnRNN layers' opaque buffers ---------------------------------------------------------
+
+OPAQUE = "cudnn"  # the structure of a network held in one opaque cuDNN buffer
+OPAQUE_WHAT = "a CudnnRNN layer's opaque cuDNN buffer"
+_OPAQUE_VARIABLE = re.compile(r"^(?:(?P<outer>.*)/)?(?P<layer>[^/]+)/opaque_kernel$")
+# tf.contrib.cudnn_rnn's layers name their scope after the class (cudnn_lstm, cudnn_gru_1 …).
+_OPAQUE_LAYER = re.compile(r"^cudnn_(?P<mode>lstm|gru|rnn_tanh|rnn_relu)(?:_\d+)?$")
+RNN_MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+
+
+def _opaque_networks(variables: _Variables) -> list[_Network]:
+    """One network per 1-D ``…/opaque_kernel`` variable: a ``CudnnLSTM`` / ``CudnnGRU`` /
+    ``CudnnRNNTanh`` / ``CudnnRNNRelu`` layer's whole cuDNN weight space (cells: the mode its
+    scope names, or ``?``)."""
+    found = []
+    for name in variables.names:
+        match = _OPAQUE_VARIABLE.match(name)
+        if match and len(variables.shapes.get(name, ())) == 1:
+            scope = name.rpartition("/")[0]
+            mode = _OPAQUE_LAYER.match(match["layer"])
+            found.append(_Network(scope, OPAQUE, {(0, 0): (mode["mode"] if mode else "?",
+                                                          f"{scope}/")}))
+    return found
+
+
+def _read_opaque(variables: _Variables, network: _Network, options: Mapping[str, Any]) -> Model:
+    """The network in a ``…/opaque_kernel`` buffer: cuDNN's layout (``formats.cudnn``, bias
+    mode double, as TensorFlow's CudnnRNN ops keep it), its shape solved from the size and
+    what the options and the scope tell (:func:`rnnport.formats.cudnn.one_shape`)."""
+    from . import cudnn
+
+    name = f"{network.scope}/opaque_kernel"
+    where = f"{variables.where}: {name}"
+    named_mode = network.cells[0, 0][0]
+    mode = options.get("rnn_mode")
+    if mode is not None and mode not in RNN_MODES:
+        raise FormatError(f"{where}: rnn_mode={mode!r}; expected one of "
+                          f"{', '.join(map(repr, RNN_MODES))}.")
+    if mode is None and named_mode == "?":
+        raise FormatError(f"{where}: the layer's name does not say its cell (cudnn_lstm, "
+                          "cudnn_gru, cudnn_rnn_tanh, cudnn_rnn_relu); pass rnn_mode= with one of "
+                          f"{', '.join(map(repr, RNN_MODES))}.")
+    if mode is not None and named_mode not in ("?", mode):
+        raise FormatError(f"{where}: rnn_mode={mode!r}, but the layer's name says "
+                          f"{named_mode!r}; drop rnn_mode= or pass {named_mode!r}.")
+    cell = mode or named_mode
+    for key in ("forget_bias", "cell_clip", "activation"):
+        if options.get(key) is not None:
+            raise FormatError(f"{where}: {key}= applies to TF1 cells; a cuDNN buffer holds "
+                              "neither a forget bias, a cell clip nor an activation choice. "
+                              "Drop it.")
+    buffer = variables.array(name)
+    known = {key: options.get(key) for key in ("hidden_size", "num_layers", "bidirectional",
+                                               "input_size")}
+    spec = cudnn.one_shape(buffer.size, cell, where, **known)
+    return cudnn.FORMAT.read(buffer, **cudnn.FORMAT.read_options_for(spec))
+
+
 # -- read ---------------------------------------------------------------------------------
 
 
 def read(source: Any, **options: Any) -> Model:
     variables = _Variables(source)
     where = variables.where
-    network = _choose(_networks(variables.names, where), options.get("scope"), where,
-                      variables.names)
+    network = _choose([*_networks(variables.names, where), *_opaque_networks(variables)],
+                      options.get("scope"), where, variables.names)
+    if network.structure == OPAQUE:
+        return _read_opaque(variables, network, options)
+    given = [key for key in OPAQUE_OPTIONS if options.get(key) is not None]
+    if given:
+        raise FormatError(f"{where}: {', '.join(given)}= apply to a CudnnRNN layer's opaque "
+                          f"buffer (…/opaque_kernel); {network.summary()} records its shape in "
+                          "its variables. Drop the option(s).")
     layers = 1 + max(layer for layer, _ in network.cells)
     directions = 2 if network.structure in ("bidirectional", "stack_bidirectional") else 1
     # Named lazily: a stray cell_99999999 must not list 10⁸ gaps.
@@ -756,24 +837,8 @@ def write(model: Model, path: Any = None, **options: Any) -> dict[str, np.ndarra
                 out[base + name] = array
     if path is not None:
         prefix = tensorbundle.output_prefix(path)
-        # Read before anything is written: a state file that cannot be updated stops the write.
-        state = checkpoint_state.read_state(
-            prefix.parent, "rnnport names each checkpoint it writes there, as TensorFlow's "
-            "savers do, and does not overwrite a state file it cannot read; fix or remove it. "
-            "Nothing was written.")
-        tensorbundle.write_bundle(prefix, out)
-        try:  # what another writer recorded meanwhile is kept too
-            state = checkpoint_state.read_state(prefix.parent, "") or state
-        except RnnportError:
-            pass
-        try:
-            checkpoint_state.record(prefix, state)
-        except OSError as error:
-            raise FormatError(
-                f"write(fmt='tf1'): the checkpoint {prefix} is written, but the state file "
-                f"{prefix.parent / checkpoint_state.STATE_FILE} could not be updated ({error}), "
-                "so tf.train.latest_checkpoint does not name it. Fix the cause, then write again "
-                "with overwrite=True (--force).") from error
+        checkpoint_state.write_recorded(prefix, lambda: tensorbundle.write_bundle(prefix, out),
+                                        "write(fmt='tf1')")
     return out
 
 
@@ -887,15 +952,16 @@ def input_files(path: Path) -> list[Path]:
 def choices(source: Any) -> Choices:
     """The networks ``scope=`` picks from."""
     return Choices("scope", tuple(
-        (network["scope"], f"{network['structure']}, {network['layers']} layer(s) of "
-                           f"{', '.join(map(str, network['cells']))}")
+        (network["scope"], f"{OPAQUE_WHAT} ({network['cells'][0]})"
+         if network["structure"] == OPAQUE else
+         f"{network['structure']}, {network['layers']} layer(s) of "
+         f"{', '.join(map(str, network['cells']))}")
         for network in networks(source)))
 
 
 # -- TensorFlow running the checkpoint ------------------------------------------------------
 
 # Seconds for the TensorFlow process to start, build the graph, restore and run.
-FRAMEWORK_TIME_LIMIT = 300
 
 
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
@@ -907,7 +973,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     a checkpoint does not record comes from ``model``, as reading left it: each LSTM cell's
     ``forget_bias`` (the constant in ``bias_ih``'s forget block), ``cell_clip`` and a
     BasicRNNCell's activation. TensorFlow runs in a process of its own (``python -m
-    rnnport.formats._tf1_graph``, on the CPU, within :data:`FRAMEWORK_TIME_LIMIT` seconds),
+    rnnport.formats._tf1_graph``, on the CPU, within five minutes),
     since TF1 cells need ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported; the
     graph's variables are restored with ``tf.compat.v1.train.Saver``, which fails unless
     every name, shape and dtype matches. Returns a sentence instead when it cannot run.
@@ -929,29 +995,12 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
         return f"{plan}: no framework check"
     network, cells = plan
     assert variables.bundle is not None
-    with tempfile.TemporaryDirectory(prefix="rnnport-tf1-") as temporary:
-        folder = Path(temporary)
-        np.save(folder / "x.npy", np.ascontiguousarray(x, dtype=model.dtype), allow_pickle=False)
-        job = {"checkpoint": str(variables.bundle.prefix.resolve()),
-               "structure": network.structure, "scope": network.scope, "cells": cells,
-               "x": str(folder / "x.npy"), "y": str(folder / "y.npy")}
-        (folder / "job.json").write_text(json.dumps(job))
-        package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnport
-        environment = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-                       "CUDA_VISIBLE_DEVICES": "",
-                       "PYTHONPATH": os.pathsep.join(filter(None, [
-                           package_root, os.environ.get("PYTHONPATH")]))}
-        try:
-            done = subprocess.run([sys.executable, "-m", "rnnport.formats._tf1_graph",
-                                   str(folder / "job.json")], cwd=folder, env=environment,
-                                  capture_output=True, text=True, timeout=FRAMEWORK_TIME_LIMIT)
-        except subprocess.TimeoutExpired:
-            return f"TensorFlow did not finish within {FRAMEWORK_TIME_LIMIT} s: no framework check"
-        if done.returncode != 0 or not (folder / "y.npy").is_file():
-            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-            why = lines[-1][:500] if lines else f"exit status {done.returncode}"
-            return f"TensorFlow could not run the checkpoint ({why}): no framework check"
-        y = np.load(folder / "y.npy", allow_pickle=False)
+    job = {"checkpoint": str(variables.bundle.prefix.resolve()),
+           "structure": network.structure, "scope": network.scope, "cells": cells}
+    y = run_job(["-m", "rnnport.formats._tf1_graph"], job, x.astype(model.dtype, copy=False),
+                "the checkpoint")
+    if isinstance(y, str):
+        return f"{y}: no framework check"
     names = ", ".join(dict.fromkeys(cell["cls"] for cell in cells))
     return (f"TensorFlow restoring {variables.bundle.prefix.name} into "
             f"{STRUCTURES[network.structure]} ({names})", y)

@@ -43,6 +43,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -276,3 +277,27 @@ def record(prefix: str | os.PathLike[str], before: CheckpointState | None) -> Pa
     prefix = Path(prefix)
     text = format_state(updated(before, prefix, time.time()))
     return atomic_write(prefix.parent / STATE_FILE, lambda file: file.write(text.encode("ascii")))
+
+
+def write_recorded(prefix: Path, write: Callable[[], object], where: str) -> None:
+    """Call ``write()`` to write the checkpoint at ``prefix``, then name it the newest in its
+    folder's state file, keeping what another writer recorded meanwhile. A state file that
+    cannot be read stops everything before ``write`` runs; one that cannot be updated after
+    it is an error saying the checkpoint itself is written."""
+    state = read_state(
+        prefix.parent, "rnnport names each checkpoint it writes there, as TensorFlow's savers "
+        "do, and does not overwrite a state file it cannot read; fix or remove it. Nothing was "
+        "written.")
+    write()
+    try:
+        state = read_state(prefix.parent, "") or state
+    except FormatError:
+        pass
+    try:
+        record(prefix, state)
+    except OSError as error:
+        raise FormatError(
+            f"{where}: the checkpoint {prefix} is written, but the state file "
+            f"{prefix.parent / STATE_FILE} could not be updated ({error}), so "
+            "tf.train.latest_checkpoint does not name it. Fix the cause, then write again "
+            "with overwrite=True (--force).") from error

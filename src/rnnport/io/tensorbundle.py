@@ -472,8 +472,27 @@ def _index(entries: list[tuple[bytes, bytes]]) -> bytes:
     return data_block + meta_block + index_block + footer
 
 
+_STRING = 7  # DataType DT_STRING
+
+
+def _string_bytes(values: list[bytes]) -> tuple[bytes, int]:
+    """A string tensor's bytes and masked CRC, as :func:`_strings` reads them: varint
+    lengths, the masked CRC-32C of the lengths (each as a little-endian uint32, uint64 past
+    4 GiB), then the bytes; the entry's CRC covers the lengths, that checksum and the bytes."""
+    crc = 0
+    for value in values:
+        crc = crc32c(len(value).to_bytes(4 if len(value) < 1 << 32 else 8, "little"), crc)
+    checksum = mask(crc).to_bytes(4, "little")
+    crc = crc32c(checksum, crc)
+    for value in values:
+        crc = crc32c(value, crc)
+    return b"".join(_proto.varint(len(value)) for value in values) + checksum + \
+        b"".join(values), mask(crc)
+
+
 def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> list[Path]:
-    """Write ``arrays`` as a one-shard checkpoint that ``tf.train.load_checkpoint`` reads.
+    """Write ``arrays`` as a one-shard checkpoint that ``tf.train.load_checkpoint`` reads
+    (an object array of ``bytes`` is a string tensor).
 
     The data file is written first and the index last, each to a temporary file renamed
     into place, so a failure leaves no half-written checkpoint behind.
@@ -490,6 +509,9 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
         except ValueError as error:
             raise FormatError(f"{prefix}: tensor {name!r} is not one rectangular array "
                               f"({error}).") from None
+        if array.dtype == object and all(isinstance(item, bytes) for item in array.flat):
+            tensors.append((name, _STRING, array))  # a DT_STRING tensor (an object graph)
+            continue
         dtype = array.dtype.newbyteorder("=") if array.dtype.byteorder != "|" else array.dtype
         if dtype not in _CODES:
             raise DTypeError(f"{prefix}: tensor {name!r} has dtype {array.dtype}, which a "
@@ -501,10 +523,14 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
     def write_data(file: BinaryIO) -> None:
         offset = 0
         for name, code, array in tensors:
-            raw = array.reshape(-1).view(np.uint8)
-            file.write(raw.data)
+            if code == _STRING:
+                raw, crc = _string_bytes(list(array.flat))
+            else:
+                raw = array.reshape(-1).view(np.uint8).tobytes()
+                crc = mask(crc32c(raw))
+            file.write(raw)
             entries.append((name.encode("utf-8"),
-                            _entry_proto(code, array.shape, offset, len(raw), mask(crc32c(raw)))))
+                            _entry_proto(code, array.shape, offset, len(raw), crc)))
             offset += len(raw)
 
     # The data file first and the index last, so a reader never finds an index without data.

@@ -1,0 +1,55 @@
+"""Running TensorFlow in a process of its own, for the TensorFlow formats' framework checks.
+
+TensorFlow is never imported into rnnport's process: its TF1 cells need ``tf_keras`` with
+``TF_USE_LEGACY_KERAS=1`` set before TensorFlow starts, which must not leak into a process
+that may also hold Keras 3, and importing it costs seconds and hundreds of megabytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TIME_LIMIT", "run_job"]
+
+TIME_LIMIT = 300  # seconds: a check that takes longer says so rather than hang the caller
+
+
+def run_job(command: list[str], job: Mapping[str, Any], x: np.ndarray, what: str, *,
+            legacy_keras: bool = True,
+            prepare: Callable[[Path], Mapping[str, Any]] | None = None) -> np.ndarray | str:
+    """Run ``python COMMAND JOB.json`` in a fresh folder holding ``x.npy``; the job (``job``,
+    what ``prepare(folder)`` adds, and the paths ``x`` and ``y``) is its JSON argument, and
+    the program saves ``y.npy``. Returns ``y``, or a sentence saying why there is none
+    (``what`` names what TensorFlow was to run)."""
+    with tempfile.TemporaryDirectory(prefix="rnnport-tensorflow-") as temporary:
+        folder = Path(temporary)
+        np.save(folder / "x.npy", np.ascontiguousarray(x), allow_pickle=False)
+        full = {**job, **(prepare(folder) if prepare is not None else {}),
+                "x": str(folder / "x.npy"), "y": str(folder / "y.npy")}
+        (folder / "job.json").write_text(json.dumps(full))
+        package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnport
+        environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
+                       "PYTHONPATH": os.pathsep.join(filter(None, [
+                           package_root, os.environ.get("PYTHONPATH")]))}
+        if legacy_keras:
+            environment["TF_USE_LEGACY_KERAS"] = "1"
+        try:
+            done = subprocess.run([sys.executable, *command, str(folder / "job.json")],
+                                  cwd=folder, env=environment, capture_output=True, text=True,
+                                  timeout=TIME_LIMIT, check=False)
+        except subprocess.TimeoutExpired:
+            return f"TensorFlow did not finish within {TIME_LIMIT} s"
+        if done.returncode != 0 or not (folder / "y.npy").is_file():
+            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            why = lines[-1][:500] if lines else f"exit status {done.returncode}"
+            return f"TensorFlow could not run {what} ({why})"
+        return np.load(folder / "y.npy", allow_pickle=False)

@@ -1,0 +1,357 @@
+"""The recurrent layers of a TF2 checkpoint or SavedModel, found from its object paths.
+
+A :class:`Source` opens what ``read`` is given — a checkpoint (prefix, ``.index`` or a
+folder with a ``checkpoint`` state file), a SavedModel folder, or a dict ``checkpoint key
+→ array`` — and lists its variables by *object path*. In a checkpoint the paths come from
+walking the ``TrackableObjectGraph`` from the root, breadth first, over every child except
+the aliases Keras and ``tf.Module`` add (``variables``, ``trainable_variables``,
+``keras_api`` … and names starting with ``_``), so that a SavedModel's variable keyed
+``variables/0`` is still found at ``layer_with_weights-0/cell/kernel``. A dict's keys are
+paths already (``PATH/.ATTRIBUTES/VARIABLE_VALUE``).
+
+A *recurrent layer* is an object holding variables ``kernel`` and ``recurrent_kernel`` (and
+``bias``): a Keras RNN layer's ``cell``, or a CuDNNLSTM/CuDNNGRU itself. Its layer path is
+the holder's less ``/cell``; ``…/forward_layer`` and ``…/backward_layer`` are the two
+directions of the Bidirectional above them. Layers in one container (the root, or
+``model`` of a ``tf.train.Checkpoint``) are ordered by the ``k`` of
+``layer_with_weights-k``, which counts every layer with weights (a Dense too): consecutive
+``k`` whose sizes chain form one stack, as consecutive layers of a Sequential do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import AmbiguousSourceError, FormatError
+from ...io import tensorbundle, tfproto
+from ...model import as_float_array
+from .._common import close_matches, describe, is_path, to_numpy
+
+__all__ = ["Layer", "Source", "choose", "is_object_key", "kind", "looks_object_based", "stacks",
+           "summary"]
+
+VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+# Children that alias objects reached under their own names elsewhere.
+ALIASES = frozenset({"variables", "trainable_variables", "non_trainable_variables",
+                     "trainable_weights", "non_trainable_weights", "weights", "keras_api",
+                     "root", "signatures", "layers", "submodules", "states"})
+_WEIGHTS = re.compile(r"^layer_with_weights-(\d{1,9})$")
+_NAMES = ("kernel", "recurrent_kernel", "bias")
+
+
+def is_object_key(key: Any) -> bool:
+    return isinstance(key, str) and key.endswith(VALUE)
+
+
+def _unescape(piece: str) -> str:
+    return piece.replace(".S", "/").replace("..", ".")
+
+
+@dataclass
+class Layer:
+    """One recurrent layer: its object path, its holders' paths (one per direction) and
+    what the source says of it."""
+
+    path: str
+    container: str
+    index: int | None      # the k of layer_with_weights-k
+    order: int             # where its path was first reached
+    holders: list[str]     # forward[, backward]: paths of the objects holding kernel …
+    name: str = ""         # the Keras layer's name, where the source tells it
+    class_name: str | None = None
+    config: Mapping[str, Any] | None = None
+    inner: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        named = f" ({self.name})" if self.name and self.name != self.path else ""
+        return f"{self.path}{named}"
+
+
+class Source:
+    """A TF2 checkpoint, SavedModel or dict, by object path (see the module docstring)."""
+
+    def __init__(self, source: Any) -> None:
+        self.saved_model: Path | None = None
+        self.bundle: tensorbundle.Bundle | None = None
+        self.name_based: Path | None = None   # a TF1 SavedModel's variables prefix
+        self.metadata: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        self.full_names: dict[str, str] = {}
+        self.slots = 0
+        self._arrays: Mapping[str, Any] = {}
+        if isinstance(source, Mapping):
+            self.where = "tf2 variables"
+            keys = {}
+            for key in source:
+                if not is_object_key(key):
+                    raise FormatError(f"tf2 variables: key {key!r}; expected checkpoint keys "
+                                      f"ending in {VALUE} (as write(model, 'tf2') gives).")
+                keys[key[:-len(VALUE)]] = key
+            self._arrays = source
+            self.paths = keys
+            self.order = {path: index for index, path in enumerate(keys)}
+            self.shapes = {key: tuple(np.shape(value)) for key, value in source.items()}
+            self.keys = list(source)
+            return
+        if not is_path(source):
+            raise FormatError(
+                "read(fmt='tf2'): expected a TF2 checkpoint prefix (its .index file or folder), "
+                f"a SavedModel folder, or a dict checkpoint key → array; got {describe(source)}.")
+        path = Path(source)
+        if path.name == "saved_model.pb" and path.is_file():
+            path = path.parent
+        if path.is_dir() and (path / "saved_model.pb").is_file():
+            self.saved_model = path
+            prefix = path / "variables" / "variables"
+            if not Path(f"{prefix}.index").is_file():
+                raise FormatError(f"{path}: a SavedModel folder without variables/variables.index; "
+                                  "copy its variables/ folder with saved_model.pb.")
+        else:
+            prefix = tensorbundle.checkpoint_prefix(path)
+        self.bundle = tensorbundle.Bundle(prefix)
+        self.where = str(path if self.saved_model else self.bundle.prefix)
+        self.keys = list(self.bundle)
+        self.shapes = {key: self.bundle[key].shape for key in self.keys}
+        if tfproto.OBJECT_GRAPH_KEY not in self.bundle:
+            if self.saved_model is None:
+                raise FormatError(
+                    f"{self.where}: no {tfproto.OBJECT_GRAPH_KEY} tensor, so a name-based (TF1) "
+                    "checkpoint, not an object-based one; read it with fmt='tf1'.")
+            self.name_based = self.bundle.prefix
+            self.paths, self.order = {}, {}
+            return
+        graph = tfproto.read_object_graph(self.bundle)
+        self.paths, self.order, node_paths = _walk(graph, self.where)
+        self.slots = sum(len(node.slot_variables) for node in graph.nodes)
+        for node_id, node_path in node_paths.items():
+            for attribute in graph.nodes[node_id].attributes:
+                if attribute.name == "VARIABLE_VALUE":
+                    self.full_names[node_path] = attribute.full_name
+        missing = [key for key in self.paths.values() if key not in self.bundle]
+        if missing:
+            raise FormatError(f"{self.where}: the object graph names {missing[0]!r}, which the "
+                              "checkpoint does not hold; it is damaged or incomplete.")
+        if self.saved_model is not None and (self.saved_model / "keras_metadata.pb").is_file():
+            self._keras_metadata(self.saved_model / "keras_metadata.pb")
+
+    def _keras_metadata(self, path: Path) -> None:
+        for node in tfproto.read_saved_metadata(path).nodes:
+            parts = node.node_path.split(".")
+            if not parts or parts[0] != "root":
+                continue
+            try:
+                entry = json.loads(node.metadata)
+            except ValueError:
+                raise FormatError(f"{path}: node {node.node_path!r} holds metadata that is not "
+                                  "JSON; the file is damaged.") from None
+            if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
+                self.metadata["/".join(parts[1:])] = (str(entry.get("class_name")),
+                                                      entry["config"])
+
+    def shape(self, path: str) -> tuple[int, ...]:
+        return tuple(self.shapes[self.paths[path]])
+
+    def array(self, path: str) -> np.ndarray:
+        key = self.paths[path]
+        where = f"{self.where}: {key}"
+        if self.bundle is not None:
+            return as_float_array(self.bundle.read(key), where)
+        return as_float_array(to_numpy(self._arrays[key]), where)
+
+    def layers(self) -> list[Layer]:
+        """The recurrent layers, in order (see the module docstring)."""
+        found: dict[str, Layer] = {}
+        for path in self.paths:
+            holder, _, last = path.rpartition("/")
+            if not holder or last != "recurrent_kernel" or f"{holder}/kernel" not in self.paths:
+                continue
+            base = holder[:-len("/cell")] if holder.endswith("/cell") else (
+                "" if holder == "cell" else holder)
+            outer, _, side = base.rpartition("/")
+            direction = ("forward_layer", "backward_layer").index(side) \
+                if side in ("forward_layer", "backward_layer") else None
+            layer_path = outer if direction is not None else base
+            container, _, own = layer_path.rpartition("/")
+            match = _WEIGHTS.match(own)
+            layer = found.setdefault(layer_path, Layer(
+                layer_path, container, int(match[1]) if match else None,
+                self.order.get(layer_path, self.order[path]), [], ""))
+            if direction is None:
+                layer.holders = [holder]
+            else:
+                while len(layer.holders) < 2:
+                    layer.holders.append("")
+                layer.holders[direction] = holder
+        out = sorted(found.values(), key=lambda layer: (
+            layer.container, layer.index if layer.index is not None else -1, layer.order))
+        for layer in out:
+            if "" in layer.holders:
+                raise FormatError(f"{self.where}: {layer.path} holds one direction of a "
+                                  "Bidirectional layer only (forward_layer and backward_layer "
+                                  "expected); the checkpoint is incomplete.")
+            full = self.full_names.get(f"{layer.holders[0]}/kernel", "")
+            layer.name = full.split("/")[0] if "/" in full else ""
+            if layer.path in self.metadata:
+                layer.class_name, layer.config = self.metadata[layer.path]
+                layer.name = str(layer.config.get("name", layer.name))
+                for side in ("forward_layer", "backward_layer"):
+                    inner = self.metadata.get(f"{layer.path}/{side}")
+                    if inner is not None:
+                        layer.inner.append(inner)
+        return out
+
+    def weight_layers(self) -> dict[tuple[str, int], str]:
+        """Every ``layer_with_weights-k`` object with variables: (container, k) → its path."""
+        out = {}
+        for path in self.paths:
+            pieces = path.split("/")
+            for depth, piece in enumerate(pieces):
+                match = _WEIGHTS.match(piece)
+                if match:
+                    out[("/".join(pieces[:depth]), int(match[1]))] = "/".join(pieces[:depth + 1])
+                    break
+        return out
+
+    def arrays_of(self, layer: Layer) -> list[np.ndarray]:
+        """Forward then backward: kernel, recurrent_kernel[, bias] each."""
+        out = []
+        for holder in layer.holders:
+            out += [self.array(f"{holder}/{name}") for name in _NAMES
+                    if f"{holder}/{name}" in self.paths]
+        return out
+
+    def sizes(self, layer: Layer) -> tuple[int, int]:
+        """(input size, output size) from the shapes alone."""
+        kernel = self.shape(f"{layer.holders[0]}/kernel")
+        recurrent = self.shape(f"{layer.holders[0]}/recurrent_kernel")
+        return (kernel[0] if kernel else 0,
+                (recurrent[0] if recurrent else 0) * len(layer.holders))
+
+
+def _walk(graph: tfproto.TrackableObjectGraph,
+          where: str) -> tuple[dict[str, str], dict[str, int], dict[int, str]]:
+    """Object path → checkpoint key of every variable value; path → the order it was
+    reached; node → path."""
+    nodes = graph.nodes
+    if not nodes:
+        return {}, {}, {}
+    paths: dict[int, str] = {0: ""}
+    order: dict[str, int] = {}
+    queue = deque([0])
+    while queue:
+        parent = queue.popleft()
+        for index, child in enumerate(nodes[parent].children):
+            if not 0 <= child.node_id < len(nodes):
+                raise FormatError(f"{where}: object graph nodes[{parent}].children[{index}] names "
+                                  f"node {child.node_id}; expected one of 0..{len(nodes) - 1}, so "
+                                  "the object graph is damaged.")
+            name = child.local_name
+            if child.node_id in paths or name in ALIASES or name.startswith("_"):
+                continue
+            piece = name.replace("/", ".S")
+            path = f"{paths[parent]}/{piece}" if paths[parent] else piece
+            paths[child.node_id] = path
+            order[path] = len(order)
+            queue.append(child.node_id)
+    keys = {}
+    for node_id, path in paths.items():
+        for attribute in nodes[node_id].attributes:
+            if attribute.name == "VARIABLE_VALUE" and path:
+                keys[path] = attribute.checkpoint_key
+    # Variables reached only through an alias (a module's list): keyed by the alias path.
+    tfkeys = tfproto.checkpoint_keys(graph, where=f"{where}: object graph")
+    for path, key in tfkeys.items():
+        if key not in keys.values() and "/.OPTIMIZER_SLOT/" not in path \
+                and "/.ATTRIBUTES/" not in path:
+            keys[path] = key
+            order.setdefault(path, len(order))
+    return keys, order, paths
+
+
+def stacks(source: Source, layers: list[Layer]) -> list[list[Layer]]:
+    """Consecutive layers of one container whose sizes chain: one stack each."""
+    out: list[list[Layer]] = []
+    for layer in layers:
+        if out:
+            last = out[-1][-1]
+            if (last.container == layer.container and last.index is not None
+                    and layer.index == last.index + 1
+                    and source.sizes(last)[1] == source.sizes(layer)[0]):
+                out[-1].append(layer)
+                continue
+        out.append([layer])
+    return out
+
+
+def summary(source: Source, stack: list[Layer]) -> str:
+    return " → ".join(f"{layer.describe()}: {kind(source, layer)}" for layer in stack)
+
+
+def kind(source: Source, layer: Layer) -> str:
+    if layer.class_name:
+        inner = layer.inner[0][0] if layer.inner else ""
+        return f"{layer.class_name}({inner})" if inner else layer.class_name
+    recurrent = source.shape(f"{layer.holders[0]}/recurrent_kernel")
+    hidden = recurrent[0] if recurrent else 0
+    gates = recurrent[1] // hidden if len(recurrent) == 2 and hidden else 0
+    cell = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}.get(gates, "recurrent")
+    bias = f"{layer.holders[0]}/bias"
+    if bias in source.paths and source.shape(bias) == (2 * gates * hidden,) and gates in (3, 4):
+        cell = f"CuDNN{cell}"
+    return f"{'Bidirectional ' if len(layer.holders) == 2 else ''}{cell}({hidden})"
+
+
+def choose(source: Source, choice: Any) -> list[Layer]:
+    """The stack ``layer=`` picks (a layer's object path or Keras name); the only one
+    without it."""
+    layers = source.layers()
+    found = stacks(source, layers)
+    listing = "\n".join(f"  - layer={stack[0].path!r}: {summary(source, stack)}" for stack in found)
+    if not found:
+        raise FormatError(
+            f"{source.where}: no recurrent layer found; expected objects holding kernel and "
+            "recurrent_kernel variables (a Keras LSTM/GRU/SimpleRNN's cell/, a CuDNNLSTM or "
+            "CuDNNGRU layer).")
+    if choice is None:
+        if len(found) == 1:
+            return found[0]
+        raise AmbiguousSourceError(
+            f"{source.where}: holds {len(found)} separate recurrent stacks; pass layer= to pick "
+            f"one:\n{listing}")
+    if not isinstance(choice, str):
+        raise FormatError(f"read(fmt='tf2'): layer={choice!r}; expected an object path such as "
+                          f"{found[0][0].path!r} or a layer name.")
+    wanted = choice.strip("/")
+    for stack in found:
+        if any(wanted in (layer.path, layer.name) for layer in stack):
+            return stack
+    hint = close_matches(wanted, [layer.path for layer in layers] +
+                         [layer.name for layer in layers if layer.name])
+    raise FormatError(f"{source.where}: no recurrent layer {choice!r}.{hint} The stacks here:\n"
+                      f"{listing}")
+
+
+def looks_object_based(path: Any) -> bool:
+    """Whether ``path`` names a SavedModel folder or a checkpoint whose bundle holds an
+    object graph (reads the index only)."""
+    try:
+        text = os.fspath(path)
+        candidate = Path(text)
+        if candidate.is_dir() and (candidate / "saved_model.pb").is_file():
+            return True
+        if candidate.name == "saved_model.pb" and candidate.is_file():
+            return True
+        prefix = tensorbundle.checkpoint_prefix(candidate)
+        if not Path(f"{prefix}.index").is_file():
+            return False
+        return tfproto.OBJECT_GRAPH_KEY in tensorbundle.Bundle(prefix)
+    except (FormatError, OSError, ValueError):
+        return False
