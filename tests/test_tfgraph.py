@@ -4,7 +4,9 @@ holding a CudnnRNN opaque buffer reads; rnnport's written graphs run in real Ten
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -270,3 +272,236 @@ def test_golden_graph_runs_through_framework_forward() -> None:
     found = get(FMT).framework_forward(path, model, x)  # type: ignore[misc]
     assert not isinstance(found, str), found
     np.testing.assert_allclose(found[1], model.forward(x)[0], atol=1e-5, rtol=0)
+
+
+# -- step-graph constants: where TensorFlow's own graphs put them ------------------------------
+
+
+def _rewrite(graph: tfproto.GraphDef, nodes: Any = None, functions: Any = None,
+             library: bool = True) -> tfproto.GraphDef:
+    """``graph`` with ``nodes(node)`` applied to its own nodes and ``functions(node)`` to its
+    functions' nodes (each returns the node to keep); ``library=False`` drops the library."""
+    keep = graph.node if nodes is None else tuple(nodes(node) for node in graph.node)
+    bodies = tuple(dataclasses.replace(function, node_def=tuple(
+        functions(node) for node in function.node_def)) if functions else function
+        for function in graph.library.function) if library else ()
+    return dataclasses.replace(graph, node=keep,
+                               library=tfproto.FunctionDefLibrary(bodies))
+
+
+def _unscoped(node: tfproto.NodeDef) -> tfproto.NodeDef:
+    """A function node named as TensorFlow names them: the cell's own scope only
+    (``lstm_cell/add``), its inputs too."""
+    def strip(name: str) -> str:
+        return re.sub(r"^(?:[^/^]+/)*(lstm_cell/)", r"\1", name.lstrip("^"))
+    return dataclasses.replace(node, name=strip(node.name),
+                               input=tuple(strip(ref) for ref in node.input))
+
+
+def _model(bidirectional: bool = False, seed: int = 11) -> rnnport.RNN:
+    spec = rnnport.Spec("lstm", 3, 4, bidirectional=bidirectional, cell_clip=0.5)
+    return rnnport.RNN.random(spec, seed=seed, dtype=np.float32)
+
+
+def test_basic_lstm_cells_capital_add_gives_the_forget_bias() -> None:
+    """BasicLSTMCell names its forget-bias add ``basic_lstm_cell/Add``: found by structure."""
+    model = rnnport.RNN.random(rnnport.Spec("lstm", 3, 4), seed=12, dtype=np.float32)
+    graph = tfproto.decode_graph_def(bytes(rnnport.write(model, FMT, forget_bias=0.25)))
+    renamed = _rewrite(graph, functions=lambda node: dataclasses.replace(
+        node, name=node.name[:-len("/add")] + "/Add") if node.name.endswith("lstm_cell/add")
+        else dataclasses.replace(node, input=tuple(
+            ref.replace("lstm_cell/add:", "lstm_cell/Add:") for ref in node.input)))
+    assert any(node.name.endswith("/Add") for _, node in renamed.all_nodes())
+    back = rnnport.read(renamed, FMT)
+    assert back == rnnport.read(graph, FMT)
+    assert back != rnnport.read(graph, FMT, forget_bias=1.0)
+
+
+def test_bidirectional_steps_named_without_their_scope_give_forget_bias_and_clip() -> None:
+    """bidirectional_dynamic_rnn's While bodies name their nodes ``lstm_cell/add``: the
+    calling While's scope says which cell each belongs to."""
+    model = _model(bidirectional=True)
+    graph = tfproto.decode_graph_def(bytes(rnnport.write(model, FMT, forget_bias=0.2)))
+    unscoped = _rewrite(graph, functions=_unscoped)
+    assert any(node.name == "lstm_cell/add" for _, node in unscoped.all_nodes())
+    back = rnnport.read(unscoped, FMT)
+    assert back.spec.cell_clip == 0.5
+    assert back == rnnport.read(graph, FMT)
+    notes = get(FMT).source_notes(unscoped)
+    assert any("forget_bias=0.2" in note for note in notes), notes
+
+
+def _two_networks_sharing_a_body() -> tfproto.GraphDef:
+    """An encoder and a decoder LSTM whose While nodes call one body function: no scope
+    tells whose its ``lstm_cell/add`` is."""
+    one = tfproto.decode_graph_def(bytes(rnnport.write(_model(seed=13), FMT, scope="encoder",
+                                                        forget_bias=0.3)))
+    two = tfproto.decode_graph_def(bytes(rnnport.write(_model(seed=14), FMT, scope="decoder",
+                                                        forget_bias=0.3)))
+    body = {key: one_node.attr[key] for one_node in one.node if one_node.op == "While"
+            for key in ("body", "cond")}
+    names = {node.name for node in one.node}
+    nodes = one.node + tuple(
+        dataclasses.replace(node, attr={**node.attr, **body}) if node.op == "While" else node
+        for node in two.node if node.name not in names)
+    both = dataclasses.replace(one, node=nodes)
+    return _rewrite(both, functions=_unscoped)
+
+
+def test_a_step_no_cell_can_claim_asks_for_the_options() -> None:
+    both = _two_networks_sharing_a_body()
+    with pytest.raises(RnnportError, match=r"cannot attribute to one cell.*forget_bias= and "
+                                           r"cell_clip="):
+        rnnport.read(both, FMT, scope="encoder")
+    model = rnnport.read(both, FMT, scope="encoder", forget_bias=0.3, cell_clip=0.5)
+    assert model.spec.cell_clip == 0.5
+
+
+def test_a_graph_without_its_step_functions_is_refused_unless_the_options_are_given() -> None:
+    """remove_training_nodes drops the library: the While's body, and its constants, are gone."""
+    model = _model()
+    graph = tfproto.decode_graph_def(bytes(rnnport.write(model, FMT, forget_bias=0.3)))
+    bare = _rewrite(graph, library=False)
+    with pytest.raises(RnnportError, match=r"node 'rnn/lstm_cell/while' \(While\) calls body "
+                                           r"'rnn_lstm_cell_while_body'.*the graph is incomplete: "
+                                           r"its cell step, which holds forget_bias and cell_clip, "
+                                           r"is missing; pass forget_bias= and cell_clip="):
+        rnnport.read(bare, FMT)
+    assert rnnport.read(bare, FMT, forget_bias=0.3, cell_clip=0.5) == rnnport.read(graph, FMT)
+
+
+def test_grapplers_symbolic_sizes_in_attribute_shapes_are_unknown() -> None:
+    from rnnport.io import tfproto_encode as encode
+
+    node = encode.node_def("t", "Transpose", ["x", "perm"], {
+        "_output_shapes": encode._bytes_field(1, encode._bytes_field(
+            7, encode.shape_proto([-2, -8, 3])))})
+    decoded = tfproto.decode_node_def(node)
+    shapes = decoded.attr["_output_shapes"].value
+    assert isinstance(shapes, tfproto.AttrList) and shapes.shape == ((-1, -1, 3),)
+    assert tfproto.decode_shape(encode.shape_proto([-2, 3])) == (-1, 3)
+    tensor = encode._varint_field(1, tfproto.DT_FLOAT) + encode._bytes_field(
+        2, encode.shape_proto([-2, 3]))
+    with pytest.raises(RnnportError, match="expected a fully known shape|at least 0"):
+        tfproto.decode_tensor(tensor)
+
+
+def test_a_keras_layer_frozen_from_a_tf2_function_points_to_tf2() -> None:
+    from rnnport.io import tfproto_encode as encode
+
+    kernel = np.zeros((3, 16), np.float32)
+    data = encode.graph_def([
+        encode.node_def("x", "Placeholder", [], {"dtype": encode.attr_type(kernel.dtype)}),
+        encode.node_def("sequential/lstm/Read/ReadVariableOp/resource", "Const", [], {
+            "dtype": encode.attr_type(kernel.dtype), "value": encode.attr_tensor(kernel)})])
+    with pytest.raises(RnnportError, match=r"Keras layer frozen from a TF2 tf\.function.*"
+                                           r"fmt='tf2'"):
+        rnnport.read(data, FMT)
+
+
+_TF1_GRAPHS = r"""
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np, tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.grappler import tf_optimizer
+tf.compat.v1.disable_eager_execution()
+rc = tf.compat.v1.nn.rnn_cell
+rng = np.random.default_rng(0)
+x_value = rng.uniform(-1, 1, (2, 5, 3)).astype(np.float32)
+np.save("x.npy", x_value)
+
+def freeze(name, build, remove=False, grappler=False):
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, 3], name="x")
+        y = tf.identity(build(x), name="y")
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.initializers.global_variables())
+            for variable in tf.compat.v1.global_variables():
+                session.run(variable.assign(rng.uniform(-0.7, 0.7, variable.shape)))
+            frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), ["y"])
+            np.save(name + ".npy", session.run(y, {x: x_value}))
+    if remove:
+        frozen = tf.compat.v1.graph_util.remove_training_nodes(frozen)
+    if grappler:
+        with tf.Graph().as_default() as graph:
+            tf.compat.v1.import_graph_def(frozen, name="")
+            meta = tf.compat.v1.train.export_meta_graph(graph=graph)
+            meta.collection_def["train_op"].node_list.value.append("y")
+            config = config_pb2.ConfigProto()
+            rewrite = config.graph_options.rewrite_options
+            rewrite.min_graph_nodes = -1
+            rewrite.optimizers.extend(["constfold", "arithmetic", "function", "loop",
+                                       "dependency", "remap"])
+            frozen = tf_optimizer.OptimizeGraph(config, meta)
+    open(name + ".pb", "wb").write(frozen.SerializeToString())
+
+def dynamic(cell):
+    return lambda x: tf.compat.v1.nn.dynamic_rnn(cell(), x, dtype=tf.float32)[0]
+
+def lstm():
+    return rc.LSTMCell(4, forget_bias=0.3, cell_clip=0.5, use_peepholes=True)
+
+def bidirectional(x):
+    out, _ = tf.compat.v1.nn.bidirectional_dynamic_rnn(
+        rc.LSTMCell(4, forget_bias=0.2, cell_clip=0.6), rc.LSTMCell(4, forget_bias=0.2,
+        cell_clip=0.6), x, dtype=tf.float32)
+    return tf.concat(out, 2)
+
+def two(x):
+    with tf.compat.v1.variable_scope("encoder"):
+        one = tf.compat.v1.nn.dynamic_rnn(lstm(), x, dtype=tf.float32)[0]
+    with tf.compat.v1.variable_scope("decoder"):
+        other = tf.compat.v1.nn.dynamic_rnn(rc.LSTMCell(4), x, dtype=tf.float32)[0]
+    return tf.concat([one, other], 2)
+
+freeze("basic_lstm", dynamic(lambda: rc.BasicLSTMCell(4, forget_bias=0.25)))
+freeze("bidirectional", bidirectional)
+freeze("two", two)
+freeze("removed", dynamic(lstm), remove=True)
+freeze("grappler", dynamic(lstm), grappler=True)
+
+"""
+
+_KERAS_TF2 = r"""
+import os
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf, tf_keras
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+model = tf_keras.Sequential([tf_keras.Input((None, 3)),
+                             tf_keras.layers.LSTM(4, return_sequences=True)])
+function = tf.function(lambda x: model(x)).get_concrete_function(
+    tf.TensorSpec([None, None, 3], tf.float32))
+graph = convert_variables_to_constants_v2(function).graph.as_graph_def()
+open("keras.pb", "wb").write(graph.SerializeToString())
+"""
+
+
+@pytest.mark.slow
+def test_tensorflows_own_graphs_give_forget_bias_and_clip(tmp_path: Path) -> None:
+    """BasicLSTMCell, bidirectional_dynamic_rnn, two networks, remove_training_nodes and a
+    grappler-optimized graph, frozen by TensorFlow: rnnport computes TensorFlow's y, or says
+    what it needs."""
+    subprocess.run([sys.executable, "-c", _TF1_GRAPHS], cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-c", _KERAS_TF2], cwd=tmp_path, check=True)
+    x = np.load(tmp_path / "x.npy")
+
+    def check(name: str, **options: Any) -> None:
+        model = rnnport.read(tmp_path / f"{name}.pb", FMT, **options)
+        expected = np.load(tmp_path / f"{name}.npy")
+        np.testing.assert_allclose(np.asarray(model.forward(x)[0]), expected[..., :model.spec
+                                   .output_size * model.spec.num_directions], atol=1e-5,
+                                   rtol=0)
+
+    check("basic_lstm")
+    check("bidirectional")
+    check("two", scope="encoder")
+    assert rnnport.read(tmp_path / "two.pb", FMT, scope="decoder").spec.cell_clip is None
+    with pytest.raises(RnnportError, match="the graph is incomplete.*pass forget_bias= and "
+                                           "cell_clip="):
+        rnnport.read(tmp_path / "removed.pb", FMT)
+    check("removed", forget_bias=0.3, cell_clip=0.5)
+    check("grappler")
+    with pytest.raises(RnnportError, match="fmt='tf2'"):
+        rnnport.read(tmp_path / "keras.pb", FMT)

@@ -12,7 +12,8 @@ than ``--memory`` MiB beyond what the process held before it.
     python tools/fuzz.py --only tf1 --seconds 600 --jobs 2 --keep fuzz-failures
     python tools/fuzz.py --seed 1 --case 1234    # rerun one case in this process, verbosely
 
-Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the files in
+Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints,
+SavedModels and frozen graphs in ``tests/golden/tf2``, the files in
 ``tests/golden/files`` (legacy Keras HDF5 saved by tf_keras, ``torch.save`` and
 safetensors files), and golden Keras and PyTorch cases saved by rnnport in every file form
 a registered format writes (each file name ending it declares; names that give the same
@@ -74,8 +75,13 @@ def file_forms() -> list[tuple[str, str]]:
 
 
 def file_formats() -> list[str]:
-    """The formats that read files: every one with a file form."""
-    return list(dict.fromkeys(name for _, name in file_forms()))
+    """The formats that read files: every one with a file form, and those that read the
+    folders and prefixes TensorFlow 2 writes (the golden ones tell which)."""
+    from rnnport import formats
+
+    manifest = json.loads((GOLDEN / "tf2" / "MANIFEST.json").read_text())
+    tensorflow = [formats.sniff(GOLDEN / "tf2" / case["source"]) for case in manifest["cases"]]
+    return list(dict.fromkeys([*(name for _, name in file_forms()), *tensorflow]))
 
 INTERESTING = (0, 1, 2, 0x7F, 0x80, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF,
                0x80000000, 0xFFFFFFFF, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
@@ -92,7 +98,7 @@ class Seed:
     options: dict[str, Any]
 
     def files(self) -> list[Path]:
-        return sorted(path for path in self.folder.iterdir() if path.is_file())
+        return sorted(path for path in self.folder.rglob("*") if path.is_file())
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "fmt": self.fmt, "folder": str(self.folder),
@@ -122,6 +128,15 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             target = folder / npz.stem
             shutil.copytree(prefix.parent, target)
             seeds.append(Seed(npz.stem, fmt, target, prefix.name, meta["read_options"]))
+    manifest = json.loads((GOLDEN / "tf2" / "MANIFEST.json").read_text())
+    for case in manifest["cases"]:  # TensorFlow 2's containers, as TensorFlow wrote them
+        source = GOLDEN / "tf2" / case["source"]
+        fmt = formats.sniff(source)
+        if fmt in only:
+            target = folder / case["name"]
+            shutil.copytree(GOLDEN / "tf2" / case["name"], target)
+            seeds.append(Seed(case["name"], fmt, target,
+                              str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
     for path in sorted((GOLDEN / "files").iterdir()):  # saved by the frameworks themselves
         fmt = formats.sniff(path)
         if fmt in only:

@@ -12,9 +12,11 @@ What a frozen graph holds, and how each kind is read::
         Merge/Switch) or a functional While/StatelessWhile whose body is in library.function.
         → the tf1 reader, given the Consts as a dict name → array (scope= picks a network).
         LSTMCell's forget_bias and cell_clip are no attributes: they are scalar Consts in the
-        cell's step, AddV2(<cell>/split:2, <cell>/add/y) and clip_by_value's Minimum/y; a
-        BasicRNNCell's relu is a Relu node. They are recovered from there when every cell of
-        the network agrees, else the tf1 defaults are taken and ``notes`` says so.
+        cell's step, Add/AddV2(<cell>/split:2, a scalar Const) and clip_by_value's Minimum/y;
+        a BasicRNNCell's relu is a Relu node. A While body's nodes are named under the calling
+        While's scope. They are recovered from there when every cell of the network agrees,
+        else the tf1 defaults are taken and ``notes`` says so; a step no one cell can claim,
+        or a While whose body the library lacks, is refused unless the options are given.
     BlockLSTM (tf.contrib.rnn.LSTMBlockFusedCell)
         inputs seq_len_max, x (time-major), cs_prev, h_prev, w [I+H, 4H] gates i c f o,
         wci, wcf, wco, b; attrs forget_bias (1.0), cell_clip (3.0; ≤ 0: none), use_peephole.
@@ -84,6 +86,16 @@ FUSED = frozenset({*BLOCK_LSTM, *GRU_BLOCK, *CUDNN})
 FORGET_BIAS_DEFAULT = {"BlockLSTM": 1.0, "LSTMBlockCell": 1.0, "BlockLSTMV2": 0.0}
 CELL_CLIP_DEFAULT = {"BlockLSTM": 3.0, "LSTMBlockCell": 3.0, "BlockLSTMV2": 0.0}
 RNN_MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+# Ops that call library functions → the attributes naming them.
+CALLS = {"While": ("body", "cond"), "StatelessWhile": ("body", "cond"),
+         "PartitionedCall": ("f",), "StatefulPartitionedCall": ("f",)}
+# A weight Const under its read's name: grappler folds <variable>/read into a Const.
+READ_SUFFIX = re.compile(r"/(?:read|Read/Identity|Read/ReadVariableOp)$")
+# tf_keras layers frozen from a TF2 tf.function: <layer>/Read[_k]/ReadVariableOp/resource.
+KERAS_TF2 = re.compile(r"/Read(?:_\d+)?/ReadVariableOp/resource$")
+# What a TF1 cell's step graph holds that its variables do not, by cell scope name.
+STEP_OPTIONS = {"lstm_cell": ("forget_bias", "cell_clip"), "basic_lstm_cell": ("forget_bias",),
+                "basic_rnn_cell": ("activation",)}
 
 
 class FrozenGraph(dict):
@@ -126,11 +138,22 @@ class _Graph:
         self.functions = {f.signature.name: f for f in self.graph.library.function}
         # body function → the While nodes that call it (to follow a function's arguments out).
         self.callers: dict[str, list[tfproto.NodeDef]] = {}
-        for node in self.graph.node:
-            for key in ("body", "cond"):
+        # function → (the function its caller is in, the caller), from every graph level.
+        calls: dict[str, list[tuple[str, tfproto.NodeDef]]] = {}
+        # "node 'x' (While) calls body 'f'" for each function the library lacks.
+        self.missing: list[str] = []
+        for function, node in self.graph.all_nodes():
+            for key in CALLS.get(node.op, ("body", "cond")):
                 attr = node.attr.get(key)
-                if attr is not None and isinstance(attr.value, tfproto.NameAttrList):
-                    self.callers.setdefault(attr.value.name, []).append(node)
+                if attr is None or not isinstance(attr.value, tfproto.NameAttrList):
+                    continue
+                name = attr.value.name
+                if name not in self.functions and node.op in CALLS:
+                    self.missing.append(f"node {node.name!r} ({node.op}) calls {key} {name!r}")
+                calls.setdefault(name, []).append((function, node))
+                if not function:
+                    self.callers.setdefault(name, []).append(node)
+        self.scopes = _scopes(calls)
 
     def consts(self) -> dict[str, tfproto.TensorValue]:
         """The main graph's Const tensors by name."""
@@ -209,6 +232,26 @@ class _Graph:
         return None
 
 
+def _scopes(calls: Mapping[str, list[tuple[str, tfproto.NodeDef]]]) -> dict[str, str]:
+    """Function → the name scope its nodes run in: its caller's name (a While's
+    ``bidirectional_rnn/fw/fw/while``), under its own caller's scope when the caller is itself
+    in a function. A function whose callers disagree has none: its nodes' names are all."""
+    scopes: dict[str, str] = {}
+    for _ in range(len(calls) + 1):  # nesting deeper than the library is a cycle: damage
+        changed = False
+        for function, callers in calls.items():
+            if function in scopes or any(outer and outer not in scopes for outer, _ in callers):
+                continue
+            found = {"/".join(part for part in (scopes.get(outer, ""), node.name) if part)
+                     for outer, node in callers}
+            if len(found) == 1:
+                scopes[function] = found.pop()
+                changed = True
+        if not changed:
+            break
+    return scopes
+
+
 def _value(node: tfproto.NodeDef) -> tfproto.TensorValue:
     """A Const node's tensor."""
     attr = node.attr.get("value")
@@ -253,6 +296,8 @@ class _Found:
     fused: list[tuple[str, tfproto.NodeDef]]  # (function, node) of networks of their own
     evidence: dict[str, dict[str, set[float | str]]]  # cell base → option → values seen
     used: set[str]  # Consts read by the fused networks
+    # step-graph values no one cell's name claims: (option, value, the cells it may be).
+    unattributed: list[tuple[str, float | str, frozenset[str]]]
 
 
 def _cell_bases(names: Any) -> list[str]:
@@ -266,12 +311,12 @@ def _cell_bases(names: Any) -> list[str]:
     return list(dict.fromkeys(bases))
 
 
-def _match_base(path: str, bases: list[str]) -> str | None:
-    """The TF1 cell (variable base) whose step the node path ``path`` belongs to: the one
+def _match_base(path: str, bases: list[str]) -> list[str]:
+    """The TF1 cells (variable bases) whose step the node path ``path`` may belong to: those
     whose scope names all appear in ``path`` in order, ending with the cell's own name
     (``rnn/while/rnn/multi_rnn_cell/cell_0/lstm_cell`` → ``rnn/multi_rnn_cell/cell_0/lstm_cell``);
-    else, for a While body's own names (``lstm_cell``), the one cell they end. None when
-    that is not one cell."""
+    else, for a function's names no caller scopes (``lstm_cell``), the cells they end. One
+    cell is an answer; several, or none, are not."""
     parts = [part for part in path.split("/") if part != "while"]
 
     def subsequence(base: str) -> bool:
@@ -282,12 +327,26 @@ def _match_base(path: str, bases: list[str]) -> str | None:
         return all(any(part == piece for part in remaining) for piece in wanted)
 
     full = [base for base in bases if subsequence(base)]
-    if len(full) == 1:
-        return full[0]
     if full:
+        return full
+    return [base for base in bases if base.split("/")[-len(parts):] == parts]
+
+
+def _is_forget_bias(graph: _Graph, function: str, node: tfproto.NodeDef) -> float | None:
+    """The forget bias an Add/AddV2 adds: the node adds a scalar float Const to output 2 (gate
+    f) of a 4-way Split, as LSTMCell (``lstm_cell/add``) and BasicLSTMCell
+    (``basic_lstm_cell/Add``) do; else None."""
+    if node.op not in ("AddV2", "Add") or len(node.input) != 2:
         return None
-    tail = [base for base in bases if base.split("/")[-len(parts):] == parts]
-    return tail[0] if len(tail) == 1 else None
+    for gate, other in (node.input, reversed(node.input)):
+        split = graph.nodes.get((function, gate.split(":")[0]))
+        output = gate.rsplit(":", 1)[-1] if ":" in gate else "0"
+        if split is not None and split.op == "Split" and output == "2" \
+                and _integer(split, "num_split", 4) == 4:
+            value = _scalar(graph, function, other)
+            if value is not None:
+                return value
+    return None
 
 
 def _scalar(graph: _Graph, function: str, ref: str) -> float | None:
@@ -303,33 +362,40 @@ def _scalar(graph: _Graph, function: str, ref: str) -> float | None:
 def _find(source: Any) -> _Found:
     graph = _Graph(source)
     consts = graph.consts()
+    # grappler folds a variable's read into a Const of the read's name: the variable's value.
+    renamed = {name: READ_SUFFIX.sub("", name) for name in consts}
+    renamed = {name: new if new not in consts and _cell_bases([new]) else name
+               for name, new in renamed.items()}
+    consts = {renamed[name]: value for name, value in consts.items()}
     bases = _cell_bases(consts)
     evidence: dict[str, dict[str, set[float | str]]] = {}
+    unattributed: list[tuple[str, float | str, frozenset[str]]] = []
     fused: list[tuple[str, tfproto.NodeDef]] = []
     used: set[str] = set()
 
     def note(path: str, option: str, value: float | str) -> None:
-        base = _match_base(path, bases)
-        if base is not None:
-            evidence.setdefault(base, {}).setdefault(option, set()).add(value)
+        takes = [base for base in bases
+                 if option in STEP_OPTIONS.get(base.rpartition("/")[2], ())]
+        candidates = _match_base(path, takes)
+        if len(candidates) == 1:
+            evidence.setdefault(candidates[0], {}).setdefault(option, set()).add(value)
+        elif takes:  # a step seen, but whose: reading must not guess (see _recovered)
+            unattributed.append((option, value, frozenset(candidates or takes)))
 
     for function, node in graph.graph.all_nodes():
-        if node.op in ("AddV2", "Add") and len(node.input) == 2 and node.name.endswith("/add"):
-            first, second = node.input
-            split = graph.nodes.get((function, first.split(":")[0]))
-            output = first.rsplit(":", 1)[-1] if ":" in first else "0"
-            if split is not None and split.op == "Split" and output == "2":
-                value = _scalar(graph, function, second)
-                if value is not None:
-                    note(node.name.rpartition("/")[0], "forget_bias", value)
+        scope = graph.scopes.get(function, "")
+        path = f"{scope}/{node.name}" if scope else node.name
+        forget_bias = _is_forget_bias(graph, function, node)
+        if forget_bias is not None:
+            note(path.rpartition("/")[0], "forget_bias", forget_bias)
         elif node.op == "Minimum" and node.name.endswith("/clip_by_value/Minimum") \
                 and len(node.input) == 2:
             value = _scalar(graph, function, node.input[1])
             if value is not None:
-                note(node.name[:-len("/clip_by_value/Minimum")], "cell_clip", value)
+                note(path[:-len("/clip_by_value/Minimum")], "cell_clip", value)
         elif node.op in ("Relu", "Tanh") and node.name.rpartition("/")[0].endswith(
                 "basic_rnn_cell"):
-            note(node.name.rpartition("/")[0], "activation", node.op.lower())
+            note(path.rpartition("/")[0], "activation", node.op.lower())
         elif node.op in FUSED:
             inputs = (3,) if node.op in CUDNN else (BLOCK_LSTM.get(node.op)
                                                     or GRU_BLOCK[node.op])
@@ -340,7 +406,8 @@ def _find(source: Any) -> _Found:
                                       f"{len(node.input)} inputs; expected at least "
                                       f"{max(inputs) + 1}. The graph is damaged.")
                 found = graph.source(function, node.input[index])
-                names.append(found[1].name if found is not None and not found[0] else None)
+                names.append(renamed.get(found[1].name, found[1].name)
+                             if found is not None and not found[0] else None)
             kernel = names[0]
             step = node.op in ("LSTMBlockCell", "GRUBlockCell", "GRUBlockCellV2")
             if step and kernel is not None and kernel in consts and _cell_bases([kernel]):
@@ -357,7 +424,7 @@ def _find(source: Any) -> _Found:
                if name not in used and value.dtype_name in ("DT_FLOAT", "DT_DOUBLE", "DT_HALF",
                                                             "DT_BFLOAT16")
                and len(value.shape) >= 1}
-    return _Found(graph, weights, fused, evidence, used)
+    return _Found(graph, weights, fused, evidence, used, unattributed)
 
 
 @dataclass(frozen=True)
@@ -397,6 +464,15 @@ def _choose(found: _Found, options: Mapping[str, Any]) -> _Network:
     networks = _all(found)
     where = found.graph.where
     if not networks:
+        keras = sorted(name for name, value in found.graph.consts().items()
+                       if KERAS_TF2.search(name) and value.shape)
+        if keras:
+            raise UnsupportedFeatureError(
+                f"{where}: weights named like a Keras layer frozen from a TF2 tf.function "
+                f"({listed(keras)}); rnnport does not recognise Keras layers in a frozen graph "
+                "(their names no longer say which weight is which); expected TF1 cell "
+                "variables or a fused recurrent op. Read the model's SavedModel or checkpoint "
+                "instead: rnnport.read(path, fmt='tf2').")
         ops = sorted({node.op for _, node in found.graph.graph.all_nodes()})
         raise FormatError(
             f"{where}: no recurrent network found; expected Consts named like TF1 cell variables "
@@ -468,14 +544,32 @@ def _network_bases(found: _Found, scope: str) -> list[str]:
     return [base for base in bases if not scope or base == scope or base.startswith(f"{scope}/")]
 
 
-def _recovered(found: _Found, scope: str) -> dict[str, Any]:
+def _recovered(found: _Found, scope: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """forget_bias, cell_clip and activation as the cells' step graphs give them: the one
-    value every cell of the network that shows it agrees on (None where none shows it)."""
+    value every cell of the network that shows it agrees on (None where none shows it).
+    Options given are not looked for; one the graph holds for cells it cannot tell apart
+    (steps named ``lstm_cell/add`` of two networks) is asked for, not guessed."""
     out: dict[str, Any] = {}
+    bases = _network_bases(found, scope)
+    _check_complete(found, bases, options)
     for option in ("forget_bias", "cell_clip", "activation"):
+        if option in options:
+            continue
         values: set[float | str] = set()
-        for base in _network_bases(found, scope):
+        for base in bases:
             values |= found.evidence.get(base, {}).get(option, set())
+        for what, value, candidates in found.unattributed:
+            if what != option or not candidates & set(bases):
+                continue
+            if not candidates <= set(bases):
+                cells = ", ".join(sorted(candidates))
+                raise FormatError(
+                    f"{found.graph.where}: the graph's cell steps hold a {option} "
+                    f"({value}) that rnnport cannot attribute to one cell: its nodes' names "
+                    f"fit {cells}, and not only the network under scope {scope!r}; expected "
+                    "each step under its cell's scope. Pass forget_bias= and cell_clip= "
+                    "(as the cells were built) to read the weights anyway.")
+            values.add(value)
         if len(values) > 1:
             raise UnsupportedFeatureError(
                 f"{found.graph.where}: the cells under scope {scope!r} use different {option} "
@@ -489,6 +583,23 @@ def _recovered(found: _Found, scope: str) -> dict[str, Any]:
     return out
 
 
+def _check_complete(found: _Found, bases: list[str], options: Mapping[str, Any]) -> None:
+    """Refuse a graph whose library lacks a function a node calls (``remove_training_nodes``
+    drops it), unless every step option its cells take was given."""
+    if not found.graph.missing:
+        return
+    kinds = {base.rpartition("/")[2] for base in bases}
+    wanted = [option for option in ("forget_bias", "cell_clip", "activation")
+              if any(option in STEP_OPTIONS.get(kind, ()) for kind in kinds)]
+    lacking = [option for option in wanted if option not in options]
+    if lacking:
+        raise FormatError(
+            f"{found.graph.where}: {'; '.join(found.graph.missing)}, which its library does "
+            "not hold: the graph is incomplete: its cell step, which holds forget_bias and "
+            "cell_clip, is missing; pass " + " and ".join(f"{option}=" for option in lacking)
+            + " to read the weights anyway (or freeze the graph with its function library).")
+
+
 def _read_tf1(found: _Found, network: _Network, options: Mapping[str, Any]) -> Model:
     from . import tf1
 
@@ -496,7 +607,7 @@ def _read_tf1(found: _Found, network: _Network, options: Mapping[str, Any]) -> M
     taken["scope"] = network.value
     is_opaque = network.what.startswith("a CudnnRNN")
     if not is_opaque:
-        for key, value in _recovered(found, network.value).items():
+        for key, value in _recovered(found, network.value, options).items():
             if value is not None:
                 taken.setdefault(key, value)
         kinds = {base.rpartition("/")[2] for base in _network_bases(found, network.value)}
@@ -619,7 +730,7 @@ def notes(source: Any, **options: Any) -> list[str]:
     if network.option == "scope":
         taken = {key: options[key] for key in ("forget_bias", "cell_clip", "activation")
                  if options.get(key) is not None}
-        recovered = _recovered(found, network.value)
+        recovered = _recovered(found, network.value, options)
         for key, value in recovered.items():
             taken.setdefault(key, value)
         bases = _network_bases(found, network.value)

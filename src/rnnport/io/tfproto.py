@@ -937,6 +937,14 @@ def _map(fields: _Fields, name: str, entry: str,
 # -- the messages, one builder each (data, where, depth) -------------------------------------------
 
 def _shape(data: memoryview, where: str, depth: int) -> Shape:
+    """A shape as attributes and variables carry it: sizes below -1 are symbolic dimensions
+    (grappler writes them into ``_input_shapes``/``_output_shapes``), read as -1, unknown."""
+    sizes = _tensor_shape(data, where, depth, symbolic=True)
+    return None if sizes is None else tuple(max(size, -1) for size in sizes)
+
+
+def _tensor_shape(data: memoryview, where: str, depth: int, *, symbolic: bool = False) -> Shape:
+    """A ``TensorProto``'s shape: sizes below -1 are damage (a tensor's values fill it)."""
     fields = _Fields("tensorflow.TensorShapeProto", data, where, depth)
     dims = fields.messages("dim")
     if len(dims) > MAX_RANK:
@@ -946,7 +954,7 @@ def _shape(data: memoryview, where: str, depth: int) -> Shape:
                           depth + 1).integer("size") for index, dim in enumerate(dims))
     if fields.flag("unknown_rank"):
         return None
-    if any(size < -1 for size in sizes):
+    if not symbolic and any(size < -1 for size in sizes):
         raise FormatError(f"{where}: dimension sizes {list(sizes)}; expected sizes of at least 0 "
                           "(or -1 for unknown), so the data is damaged.")
     return sizes
@@ -956,7 +964,8 @@ def _tensor(data: memoryview, where: str, depth: int) -> TensorValue:
     fields = _Fields("tensorflow.TensorProto", data, where, depth)
     code = fields.integer("dtype")
     piece = fields.message("tensor_shape")
-    shape = () if piece is None else _shape(piece, _join(where, depth, "tensor_shape"), depth + 1)
+    shape = () if piece is None else _tensor_shape(piece, _join(where, depth, "tensor_shape"),
+                                                   depth + 1)
     if shape is None or any(size < 0 for size in shape):
         raise FormatError(f"{where}: a tensor of shape {shape!r}; expected a fully known shape "
                           "(a tensor's values fill it), so the data is damaged.")
@@ -1304,7 +1313,8 @@ def decode_tensor(data: Bytes, *, where: str = "TensorProto",
 
 
 def decode_shape(data: Bytes, *, where: str = "TensorShapeProto") -> Shape:
-    """A serialized ``TensorShapeProto``: a tuple of sizes (-1 unknown), ``None`` for unknown rank."""
+    """A serialized ``TensorShapeProto``: a tuple of sizes (-1 unknown, as are grappler's
+    symbolic sizes below -1), ``None`` for unknown rank."""
     return _decode(_shape, data, where)
 
 
