@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import rnnport
-from rnnport import RNN, Spec
-from rnnport.errors import AmbiguousSourceError, FormatError, RnnportError
+from rnnport import RNN, Spec, cli
+from rnnport.errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from rnnport.formats import get
 from rnnport.io import tensorbundle, tfproto
 
@@ -31,6 +31,7 @@ import golden_cases
 
 TF2 = Path(__file__).parent / "golden" / "tf2"
 FORMAT = "tf2"
+VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def _cases(*kinds: str) -> list[dict[str, Any]]:
@@ -329,3 +330,229 @@ def test_tf1_savedmodel_exports_are_read_by_the_tf1_rules(tmp_path: Path) -> Non
     assert rnnport.read(str(folder), forget_bias=0.0).spec.cell == "lstm"
     with pytest.raises(FormatError, match="TF1 SavedModel"):
         rnnport.read(str(folder), layer="x")
+
+
+# -- what a checkpoint does not record, layer= lists, refusals (review findings) --------------
+
+
+def _stacked(*models: RNN) -> dict[str, Any]:
+    """One checkpoint dict holding ``models`` as layer_with_weights-0, -1, … (one each)."""
+    native: dict[str, Any] = {}
+    for k, model in enumerate(models):
+        for key, value in rnnport.write(model, FORMAT).items():
+            native[key.replace("layer_with_weights-0", f"layer_with_weights-{k}")] = value
+    return native
+
+
+def _as_written(model: RNN, **options: Any) -> RNN:
+    """``model`` as a checkpoint keeps it (Keras sums an LSTM's or SimpleRNN's two biases)."""
+    read = rnnport.read(rnnport.write(model, FORMAT), FORMAT, **options)
+    assert isinstance(read, RNN)
+    return read
+
+
+def test_notes_say_go_backwards_and_merge_mode_are_assumed() -> None:
+    bidirectional = RNN.random(Spec(cell="lstm", input_size=3, hidden_size=2,
+                                    bidirectional=True), seed=1)
+    notes = " ".join(get(FORMAT).source_notes(rnnport.write(bidirectional, FORMAT)))
+    assert "layer_with_weights-0: go_backwards=False assumed" in notes
+    assert "layer_with_weights-0: Bidirectional, merge_mode='concat' assumed" in notes
+    plain = _stacked(RNN.random(Spec(cell="gru", input_size=3, hidden_size=2), seed=2),
+                     RNN.random(Spec(cell="rnn_tanh", input_size=2, hidden_size=2), seed=3))
+    notes = " ".join(get(FORMAT).source_notes(plain))
+    assert "layer_with_weights-0: go_backwards=False assumed" in notes
+    assert "layer_with_weights-1: go_backwards=False assumed" in notes
+    assert "merge_mode" not in notes
+    doc = rnnport.formats.tf2.__doc__ or ""
+    assert "``go_backwards=False`` and ``merge_mode='concat'`` are assumed" in doc
+    # Keras metadata records both: nothing is assumed there.
+    saved = " ".join(get(FORMAT).source_notes(str(TF2 / "tf2_savedmodel_keras_bi_gru" /
+                                                   "saved_model")))
+    assert "go_backwards" not in saved and "merge_mode" not in saved
+
+
+def test_layer_lists_pick_layers_that_chain_in_order(tmp_path: Path) -> None:
+    first = RNN.random(Spec(cell="lstm", input_size=3, hidden_size=4), seed=1)
+    second = RNN.random(Spec(cell="gru", input_size=4, hidden_size=5), seed=2)
+    third = RNN.random(Spec(cell="rnn_tanh", input_size=5, hidden_size=6), seed=3)
+    native = _stacked(first, second, third)
+    both = rnnport.read(native, FORMAT, layer=["layer_with_weights-0", "layer_with_weights-1"])
+    first, third = _as_written(first), _as_written(third)
+    assert both == rnnport.stack([first, second])
+    assert rnnport.read(native, FORMAT, layer=["layer_with_weights-1"]) == second
+    assert rnnport.read(native, FORMAT, layer=("layer_with_weights-1",
+                                               "layer_with_weights-2")) == \
+        rnnport.stack([second, third])
+    with pytest.raises(FormatError, match="expected the layers in the model's order"):
+        rnnport.read(native, FORMAT, layer=["layer_with_weights-1", "layer_with_weights-0"])
+    with pytest.raises(FormatError, match=r"does not form one stack: layer_with_weights-0 "
+                                          r"outputs 4 values per step and layer_with_weights-2 "
+                                          r"takes 5"):
+        rnnport.read(native, FORMAT, layer=["layer_with_weights-0", "layer_with_weights-2"])
+    with pytest.raises(FormatError, match="names a layer twice"):
+        rnnport.read(native, FORMAT, layer=["layer_with_weights-0", "layer_with_weights-0"])
+    with pytest.raises(FormatError, match="no recurrent layer 'nope'"):
+        rnnport.read(native, FORMAT, layer=["layer_with_weights-0", "nope"])
+    notes = " ".join(get(FORMAT).source_notes(native, layer=["layer_with_weights-1"]))
+    assert "layer_with_weights-0: LSTM(4), recurrent, in the stack of the layers read" in notes
+    # The command line passes a list: --layer repeated.
+    prefix = tmp_path / "ckpt"
+    rnnport.write(rnnport.stack([first, second, third]), FORMAT, path=prefix)
+    out = tmp_path / "two" / "ckpt"
+    out.parent.mkdir()
+    assert cli.main(["convert", str(prefix), str(out), "--to", FORMAT, "--layer",
+                     "layer_with_weights-1", "--layer", "layer_with_weights-2"]) == 0
+    assert rnnport.read(str(out)) == rnnport.stack([second, third])
+
+
+def test_conv_lstm_checkpoints_are_refused_by_name() -> None:
+    lstm = RNN.random(Spec(cell="lstm", input_size=3, hidden_size=2), seed=1)
+    native = _stacked(lstm)
+    conv = {key.replace("layer_with_weights-0", "layer_with_weights-1"): value
+            for key, value in native.items()}
+    conv["layer_with_weights-1/cell/kernel" + VALUE] = np.zeros((3, 3, 1, 8), np.float32)
+    conv["layer_with_weights-1/cell/recurrent_kernel" + VALUE] = np.zeros((3, 3, 2, 8),
+                                                                          np.float32)
+    conv["layer_with_weights-1/cell/bias" + VALUE] = np.zeros((8,), np.float32)
+    only = {key: value for key, value in conv.items() if "layer_with_weights-1" in key}
+    with pytest.raises(UnsupportedFeatureError,
+                       match=r"layer_with_weights-1: ConvLSTM2D layers are not supported"):
+        rnnport.read(only, FORMAT)
+    one_d = {**only, "layer_with_weights-1/cell/recurrent_kernel" + VALUE:
+             np.zeros((3, 2, 8), np.float32)}
+    with pytest.raises(UnsupportedFeatureError, match="ConvLSTM1D layers"):
+        rnnport.read(one_d, FORMAT)
+    both = {**native, **only}
+    with pytest.raises(AmbiguousSourceError, match=r"ConvLSTM2D\(2\)"):
+        rnnport.read(both, FORMAT)
+    assert rnnport.read(both, FORMAT, layer="layer_with_weights-0") == _as_written(lstm)
+    with pytest.raises(UnsupportedFeatureError,
+                       match=r"pass layer= \(e.g. layer='layer_with_weights-0'\)"):
+        rnnport.read(both, FORMAT, layer="layer_with_weights-1")
+
+
+def test_saved_model_pb_is_decoded(tmp_path: Path) -> None:
+    folder = tmp_path / "saved"
+    shutil.copytree(TF2 / "tf2_savedmodel_keras_lstm" / "saved_model", folder)
+    graph = folder / "saved_model.pb"
+    graph.write_bytes(graph.read_bytes()[:len(graph.read_bytes()) // 2])
+    with pytest.raises(FormatError, match="saved_model.pb"):
+        rnnport.read(str(folder), FORMAT)
+
+
+def test_keras_metadata_without_layers_is_noted(tmp_path: Path) -> None:
+    folder = tmp_path / "saved"
+    shutil.copytree(TF2 / "tf2_savedmodel_keras_lstm" / "saved_model", folder)
+    (folder / "keras_metadata.pb").write_bytes(b"")  # a SavedMetadata with no nodes
+    assert rnnport.read(str(folder)) == rnnport.read(str(TF2 / "tf2_savedmodel_keras_lstm" /
+                                                         "saved_model"))
+    notes = " ".join(get(FORMAT).source_notes(str(folder)))
+    assert "keras_metadata.pb: holds no Keras layers" in notes
+    assert "activation='tanh'" in notes and "go_backwards=False assumed" in notes
+
+
+def test_checkpoint_hard_sigmoid_is_keras_2_without_keras_version() -> None:
+    gru = RNN.random(Spec(cell="gru", input_size=3, hidden_size=2), seed=4)
+    native = rnnport.write(gru, FORMAT)
+    read = rnnport.read(native, FORMAT, recurrent_activation="hard_sigmoid")
+    assert read.spec.activations[0] == ("HardSigmoid", 0.2, 0.5)  # Keras 2's
+    assert rnnport.read(native, FORMAT, recurrent_activation="hard_sigmoid",
+                        keras_version=3).spec.activations[0] == ("HardSigmoid", 1 / 6, 0.5)
+    assert rnnport.read(native, FORMAT) == gru  # sigmoid, as tf.keras's default
+
+
+def test_relu_simple_rnn_needs_its_activation_read_back(tmp_path: Path) -> None:
+    model = RNN.random(Spec(cell="rnn_relu", input_size=3, hidden_size=2), seed=5)
+    rnnport.write(model, FORMAT, path=tmp_path / "ckpt")
+    assert rnnport.read(str(tmp_path / "ckpt")).spec.cell == "rnn_tanh"  # not recorded
+    assert get(FORMAT).read_back_options(model) == {"activation": "relu"}
+    assert rnnport.read(str(tmp_path / "ckpt"), **get(FORMAT).read_back_options(model)) == \
+        _as_written(model, activation="relu")
+    notes = " ".join(get(FORMAT).source_notes(str(tmp_path / "ckpt")))
+    assert "records no activations: Keras's defaults assumed, activation='tanh'" in notes
+
+
+_MAKE = textwrap.dedent("""
+    import os, sys
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import numpy as np
+    import tf_keras as keras
+    L = keras.layers
+    rng = np.random.default_rng(0)
+    out = sys.argv[1]
+    x = rng.standard_normal((2, 5, 3)).astype("float32")
+    np.save(f"{out}/x.npy", x)
+
+    def save(name, layers, shape=(None, 3)):
+        model = keras.Sequential([keras.Input(shape), *layers])
+        model.set_weights([rng.standard_normal(w.shape).astype("float32") * 0.5
+                           for w in model.get_weights()])
+        os.makedirs(f"{out}/{name}")
+        model.save_weights(f"{out}/{name}/ckpt")
+        model.save(f"{out}/{name}/saved")
+        if len(shape) == 2:
+            np.save(f"{out}/{name}/y.npy", model(x).numpy())
+
+    save("backwards", [L.LSTM(4, return_sequences=True, go_backwards=True)])
+    save("sum", [L.Bidirectional(L.LSTM(4, return_sequences=True), merge_mode="sum")])
+    save("conv", [L.ConvLSTM2D(2, (3, 3), padding="same", return_sequences=True)],
+         shape=(None, 4, 4, 1))
+    save("dense_first", [L.TimeDistributed(L.Dense(3)), L.LSTM(4, return_sequences=True)])
+    save("dense_between", [L.LSTM(4, return_sequences=True), L.Dense(4),
+                           L.GRU(5, return_sequences=True)])
+""")
+
+
+@pytest.fixture(scope="module")
+def keras_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small models tf_keras saves (save_weights and model.save), in one TensorFlow process."""
+    folder = tmp_path_factory.mktemp("keras_files")
+    (folder / "make.py").write_text(_MAKE)
+    done = subprocess.run([sys.executable, str(folder / "make.py"), str(folder)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_USE_LEGACY_KERAS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+@pytest.mark.slow
+def test_what_tf_keras_checkpoints_leave_out_is_noted_or_refused(keras_files: Path) -> None:
+    x = np.load(keras_files / "x.npy")
+    # go_backwards: the checkpoint reads as a forward LSTM (other numbers), and notes say so.
+    backwards = str(keras_files / "backwards" / "ckpt")
+    y = np.asarray(rnnport.read(backwards).forward(x)[0])
+    assert np.abs(y - np.load(keras_files / "backwards" / "y.npy")).max() > 1e-2
+    assert "go_backwards=False assumed" in " ".join(get(FORMAT).source_notes(backwards))
+    with pytest.raises(UnsupportedFeatureError, match="go_backwards=True outside a Bidirectional"):
+        rnnport.read(str(keras_files / "backwards" / "saved"))
+    # merge_mode='sum': read as concat, and notes say so.
+    summed = str(keras_files / "sum" / "ckpt")
+    assert rnnport.read(summed).output_size == 8
+    assert "merge_mode='concat' assumed" in " ".join(get(FORMAT).source_notes(summed))
+    with pytest.raises(UnsupportedFeatureError, match="merge_mode='sum'"):
+        rnnport.read(str(keras_files / "sum" / "saved"))
+    for source in ("ckpt", "saved"):
+        with pytest.raises(UnsupportedFeatureError, match="ConvLSTM2D layers are not supported"):
+            rnnport.read(str(keras_files / "conv" / source))
+
+
+@pytest.mark.slow
+def test_framework_forward_runs_the_stack_read_not_the_whole_model(keras_files: Path) -> None:
+    declared = get(FORMAT)
+    assert declared.framework_forward is not None
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 6, 4)).astype(np.float32)
+    for name, options in (("dense_first", {}), ("dense_between", {"layer": "layer_with_weights-0"}),
+                          ("dense_between", {"layer": "layer_with_weights-2"}),
+                          ("dense_between", {"layer": ["layer_with_weights-0",
+                                                       "layer_with_weights-2"]})):
+        for source in ("saved", "ckpt"):
+            path = str(keras_files / name / source)
+            model = rnnport.read(path, **options)
+            given = x[..., :model.input_size]
+            result = declared.framework_forward(path, model, given)
+            assert not isinstance(result, str), (name, options, result)
+            assert "set_weights" in result[0], result[0]
+            np.testing.assert_allclose(result[1], model.forward(given)[0], atol=1e-5, rtol=0,
+                                       err_msg=f"{name} {source} {options}")

@@ -22,10 +22,18 @@ arrays are read as the keras format reads ``get_weights()`` lists
 checkpoint records no layer classes: LSTM, GRU and SimpleRNN are told by the kernel's
 columns (4H, 3H, H), reset-after by the GRU bias's shape, CuDNN layers by their bias
 (8H / 6H); activations are not recorded either, so Keras's defaults are taken unless
-``activation=`` / ``recurrent_activation=`` (and ``keras_version=`` for hard_sigmoid) say
-otherwise. Consecutive recurrent layers whose sizes chain form one stack; where the model
-holds several (a Dense between, two unrelated layers), ``layer=`` picks one by object path
-(``layer_with_weights-2``, ``model/layer_with_weights-0``) or by the Keras layer name.
+``activation=`` / ``recurrent_activation=`` say otherwise (``hard_sigmoid`` is Keras 2's,
+``keras_version=`` defaults to 2: only Keras 2 writes these checkpoints). Nor does a
+checkpoint record a layer's ``go_backwards`` or a Bidirectional's ``merge_mode``:
+``go_backwards=False`` and ``merge_mode='concat'`` are assumed, and ``notes`` says so for
+every layer read (a layer built with ``go_backwards=True`` returns its output reversed in
+time, and ``merge_mode='sum'`` adds the two directions: no array tells, so such a checkpoint
+reads as another network). A ConvLSTM1D/2D/3D, told by its 3- to 5-D kernels, is refused by
+name. Consecutive recurrent layers whose sizes chain form one stack; where the model holds
+several (a Dense between, two unrelated layers), ``layer=`` picks one by object path
+(``layer_with_weights-2``, ``model/layer_with_weights-0``) or by the Keras layer name, and
+``layer=[…]`` (``--layer`` repeated) reads exactly the layers listed, in the model's order,
+each taking the previous one's output.
 
 **SavedModels** (folders with ``saved_model.pb`` and ``variables/variables.*``): the
 variables bundle is a checkpoint like the above, but it keys each variable by the first
@@ -33,9 +41,14 @@ path TensorFlow found to it (``variables/0`` for a tf.keras ``model.save``,
 ``lstm/variables/0`` for a ``tf.Module`` holding a layer), so layers are found by walking
 the object graph by name, skipping the aliases (``variables``, ``keras_api`` …). tf.keras's
 ``keras_metadata.pb`` gives each layer's class and config, which then decide cell,
-activations and ``reset_after`` (as in a Keras model file). A TF1 ``SavedModelBuilder``
-export has no object graph: its variables are read by the tf1 format (``scope=``,
-``forget_bias=``, ``cell_clip=`` apply).
+activations and ``reset_after`` (as in a Keras model file); there ``go_backwards=True``
+outside a Bidirectional, a ``merge_mode`` other than ``'concat'`` and classes rnnport does
+not read (ConvLSTM2D …) are refused by name. Without it, or where it holds no layers, the
+layers are read as from a checkpoint, defaults assumed (``notes`` says so).
+``saved_model.pb`` is decoded (:func:`rnnport.io.tfproto.read_saved_model`), so a damaged
+one is an error, though only the variables' object graph is used. A TF1
+``SavedModelBuilder`` export has no object graph: its variables are read by the tf1 format
+(``scope=``, ``forget_bias=``, ``cell_clip=`` apply).
 
 **Writing** (:mod:`.writer`) gives the checkpoint's ``{key: array}``; with ``path=``
 (``dir/ckpt``) the checkpoint itself, which tf_keras's ``model.load_weights("dir/ckpt")``
@@ -45,10 +58,13 @@ bias for LSTM, SimpleRNN and reset-before GRU cells: writing sums the two.
 
 **Running** (``framework_forward``, ``convert --verify``): where tensorflow and tf_keras are
 installed, TensorFlow runs in a process of its own (``TF_USE_LEGACY_KERAS=1``,
-:mod:`rnnport.formats.tf2._keras2`): a SavedModel with Keras metadata is loaded with
-``tf_keras.models.load_model``; a checkpoint is restored into the Keras 2 Sequential rebuilt
-for the network read — with ``load_weights`` when the checkpoint holds exactly that model,
-else from the keys read, through ``tf.train.load_checkpoint`` — and run.
+:mod:`rnnport.formats.tf2._keras2`). Where the stack read is the whole model (its only
+layers with weights, and besides them only layers that change no numbers), a SavedModel with
+Keras metadata is loaded with ``tf_keras.models.load_model`` and a checkpoint restored with
+``load_weights`` into the Keras 2 Sequential rebuilt for the network read; otherwise (a
+TimeDistributed(Dense) before it, a stack picked with ``layer=``) that Sequential gets the
+stack's own variables, through ``tf.train.load_checkpoint`` of the checkpoint or of the
+SavedModel's ``variables/variables``, and is run.
 """
 
 from __future__ import annotations
@@ -76,6 +92,10 @@ __all__ = ["FORMAT"]
 KERAS_OPTIONS = frozenset({"activation", "recurrent_activation", "keras_version", "reset_after"})
 TF1_OPTIONS = frozenset({"scope", "forget_bias", "cell_clip", "activation"})
 READ_OPTIONS = KERAS_OPTIONS | TF1_OPTIONS | {"layer"}
+# Object-based checkpoints of Keras layers are tf.keras's (TF2) or tf_keras's: Keras 2, so
+# hard_sigmoid is clip(0.2·x + 0.5, 0, 1), and (from 2.3 on) the gates default to sigmoid as
+# notes() says; keras_version= overrides it.
+CHECKPOINT_KERAS = "2.3"
 
 
 def sniff(source: Any) -> bool:
@@ -129,7 +149,8 @@ def _read_layer(source: Source, layer: Layer, options: Mapping[str, Any]) -> Mod
                if not ((key == "recurrent_activation" and gates not in (3, 4))
                        or (key == "reset_after" and gates != 3))}
     if layer.class_name is None or layer.config is None:
-        return keras_layers.read_weights(arrays, options, location)
+        return keras_layers.read_weights(arrays, {"keras_version": CHECKPOINT_KERAS, **options},
+                                         location)
     version = options.get("keras_version", "2")
     if layer.class_name in keras_layers.WRAPPERS:
         if len(layer.inner) != 2:
@@ -159,8 +180,23 @@ def notes(source: Any, **options: Any) -> list[str]:
     chosen = objects.choose(opened, options.get("layer"))
     layers = opened.layers()
     found = objects.stacks(opened, layers)
+    picked = {layer.path for layer in chosen}
     out = [f"another recurrent stack, layer={stack[0].path!r}: {objects.summary(opened, stack)}; "
-           "not read." for stack in found if stack is not chosen and stack != chosen]
+           "not read." for stack in found if not picked & {layer.path for layer in stack}]
+    out += [f"{layer.describe()}: {objects.kind(opened, layer)}, recurrent, in the stack of the "
+            "layers read but not listed in layer=; not read." for stack in found
+            if picked & {each.path for each in stack} for layer in stack
+            if layer.path not in picked]
+    if opened.metadata_file is not None:
+        if not any(opened.metadata):
+            out.append(f"{opened.metadata_file}: holds no Keras layers (no class or config for "
+                       "any layer); the layers are read as from a checkpoint, with what it "
+                       "assumes.")
+        else:
+            bare = [layer.describe() for layer in chosen if layer.class_name is None]
+            if bare:
+                out.append(f"{opened.metadata_file}: holds no class or config for {listed(bare)}; "
+                           "read as from a checkpoint, with what it assumes.")
     recurrent = {layer.path for layer in layers}
     for (_container, _k), path in sorted(opened.weight_layers().items()):
         if path not in recurrent:
@@ -183,8 +219,8 @@ def notes(source: Any, **options: Any) -> list[str]:
         out.append("save_counter: tf.train.Checkpoint's count of saves; not read.")
     if rest:
         out.append(f"other variables: {listed(rest)}; not part of the network, not read.")
-    kinds = {objects.kind(opened, layer).split("(")[0].split()[-1] for layer in chosen
-             if layer.class_name is None}
+    unrecorded = [layer for layer in chosen if layer.class_name is None]
+    kinds = {objects.kind(opened, layer).split("(")[0].split()[-1] for layer in unrecorded}
     if kinds - {"CuDNNLSTM", "CuDNNGRU"}:  # CuDNN layers have fixed activations
         assumed = []
         if "activation" not in options:
@@ -195,6 +231,15 @@ def notes(source: Any, **options: Any) -> list[str]:
             out.append(f"a checkpoint records no activations: Keras's defaults assumed, "
                        f"{', '.join(assumed)}; pass the option if the model was built "
                        "otherwise.")
+    # No option can say these: the note is the only word a checkpoint gets.
+    for layer in unrecorded:
+        out.append(f"{layer.describe()}: go_backwards=False assumed (a checkpoint does not "
+                   "record it; a layer built with go_backwards=True returns its output "
+                   "reversed in time, which no other format does, and reads as another network).")
+        if len(layer.holders) == 2:
+            out.append(f"{layer.describe()}: Bidirectional, merge_mode='concat' assumed (a "
+                       "checkpoint does not record it; 'sum', 'mul' or 'ave' combine the two "
+                       "directions otherwise, and rnnport's output concatenates them).")
     return out
 
 
@@ -244,9 +289,10 @@ def _write(model: Model, path: Any = None) -> dict[str, np.ndarray]:
 
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
     """tf_keras (Keras 2, in a TensorFlow process of its own) computing ``y`` for ``x``
-    ``(batch, time, input)`` from ``source``: a SavedModel loaded with Keras metadata, or a
-    checkpoint restored into the Sequential rebuilt for ``model``. Returns (label, y) or why
-    not."""
+    ``(batch, time, input)`` from ``source``: a SavedModel loaded with Keras metadata where
+    the stack read is the whole model, else the Sequential rebuilt for ``model`` given the
+    stack's variables from the checkpoint (or the SavedModel's variables). Returns (label, y)
+    or why not."""
     if not is_path(source):
         return "the source is a dict of arrays, not a file TensorFlow loads: no framework check"
     missing = [name for name in ("tensorflow", "tf_keras") if importlib.util.find_spec(name) is None]
@@ -260,50 +306,87 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     opened = Source(source)
     if opened.name_based is not None:
         return "a TF1 SavedModel has no Keras model to run: no framework check"
-    job: dict[str, Any] = {}
-    if opened.saved_model is not None:
-        if not opened.metadata:
-            return ("a SavedModel without keras_metadata.pb (tf.saved_model.save of a module) "
-                    "has no Keras model to load: no framework check")
-        job["saved_model"] = str(opened.saved_model.resolve())
-        label = f"tf_keras loading the SavedModel {opened.saved_model.name}"
+    if opened.saved_model is not None and not opened.metadata:
+        return ("a SavedModel without keras_metadata.pb (tf.saved_model.save of a module) "
+                "has no Keras model to load: no framework check")
+    assert opened.bundle is not None
+    chosen = _matching(opened, model)
+    if isinstance(chosen, str):
+        return f"{chosen}: no framework check"
+    whole = _whole_model(opened, chosen)
+    if opened.saved_model is not None and whole:
+        # The Keras model itself, loaded as saved: its configs, not the ones read, run.
+        return _run({"saved_model": str(opened.saved_model.resolve())}, x, model,
+                    f"tf_keras loading the SavedModel {opened.saved_model.name}")
+    if any(spec.activations and not keras_layers.holds_activations(spec)
+           for spec in (layer.spec for layer in model.layers())):
+        return "Keras 2 cannot build these activations: no framework check"
+    job: dict[str, Any] = {"checkpoint": str(opened.bundle.prefix.resolve()),
+                           "layers": _rebuilt(model)}
+    if opened.saved_model is None and whole and [layer.path for layer in chosen] == [
+            f"layer_with_weights-{k}" for k in range(len(chosen))]:
+        label = f"tf_keras load_weights({opened.bundle.prefix.name}) into the Sequential rebuilt"
     else:
-        assert opened.bundle is not None
-        layers = model.layers()
-        if any(spec.activations and not keras_layers.holds_activations(spec)
-               for spec in (layer.spec for layer in layers)):
-            return "Keras 2 cannot build these activations: no framework check"
-        chosen = _matching(opened, model)
-        if isinstance(chosen, str):
-            return f"{chosen}: no framework check"
-        job["checkpoint"] = str(opened.bundle.prefix.resolve())
-        job["layers"] = _rebuilt(model)
-        direct = [layer.path for layer in chosen] == [
-            f"layer_with_weights-{k}" for k in range(len(chosen))] and \
-            len(opened.weight_layers()) == len(chosen)
-        if direct:
-            label = f"tf_keras load_weights({opened.bundle.prefix.name}) into the Sequential rebuilt"
-        else:
-            job["keys"] = [[opened.paths[f"{holder}/{name}"] for holder in layer.holders
-                            for name in ("kernel", "recurrent_kernel", "bias")
-                            if f"{holder}/{name}" in opened.paths] for layer in chosen]
-            label = (f"tf_keras set_weights from tf.train.load_checkpoint("
-                     f"{opened.bundle.prefix.name}) into the Sequential rebuilt")
+        job["keys"] = [[opened.paths[f"{holder}/{name}"] for holder in layer.holders
+                        for name in ("kernel", "recurrent_kernel", "bias")
+                        if f"{holder}/{name}" in opened.paths] for layer in chosen]
+        named = (f"{opened.saved_model.name}/variables/variables" if opened.saved_model
+                 else opened.bundle.prefix.name)
+        label = f"tf_keras set_weights from tf.train.load_checkpoint({named}) into the Sequential rebuilt"
     return _run(job, x, model, label)
 
 
+def _whole_model(source: Source, chosen: list[Layer]) -> bool:
+    """Whether running the source's model runs ``chosen`` alone: they are its only layers with
+    weights, and (where Keras metadata lists the others) the rest change no numbers."""
+    paths = {layer.path for layer in chosen}
+    if set(source.weight_layers().values()) != paths:
+        return False
+    top = {path: entry[0] for path, entry in source.metadata.items() if path and "/" not in path}
+    return all(path in paths or cls in keras_layers.PASSIVE_LAYERS for path, cls in top.items())
+
+
 def _matching(source: Source, model: Model) -> list[Layer] | str:
+    """The source's layers that ``model`` was read from, told by their sizes and cells: a
+    whole stack, else part of one, else layers that chain (``layer=[…]``)."""
     layers = model.layers()
-    for stack in objects.stacks(source, source.layers()):
-        if len(stack) == len(layers) and all(
-                source.sizes(found) == (layer.spec.input_size, layer.output_size)
-                for found, layer in zip(stack, layers, strict=True)):
-            if any(objects.kind(source, found).startswith(("CuDNN", "Bidirectional CuDNN"))
-                   for found in stack):
+    found = objects.stacks(source, source.layers())
+
+    def fits(candidate: list[Layer]) -> bool:
+        return len(candidate) == len(layers) and all(
+            source.sizes(each) == (layer.spec.input_size, layer.output_size)
+            and len(each.holders) == layer.spec.num_directions
+            and _gates(source, each) == layer.spec.gate_count
+            for each, layer in zip(candidate, layers, strict=True))
+
+    runs = [stack[start:start + len(layers)] for stack in found
+            for start in range(len(stack) - len(layers) + 1)]
+    flat = [layer for stack in found for layer in stack]
+    chains = [[first, *rest] for first in flat for rest in _chains(source, flat, first,
+                                                                   len(layers) - 1)]
+    for candidate in [*(stack for stack in found if len(stack) == len(layers)), *runs, *chains]:
+        if fits(candidate):
+            if any(objects.kind(source, each).startswith(("CuDNN", "Bidirectional CuDNN"))
+                   for each in candidate):
                 return ("CuDNNLSTM / CuDNNGRU layers run only on a GPU (TensorFlow has no CPU "
                         "kernel for them)")
-            return stack
+            return candidate
     return f"{source.where}: holds no recurrent stack like the network read"
+
+
+def _chains(source: Source, layers: list[Layer], first: Layer, more: int) -> list[list[Layer]]:
+    """Sequences of ``more`` layers after ``first`` (in ``layers``' order), each taking the
+    previous one's output."""
+    if more <= 0:
+        return [[]]
+    after = layers[layers.index(first) + 1:]
+    return [[layer, *rest] for layer in after if source.sizes(first)[1] == source.sizes(layer)[0]
+            for rest in _chains(source, layers, layer, more - 1)][:64]
+
+
+def _gates(source: Source, layer: Layer) -> int:
+    recurrent = source.shape(f"{layer.holders[0]}/recurrent_kernel")
+    return recurrent[1] // recurrent[0] if len(recurrent) == 2 and recurrent[0] else 0
 
 
 def _rebuilt(model: Model) -> list[dict[str, Any]]:

@@ -16,6 +16,10 @@ directions of the Bidirectional above them. Layers in one container (the root, o
 ``model`` of a ``tf.train.Checkpoint``) are ordered by the ``k`` of
 ``layer_with_weights-k``, which counts every layer with weights (a Dense too): consecutive
 ``k`` whose sizes chain form one stack, as consecutive layers of a Sequential do.
+
+A ConvLSTM1D/2D/3D also holds ``kernel`` and ``recurrent_kernel``, but 3-, 4- or 5-D
+(``(*kernel_size, I, 4·filters)``); such layers (and any class the Keras metadata names
+that rnnport does not read) form stacks of their own and are refused by name when chosen.
 """
 
 from __future__ import annotations
@@ -26,18 +30,20 @@ import re
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...errors import AmbiguousSourceError, FormatError
+from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ...io import tensorbundle, tfproto
 from ...model import as_float_array
 from .._common import close_matches, describe, is_path, to_numpy
 
 __all__ = ["Layer", "Source", "choose", "is_object_key", "kind", "looks_object_based", "stacks",
-           "summary"]
+           "summary", "unsupported"]
 
 VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 # Children that alias objects reached under their own names elsewhere.
@@ -46,6 +52,9 @@ ALIASES = frozenset({"variables", "trainable_variables", "non_trainable_variable
                      "root", "signatures", "layers", "submodules", "states"})
 _WEIGHTS = re.compile(r"^layer_with_weights-(\d{1,9})$")
 _NAMES = ("kernel", "recurrent_kernel", "bias")
+# The Keras layers rnnport reads (the keras format's LSTM, GRU, SimpleRNN, CuDNN… classes).
+READABLE = frozenset({"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU"})
+WRAPPERS = frozenset({"Bidirectional"})
 
 
 def is_object_key(key: Any) -> bool:
@@ -84,6 +93,7 @@ class Source:
         self.bundle: tensorbundle.Bundle | None = None
         self.name_based: Path | None = None   # a TF1 SavedModel's variables prefix
         self.metadata: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        self.metadata_file: Path | None = None   # keras_metadata.pb, where the folder has one
         self.full_names: dict[str, str] = {}
         self.slots = 0
         self._arrays: Mapping[str, Any] = {}
@@ -114,6 +124,9 @@ class Source:
             if not Path(f"{prefix}.index").is_file():
                 raise FormatError(f"{path}: a SavedModel folder without variables/variables.index; "
                                   "copy its variables/ folder with saved_model.pb.")
+            # Decoded (not used further) so that a damaged saved_model.pb is an error here,
+            # as TensorFlow would make it, rather than a folder read from its variables alone.
+            _saved_model(path / "saved_model.pb")
         else:
             prefix = tensorbundle.checkpoint_prefix(path)
         self.bundle = tensorbundle.Bundle(prefix)
@@ -140,7 +153,8 @@ class Source:
             raise FormatError(f"{self.where}: the object graph names {missing[0]!r}, which the "
                               "checkpoint does not hold; it is damaged or incomplete.")
         if self.saved_model is not None and (self.saved_model / "keras_metadata.pb").is_file():
-            self._keras_metadata(self.saved_model / "keras_metadata.pb")
+            self.metadata_file = self.saved_model / "keras_metadata.pb"
+            self._keras_metadata(self.metadata_file)
 
     def _keras_metadata(self, path: Path) -> None:
         for node in tfproto.read_saved_metadata(path).nodes:
@@ -229,11 +243,25 @@ class Source:
         return out
 
     def sizes(self, layer: Layer) -> tuple[int, int]:
-        """(input size, output size) from the shapes alone."""
+        """(input size, output size) from the shapes alone (channels for a ConvLSTM, whose
+        kernels are ``(*kernel_size, I, 4·filters)``)."""
         kernel = self.shape(f"{layer.holders[0]}/kernel")
         recurrent = self.shape(f"{layer.holders[0]}/recurrent_kernel")
-        return (kernel[0] if kernel else 0,
-                (recurrent[0] if recurrent else 0) * len(layer.holders))
+        row = -2 if len(recurrent) > 2 else 0
+        return (kernel[row] if len(kernel) >= abs(row) and kernel else 0,
+                (recurrent[row] if recurrent else 0) * len(layer.holders))
+
+
+@lru_cache(maxsize=4)
+def _decoded(path: str, _stamp: tuple[int, int]) -> tfproto.SavedModel:
+    return tfproto.read_saved_model(path)
+
+
+def _saved_model(path: Path) -> tfproto.SavedModel:
+    """``saved_model.pb`` decoded, once per version of the file (a SavedModel is opened by
+    ``read``, ``notes`` and ``networks`` in turn, and a large graph takes a while)."""
+    stat = path.stat()
+    return _decoded(str(path.resolve()), (stat.st_mtime_ns, stat.st_size))
 
 
 def _walk(graph: tfproto.TrackableObjectGraph,
@@ -277,13 +305,15 @@ def _walk(graph: tfproto.TrackableObjectGraph,
 
 
 def stacks(source: Source, layers: list[Layer]) -> list[list[Layer]]:
-    """Consecutive layers of one container whose sizes chain: one stack each."""
+    """Consecutive layers of one container whose sizes chain: one stack each (a layer
+    rnnport does not read, a ConvLSTM, stands alone)."""
     out: list[list[Layer]] = []
     for layer in layers:
         if out:
             last = out[-1][-1]
             if (last.container == layer.container and last.index is not None
                     and layer.index == last.index + 1
+                    and unsupported(source, last) is None and unsupported(source, layer) is None
                     and source.sizes(last)[1] == source.sizes(layer)[0]):
                 out[-1].append(layer)
                 continue
@@ -300,6 +330,10 @@ def kind(source: Source, layer: Layer) -> str:
         inner = layer.inner[0][0] if layer.inner else ""
         return f"{layer.class_name}({inner})" if inner else layer.class_name
     recurrent = source.shape(f"{layer.holders[0]}/recurrent_kernel")
+    other = unsupported(source, layer)
+    if other is not None:
+        filters = recurrent[-2] if len(recurrent) > 2 else 0
+        return f"{'Bidirectional ' if len(layer.holders) == 2 else ''}{other}({filters})"
     hidden = recurrent[0] if recurrent else 0
     gates = recurrent[1] // hidden if len(recurrent) == 2 and hidden else 0
     cell = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}.get(gates, "recurrent")
@@ -309,9 +343,87 @@ def kind(source: Source, layer: Layer) -> str:
     return f"{'Bidirectional ' if len(layer.holders) == 2 else ''}{cell}({hidden})"
 
 
+def unsupported(source: Source, layer: Layer) -> str | None:
+    """The class of a layer rnnport does not read (``ConvLSTM2D`` …), else None: by the Keras
+    metadata where the source has it, else by the recurrent kernel's rank (a ConvLSTM's is
+    ``(*kernel_size, filters, 4·filters)``: 3-D for ConvLSTM1D … 5-D for ConvLSTM3D)."""
+    if layer.class_name:
+        if layer.class_name in WRAPPERS:
+            inner = layer.inner[0][0] if layer.inner else None
+            return inner if inner is not None and inner not in READABLE else None
+        return None if layer.class_name in READABLE else layer.class_name
+    rank = len(source.shape(f"{layer.holders[0]}/recurrent_kernel"))
+    return f"ConvLSTM{rank - 2}D" if rank in (3, 4, 5) else None
+
+
+def _refuse_unsupported(source: Source, chosen: list[Layer]) -> None:
+    for layer in chosen:
+        other = unsupported(source, layer)
+        if other is None:
+            continue
+        why = (" (a ConvLSTM's kernels are convolutions, (*kernel_size, input channels, "
+               "4·filters), not an LSTM's (I, 4H) matrices)" if other.startswith("ConvLSTM")
+               else "")
+        readable = [stack[0].path for stack in stacks(source, source.layers())
+                    if all(unsupported(source, each) is None for each in stack)]
+        hint = (f" To read another recurrent stack here, pass layer= (e.g. "
+                f"layer={readable[0]!r})." if readable else "")
+        raise UnsupportedFeatureError(
+            f"{source.where}, {layer.describe()}: {other} layers are not supported; rnnport "
+            "reads LSTM, GRU, SimpleRNN, CuDNNLSTM and CuDNNGRU layers and Bidirectional ones of "
+            f"them{why}.{hint}")
+
+
+def _position(layer: Layer) -> tuple[int, ...] | None:
+    """Where the layer sits in the model: the ``k`` of each ``layer_with_weights-k`` on its
+    path (a nested model's layers after the nesting layer's own); None where a piece of the
+    path is not counted so (a ``tf.Module``'s attribute)."""
+    found = [_WEIGHTS.match(piece) for piece in layer.path.split("/")]
+    numbers = tuple(int(match[1]) for match in found if match)
+    return numbers if numbers and found[-1] is not None else None
+
+
+def _find(source: Source, layers: list[Layer], wanted: str, listing: str) -> Layer:
+    name = wanted.strip("/")
+    for layer in layers:
+        if name in (layer.path, layer.name):
+            return layer
+    hint = close_matches(name, [layer.path for layer in layers] +
+                         [layer.name for layer in layers if layer.name])
+    raise FormatError(f"{source.where}: no recurrent layer {wanted!r}.{hint} The stacks here:\n"
+                      f"{listing}")
+
+
+def _chain(source: Source, layers: list[Layer], choice: list[str] | tuple[str, ...],
+           listing: str) -> list[Layer]:
+    """The layers a list names, checked to form one stack: each once, in the model's order,
+    each taking the previous one's output."""
+    chosen = [_find(source, layers, name, listing) for name in choice]
+    given = f"layer={list(choice)!r}"
+    if len({layer.path for layer in chosen}) != len(chosen):
+        raise FormatError(f"{source.where}: {given} names a layer twice; list each recurrent "
+                          "layer once, in the model's order.")
+    for first, second in pairwise(chosen):
+        before, after = _position(first), _position(second)
+        if before is not None and after is not None and not before < after:
+            raise FormatError(
+                f"{source.where}: {given} lists {second.describe()} after {first.describe()}, "
+                "which comes before it in the model; expected the layers in the model's order "
+                "(one stack, input first).")
+        produced, taken = source.sizes(first)[1], source.sizes(second)[0]
+        if produced != taken:
+            raise FormatError(
+                f"{source.where}: {given} does not form one stack: {first.describe()} outputs "
+                f"{produced} values per step and {second.describe()} takes {taken}; expected "
+                "layers each taking the previous one's output. Pass one layer (or one stack) "
+                f"at a time. The stacks here:\n{listing}")
+    return chosen
+
+
 def choose(source: Source, choice: Any) -> list[Layer]:
-    """The stack ``layer=`` picks (a layer's object path or Keras name); the only one
-    without it."""
+    """The layers ``layer=`` picks: a layer's object path or Keras name picks the stack holding
+    it, a list of them exactly those layers (in the model's order, forming one stack); the only
+    stack without it."""
     layers = source.layers()
     found = stacks(source, layers)
     listing = "\n".join(f"  - layer={stack[0].path!r}: {summary(source, stack)}" for stack in found)
@@ -322,21 +434,22 @@ def choose(source: Source, choice: Any) -> list[Layer]:
             "CuDNNGRU layer).")
     if choice is None:
         if len(found) == 1:
+            _refuse_unsupported(source, found[0])
             return found[0]
         raise AmbiguousSourceError(
             f"{source.where}: holds {len(found)} separate recurrent stacks; pass layer= to pick "
-            f"one:\n{listing}")
-    if not isinstance(choice, str):
+            f"one (or layer=[…] several layers that chain, in the model's order):\n{listing}")
+    if isinstance(choice, (list, tuple)) and choice and all(isinstance(c, str) for c in choice):
+        chosen = _chain(source, layers, choice, listing)
+    elif isinstance(choice, str):
+        layer = _find(source, layers, choice, listing)
+        chosen = next(stack for stack in found if layer in stack)
+    else:
         raise FormatError(f"read(fmt='tf2'): layer={choice!r}; expected an object path such as "
-                          f"{found[0][0].path!r} or a layer name.")
-    wanted = choice.strip("/")
-    for stack in found:
-        if any(wanted in (layer.path, layer.name) for layer in stack):
-            return stack
-    hint = close_matches(wanted, [layer.path for layer in layers] +
-                         [layer.name for layer in layers if layer.name])
-    raise FormatError(f"{source.where}: no recurrent layer {choice!r}.{hint} The stacks here:\n"
-                      f"{listing}")
+                          f"{found[0][0].path!r}, a layer name, or a list of them (layers that "
+                          "chain, in the model's order).")
+    _refuse_unsupported(source, chosen)
+    return chosen
 
 
 def looks_object_based(path: Any) -> bool:
