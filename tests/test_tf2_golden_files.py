@@ -1,7 +1,7 @@
 """The TensorFlow 2 golden files of ``tools/golden_tf2.py`` are all there and hang together.
 
-No rnnport reader exists for these containers yet (issue 16); this only checks what the
-generator wrote: every case of ``tests/golden/tf2/MANIFEST.json`` has its files and an
+This checks what the generator wrote, apart from any reader (tests/test_tf2.py and
+tests/test_tfgraph.py read the files): every case of ``tests/golden/tf2/MANIFEST.json`` has its files and an
 ``.npz`` whose ``x`` and ``y`` agree on batch and time, made with distinct weights, and the
 folder stays small. TensorFlow is not imported.
 """

@@ -3,7 +3,7 @@
     .venv/bin/python tools/golden_tf2.py [--out tests/golden/tf2] [--case NAME ...] [--list]
 
 Everything here is made by the real TensorFlow 2.21 with ``tf_keras`` (Keras 2), for the
-readers of issue 16 to be checked against. ``TF_USE_LEGACY_KERAS=1`` is set before
+``tf2`` and ``tfgraph`` readers to be checked against. ``TF_USE_LEGACY_KERAS=1`` is set before
 TensorFlow is imported (``tf.keras`` and the TF1 cells are then ``tf_keras``'s; Keras 3
 never loads). The script runs itself twice, each in a process of its own: ``--part keras``
 (eager: Keras 2 models, ``tf.train.Checkpoint``, ``tf.saved_model.save``) and ``--part
