@@ -1,0 +1,138 @@
+"""TFLite (LiteRT) flatbuffers: ``.tflite`` models with fused recurrent operators.
+
+A source is a ``.tflite`` path, the file's bytes (what :func:`write` returns) or a decoded
+:class:`rnnport.io.tflite_schema.Model`. Reading uses NumPy alone (the bounds-checked
+decoder in :mod:`rnnport.io.tflite_schema`); TensorFlow, LiteRT and ``flatbuffers`` are
+never imported to read.
+
+The file
+--------
+A FlatBuffer with file identifier ``TFL3`` at bytes 4–8 whose root is a ``Model``:
+``operator_codes``, ``subgraphs`` (0 is the main graph: ``tensors``, ``inputs``,
+``outputs``, ``operators`` in execution order), ``buffers`` (a constant tensor's bytes,
+little-endian, row-major; buffer 0 is the empty sentinel). An operator lists its input and
+output tensor indices; ``-1`` leaves an optional input out.
+
+Operators read, and how each maps to the canonical model
+---------------------------------------------------------
+``UNIDIRECTIONAL_SEQUENCE_LSTM`` (44), and ``LSTM`` (16, FULL kernel: one time step per
+invocation, h and c in variable tensors): 24 inputs (:data:`~rnnport.io.tflite_schema.LSTM_INPUTS`)::
+
+    0 input (batch, time, I) [(time, batch, I) if time_major]
+    1-4   input_to_{input,forget,cell,output}_weights   (H, I)
+    5-8   recurrent_to_{…}_weights                       (H, H_out)
+    9-11  cell_to_{input,forget,output}_weights          (H,)    peepholes
+    12-15 {input,forget,cell,output}_gate_bias           (H,)
+    16 projection_weights (P, H)    17 projection_bias (P,)
+    18 output_state (batch, H_out)  19 cell_state (batch, H)
+    20-23 {…}_layer_norm_coefficients (H,)
+
+    i = σ(W_i x + R_i h + P_i∘c + b_i)   f = σ(W_f x + R_f h + P_f∘c + b_f)
+    g = act(W_c x + R_c h + b_c)          c' = clip(f∘c + i∘g, ±cell_clip)
+    o = σ(W_o x + R_o h + P_o∘c' + b_o)   h' = W_proj (o∘act(c'))  (or o∘act(c'))
+
+→ canonical ``weight_ih`` = rows [W_i; W_f; W_c; W_o] (gates i f c o are canonical i f g o),
+``weight_hh`` likewise, ``bias_ih`` = [b_i; b_f; b_c; b_o], ``bias_hh`` = zeros (TFLite
+holds one bias), ``weight_hr`` = projection_weights, ``weight_peephole`` = rows i, f, o.
+Options (``UnidirectionalSequenceLSTMOptions``): ``cell_clip`` (0: none) → ``Spec.cell_clip``;
+``fused_activation_function`` TANH → the default, RELU → ``activations`` (Sigmoid, Relu,
+Relu); ``time_major`` → a note (the network is the same; feed ``time_major=True``).
+
+* CIFG (inputs 1 and 5 left out): LiteRT computes ``i = 1 − f``; canonical
+  ``input_forget`` computes ``f = 1 − i``. The forget gate's weights, bias and peephole are
+  held negated in the canonical input gate (``σ(−a) = 1 − σ(a)``), the forget slot zeros.
+* Refused by name (the numbers would change): layer-norm coefficients, a nonzero
+  ``projection_bias`` (zero is accepted), ``proj_clip`` > 0, the activations NONE,
+  RELU_N1_TO_1, RELU6, SIGN_BIT, ``diagonal_recurrent_tensors``, LSTM's BASIC kernel, a
+  nonzero constant initial state (zeros, a variable or a run-time input are accepted, with
+  a note).
+
+``BIDIRECTIONAL_SEQUENCE_LSTM`` (52): input 0; forward weights at inputs 1–17 and backward
+at 18–34 (each in the order of inputs 1–17 above); states 35–38 (forward h, c, backward h,
+c); an auxiliary input (39–47) is refused. ``merge_outputs``: one output (forward ‖
+backward on the last axis), else two (a note). ``time_major`` defaults to true.
+
+``UNIDIRECTIONAL_SEQUENCE_RNN`` (35), ``RNN`` (24, one step): input, input_weights (H, I),
+recurrent_weights (H, H), bias (H,), hidden_state; ``h' = act(W x + R h + b)``; TANH →
+``rnn_tanh``, RELU → ``rnn_relu``, others refused. ``BIDIRECTIONAL_SEQUENCE_RNN`` (46):
+input, forward weights/recurrent/bias/state at 1–4, backward at 5–8, auxiliary 9–11
+(refused).
+
+What the TensorFlow converter writes
+------------------------------------
+A Keras ``LSTM`` → one ``UNIDIRECTIONAL_SEQUENCE_LSTM`` with ``cell_clip`` 10.0 (LiteRT
+clips the cell state: a real clip, read as ``Spec.cell_clip``) and variable state tensors.
+``Bidirectional(LSTM)`` → ``REVERSE_V2`` → ``UNIDIRECTIONAL_SEQUENCE_LSTM`` → ``REVERSE_V2``
+(the backward direction, reversed on the time axis) beside a forward one on the same input,
+joined by ``CONCATENATION`` on the last axis → one bidirectional layer. A reversed op alone
+is a ``reverse`` network. Stacked layers → a chain of ops, each reading the one before
+(through shape-keeping ``DEQUANTIZE``/``RESHAPE`` too) → one network (``rnnport.stack``).
+Float16 weights feed ``DEQUANTIZE`` ops → read as float32 (exact). A ``SimpleRNN`` becomes
+a ``WHILE`` loop over a body subgraph: refused by name.
+
+Quantized weights (an integer tensor with a scale) are refused unless ``dequantize=True``,
+which reads ``scale·(q − zero_point)`` (per channel along ``quantized_dimension``) and
+notes that the numbers changed. Several unrelated networks are listed by ``networks``;
+``node=`` (an operator index, or an output tensor's name) picks one. Operators outside the
+network (a STRIDED_SLICE taking the last step, a Dense layer) are listed by ``notes``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...io.tflite_schema import FILE_IDENTIFIER
+from ...model import Model
+from ...spec import Spec
+from .._protocol import Format, Suffix
+from .reader import READ_OPTIONS, networks, notes, read
+
+__all__ = ["FORMAT", "SUFFIX", "networks", "notes", "read", "sniff"]
+
+SUFFIX = ".tflite"
+
+
+def sniff(source: Any) -> bool:
+    """A path ending ``.tflite``, or bytes whose flatbuffer file identifier is ``TFL3``."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source).lower().endswith(SUFFIX)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        head = bytes(memoryview(source).cast("B")[4:8]) if len(source) >= 8 else b""
+        return head == FILE_IDENTIFIER
+    from ...io.tflite_schema import Model as Decoded
+
+    return isinstance(source, Decoded)
+
+
+def _write(model: Model, path: Any = None, **options: Any) -> Any:
+    from .writer import write
+
+    return write(model, path=path, **options)
+
+
+# What writer.write takes (kept here so that declaring the format imports no writer).
+WRITE_OPTIONS = frozenset({"batch_size", "time_steps"})
+
+
+def _activations(spec: Spec) -> bool:
+    """TFLite's fused activation is one function for the LSTM's g and h, with σ gates:
+    TANH (the default) or RELU."""
+    return spec.cell == "lstm" and tuple(name for name, _, _ in spec.activations) in (
+        (), ("Sigmoid", "Relu", "Relu"))
+
+
+FORMAT = Format(
+    "tflite", sniff=sniff, reader=read, writer=_write,
+    read_options=READ_OPTIONS, write_options=WRITE_OPTIONS,
+    features=frozenset({"projection", "peepholes", "cell_clip", "input_forget", "activations"}),
+    one_bias=frozenset({"lstm", "rnn"}), always_bias=True,
+    suffixes=(Suffix(SUFFIX, "a TFLite (LiteRT) model"),),
+    gate_names={"g": "c"}, activations=_activations,
+    layout_notes=("TFLite keeps each gate's weights as its own tensor: input_to_{input,forget,"
+                  "cell,output}_weights (H, I), recurrent_to_…_weights (H, H_out), "
+                  "…_gate_bias (H,); one bias per gate.",),
+    networks=networks, notes=notes,
+    names={"input_forget": "CIFG (no input gate)", "projection": "projection_weights",
+           "peepholes": "cell_to_*_weights", "cell_clip": "cell_clip",
+           "activations": "fused_activation_function"})

@@ -1,0 +1,788 @@
+"""Reading a ``.tflite`` model's recurrent operators as canonical networks (NumPy only).
+
+The layout read is the package's docstring (:mod:`rnnport.formats.tflite`); the file is
+decoded by :mod:`rnnport.io.tflite_schema`, and nothing here imports TensorFlow, LiteRT or
+the ``flatbuffers`` runtime.
+
+How a graph becomes networks: every recurrent operator of the main subgraph (subgraph 0) is
+one *unit*; the converter's Bidirectional pattern (a forward op and a REVERSE_V2 → op →
+REVERSE_V2 op on the same input, joined by a CONCATENATION on the last axis) is one
+bidirectional unit. A unit whose input is another unit's output (directly, or through
+shape-keeping DEQUANTIZE/RESHAPE glue) continues that unit's network when it is the only
+unit reading it; :func:`rnnport.model.stack` then merges the layers. Weights are the
+constants a unit's inputs hold, directly or through DEQUANTIZE (float16 → float32, exact).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import FormatError, RnnportError, UnsupportedFeatureError
+from ...io import tflite_schema as tfl
+from ...model import RNN, Model, stack
+from ...spec import Spec
+from .._common import close_matches, describe, is_path, listed
+from .._protocol import Choices
+
+__all__ = ["READ_OPTIONS", "load", "networks", "notes", "read"]
+
+READ_OPTIONS = frozenset({"node", "dequantize"})
+
+CONCATENATION = 2
+DEQUANTIZE = 6
+RESHAPE = 22
+REVERSE_V2 = 105
+WHILE = 119
+# Ops a value passes through unchanged between two recurrent ops (when its shape is kept).
+GLUE = frozenset({DEQUANTIZE, RESHAPE})
+RECURRENT = frozenset({tfl.UNIDIRECTIONAL_SEQUENCE_LSTM, tfl.BIDIRECTIONAL_SEQUENCE_LSTM,
+                       tfl.UNIDIRECTIONAL_SEQUENCE_RNN, tfl.BIDIRECTIONAL_SEQUENCE_RNN,
+                       tfl.LSTM, tfl.RNN})
+LSTM_OPS = frozenset({tfl.UNIDIRECTIONAL_SEQUENCE_LSTM, tfl.BIDIRECTIONAL_SEQUENCE_LSTM,
+                      tfl.LSTM})
+STEP_OPS = frozenset({tfl.LSTM, tfl.RNN})  # one time step per invocation
+# The fused activation (schema ActivationFunctionType) → the canonical form. LiteRT's LSTM
+# applies it to the candidate g and to the cell state before the output gate; its RNN to
+# the new state. NONE leaves the LSTM's output scratch unwritten (ApplyActivationToVector
+# returns at once), RELU_N1_TO_1, RELU6 and SIGN_BIT have no canonical equivalent.
+LSTM_ACTIVATIONS: dict[int, tuple[str, ...]] = {4: (), 1: ("Sigmoid", "Relu", "Relu")}
+RNN_CELLS: dict[int, str] = {4: "rnn_tanh", 1: "rnn_relu"}
+
+# BIDIRECTIONAL_SEQUENCE_LSTM's 48 inputs: each direction's 17 weights in LSTM_INPUTS order
+# (1-17 forward, 18-34 backward), then the states, the auxiliary input and its weights.
+BI_LSTM_STATES = ((35, 36), (37, 38))
+BI_LSTM_AUX = (39, *range(40, 48))
+# BIDIRECTIONAL_SEQUENCE_RNN's 12: input, then per direction weights, recurrent, bias, state.
+BI_RNN_AUX = (9, 10, 11)
+
+
+# -- the file ------------------------------------------------------------------------------
+
+
+@dataclass
+class _File:
+    model: tfl.Model
+    where: str
+    graph: tfl.SubGraph
+    producer: dict[int, int] = field(default_factory=dict)  # tensor → operator writing it
+    readers: dict[int, list[int]] = field(default_factory=dict)  # tensor → operators reading it
+
+    def code(self, operator: int) -> int:
+        return self.model.operator_code(self.graph.operators[operator])
+
+    def op_name(self, operator: int) -> str:
+        return self.model.operator_codes[self.graph.operators[operator].opcode_index].name
+
+    def label(self, operator: int) -> str:
+        return f"operator {operator} ({self.op_name(operator)})"
+
+    def tensor_name(self, tensor: int) -> str:
+        return self.graph.tensors[tensor].name
+
+
+def load(source: Any) -> _File:
+    """The decoded model with its main subgraph's producers and readers indexed."""
+    if isinstance(source, tfl.Model):
+        model = source
+    elif is_path(source):
+        model = tfl.read_model(source)
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        model = tfl.decode_model(source, source="TFLite bytes")
+    else:
+        raise FormatError(f"read(fmt='tflite'): expected a .tflite path, its bytes or an "
+                          f"rnnport.io.tflite_schema.Model; got {describe(source)}.")
+    where = os.fspath(source) if is_path(source) else model.source
+    if not model.subgraphs:
+        raise FormatError(f"{where}: the model has no subgraph; expected at least the main one.")
+    file = _File(model, where, model.subgraphs[0])
+    for index, operator in enumerate(file.graph.operators):
+        for tensor in operator.outputs:
+            file.producer.setdefault(tensor, index)
+        for tensor in operator.inputs:
+            if tensor >= 0:
+                file.readers.setdefault(tensor, []).append(index)
+    return file
+
+
+def _origin(file: _File, tensor: int) -> int:
+    """The tensor ``tensor`` carries unchanged: past DEQUANTIZE and shape-keeping RESHAPE."""
+    for _ in range(len(file.graph.operators) + 1):  # a cycle of glue is damage
+        operator = file.producer.get(tensor)
+        if operator is None or file.code(operator) not in GLUE:
+            return tensor
+        inputs = file.graph.operators[operator].inputs
+        if not inputs or inputs[0] < 0 or \
+                file.graph.tensors[inputs[0]].shape != file.graph.tensors[tensor].shape:
+            return tensor
+        tensor = inputs[0]
+    raise FormatError(f"{file.where}: the operators form a cycle through tensor "
+                      f"{file.tensor_name(tensor)!r}; expected a graph without cycles. The file "
+                      "is damaged.")
+
+
+def _input(operator: tfl.Operator, position: int) -> int:
+    return operator.inputs[position] if position < len(operator.inputs) else -1
+
+
+# -- constants -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Reading:
+    """What reading one network found that notes() reports."""
+
+    dequantized: list[str] = field(default_factory=list)
+    remarks: list[str] = field(default_factory=list)
+
+
+def _constant(file: _File, tensor: int, what: str, options: Mapping[str, Any],
+              reading: _Reading, depth: int = 0) -> np.ndarray:
+    """The float32 values of constant ``tensor``, directly or through DEQUANTIZE."""
+    info = file.graph.tensors[tensor]
+    if len(file.model.buffers[info.buffer].data):
+        if info.quantization is not None and info.quantization.quantized:
+            return _dequantize(file, tensor, what, options, reading)
+        array = tfl.tensor_array(file.model, tensor)
+        if array.dtype.kind != "f":
+            raise FormatError(f"{file.where}: {what} (tensor {info.name!r}) is {info.type_name}; "
+                              "expected float weights.")
+        return np.asarray(array, dtype=np.float32)  # float16 → float32 is exact
+    operator = file.producer.get(tensor)
+    if operator is not None and file.code(operator) == DEQUANTIZE and depth < 4:
+        inputs = file.graph.operators[operator].inputs
+        if inputs and inputs[0] >= 0:
+            return _constant(file, inputs[0], what, options, reading, depth + 1)
+    made = f"computed at run time by {file.label(operator)}" if operator is not None else \
+        ("a variable" if info.is_variable else "a graph input or an empty buffer")
+    raise UnsupportedFeatureError(
+        f"{file.where}: {what} (tensor {info.name!r}) is {made}; expected a constant weight "
+        "(a buffer, or a DEQUANTIZE of one), which rnnport reads.")
+
+
+def _dequantize(file: _File, tensor: int, what: str, options: Mapping[str, Any],
+                reading: _Reading) -> np.ndarray:
+    info = file.graph.tensors[tensor]
+    q = info.quantization
+    assert q is not None
+    if not options.get("dequantize"):
+        raise UnsupportedFeatureError(
+            f"{file.where}: {what} (tensor {info.name!r}) holds quantized {info.type_name} "
+            f"weights (scale {list(q.scale)[:3]}, zero point {list(q.zero_point)[:3]}); rnnport "
+            "reads weights exactly and dequantizing changes the numbers. Pass dequantize=True "
+            "to read them as scale·(q − zero_point) in float32 (rnnport inspect then says so).")
+    if q.details_type or not q.scale:
+        raise UnsupportedFeatureError(f"{file.where}: {what} (tensor {info.name!r}) uses custom "
+                                      "quantization details; expected a scale and zero point.")
+    stored = tfl.tensor_array(file.model, tensor, raw=True)
+    if info.type_name not in ("INT8", "UINT8", "INT16", "INT32"):
+        raise UnsupportedFeatureError(f"{file.where}: {what} (tensor {info.name!r}) is quantized "
+                                      f"{info.type_name}; rnnport dequantizes INT8, UINT8, INT16 "
+                                      "and INT32 weights.")
+    scale = np.asarray(q.scale, dtype=np.float32)
+    zero = np.asarray(q.zero_point or (0,), dtype=np.int64)
+    if scale.size > 1:  # per channel, along quantized_dimension
+        axis = q.quantized_dimension
+        if not 0 <= axis < stored.ndim or stored.shape[axis] != scale.size or \
+                zero.size not in (1, scale.size):
+            raise FormatError(f"{file.where}: {what} (tensor {info.name!r}) has {scale.size} "
+                              f"scales along dimension {axis} of shape {list(stored.shape)}; "
+                              "expected one per channel. The file is damaged.")
+        shape = [1] * stored.ndim
+        shape[axis] = scale.size
+        scale, zero = scale.reshape(shape), zero.reshape(shape if zero.size > 1 else [1])
+    elif zero.size != 1:
+        raise FormatError(f"{file.where}: {what} (tensor {info.name!r}): one scale but "
+                          f"{zero.size} zero points; expected one. The file is damaged.")
+    reading.dequantized.append(info.name)
+    return (scale * (stored.astype(np.int64) - zero).astype(np.float32)).astype(np.float32)
+
+
+def _state(file: _File, operator: int, position: int, what: str, reading: _Reading) -> None:
+    """Accept an initial-state input that starts from zeros; refuse a nonzero constant."""
+    tensor = _input(file.graph.operators[operator], position)
+    if tensor < 0:
+        return
+    info = file.graph.tensors[tensor]
+    if len(file.model.buffers[info.buffer].data):
+        if info.quantization is not None and info.quantization.quantized:
+            values = tfl.tensor_array(file.model, tensor, raw=True).astype(np.int64) - \
+                np.asarray(info.quantization.zero_point or (0,))
+        else:
+            values = tfl.tensor_array(file.model, tensor)
+        if np.any(values != 0):
+            raise UnsupportedFeatureError(
+                f"{file.where}: {file.label(operator)}: the initial {what} (input {position}, "
+                f"tensor {info.name!r}) is a nonzero constant; the canonical network starts "
+                "from zeros and takes an initial state per call instead "
+                "(model.forward(x, state=...)). Nothing was read.")
+        return
+    if info.is_variable:
+        reading.remarks.append(
+            f"{file.label(operator)} keeps its state in variable tensors that LiteRT carries "
+            "from one invocation to the next (zeros after allocation); the canonical network "
+            "starts each forward() from zeros.")
+    elif tensor in file.producer or tensor in file.graph.inputs:
+        reading.remarks.append(
+            f"{file.label(operator)} takes its initial {what} from tensor {info.name!r} at run "
+            "time; the canonical network starts from zeros unless forward(x, state=...) is "
+            "given one.")
+
+
+# -- one direction of one op ---------------------------------------------------------------
+
+
+@dataclass
+class _Direction:
+    """One direction's canonical parameters and the Spec fields it implies."""
+
+    params: dict[str, np.ndarray]
+    fields: dict[str, Any]
+
+
+def _checked(array: np.ndarray, shape: tuple[int, ...], what: str, file: _File,
+             operator: int) -> np.ndarray:
+    if array.shape != shape:
+        raise FormatError(f"{file.where}: {file.label(operator)}: {what} has shape "
+                          f"{list(array.shape)}; expected {list(shape)} (from the forget gate's "
+                          "input weights). The file is damaged.")
+    return array
+
+
+def _lstm_direction(file: _File, operator: int, slots: Mapping[str, int],
+                    options: Mapping[str, Any], reading: _Reading) -> _Direction:
+    """An LSTM direction whose inputs sit at ``slots`` (LSTM_INPUTS name → input position).
+
+    TFLite: per-gate (H, I) and (H, H_out) weights, (H,) biases, gates i f c o (canonical
+    i f g o). Canonical: weight_ih (4H, I) rows i f g o, bias_ih (4H,) and bias_hh zeros
+    (TFLite stores one bias). CIFG (no input gate): TFLite computes i = 1 − f, the
+    canonical input_forget f = 1 − i; the forget gate's weights go into the canonical input
+    gate negated, since σ(−a) = 1 − σ(a), and the canonical forget slot holds zeros.
+    """
+    op = file.graph.operators[operator]
+    label = file.label(operator)
+
+    def tensor(name: str) -> int:
+        return _input(op, slots[name]) if name in slots else -1
+
+    def get(name: str) -> np.ndarray:
+        index = tensor(name)
+        if index < 0:
+            raise FormatError(f"{file.where}: {label}: input {slots[name]} ({name}) is left out; "
+                              "expected a constant. The file is damaged.")
+        return _constant(file, index, f"{label} input {slots[name]} ({name})", options, reading)
+
+    for name in ("input_layer_norm_coefficients", "forget_layer_norm_coefficients",
+                 "cell_layer_norm_coefficients", "output_layer_norm_coefficients"):
+        if tensor(name) >= 0:
+            raise UnsupportedFeatureError(
+                f"{file.where}: {label}: layer-norm coefficients (input {slots[name]}, {name}); "
+                "the canonical LSTM has no layer normalization, so the numbers would change. "
+                "Nothing was read.")
+    forget = get("input_to_forget_weights")
+    if forget.ndim != 2:
+        raise FormatError(f"{file.where}: {label}: input_to_forget_weights has shape "
+                          f"{list(forget.shape)}; expected (hidden, input).")
+    hidden, inputs = forget.shape
+    recurrent_forget = get("recurrent_to_forget_weights")
+    if recurrent_forget.ndim != 2 or recurrent_forget.shape[0] != hidden:
+        raise FormatError(f"{file.where}: {label}: recurrent_to_forget_weights has shape "
+                          f"{list(recurrent_forget.shape)}; expected ({hidden}, output).")
+    out = recurrent_forget.shape[1]
+    cifg = tensor("input_to_input_weights") < 0
+    if cifg != (tensor("recurrent_to_input_weights") < 0):
+        raise FormatError(f"{file.where}: {label}: only one of input_to_input_weights and "
+                          "recurrent_to_input_weights is given; expected both (or neither: CIFG).")
+    gates = {}
+    for gate, letter in (("input", "i"), ("forget", "f"), ("cell", "g"), ("output", "o")):
+        if gate == "input" and cifg:
+            continue
+        gates[letter] = (
+            _checked(get(f"input_to_{gate}_weights"), (hidden, inputs), f"input_to_{gate}_weights",
+                     file, operator),
+            _checked(get(f"recurrent_to_{gate}_weights"), (hidden, out),
+                     f"recurrent_to_{gate}_weights", file, operator),
+            _checked(get(f"{gate}_gate_bias"), (hidden,), f"{gate}_gate_bias", file, operator))
+    peephole_names = ("cell_to_input_weights", "cell_to_forget_weights", "cell_to_output_weights")
+    present = [tensor(name) >= 0 for name in peephole_names]
+    peepholes = present[1] or present[2]
+    if peepholes and not (present[1] and present[2] and (present[0] or cifg)):
+        raise FormatError(f"{file.where}: {label}: peephole weights only for some gates "
+                          f"({', '.join(n for n, p in zip(peephole_names, present, strict=True) if p)}"
+                          "); expected all of them (the input gate's left out under CIFG).")
+    peephole = {letter: _checked(get(name), (hidden,), name, file, operator)
+                for letter, name, given in zip("ifo", peephole_names, present, strict=True)
+                if given and peepholes and not (cifg and letter == "i")}
+    if cifg:
+        w_f, r_f, b_f = gates["f"]
+        zero_w, zero_r, zero_b = (np.zeros_like(w_f), np.zeros_like(r_f), np.zeros_like(b_f))
+        gates["i"] = (-w_f, -r_f, -b_f)
+        gates["f"] = (zero_w, zero_r, zero_b)
+        if peepholes:
+            peephole["i"] = -peephole["f"]
+            peephole["f"] = np.zeros_like(peephole["f"])
+        reading.remarks.append(
+            f"{label} is CIFG (no input gate: LiteRT computes i = 1 − f); the canonical "
+            "input_forget LSTM computes f = 1 − i, so the forget gate's weights, biases "
+            "and peephole are held negated in the canonical input gate (σ(−a) = 1 − σ(a)) and "
+            "the canonical forget gate's are zeros, unused.")
+    order = "ifgo"
+    params = {
+        "weight_ih": np.concatenate([gates[g][0] for g in order]),
+        "weight_hh": np.concatenate([gates[g][1] for g in order]),
+        "bias_ih": np.concatenate([gates[g][2] for g in order]),
+        "bias_hh": np.zeros(4 * hidden, dtype=np.float32),
+    }
+    proj_size = 0
+    if tensor("projection_weights") >= 0:
+        params["weight_hr"] = _checked(get("projection_weights"), (out, hidden),
+                                       "projection_weights", file, operator)
+        proj_size = out
+        if tensor("projection_bias") >= 0 and np.any(get("projection_bias") != 0):
+            raise UnsupportedFeatureError(
+                f"{file.where}: {label}: a nonzero projection_bias (input "
+                f"{slots['projection_bias']}); the canonical LSTM's projection has no bias, so "
+                "the numbers would change. Nothing was read.")
+    elif out != hidden:
+        raise FormatError(f"{file.where}: {label}: recurrent weights ({hidden}, {out}) without "
+                          "projection_weights; expected (hidden, hidden).")
+    if peepholes:
+        params["weight_peephole"] = np.stack([peephole[g] for g in "ifo"])
+    return _Direction(params, {"cell": "lstm", "input_size": inputs, "hidden_size": hidden,
+                               "proj_size": proj_size, "peepholes": peepholes,
+                               "input_forget": cifg})
+
+
+def _rnn_direction(file: _File, operator: int, positions: tuple[int, int, int],
+                   options: Mapping[str, Any], reading: _Reading) -> _Direction:
+    """An RNN direction: input weights (H, I), recurrent (H, H), one bias (H,) at
+    ``positions``; canonical weight_ih, weight_hh, bias_ih and bias_hh zeros."""
+    op = file.graph.operators[operator]
+    label = file.label(operator)
+    arrays = []
+    for position, name in zip(positions, ("input weights", "recurrent weights", "bias"),
+                              strict=True):
+        index = _input(op, position)
+        if index < 0:
+            raise FormatError(f"{file.where}: {label}: input {position} ({name}) is left out; "
+                              "expected a constant. The file is damaged.")
+        arrays.append(_constant(file, index, f"{label} input {position} ({name})", options,
+                                reading))
+    weights, recurrent, bias = arrays
+    if weights.ndim != 2:
+        raise FormatError(f"{file.where}: {label}: input weights have shape "
+                          f"{list(weights.shape)}; expected (hidden, input).")
+    hidden, inputs = weights.shape
+    _checked(recurrent, (hidden, hidden), "recurrent weights", file, operator)
+    _checked(bias, (hidden,), "bias", file, operator)
+    return _Direction({"weight_ih": weights, "weight_hh": recurrent, "bias_ih": bias,
+                       "bias_hh": np.zeros(hidden, dtype=np.float32)},
+                      {"input_size": inputs, "hidden_size": hidden})
+
+
+def _lstm_options(file: _File, operator: int) -> dict[str, Any]:
+    """The Spec fields an LSTM op's options give: cell_clip and activations (others refused)."""
+    options = file.graph.operators[operator].builtin_options
+    label = file.label(operator)
+    expected: type[tfl.UnidirectionalSequenceLSTMOptions | tfl.BidirectionalSequenceLSTMOptions
+                   | tfl.LSTMOptions] = {
+        tfl.UNIDIRECTIONAL_SEQUENCE_LSTM: tfl.UnidirectionalSequenceLSTMOptions,
+        tfl.BIDIRECTIONAL_SEQUENCE_LSTM: tfl.BidirectionalSequenceLSTMOptions,
+                tfl.LSTM: tfl.LSTMOptions}[file.code(operator)]
+    if options is None:
+        options = expected()
+    if not isinstance(options, (tfl.UnidirectionalSequenceLSTMOptions,
+                                tfl.BidirectionalSequenceLSTMOptions, tfl.LSTMOptions)) or \
+            not isinstance(options, expected):
+        raise FormatError(f"{file.where}: {label}: builtin options of union type "
+                          f"{file.graph.operators[operator].builtin_options_type}; expected "
+                          f"{expected.__name__}. The file is damaged.")
+    if isinstance(options, tfl.LSTMOptions) and options.kernel_type != 0:
+        raise UnsupportedFeatureError(
+            f"{file.where}: {label}: kernel_type BASIC (the 4-input LSTM with one concatenated "
+            "weight matrix and a fixed cell clip of 8 bits); rnnport reads the FULL kernel. "
+            "Nothing was read.")
+    if isinstance(options, tfl.UnidirectionalSequenceLSTMOptions) and \
+            options.diagonal_recurrent_tensors:
+        raise UnsupportedFeatureError(
+            f"{file.where}: {label}: diagonal_recurrent_tensors (the recurrent weights are "
+            "diagonals: h's units do not mix); the canonical LSTM has full recurrent matrices. "
+            "Nothing was read.")
+    if options.proj_clip > 0:
+        raise UnsupportedFeatureError(
+            f"{file.where}: {label}: proj_clip={options.proj_clip:g} (the projected output is "
+            "clipped); the canonical LSTM has no projection clip, so the numbers would change. "
+            "Nothing was read.")
+    activation = options.fused_activation_function
+    if activation not in LSTM_ACTIVATIONS:
+        name = tfl.ACTIVATIONS.get(activation, str(activation))
+        raise UnsupportedFeatureError(
+            f"{file.where}: {label}: fused activation {name}; the canonical LSTM applies TANH "
+            "or RELU as the candidate and output activations (NONE leaves LiteRT's output "
+            "undefined; RELU_N1_TO_1, RELU6 and SIGN_BIT have no canonical equivalent). "
+            "Nothing was read.")
+    return {"cell_clip": float(options.cell_clip) if options.cell_clip > 0 else None,
+            "activations": LSTM_ACTIVATIONS[activation]}
+
+
+def _rnn_cell(file: _File, operator: int) -> str:
+    options = file.graph.operators[operator].builtin_options
+    activation = getattr(options, "fused_activation_function", 0)
+    if activation not in RNN_CELLS:
+        name = tfl.ACTIVATIONS.get(activation, str(activation))
+        raise UnsupportedFeatureError(
+            f"{file.where}: {file.label(operator)}: fused activation {name}; the canonical "
+            "simple RNN is rnn_tanh (TANH) or rnn_relu (RELU). Nothing was read.")
+    return RNN_CELLS[activation]
+
+
+def _time_major(file: _File, operator: int) -> bool:
+    if file.code(operator) in STEP_OPS:
+        return False
+    return bool(getattr(file.graph.operators[operator].builtin_options, "time_major",
+                        file.code(operator) == tfl.BIDIRECTIONAL_SEQUENCE_LSTM))
+
+
+def _one_direction(file: _File, operator: int, options: Mapping[str, Any],
+                   reading: _Reading) -> _Direction:
+    """A unidirectional op's (or one-step op's) direction, with its Spec fields."""
+    code = file.code(operator)
+    if code in LSTM_OPS:
+        fields = _lstm_options(file, operator)
+        direction = _lstm_direction(file, operator, {n: k for k, n in enumerate(tfl.LSTM_INPUTS)},
+                                    options, reading)
+        _state(file, operator, 18, "output state h", reading)
+        _state(file, operator, 19, "cell state c", reading)
+    else:
+        fields = {"cell": _rnn_cell(file, operator)}
+        direction = _rnn_direction(file, operator, (1, 2, 3), options, reading)
+        _state(file, operator, 4, "hidden state h", reading)
+    direction.fields.update(fields)
+    return direction
+
+
+def _bidirectional_op(file: _File, operator: int, options: Mapping[str, Any],
+                      reading: _Reading) -> list[_Direction]:
+    op = file.graph.operators[operator]
+    label = file.label(operator)
+    code = file.code(operator)
+    aux = BI_LSTM_AUX if code == tfl.BIDIRECTIONAL_SEQUENCE_LSTM else BI_RNN_AUX
+    given = [position for position in aux if _input(op, position) >= 0]
+    if given:
+        raise UnsupportedFeatureError(
+            f"{file.where}: {label}: an auxiliary input (inputs {', '.join(map(str, given))}: "
+            "a second input sequence, or the stacked layers' cross-linked form); the canonical "
+            "bidirectional layer reads one input. Nothing was read.")
+    directions = []
+    if code == tfl.BIDIRECTIONAL_SEQUENCE_LSTM:
+        fields = _lstm_options(file, operator)
+        for index, name in enumerate(("forward", "backward")):
+            slots = {n: 17 * index + k for k, n in enumerate(tfl.LSTM_INPUTS[1:18], start=1)}
+            direction = _lstm_direction(file, operator, slots, options, reading)
+            direction.fields.update(fields)
+            _state(file, operator, BI_LSTM_STATES[index][0], f"{name} output state h", reading)
+            _state(file, operator, BI_LSTM_STATES[index][1], f"{name} cell state c", reading)
+            directions.append(direction)
+    else:
+        cell = _rnn_cell(file, operator)
+        for index, name in enumerate(("forward", "backward")):
+            base = 1 + 4 * index
+            direction = _rnn_direction(file, operator, (base, base + 1, base + 2), options,
+                                       reading)
+            direction.fields["cell"] = cell
+            _state(file, operator, base + 3, f"{name} hidden state h", reading)
+            directions.append(direction)
+    return directions
+
+
+# -- units and networks ------------------------------------------------------------------------
+
+
+@dataclass
+class _Unit:
+    """One layer: a recurrent op, a reversed op (REVERSE_V2 → op → REVERSE_V2), the
+    converter's Bidirectional pattern, or a fused bidirectional op."""
+
+    recurrent: tuple[int, ...]  # the recurrent ops: forward first
+    operators: tuple[int, ...]  # every op the unit consists of
+    input: int  # the tensor it reads (its origin)
+    output: int  # the tensor it writes (-1: two outputs kept apart)
+    reverse: bool = False  # one direction, run backwards (outputs in time order)
+    bidirectional: bool = False
+
+
+def _reverse_axis(file: _File, operator: int) -> int | None:
+    """The one axis a REVERSE_V2 reverses (a constant), else None."""
+    op = file.graph.operators[operator]
+    if len(op.inputs) != 2 or op.inputs[1] < 0 or len(op.outputs) != 1:
+        return None
+    info = file.graph.tensors[op.inputs[1]]
+    if not len(file.model.buffers[info.buffer].data) or info.type_name not in ("INT32", "INT64"):
+        return None
+    try:
+        axes = tfl.tensor_array(file.model, op.inputs[1]).ravel()
+    except RnnportError:
+        return None
+    rank = len(file.graph.tensors[op.outputs[0]].shape)
+    if axes.size != 1 or not -rank <= int(axes[0]) < rank:
+        return None
+    return int(axes[0]) % rank
+
+
+def _reversed_around(file: _File, operator: int) -> tuple[int, int, tuple[int, int]] | None:
+    """(input, output, the two REVERSE_V2 ops) when ``operator`` reads a REVERSE_V2 of its
+    input on the time axis and only a REVERSE_V2 on the time axis reads its output."""
+    op = file.graph.operators[operator]
+    time_axis = 0 if _time_major(file, operator) else 1
+    before = file.producer.get(_origin(file, op.inputs[0])) if op.inputs and op.inputs[0] >= 0 \
+        else None
+    if before is None or file.code(before) != REVERSE_V2 or \
+            _reverse_axis(file, before) != time_axis or len(op.outputs) != 1:
+        return None
+    after = file.readers.get(op.outputs[0], [])
+    if len(after) != 1 or file.code(after[0]) != REVERSE_V2 or \
+            _reverse_axis(file, after[0]) != time_axis or \
+            file.graph.operators[after[0]].inputs[0] != op.outputs[0]:
+        return None
+    source = file.graph.operators[before].inputs[0]
+    return _origin(file, source), file.graph.operators[after[0]].outputs[0], (before, after[0])
+
+
+def _last_axis_concat(file: _File, operator: int, inputs: tuple[int, ...]) -> bool:
+    """Whether CONCATENATION ``operator`` joins ``inputs`` along their last axis (from the
+    static shapes: the options table is not decoded)."""
+    op = file.graph.operators[operator]
+    if len(op.inputs) != len(inputs) or len(op.outputs) != 1:
+        return False
+    shapes = [file.graph.tensors[t].shape for t in op.inputs]
+    result = file.graph.tensors[op.outputs[0]].shape
+    if any(len(shape) != len(result) or not shape for shape in shapes) or \
+            [_origin(file, t) for t in op.inputs] != list(inputs):
+        return False
+    return all(shape[:-1] == result[:-1] for shape in shapes) and \
+        sum(shape[-1] for shape in shapes) == result[-1]
+
+
+def _units(file: _File) -> list[_Unit]:
+    recurrent = [index for index, op in enumerate(file.graph.operators)
+                 if file.code(index) in RECURRENT]
+    singles: list[_Unit] = []
+    units: list[_Unit] = []
+    for index in recurrent:
+        op = file.graph.operators[index]
+        if not op.inputs or op.inputs[0] < 0 or not op.outputs:
+            raise FormatError(f"{file.where}: {file.label(index)} has no input or output "
+                              "tensor; expected both. The file is damaged.")
+        if file.code(index) in (tfl.BIDIRECTIONAL_SEQUENCE_LSTM, tfl.BIDIRECTIONAL_SEQUENCE_RNN):
+            output = op.outputs[0] if len(op.outputs) == 1 else -1
+            operators: tuple[int, ...] = (index,)
+            if output < 0:
+                pair = tuple(op.outputs[:2])
+                joins = [k for k in file.readers.get(pair[0], [])
+                         if file.code(k) == CONCATENATION and _last_axis_concat(file, k, pair)]
+                if joins:
+                    output, operators = file.graph.operators[joins[0]].outputs[0], (index,
+                                                                                     joins[0])
+            units.append(_Unit((index,), operators, _origin(file, op.inputs[0]), output,
+                               bidirectional=True))
+            continue
+        around = _reversed_around(file, index)
+        if around is not None:
+            source, output, (before, after) = around
+            singles.append(_Unit((index,), (before, index, after), source, output, reverse=True))
+        else:
+            singles.append(_Unit((index,), (index,), _origin(file, op.inputs[0]), op.outputs[0]))
+    # The converter's Bidirectional: CONCATENATION(forward, reversed) on the last axis.
+    by_output = {unit.output: unit for unit in singles}
+    paired: set[int] = set()
+    for index in range(len(file.graph.operators)):
+        if file.code(index) != CONCATENATION:
+            continue
+        op = file.graph.operators[index]
+        if len(op.inputs) != 2:
+            continue
+        first = by_output.get(_origin(file, op.inputs[0]))
+        second = by_output.get(_origin(file, op.inputs[1]))
+        if first is None or second is None:
+            continue
+        forward, backward = first, second
+        if forward.reverse or not backward.reverse or forward.input != backward.input or \
+                (file.code(forward.recurrent[0]) in LSTM_OPS) != \
+                (file.code(backward.recurrent[0]) in LSTM_OPS) or \
+                file.code(forward.recurrent[0]) in STEP_OPS or \
+                _time_major(file, forward.recurrent[0]) != \
+                _time_major(file, backward.recurrent[0]) or \
+                not _last_axis_concat(file, index, (forward.output, backward.output)) or \
+                id(forward) in paired or id(backward) in paired:
+            continue
+        paired.update((id(forward), id(backward)))
+        units.append(_Unit((forward.recurrent[0], backward.recurrent[0]),
+                           (*forward.operators, *backward.operators, index), forward.input,
+                           op.outputs[0], bidirectional=True))
+    units.extend(unit for unit in singles if id(unit) not in paired)
+    return sorted(units, key=lambda unit: min(unit.operators))
+
+
+def _chains(file: _File) -> list[list[_Unit]]:
+    """The networks: chains of units, each reading the one before it."""
+    units = _units(file)
+    by_output = {unit.output: unit for unit in units if unit.output >= 0}
+    followers: dict[int, list[_Unit]] = {}
+    for unit in units:
+        before = by_output.get(unit.input)
+        if before is not None:
+            followers.setdefault(id(before), []).append(unit)
+    continues = {id(unit) for group in followers.values() if len(group) == 1 for unit in group}
+    chains = []
+    for unit in units:
+        if id(unit) in continues:
+            continue
+        chain = [unit]
+        while len(followers.get(id(chain[-1]), [])) == 1 and len(chain) <= len(units):
+            chain.append(followers[id(chain[-1])][0])
+        chains.append(chain)
+    return chains
+
+
+def _describe(file: _File, chain: list[_Unit]) -> str:
+    layers = []
+    for unit in chain:
+        names = "+".join(file.op_name(k) for k in unit.recurrent)
+        shape = " as a bidirectional layer" if unit.bidirectional and len(unit.recurrent) == 2 \
+            else " reversed" if unit.reverse else ""
+        layers.append(f"{names} (operator{'s' if len(unit.recurrent) > 1 else ''} "
+                      f"{', '.join(map(str, unit.recurrent))}){shape}")
+    output = chain[-1].output
+    tail = f" → tensor {file.tensor_name(output)!r}" if output >= 0 else ""
+    return f"{len(chain)} layer(s): {' → '.join(layers)}{tail}"
+
+
+def _chain_value(chain: list[_Unit]) -> str:
+    return str(chain[0].recurrent[0])
+
+
+def _no_network(file: _File) -> RnnportError:
+    ops = [file.op_name(k) for k in range(len(file.graph.operators))]
+    if any(file.code(k) == WHILE for k in range(len(file.graph.operators))):
+        return UnsupportedFeatureError(
+            f"{file.where}: SimpleRNN converted as a WHILE loop (operators {' → '.join(ops)}); "
+            "rnnport reads TFLite's fused recurrent operators (UNIDIRECTIONAL_SEQUENCE_LSTM/RNN, "
+            "BIDIRECTIONAL_SEQUENCE_LSTM/RNN, LSTM, RNN) and does not recognise a loop body as "
+            "a cell. Read the Keras model the file was converted from instead.")
+    return FormatError(f"{file.where}: no recurrent operator in the main subgraph; expected "
+                       "UNIDIRECTIONAL_SEQUENCE_LSTM/RNN, BIDIRECTIONAL_SEQUENCE_LSTM/RNN, LSTM "
+                       f"or RNN. Its operators: {listed(dict.fromkeys(ops)) or 'none'}.")
+
+
+def _choose(file: _File, options: Mapping[str, Any]) -> tuple[list[_Unit], list[list[_Unit]]]:
+    chains = _chains(file)
+    if not chains:
+        raise _no_network(file)
+    listing = "\n".join(f"  - node={_chain_value(c)!r}: {_describe(file, c)}" for c in chains)
+    node = options.get("node")
+    if node is None:
+        if len(chains) == 1:
+            return chains[0], chains
+        raise FormatError(f"{file.where}: holds {len(chains)} recurrent networks; pass node= "
+                          f"(an operator index or an output tensor's name) to pick one:\n"
+                          f"{listing}")
+    if isinstance(node, bool) or not isinstance(node, (int, str)):
+        raise FormatError(f"read(fmt='tflite'): node={node!r}; expected an operator index (int) "
+                          "or a tensor name (str).")
+    text = str(node)
+    for chain in chains:
+        indices = {str(k) for unit in chain for k in unit.operators}
+        names = {file.tensor_name(unit.output) for unit in chain if unit.output >= 0}
+        if text in indices or (isinstance(node, str) and node in names):
+            return chain, chains
+    candidates = [file.tensor_name(unit.output) for chain in chains for unit in chain
+                  if unit.output >= 0]
+    raise FormatError(f"{file.where}: node={node!r} is no operator or output tensor of a "
+                      f"recurrent network.{close_matches(text, candidates)} The networks here:\n"
+                      f"{listing}")
+
+
+def _layer(file: _File, unit: _Unit, options: Mapping[str, Any], reading: _Reading) -> RNN:
+    if len(unit.recurrent) == 1 and unit.bidirectional:
+        directions = _bidirectional_op(file, unit.recurrent[0], options, reading)
+    else:
+        directions = [_one_direction(file, k, options, reading) for k in unit.recurrent]
+    labels = ", ".join(file.label(k) for k in unit.recurrent)
+    if len(directions) == 2 and directions[0].fields != directions[1].fields:
+        differ = sorted(k for k in directions[0].fields
+                        if directions[0].fields[k] != directions[1].fields.get(k))
+        raise UnsupportedFeatureError(
+            f"{file.where}: {labels}: the two directions differ in {', '.join(differ)}; the "
+            "canonical bidirectional layer has one shape for both. Nothing was read.")
+    fields = dict(directions[0].fields)
+    if fields.get("cell") != "lstm":
+        fields = {k: v for k, v in fields.items() if k in ("cell", "input_size", "hidden_size")}
+    spec = Spec(num_layers=1, bidirectional=unit.bidirectional, reverse=unit.reverse, **fields)
+    for k in unit.recurrent:
+        if _time_major(file, k):
+            reading.remarks.append(
+                f"{file.label(k)} is time-major: the file feeds it (time, batch, input); "
+                "run the canonical network with forward(x, time_major=True) on such an x.")
+        if file.code(k) in STEP_OPS:
+            reading.remarks.append(
+                f"{file.label(k)} computes one time step per invocation, carrying its state in "
+                "variable tensors; the canonical network's forward() on a (batch, time, input) "
+                "sequence equals that many invocations.")
+    if unit.bidirectional and unit.output < 0:
+        reading.remarks.append(
+            f"{labels} keeps the forward and backward outputs apart (merge_outputs false); "
+            "the canonical network's y concatenates them on the last axis, forward first.")
+    return RNN(spec, [[d.params for d in directions]], copy=False)
+
+
+def read_with_notes(source: Any, **options: Any) -> tuple[Model, list[str]]:
+    """The chosen network and what notes() says about it."""
+    dequantize = options.get("dequantize", False)
+    if not isinstance(dequantize, bool):
+        raise FormatError(f"read(fmt='tflite'): dequantize={dequantize!r}; expected True or False.")
+    file = load(source)
+    chain, chains = _choose(file, options)
+    reading = _Reading()
+    layers = [_layer(file, unit, options, reading) for unit in chain]
+    try:
+        model = stack(layers)
+    except RnnportError as error:
+        raise FormatError(f"{file.where}: the chained operators do not fit together ({error}); "
+                          "pick one with node=.") from None
+    out = list(dict.fromkeys(reading.remarks))
+    if reading.dequantized:
+        out.append(f"dequantized (dequantize=True): {listed(reading.dequantized)} held quantized "
+                   "integers, read as scale·(q − zero_point) in float32; the numbers differ from "
+                   "what LiteRT's integer kernels compute.")
+    out.extend(f"another recurrent network, node={_chain_value(c)!r} ({_describe(file, c)}); "
+               "not read." for c in chains if c is not chain)
+    used = {k for unit in chain for k in unit.operators}
+    recurrent_elsewhere = {k for c in chains if c is not chain for unit in c for k in unit.operators}
+    weights = {k for k in range(len(file.graph.operators)) if file.code(k) == DEQUANTIZE and
+               all(len(file.model.buffers[file.graph.tensors[t].buffer].data)
+                   for t in file.graph.operators[k].inputs if t >= 0)}
+    rest = [file.label(k) for k in range(len(file.graph.operators))
+            if k not in used | recurrent_elsewhere | weights]
+    if rest:
+        out.append(f"other operators: {listed(rest)}; not part of the network, not read.")
+    return model, out
+
+
+def read(source: Any, **options: Any) -> Model:
+    """The recurrent network a TFLite model holds (see the package's docstring)."""
+    return read_with_notes(source, **options)[0]
+
+
+def networks(source: Any) -> Choices:
+    """The networks ``node=`` picks from: the first recurrent operator's index of each."""
+    file = load(source)
+    return Choices("node", tuple((_chain_value(c), _describe(file, c)) for c in _chains(file)))
+
+
+def notes(source: Any, **options: Any) -> list[str]:
+    """What a read of ``source`` leaves out or assumes, one sentence each."""
+    return read_with_notes(source, **options)[1]

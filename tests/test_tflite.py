@@ -1,0 +1,327 @@
+"""Reading TFLite models (``rnnport.formats.tflite``), against the LiteRT interpreter.
+
+Expected values: the golden files' ``y_litert`` (the LiteRT interpreter) and ``y_keras``
+(the Keras model converted), made by ``tools/golden_tflite.py``; and, for fields the
+converter never writes, golden files edited through LiteRT's own generated schema code
+(``ai_edge_litert.schema_py_generated`` with ``flatbuffers``, a structurally different
+writer) and run by the LiteRT interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rnnport.errors import FormatError, RnnportError, UnsupportedFeatureError
+from rnnport.formats.tflite import FORMAT, networks, notes, sniff
+
+GOLDEN = Path(__file__).parent / "golden" / "tflite"
+MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]
+READABLE = ["bi_lstm", "lstm_float16", "lstm_last", "lstm_sequences", "stacked_lstm"]
+
+
+def _golden(name: str) -> tuple[Path, dict[str, np.ndarray]]:
+    path = GOLDEN / f"{name}.tflite"
+    with np.load(path.with_suffix(".npz"), allow_pickle=False) as data:
+        return path, {key: data[key] for key in ("x", "y_litert", "y_keras")}
+
+
+def _output(model: Any, x: np.ndarray, like: np.ndarray) -> np.ndarray:
+    y, _ = model.forward(x)
+    return y[:, -1] if like.ndim == 2 else y  # return_sequences=False: the last step
+
+
+def test_every_golden_case_is_read_or_refused() -> None:
+    assert sorted(MANIFEST) == sorted([*READABLE, "simple_rnn"])
+
+
+@pytest.mark.parametrize("name", READABLE)
+def test_golden_file_computes_litert_and_keras_outputs(name: str) -> None:
+    path, data = _golden(name)
+    model = FORMAT.read(path)
+    y = _output(model, data["x"], data["y_litert"])
+    np.testing.assert_allclose(y, data["y_litert"], rtol=0, atol=1e-5)
+    # float16 weights: Keras ran the float32 originals, LiteRT the rounded ones.
+    tolerance = 1e-3 if name == "lstm_float16" else 1e-5
+    np.testing.assert_allclose(y, data["y_keras"], rtol=0, atol=tolerance)
+    assert model.dtype == np.float32
+    assert {layer.spec.cell_clip for layer in model.layers()} == {10.0}
+
+
+def test_golden_shapes() -> None:
+    bi = FORMAT.read(GOLDEN / "bi_lstm.tflite")
+    assert bi.spec.bidirectional and bi.spec.hidden_size == 4 and bi.spec.num_layers == 1
+    stacked = FORMAT.read(GOLDEN / "stacked_lstm.tflite")
+    assert [s.hidden_size for s in stacked.specs] == [5, 4]  # type: ignore[union-attr]
+
+
+def test_bytes_and_paths_read_alike() -> None:
+    path = GOLDEN / "lstm_sequences.tflite"
+    assert FORMAT.read(path.read_bytes()) == FORMAT.read(path) == FORMAT.read(str(path))
+
+
+def test_swapping_two_gates_changes_the_output() -> None:
+    _, data = _golden("lstm_sequences")
+    swapped = _edited("lstm_sequences", lambda m: _swap_inputs(m, 2, 3))
+    y = _output(FORMAT.read(swapped), data["x"], data["y_litert"])
+    assert np.abs(y - data["y_litert"]).max() > 1e-3
+
+
+def test_sniff() -> None:
+    assert sniff("model.tflite") and sniff(Path("M.TFLITE"))
+    assert sniff((GOLDEN / "bi_lstm.tflite").read_bytes())
+    assert not sniff("model.onnx") and not sniff(b"\0" * 16) and not sniff(b"TFL3")
+
+
+def test_notes_say_what_is_left_out() -> None:
+    said = notes(GOLDEN / "lstm_last.tflite")
+    assert any("STRIDED_SLICE" in note for note in said)
+    assert any("variable tensors" in note for note in said)
+
+
+def test_networks_and_node() -> None:
+    path = GOLDEN / "stacked_lstm.tflite"
+    choices = networks(path)
+    assert choices.option == "node" and [value for value, _ in choices.entries] == ["0"]
+    assert FORMAT.read(path, node=1) == FORMAT.read(path, node="0") == FORMAT.read(path)
+    assert FORMAT.read(path, node="StatefulPartitionedCall:0") == FORMAT.read(path)
+    with pytest.raises(FormatError, match="node='nope' is no operator"):
+        FORMAT.read(path, node="nope")
+
+
+def test_simple_rnn_while_loop_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedFeatureError, match="SimpleRNN converted as a WHILE loop"):
+        FORMAT.read(GOLDEN / "simple_rnn.tflite")
+
+
+def test_reading_imports_no_framework() -> None:
+    code = ("import sys, numpy as np\n"
+            "from rnnport.formats.tflite import FORMAT\n"
+            f"for name in {READABLE!r}:\n"
+            f"    FORMAT.read({str(GOLDEN)!r} + '/' + name + '.tflite')\n"
+            "bad = [m for m in ('tensorflow', 'flatbuffers', 'ai_edge_litert', 'tf_keras', "
+            "'keras', 'torch') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- files edited through LiteRT's own schema code, run by LiteRT --------------------------
+
+
+def _edited(name: str, change: Callable[[Any], None]) -> bytes:
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf((GOLDEN / f"{name}.tflite").read_bytes(), 0)
+    change(model)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def _lstm_op(model: Any) -> Any:
+    return next(op for op in model.subgraphs[0].operators
+                if op.builtinOptions is not None and hasattr(op.builtinOptions, "cellClip"))
+
+
+def _swap_inputs(model: Any, a: int, b: int) -> None:
+    inputs = list(_lstm_op(model).inputs)
+    inputs[a], inputs[b] = inputs[b], inputs[a]
+    _lstm_op(model).inputs = inputs
+
+
+def _litert(data: bytes, x: np.ndarray) -> np.ndarray:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=data)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    return np.asarray(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+
+
+def _add_constant(model: Any, values: np.ndarray, name: str) -> int:
+    from ai_edge_litert import schema_py_generated as schema
+
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(np.ascontiguousarray(values, "<f4").tobytes(), "u1")
+    model.buffers.append(buffer)
+    tensor = schema.TensorT()
+    tensor.shape, tensor.type, tensor.buffer = list(values.shape), 0, len(model.buffers) - 1
+    tensor.name = name
+    tensors = model.subgraphs[0].tensors
+    tensors.append(tensor)
+    return len(tensors) - 1
+
+
+def _set_input(model: Any, position: int, tensor: int) -> None:
+    op = _lstm_op(model)
+    inputs = list(op.inputs)
+    inputs[position] = tensor
+    op.inputs = inputs
+
+
+def _peepholes(model: Any) -> None:
+    rng = np.random.default_rng(7)
+    for position in (9, 10, 11):
+        _set_input(model, position, _add_constant(model, rng.uniform(-0.5, 0.5, 4), "peep"))
+
+
+def _cifg(model: Any) -> None:
+    _set_input(model, 1, -1)
+    _set_input(model, 5, -1)
+    _set_input(model, 12, -1)
+
+
+def _projection(model: Any) -> None:
+    rng = np.random.default_rng(8)
+    projection = _add_constant(model, rng.uniform(-0.5, 0.5, (2, 4)), "proj")
+    _set_input(model, 16, projection)
+    _set_input(model, 17, _add_constant(model, np.zeros(2), "proj_bias"))
+    # The recurrent weights take the projected (2-wide) h; the output and h state narrow.
+    tensors = model.subgraphs[0].tensors
+    op = _lstm_op(model)
+    for position in (5, 6, 7, 8):
+        _set_input(model, position, _add_constant(model, rng.uniform(-0.5, 0.5, (4, 2)), "rec"))
+    tensors[op.inputs[18]].shape = [2, 2]
+    tensors[op.outputs[0]].shape = [2, 5, 2]
+
+
+def _relu(model: Any) -> None:
+    _lstm_op(model).builtinOptions.fusedActivationFunction = 1
+
+
+def _small_clip(model: Any) -> None:
+    _lstm_op(model).builtinOptions.cellClip = 0.3
+
+
+@pytest.mark.parametrize("change", [_peepholes, _cifg, _projection, _relu, _small_clip,
+                                    lambda m: (_cifg(m), _peepholes(m))],
+                         ids=["peepholes", "cifg", "projection", "relu", "cell_clip",
+                              "cifg_peepholes"])
+def test_edited_lstm_equals_litert(change: Callable[[Any], None]) -> None:
+    _, data = _golden("lstm_sequences")
+    edited = _edited("lstm_sequences", change)
+    expected = _litert(edited, data["x"])
+    y, _ = FORMAT.read(edited).forward(data["x"])
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5)
+    if expected.shape == data["y_litert"].shape:  # the edit mattered
+        assert np.abs(expected - data["y_litert"]).max() > 1e-4
+
+
+def test_cifg_and_peepholes_map_to_the_spec() -> None:
+    spec = FORMAT.read(_edited("lstm_sequences", lambda m: (_cifg(m), _peepholes(m)))).spec
+    assert spec.input_forget and spec.peepholes and spec.cell_clip == 10.0
+    assert FORMAT.read(_edited("lstm_sequences", _projection)).spec.proj_size == 2
+    assert [name for name, _, _ in FORMAT.read(_edited("lstm_sequences", _relu)).spec
+            .activations] == ["Sigmoid", "Relu", "Relu"]
+    said = notes(_edited("lstm_sequences", _cifg))
+    assert any("CIFG" in note for note in said)
+
+
+def _proj_clip(model: Any) -> None:
+    _projection(model)
+    _lstm_op(model).builtinOptions.projClip = 3.0
+
+
+def _proj_bias(model: Any) -> None:
+    _projection(model)
+    _set_input(model, 17, _add_constant(model, np.full(2, 0.25), "proj_bias"))
+
+
+def _layer_norm(model: Any) -> None:
+    for position in (20, 21, 22, 23):
+        _set_input(model, position, _add_constant(model, np.ones(4), "norm"))
+
+
+def _state(model: Any) -> None:
+    _set_input(model, 19, _add_constant(model, np.full((2, 4), 0.5), "c0"))
+
+
+def _relu6(model: Any) -> None:
+    _lstm_op(model).builtinOptions.fusedActivationFunction = 3
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (_proj_clip, "proj_clip=3 \\(the projected output is clipped\\)"),
+    (_proj_bias, "a nonzero projection_bias"),
+    (_layer_norm, "layer-norm coefficients"),
+    (_state, "initial cell state c .* is a nonzero constant"),
+    (_relu6, "fused activation RELU6"),
+], ids=["proj_clip", "proj_bias", "layer_norm", "state", "relu6"])
+def test_unsupported_fields_are_refused_by_name(change: Callable[[Any], None],
+                                                message: str) -> None:
+    with pytest.raises(UnsupportedFeatureError, match=message):
+        FORMAT.read(_edited("lstm_sequences", change))
+
+
+def test_zero_projection_bias_and_zero_state_are_accepted() -> None:
+    def zero_state(model: Any) -> None:
+        _set_input(model, 19, _add_constant(model, np.zeros((2, 4)), "c0"))
+
+    _, data = _golden("lstm_sequences")
+    model = FORMAT.read(_edited("lstm_sequences", zero_state))
+    np.testing.assert_allclose(model.forward(data["x"])[0], data["y_litert"], atol=1e-5)
+
+
+def _int8_weights(model: Any) -> None:
+    from ai_edge_litert import schema_py_generated as schema
+
+    tensors = model.subgraphs[0].tensors
+    tensor = tensors[_lstm_op(model).inputs[2]]  # input_to_forget_weights (4, 3)
+    values = np.frombuffer(bytes(model.buffers[tensor.buffer].data), "<f4").reshape(4, 3)
+    scale = np.abs(values).max(axis=1) / 127
+    model.buffers[tensor.buffer].data = np.frombuffer(
+        np.round(values / scale[:, None]).astype("i1").tobytes(), "u1")
+    tensor.type = 9
+    tensor.quantization = schema.QuantizationParametersT()
+    tensor.quantization.scale = [float(s) for s in scale]
+    tensor.quantization.zeroPoint = [0, 0, 0, 0]
+    tensor.quantization.quantizedDimension = 0
+
+
+def test_quantized_weights_are_refused_unless_dequantized() -> None:
+    edited = _edited("lstm_sequences", _int8_weights)
+    with pytest.raises(UnsupportedFeatureError, match="quantized INT8 weights.*dequantize=True"):
+        FORMAT.read(edited)
+    model = FORMAT.read(edited, dequantize=True)
+    _, data = _golden("lstm_sequences")
+    close = np.abs(model.forward(data["x"])[0] - data["y_litert"]).max()
+    assert 0 < close < 0.05  # the numbers changed, a little
+    assert any("numbers differ" in note for note in notes(edited, dequantize=True))
+
+
+# -- damaged files ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", READABLE)
+def test_truncated_and_mutated_files_are_rnnport_errors(name: str) -> None:
+    data = (GOLDEN / f"{name}.tflite").read_bytes()
+    for length in (0, 7, 8, 64, len(data) // 3, len(data) // 2, len(data) - 1):
+        with pytest.raises(RnnportError):
+            FORMAT.read(data[:length])
+    rng = np.random.default_rng(len(data))
+    for _ in range(150):
+        damaged = bytearray(data)
+        for position in rng.integers(0, len(data), 4):
+            damaged[position] = int(rng.integers(0, 256))
+        try:
+            FORMAT.read(bytes(damaged))
+        except RnnportError:
+            pass
+
+
+def test_a_file_that_is_no_tflite_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "model.tflite"
+    path.write_bytes(b"\x10\0\0\0NOPE" + b"\0" * 32)
+    with pytest.raises(FormatError, match="file identifier"):
+        FORMAT.read(path)
+    with pytest.raises(FormatError, match="cannot be read"):
+        FORMAT.read(tmp_path / "missing.tflite")
