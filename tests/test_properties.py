@@ -90,6 +90,29 @@ def holds(fmt: str, spec: Spec) -> bool:
     return not lacks(fmt, spec)
 
 
+def holds_dtype(fmt: str, model: RNN) -> bool:
+    """Whether ``fmt`` stores ``model``'s dtype (``Format.dtypes``; None: every float)."""
+    declared = get(fmt).dtypes
+    return declared is None or model.dtype.name in declared
+
+
+def assert_dtype_refused(model: RNN, fmt: str) -> None:
+    """Writing ``model`` as ``fmt`` fails with an error naming its dtype and the cast."""
+    try:
+        write(model, fmt)
+    except UnsupportedFeatureError as error:
+        assert model.dtype.name in str(error) and ".astype(" in str(error), error
+        assert fmt in str(error) and "cannot hold" in str(error), error
+        return
+    raise AssertionError(f"{fmt} accepted {model.dtype} weights")
+
+
+def as_read(model: RNN, back: RNN) -> RNN:
+    """``model`` in the dtype a format read it back in (float16 widens to float32 exactly
+    in a format that stores no float16)."""
+    return model if back.dtype == model.dtype else model.astype(back.dtype)
+
+
 def single_bias(fmt: str, spec: Spec) -> bool:
     """Whether ``fmt`` keeps one bias where the model has two (so a trip sums them), or
     saves zero biases for a bias-free model (TF1). The round-trip tests check the claim:
@@ -109,6 +132,8 @@ def assert_refused(model: RNN, fmt: str) -> None:
 
 
 def leaves(native: Any) -> list[np.ndarray]:
+    if isinstance(native, (bytes, bytearray)):  # a serialized file (a .tflite FlatBuffer)
+        return [np.frombuffer(native, dtype=np.uint8)]
     if hasattr(native, "graph"):  # an onnx.ModelProto: its stored tensors, in graph order
         from onnx import numpy_helper
 
@@ -137,6 +162,9 @@ settings.load_profile("rnnport")
 @given(models())
 def test_each_format_round_trips_or_says_why_not(model: RNN) -> None:
     for fmt in FORMATS:
+        if not holds_dtype(fmt, model):
+            assert_dtype_refused(model, fmt)
+            continue
         if not holds(fmt, model.spec):
             assert_refused(model, fmt)
             continue
@@ -146,17 +174,24 @@ def test_each_format_round_trips_or_says_why_not(model: RNN) -> None:
             assert through(back, fmt) == back
             assert_same_native(write(back, fmt), write(model, fmt))
         else:
-            assert back == model, fmt
+            assert back == as_read(model, back), fmt
+            assert_same_native(write(back, fmt), write(model, fmt))
 
 
 @given(models(), st.sampled_from(FORMATS), st.sampled_from(FORMATS))
 def test_every_format_pair_keeps_the_function(model: RNN, first: str, second: str) -> None:
     """read(write(A)) → write(B) → read(B): the same outputs, bit-equal arrays unless a bias
-    had to be summed; or an error naming the feature A or B cannot hold."""
+    had to be summed; or an error naming the feature (or dtype) A or B cannot hold."""
+    if not holds_dtype(first, model):
+        assert_dtype_refused(model, first)
+        return
     if not holds(first, model.spec):
         assert_refused(model, first)
         return
     via_first = through(model, first)
+    if not holds_dtype(second, via_first):
+        assert_dtype_refused(via_first, second)
+        return
     if not holds(second, model.spec):
         assert_refused(via_first, second)
         return
@@ -168,7 +203,7 @@ def test_every_format_pair_keeps_the_function(model: RNN, first: str, second: st
     # What the second format stores survives the trip unchanged.
     assert_same_native(write(via_both, second), write(via_first, second))
     if not single_bias(first, model.spec) and not single_bias(second, model.spec):
-        assert via_both == model
+        assert via_both == as_read(model, via_both)
     elif model.spec.bias:  # a summing format really does sum: the two slots become one
         assert via_both != model or not np.any(model.params[0][0]["bias_hh"])
 

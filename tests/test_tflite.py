@@ -325,3 +325,34 @@ def test_a_file_that_is_no_tflite_is_an_error(tmp_path: Path) -> None:
         FORMAT.read(path)
     with pytest.raises(FormatError, match="cannot be read"):
         FORMAT.read(tmp_path / "missing.tflite")
+
+
+@pytest.mark.parametrize("spec", [
+    {"cell": "gru", "input_size": 3, "hidden_size": 4},
+    {"cell": "gru", "input_size": 3, "hidden_size": 4, "reset_after": False},
+    {"cell": "gru", "input_size": 3, "hidden_size": 2, "num_layers": 2, "bidirectional": True},
+    {"cell": "gru", "input_size": 2, "hidden_size": 3, "bias": False, "reverse": True},
+    {"cell": "lstm", "input_size": 3, "hidden_size": 4, "num_layers": 2, "bidirectional": True},
+    {"cell": "rnn_relu", "input_size": 3, "hidden_size": 4},
+])
+def test_rnnports_own_files_read_back_exactly(spec: dict[str, Any]) -> None:
+    from rnnport import RNN, Spec
+
+    model = RNN.random(Spec(**spec), seed=3)
+    written = FORMAT.write(model)
+    back = FORMAT.read(written)
+    assert back.spec.replace(bias=model.spec.bias) == model.spec
+    assert FORMAT.write(back) == written  # the same file: biases summed once, loops described
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 5, model.input_size)).astype(np.float32)
+    np.testing.assert_allclose(back.forward(x)[0], model.forward(x)[0], atol=1e-5, rtol=0)
+
+
+def test_a_loop_whose_description_does_not_fit_is_refused() -> None:
+    from rnnport import RNN, Spec
+
+    written = FORMAT.write(RNN.random(Spec("gru", 3, 4), seed=1))
+    start = written.index(b'"loops"')
+    damaged = written[:start] + written[start:].replace(b'"hidden_size": 4', b'"hidden_size": 5', 1)
+    assert damaged != written
+    with pytest.raises(RnnportError):
+        FORMAT.read(damaged)

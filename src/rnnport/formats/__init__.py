@@ -28,6 +28,9 @@ What the format can hold:
 * ``features``: which optional features of :class:`~rnnport.Spec` it holds, out of
   ``projection``, ``peepholes``, ``cell_clip``, ``gate_clip``, ``input_forget``,
   ``activations``, ``reset_before``; writing a network that uses another one is refused.
+* ``dtypes``: the parameter dtypes it stores as they are, out of ``float16``, ``float32``,
+  ``float64`` (default None: all three); writing (or counting) a model of another dtype is
+  refused with an error naming the dtype and the cast (``model.astype('float32')``).
 * ``one_bias``: the bias kinds (``lstm``, ``gru``, ``gru_reset_before``, ``rnn``) whose two
   biases it stores as one sum; ``always_bias``: it stores biases (zeros) even for a
   network without them.
@@ -377,6 +380,9 @@ def matrix_markdown() -> str:
           "(its module's docstring lists them)." for name in names
           if get(name).activations is not None),
         f"* −x: networks using feature x are refused with an error naming it: {codes}.",
+        *(f"* `{name}` stores {' and '.join(sorted(get(name).dtypes or ()))} weights; "
+          "other dtypes are refused with an error naming the cast." for name in names
+          if get(name).dtypes is not None),
         "* Every format holds LSTM, GRU and simple RNN (tanh and relu) cells, any number of "
         "layers, one or two directions, with or without biases.",
     ]

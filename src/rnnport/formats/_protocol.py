@@ -21,8 +21,8 @@ from ..model import RNN, Model, Stack
 from ..spec import Spec
 from ._common import close_matches, describe
 
-__all__ = ["BIAS_KINDS", "FEATURE_CODES", "Choices", "Format", "NamedArray", "RunTimeConstant",
-           "Suffix", "bias_kind", "check_options", "features_of", "install_holders",
+__all__ = ["BIAS_KINDS", "FEATURE_CODES", "FLOAT_NAMES", "Choices", "Format", "NamedArray",
+           "RunTimeConstant", "Suffix", "bias_kind", "check_options", "features_of", "install_holders",
            "missing_feature", "native_arrays"]
 
 
@@ -136,10 +136,16 @@ class Format:
     names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     activations: Callable[[Spec], bool] | None = None
     notes: Callable[..., list[str]] | None = None
+    dtypes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted((self.features | set(self.names)) - set(FEATURE_CODES) - {"reset_after"})
         kinds = sorted(self.one_bias - set(BIAS_KINDS))
+        floats = sorted((self.dtypes or frozenset()) - FLOAT_NAMES)
+        if floats or self.dtypes == frozenset():
+            raise FormatError(f"format {self.name!r}: dtypes {sorted(self.dtypes or ())}; "
+                              f"expected None (every float dtype) or some of "
+                              f"{sorted(FLOAT_NAMES)}.")
         if unknown or kinds:
             raise FormatError(f"format {self.name!r}: unknown feature(s) {unknown} or bias "
                               f"kind(s) {kinds}; expected features from "
@@ -158,6 +164,7 @@ class Format:
         where = f"write(fmt={self.name!r})"
         check_options(where, options, self.write_options)
         for location, part in _parts(model, where):
+            self.check_dtype(part, location)
             self.check_features(part.spec, location)
         return self.writer(model, path=path, **options)
 
@@ -166,6 +173,7 @@ class Format:
         where = f"param_count(fmt={self.name!r})"
         check_options(where, options, self.write_options)
         for location, part in _parts(model, where):
+            self.check_dtype(part, location)
             self.check_features(part.spec, location, "It cannot store such a network, so "
                                 "there is nothing to count")
         return int(self.counter(model, **options))
@@ -189,6 +197,20 @@ class Format:
         hook, after checking the options as :meth:`read` does); none without the hook."""
         check_options(f"read(fmt={self.name!r})", options, self.read_options)
         return [] if self.notes is None else self.notes(source, **options)
+
+    def holds_dtype(self, dtype: Any) -> bool:
+        """Whether this format stores parameters of ``dtype`` as they are."""
+        return self.dtypes is None or np.dtype(dtype).name in self.dtypes
+
+    def check_dtype(self, model: RNN, where: str) -> None:
+        """Raise UnsupportedFeatureError when this format cannot store ``model``'s dtype."""
+        if self.holds_dtype(model.dtype):
+            return
+        held = sorted(self.dtypes or ())
+        raise UnsupportedFeatureError(
+            f"{where}: the {self.name} format cannot hold {model.dtype.name} weights; expected "
+            f"{' or '.join(held)} (the format stores and computes in those, so the numbers "
+            f"would change). Cast first: model.astype({held[-1]!r}).")
 
     def check_features(self, spec: Spec, where: str,
                        consequence: str = "Converting would change the numbers, so nothing "
@@ -251,6 +273,9 @@ def install_holders(lookup: Callable[[str], list[Format]]) -> None:
     global _holders
     _holders = lookup
 
+
+# The parameter dtypes a format may declare in ``dtypes``.
+FLOAT_NAMES = frozenset({"float16", "float32", "float64"})
 
 # -- the optional features a network may use ---------------------------------------------
 

@@ -67,8 +67,12 @@ clips the cell state: a real clip, read as ``Spec.cell_clip``) and variable stat
 joined by ``CONCATENATION`` on the last axis → one bidirectional layer. A reversed op alone
 is a ``reverse`` network. Stacked layers → a chain of ops, each reading the one before
 (through shape-keeping ``DEQUANTIZE``/``RESHAPE`` too) → one network (``rnnport.stack``).
-Float16 weights feed ``DEQUANTIZE`` ops → read as float32 (exact). A ``SimpleRNN`` becomes
-a ``WHILE`` loop over a body subgraph: refused by name.
+Float16 weights feed ``DEQUANTIZE`` ops → read as float32 (exact). A ``WHILE`` loop over a
+body subgraph (the converter's ``SimpleRNN``) is refused by name, except the GRU loops
+rnnport writes: the file's ``rnnport.loops`` metadata entry (JSON) names each loop op, its
+layer and direction, the GRU variant and sizes, and the body tensors holding ``weight_ih``,
+``weight_hh``, ``bias_ih`` and ``bias_hh``; the reader checks those tensors' shapes against
+the description before reading them, and a damaged entry is an error.
 
 Quantized weights (an integer tensor with a scale) are refused unless ``dequantize=True``,
 which reads ``scale·(q − zero_point)`` (per channel along ``quantized_dimension``) and
@@ -84,7 +88,6 @@ from typing import Any
 
 from ...io.tflite_schema import FILE_IDENTIFIER
 from ...model import Model
-from ...spec import Spec
 from .._protocol import Format, Suffix
 from .reader import READ_OPTIONS, networks, notes, read
 
@@ -115,24 +118,21 @@ def _write(model: Model, path: Any = None, **options: Any) -> Any:
 WRITE_OPTIONS = frozenset({"batch_size", "time_steps"})
 
 
-def _activations(spec: Spec) -> bool:
-    """TFLite's fused activation is one function for the LSTM's g and h, with σ gates:
-    TANH (the default) or RELU."""
-    return spec.cell == "lstm" and tuple(name for name, _, _ in spec.activations) in (
-        (), ("Sigmoid", "Relu", "Relu"))
-
-
 FORMAT = Format(
     "tflite", sniff=sniff, reader=read, writer=_write,
     read_options=READ_OPTIONS, write_options=WRITE_OPTIONS,
-    features=frozenset({"projection", "peepholes", "cell_clip", "input_forget", "activations"}),
+    # The writer holds these; the reader also reads the fused RELU LSTM (non-default
+    # activations), which the writer does not write.
+    features=frozenset({"projection", "peepholes", "cell_clip", "input_forget", "reset_before",
+                        "reverse"}),
+    dtypes=frozenset({"float16", "float32"}),
     one_bias=frozenset({"lstm", "rnn"}), always_bias=True,
     suffixes=(Suffix(SUFFIX, "a TFLite (LiteRT) model"),),
-    gate_names={"g": "c"}, activations=_activations,
+    gate_names={"g": "c"},
     layout_notes=("TFLite keeps each gate's weights as its own tensor: input_to_{input,forget,"
                   "cell,output}_weights (H, I), recurrent_to_…_weights (H, H_out), "
                   "…_gate_bias (H,); one bias per gate.",),
     networks=networks, notes=notes,
     names={"input_forget": "CIFG (no input gate)", "projection": "projection_weights",
            "peepholes": "cell_to_*_weights", "cell_clip": "cell_clip",
-           "activations": "fused_activation_function"})
+           "reset_before": "a GRU WHILE loop", "reverse": "REVERSE_V2 around the op"})

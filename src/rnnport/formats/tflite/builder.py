@@ -50,7 +50,8 @@ _RECURRENT_KINDS = {"fused_activation_function": "int8", "cell_clip": "float32",
                     "asymmetric_quantize_inputs": "bool", "diagonal_recurrent_tensors": "bool"}
 _DTYPE_TYPES = {np.dtype(dtype): number for number, (_, dtype) in TENSOR_TYPES.items()
                 if dtype is not None}
-_PREPEND = {"int8": "PrependInt8Slot", "int32": "PrependInt32Slot", "bool": "PrependBoolSlot",
+_PREPEND = {"int8": "PrependInt8Slot", "int32": "PrependInt32Slot",
+            "uint32": "PrependUint32Slot", "bool": "PrependBoolSlot",
             "float32": "PrependFloat32Slot"}
 SCHEMA_VERSION = 3
 
@@ -135,6 +136,12 @@ class ModelBuilder:
         self.buffers: list[bytes] = [b""]
         self.codes: list[int] = []
         self.graphs: list[Graph] = []
+        self.metadata: list[tuple[str, int]] = []  # (name, buffer index)
+        self.loop: dict[str, Any] = {}  # the last WHILE loop the writer built, described
+
+    def add_metadata(self, name: str, data: bytes) -> None:
+        """A ``Metadata`` entry: ``name`` and a buffer holding ``data``."""
+        self.metadata.append((name, self.buffer(np.frombuffer(data, dtype=np.uint8))))
 
     def graph(self, name: str) -> Graph:
         graph = Graph(self, name)
@@ -224,10 +231,15 @@ class ModelBuilder:
         codes, graphs = offsets(code_tables), offsets(graph_tables)
         buffers = offsets(buffer_tables)
         description = b.CreateString(self.description)
-        root = _plain(b, FIELDS["Model"], {
-            "version": ("int32", SCHEMA_VERSION), "operator_codes": ("offset", codes),
-            "subgraphs": ("offset", graphs), "description": ("offset", description),
-            "buffers": ("offset", buffers)})
+        values = {"version": ("int32", SCHEMA_VERSION), "operator_codes": ("offset", codes),
+                  "subgraphs": ("offset", graphs), "description": ("offset", description),
+                  "buffers": ("offset", buffers)}
+        if self.metadata:
+            entries = [_plain(b, FIELDS["Metadata"], {"name": ("offset", b.CreateString(name)),
+                                                      "buffer": ("uint32", index)})
+                       for name, index in self.metadata]
+            values["metadata"] = ("offset", offsets(entries))
+        root = _plain(b, FIELDS["Model"], values)
         b.Finish(root, file_identifier=b"TFL3")
         return bytes(b.Output())
 

@@ -15,6 +15,7 @@ constants a unit's inputs hold, directly or through DEQUANTIZE (float16 → floa
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .._protocol import Choices
 __all__ = ["READ_OPTIONS", "load", "networks", "notes", "read"]
 
 READ_OPTIONS = frozenset({"node", "dequantize"})
+LOOPS = "rnnport.loops"  # the writer's Metadata entry describing its WHILE loops
 
 CONCATENATION = 2
 DEQUANTIZE = 6
@@ -71,6 +73,7 @@ class _File:
     graph: tfl.SubGraph
     producer: dict[int, int] = field(default_factory=dict)  # tensor → operator writing it
     readers: dict[int, list[int]] = field(default_factory=dict)  # tensor → operators reading it
+    loops: dict[int, dict[str, Any]] = field(default_factory=dict)  # WHILE operator → its cell
 
     def code(self, operator: int) -> int:
         return self.model.operator_code(self.graph.operators[operator])
@@ -100,6 +103,7 @@ def load(source: Any) -> _File:
     if not model.subgraphs:
         raise FormatError(f"{where}: the model has no subgraph; expected at least the main one.")
     file = _File(model, where, model.subgraphs[0])
+    file.loops = _loops(model, where)
     for index, operator in enumerate(file.graph.operators):
         for tensor in operator.outputs:
             file.producer.setdefault(tensor, index)
@@ -107,6 +111,45 @@ def load(source: Any) -> _File:
             if tensor >= 0:
                 file.readers.setdefault(tensor, []).append(index)
     return file
+
+
+def _loops(model: tfl.Model, where: str) -> dict[int, dict[str, Any]]:
+    """The WHILE loops rnnport's writer described in the ``rnnport.loops`` metadata entry
+    (a JSON ``{"version": 1, "loops": [...]}``), by operator index in the main subgraph."""
+    entries = [entry for entry in model.metadata if entry.name == LOOPS]
+    if not entries:
+        return {}
+    index = entries[0].buffer
+    try:
+        described = json.loads(bytes(model.buffers[index].data).decode())
+        loops = described["loops"]
+        if described.get("version") != 1 or not isinstance(loops, list):
+            raise ValueError(described.get("version"))
+        result = {int(loop["operator"]): dict(loop) for loop in loops}
+    except (IndexError, KeyError, TypeError, ValueError, UnicodeDecodeError) as error:
+        raise FormatError(f"{where}: the {LOOPS!r} metadata (buffer {index}) is not the JSON "
+                          f"rnnport writes ({type(error).__name__}: {error}); expected "
+                          '{"version": 1, "loops": [...]}. The file is damaged.') from None
+    count = len(model.subgraphs[0].operators)
+    for operator, loop in result.items():
+        codes = model.subgraphs[0].operators
+        if not 0 <= operator < count or model.operator_code(codes[operator]) != WHILE:
+            raise FormatError(f"{where}: the {LOOPS!r} metadata describes operator {operator}; "
+                              "expected a WHILE operator of the main subgraph. The file is "
+                              "damaged.")
+        members = loop.get("operators", [operator])
+        if not isinstance(members, list) or operator not in members or \
+                not all(isinstance(k, int) and 0 <= k < count for k in members):
+            raise FormatError(f"{where}: the {LOOPS!r} metadata lists operators {members!r} "
+                              f"for operator {operator}; expected main-subgraph operator "
+                              "indices including the WHILE. The file is damaged.")
+    return result
+
+
+def _sequence(file: _File, operator: int) -> tuple[int, int]:
+    """(input, output) positions of a unit op's sequence: a GRU loop's loop values are
+    ``(t, steps, x, h, y)``; every fused op reads input 0 and writes output 0."""
+    return (2, 4) if operator in file.loops else (0, 0)
 
 
 def _origin(file: _File, tensor: int) -> int:
@@ -451,6 +494,8 @@ def _one_direction(file: _File, operator: int, options: Mapping[str, Any],
                    reading: _Reading) -> _Direction:
     """A unidirectional op's (or one-step op's) direction, with its Spec fields."""
     code = file.code(operator)
+    if operator in file.loops:
+        return _loop_direction(file, operator)
     if code in LSTM_OPS:
         fields = _lstm_options(file, operator)
         direction = _lstm_direction(file, operator, {n: k for k, n in enumerate(tfl.LSTM_INPUTS)},
@@ -463,6 +508,59 @@ def _one_direction(file: _File, operator: int, options: Mapping[str, Any],
         _state(file, operator, 4, "hidden state h", reading)
     direction.fields.update(fields)
     return direction
+
+
+def _loop_direction(file: _File, operator: int) -> _Direction:
+    """A GRU WHILE loop rnnport's writer described (``rnnport.loops``): its body's weight
+    tensors, checked against the described sizes. The body keeps both canonical biases; a
+    reset-before GRU's ``weight_hh`` (and ``bias_hh``) is two tensors, rows r z then n."""
+    loop = file.loops[operator]
+    label = file.label(operator)
+    hidden, inputs, body = loop.get("hidden_size"), loop.get("input_size"), loop.get("body")
+    reset_after, bias = loop.get("reset_after"), loop.get("bias")
+    sizes = [v for v in (hidden, inputs, body)
+             if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if loop.get("cell") != "gru" or len(sizes) != 3 or sizes[2] >= len(file.model.subgraphs) \
+            or not isinstance(reset_after, bool) or not isinstance(bias, bool) or \
+            not isinstance(loop.get("tensors"), dict):
+        raise FormatError(f"{file.where}: {label}: the {LOOPS!r} metadata describes it as "
+                          f"{ {k: v for k, v in loop.items() if k != 'tensors'} }; expected a "
+                          "GRU (cell, positive hidden_size, input_size and body subgraph, "
+                          "reset_after and bias flags, tensors). The file is damaged.")
+    assert isinstance(hidden, int) and isinstance(inputs, int) and isinstance(body, int)
+    source = file.graph.operators[operator].inputs[2]
+    if file.graph.tensors[source].shape[-1:] != (inputs,):
+        raise FormatError(f"{file.where}: {label}: its input {file.tensor_name(source)!r} has "
+                          f"shape {list(file.graph.tensors[source].shape)}; expected "
+                          f"(batch, time, {inputs}) as the loop's description says. The file "
+                          "is damaged.")
+    rows = [3 * hidden] if reset_after else [2 * hidden, hidden]
+    expected: dict[str, list[tuple[int, ...]]] = {
+        "weight_ih": [(3 * hidden, inputs)], "weight_hh": [(k, hidden) for k in rows]}
+    if bias:
+        expected.update(bias_ih=[(3 * hidden,)], bias_hh=[(k,) for k in rows])
+    graph = file.model.subgraphs[body]
+    params = {}
+    for name, shapes in expected.items():
+        tensors = loop["tensors"].get(name)
+        if not isinstance(tensors, list) or len(tensors) != len(shapes) or \
+                not all(isinstance(t, int) and 0 <= t < len(graph.tensors) for t in tensors):
+            raise FormatError(f"{file.where}: {label}: the {LOOPS!r} metadata gives {name} as "
+                              f"tensors {tensors!r}; expected {len(shapes)} tensor index(es) of "
+                              f"subgraph {body}. The file is damaged.")
+        pieces = []
+        for tensor, shape in zip(tensors, shapes, strict=True):
+            array = tfl.tensor_array(file.model, tensor, subgraph=body)
+            if array.shape != shape or array.dtype != np.float32:
+                raise FormatError(
+                    f"{file.where}: {label}: {name} (subgraph {body} tensor "
+                    f"{graph.tensors[tensor].name!r}) is {array.dtype} {list(array.shape)}; "
+                    f"expected float32 {list(shape)} (a GRU of hidden size {hidden}, input "
+                    f"size {inputs}). The file is damaged.")
+            pieces.append(array)
+        params[name] = np.concatenate(pieces, axis=0)
+    return _Direction(params, {"cell": "gru", "input_size": inputs, "hidden_size": hidden,
+                               "reset_after": reset_after, "bias": bias})
 
 
 def _bidirectional_op(file: _File, operator: int, options: Mapping[str, Any],
@@ -538,15 +636,17 @@ def _reversed_around(file: _File, operator: int) -> tuple[int, int, tuple[int, i
     input on the time axis and only a REVERSE_V2 on the time axis reads its output."""
     op = file.graph.operators[operator]
     time_axis = 0 if _time_major(file, operator) else 1
-    before = file.producer.get(_origin(file, op.inputs[0])) if op.inputs and op.inputs[0] >= 0 \
-        else None
+    at_input, at_output = _sequence(file, operator)
+    before = file.producer.get(_origin(file, op.inputs[at_input])) \
+        if len(op.inputs) > at_input and op.inputs[at_input] >= 0 else None
     if before is None or file.code(before) != REVERSE_V2 or \
-            _reverse_axis(file, before) != time_axis or len(op.outputs) != 1:
+            _reverse_axis(file, before) != time_axis or \
+            len(op.outputs) != (5 if operator in file.loops else 1):
         return None
-    after = file.readers.get(op.outputs[0], [])
+    after = file.readers.get(op.outputs[at_output], [])
     if len(after) != 1 or file.code(after[0]) != REVERSE_V2 or \
             _reverse_axis(file, after[0]) != time_axis or \
-            file.graph.operators[after[0]].inputs[0] != op.outputs[0]:
+            file.graph.operators[after[0]].inputs[0] != op.outputs[at_output]:
         return None
     source = file.graph.operators[before].inputs[0]
     return _origin(file, source), file.graph.operators[after[0]].outputs[0], (before, after[0])
@@ -569,12 +669,13 @@ def _last_axis_concat(file: _File, operator: int, inputs: tuple[int, ...]) -> bo
 
 def _units(file: _File) -> list[_Unit]:
     recurrent = [index for index, op in enumerate(file.graph.operators)
-                 if file.code(index) in RECURRENT]
+                 if file.code(index) in RECURRENT or index in file.loops]
     singles: list[_Unit] = []
     units: list[_Unit] = []
     for index in recurrent:
         op = file.graph.operators[index]
-        if not op.inputs or op.inputs[0] < 0 or not op.outputs:
+        at_input, at_output = _sequence(file, index)
+        if len(op.inputs) <= at_input or op.inputs[at_input] < 0 or len(op.outputs) <= at_output:
             raise FormatError(f"{file.where}: {file.label(index)} has no input or output "
                               "tensor; expected both. The file is damaged.")
         if file.code(index) in (tfl.BIDIRECTIONAL_SEQUENCE_LSTM, tfl.BIDIRECTIONAL_SEQUENCE_RNN):
@@ -591,11 +692,15 @@ def _units(file: _File) -> list[_Unit]:
                                bidirectional=True))
             continue
         around = _reversed_around(file, index)
+        members = tuple(file.loops[index].get("operators", [index])) if index in file.loops \
+            else (index,)
         if around is not None:
             source, output, (before, after) = around
-            singles.append(_Unit((index,), (before, index, after), source, output, reverse=True))
+            singles.append(_Unit((index,), (before, *members, after), source, output,
+                                 reverse=True))
         else:
-            singles.append(_Unit((index,), (index,), _origin(file, op.inputs[0]), op.outputs[0]))
+            singles.append(_Unit((index,), members, _origin(file, op.inputs[at_input]),
+                                 op.outputs[at_output]))
     # The converter's Bidirectional: CONCATENATION(forward, reversed) on the last axis.
     by_output = {unit.output: unit for unit in singles}
     paired: set[int] = set()
@@ -720,7 +825,8 @@ def _layer(file: _File, unit: _Unit, options: Mapping[str, Any], reading: _Readi
             "canonical bidirectional layer has one shape for both. Nothing was read.")
     fields = dict(directions[0].fields)
     if fields.get("cell") != "lstm":
-        fields = {k: v for k, v in fields.items() if k in ("cell", "input_size", "hidden_size")}
+        fields = {k: v for k, v in fields.items()
+                  if k in ("cell", "input_size", "hidden_size", "reset_after", "bias")}
     spec = Spec(num_layers=1, bidirectional=unit.bidirectional, reverse=unit.reverse, **fields)
     for k in unit.recurrent:
         if _time_major(file, k):

@@ -35,6 +35,12 @@ layer and direction is one of:
       n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)          (reset before)
       h' = n + z∘(h − n)
 
+  The file's metadata entry ``rnnport.loops`` (JSON, sorted keys) records each loop: its op,
+  the ops belonging to it, layer and direction, variant, bias and sizes, and which body
+  tensors hold ``weight_ih``, ``weight_hh``, ``bias_ih`` and ``bias_hh`` (a reset-before
+  GRU's ``weight_hh`` / ``bias_hh`` as two tensors: the r, z rows, then the n rows), so that
+  rnnport reads its own loops back exactly.
+
 A backward direction (and a ``reverse`` network) is ``REVERSE_V2`` (time axis), the cell,
 ``REVERSE_V2``, the converter's pattern for ``Bidirectional``; the directions are joined
 by ``CONCATENATION`` on the feature axis. ``h_n`` is ``STRIDED_SLICE`` of each direction's
@@ -51,6 +57,7 @@ float64 weights (LiteRT's recurrent kernels run float32; cast with ``astype``),
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -71,9 +78,11 @@ from ...model import RNN, Model, Stack
 from .._common import combine_biases, listed, require
 from .builder import Graph, ModelBuilder
 
-__all__ = ["SUFFIX", "WRITE_OPTIONS", "write"]
+__all__ = ["LOOPS", "SUFFIX", "WRITE_OPTIONS", "write"]
 
 SUFFIX = ".tflite"
+# The Metadata entry naming the WHILE loops the writer wrote (see the module's docstring).
+LOOPS = "rnnport.loops"
 WRITE_OPTIONS = frozenset({"batch_size", "time_steps"})
 WHERE = "write(fmt='tflite')"
 
@@ -114,6 +123,7 @@ def write(model: Model, path: str | os.PathLike[str] | None = None, **options: A
     main.inputs.append(x)
     sequence = x
     finals: list[int] = []
+    loops: list[dict[str, Any]] = []
     for index, layer in enumerate(layers):
         spec = layer.spec
         outputs = []
@@ -125,6 +135,7 @@ def write(model: Model, path: str | os.PathLike[str] | None = None, **options: A
                 out = _lstm(main, name, layer, direction, source, batch)
             elif spec.cell == "gru":
                 out = _gru(builder, main, name, layer, direction, source, batch)
+                loops[len(loops):] = [{**builder.loop, "layer": index, "direction": direction}]
             else:
                 out = _simple_rnn(main, name, layer, direction, source, batch)
             if backward:
@@ -149,6 +160,9 @@ def write(model: Model, path: str | os.PathLike[str] | None = None, **options: A
         label = "h_n" if len(parts) == 1 else f"h_n/{index}"
         main.outputs.append(_pack(main, label, finals[start:start + count]))
         start += count
+    if loops:
+        builder.add_metadata(LOOPS, json.dumps({"version": 1, "loops": loops},
+                                               sort_keys=True).encode())
     data = builder.finish(flatbuffers)
     if target is not None:
         atomic_write(target, lambda file: file.write(data))
@@ -298,6 +312,7 @@ def _gru(builder: ModelBuilder, graph: Graph, name: str, layer: RNN, direction: 
     spec = layer.spec
     hidden = spec.hidden_size
     int32 = np.int32
+    first = len(graph.operators)
     # -- in the calling graph: steps = shape(x)[1], y0 = zeros(batch, steps, H) -------------------
     shape = graph.tensor(f"{name}/shape", (3,), int32)
     graph.op(_OPS["SHAPE"], [source], [shape], ("ShapeOptions", {"out_type": 2}))
@@ -412,4 +427,20 @@ def _gru(builder: ModelBuilder, graph: Graph, name: str, layer: RNN, direction: 
     graph.op(_OPS["WHILE"], initial, results, (
         "WhileOptions", {"cond_subgraph_index": builder.graphs.index(cond),
                          "body_subgraph_index": builder.graphs.index(body)}))
+
+    def found(*labels: str) -> list[int]:
+        by_name = {tensor.name: index for index, tensor in enumerate(body.tensors)}
+        return [by_name[label] for label in labels]
+
+    recurrent = ("R_h", "R_n_rh") if not spec.reset_after else ("R_h",)
+    builder.loop = {
+        "cell": "gru", "reset_after": spec.reset_after, "bias": spec.bias,
+        "input_size": input_size, "hidden_size": hidden, "operator": len(graph.operators) - 1,
+        "operators": list(range(first, len(graph.operators))),
+        "body": builder.graphs.index(body), "cond": builder.graphs.index(cond),
+        "tensors": {"weight_ih": found("W_x/weights"),
+                    "weight_hh": found(*(f"{label}/weights" for label in recurrent)),
+                    **({"bias_ih": found("W_x/bias"),
+                        "bias_hh": found(*(f"{label}/bias" for label in recurrent))}
+                       if spec.bias else {})}}
     return results[4]
