@@ -52,6 +52,20 @@ def _written(model: rnnport.Model, fmt: str, path: Path) -> rnnport.Model:
     return rnnport.read(path, fmt, **declared.read_back_options(model))
 
 
+def _golden(fmt: str, name: str, path: Path) -> tuple[str, rnnport.Model]:
+    """The golden case ``name`` written to ``path`` as ``fmt`` and read back; the framework's
+    label for running that file, and the network read back. The framework's ``y`` must equal
+    the golden output and rnnport's forward of what was read back, within the case's
+    tolerance."""
+    case = load(name)
+    back = _written(case.read(), fmt, path)
+    label, y = _run(fmt, path, back, case.arrays["x"])
+    tolerance = case.meta["tolerance"]
+    _close(y, case.arrays["y"], tolerance)
+    _close(y, back.forward(case.arrays["x"])[0], tolerance)
+    return label, back
+
+
 def _other(model: RNN) -> RNN:
     """A network of ``model``'s shape and dtype with other weights."""
     return RNN.random(model.spec, seed=99, dtype=model.dtype)
@@ -64,14 +78,9 @@ def _other(model: RNN) -> RNN:
 @pytest.mark.parametrize("name", TORCH_CASES)
 def test_pytorch_loads_the_file_rnnport_wrote_and_computes_the_golden_output(
         name: str, suffix: str, tmp_path: Path) -> None:
-    case = load(name)
-    back = _written(case.read(), "torch", tmp_path / f"model{suffix}")
-    label, y = _run("torch", tmp_path / f"model{suffix}", back, case.arrays["x"])
+    label, back = _golden("torch", name, tmp_path / f"model{suffix}")
     module = {"lstm": "LSTM", "gru": "GRU"}.get(back.spec.cell, "RNN")
     assert label.startswith(f"PyTorch loading model{suffix} into nn.{module}")
-    tolerance = case.meta["tolerance"]
-    _close(y, case.arrays["y"], tolerance)
-    _close(y, back.forward(case.arrays["x"])[0], tolerance)
 
 
 @pytest.mark.parametrize("spec", [Spec("lstm", 3, 5, num_layers=3, bidirectional=True, proj_size=2),
@@ -154,14 +163,9 @@ def test_pytorch_says_why_it_cannot_run() -> None:
 @pytest.mark.parametrize("name", KERAS_CASES)
 def test_keras_loads_the_file_rnnport_wrote_and_computes_the_golden_output(
         name: str, suffix: str, tmp_path: Path) -> None:
-    case = load(name)
-    back = _written(case.read(), "keras", tmp_path / f"model{suffix}")
-    label, y = _run("keras", tmp_path / f"model{suffix}", back, case.arrays["x"])
+    label, _ = _golden("keras", name, tmp_path / f"model{suffix}")
     assert label == (f"Keras 3 loading model{suffix}" + (
         " into the Sequential rnnport rebuilt" if suffix == ".weights.h5" else ""))
-    tolerance = case.meta["tolerance"]
-    _close(y, case.arrays["y"], tolerance)
-    _close(y, back.forward(case.arrays["x"])[0], tolerance)
 
 
 def test_keras_weights_come_from_the_weights_file_not_from_the_model_given(

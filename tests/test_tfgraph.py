@@ -505,3 +505,21 @@ def test_tensorflows_own_graphs_give_forget_bias_and_clip(tmp_path: Path) -> Non
     check("grappler")
     with pytest.raises(RnnportError, match="fmt='tf2'"):
         rnnport.read(tmp_path / "keras.pb", FMT)
+
+
+def test_function_scopes_settle_each_function_once_however_deep_the_nesting():
+    """A library nesting 3000 functions, listed innermost first, gets every scope (no pass
+    per level), and a cycle of functions calling each other gets none."""
+    from types import SimpleNamespace
+
+    from rnnport.formats.tfgraph import _scopes
+
+    depth = 3000
+    calls: dict[str, list[tuple[str, Any]]] = {
+        f"f{level}": [(f"f{level - 1}" if level else "", SimpleNamespace(name="while"))]
+        for level in reversed(range(depth))}
+    calls["a"] = [("b", SimpleNamespace(name="while"))]
+    calls["b"] = [("a", SimpleNamespace(name="while"))]
+    scopes = _scopes(calls)
+    assert scopes[f"f{depth - 1}"] == "/".join(["while"] * depth)
+    assert "a" not in scopes and "b" not in scopes

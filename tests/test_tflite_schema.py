@@ -334,3 +334,27 @@ def test_decoding_imports_no_framework() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_tensor_in_a_model_without_buffers_is_refused() -> None:
+    """Buffer 0 (the default) must be listed too: readers index Model.buffers with it."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(0)
+    schema.TensorStart(builder)
+    tensor = schema.TensorEnd(builder)
+    schema.SubGraphStartTensorsVector(builder, 1)
+    builder.PrependUOffsetTRelative(tensor)
+    tensors = builder.EndVector()
+    schema.SubGraphStart(builder)
+    schema.SubGraphAddTensors(builder, tensors)
+    graph = schema.SubGraphEnd(builder)
+    schema.ModelStartSubgraphsVector(builder, 1)
+    builder.PrependUOffsetTRelative(graph)
+    graphs = builder.EndVector()
+    schema.ModelStart(builder)
+    schema.ModelAddSubgraphs(builder, graphs)
+    builder.Finish(schema.ModelEnd(builder), file_identifier=b"TFL3")
+    with pytest.raises(FormatError, match=r"subgraphs\[0\]\.tensors\[0\]\.buffer: buffer index 0; "
+                                          r"expected below 0"):
+        tfl.decode_model(bytes(builder.Output()))

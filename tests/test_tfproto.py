@@ -229,6 +229,18 @@ def test_checkpoint_keys_guard_against_cycles_shared_nodes_and_bad_ids() -> None
         tfproto.checkpoint_keys(bad, where="ckpt")
 
 
+def test_checkpoint_keys_bound_the_paths_of_a_deep_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Node i's one child is node i + 1: the paths' total grows as the chain's length squared.
+    chain = b"".join(field(1, field(1, field(1, index + 1) + field(2, b"abcdefgh")))
+                     for index in range(2000)) + field(1, b"")
+    graph = tfproto.decode_object_graph(chain)
+    assert tfproto.checkpoint_keys(graph) == {}  # well inside the budget: no values saved
+    monkeypatch.setattr(tfproto, "MAX_PATH_CHARS", 100_000)
+    with pytest.raises(FormatError, match=r"^ckpt: the object paths come to more than 100,000 "
+                                          r"characters"):
+        tfproto.checkpoint_keys(graph, where="ckpt")
+
+
 def test_inputs_that_are_not_bytes_or_too_big(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="expected the serialized message as bytes, got str"):
         tfproto.decode_graph_def("node")  # type: ignore[arg-type]

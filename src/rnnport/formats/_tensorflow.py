@@ -7,6 +7,7 @@ that may also hold Keras 3, and importing it costs seconds and hundreds of megab
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,9 +19,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TIME_LIMIT", "run_job"]
+__all__ = ["TIME_LIMIT", "run_job", "tf_keras_unavailable"]
 
 TIME_LIMIT = 300  # seconds: a check that takes longer says so rather than hang the caller
+
+
+def tf_keras_unavailable(x: np.ndarray, input_size: int, runs: str) -> str | None:
+    """Why TensorFlow with ``tf_keras`` cannot run ``x``, ending ``: no framework check`` (a
+    package missing, or ``x`` not ``(batch, time, input_size)``); None when it can. ``runs``
+    names what would run there (``"TF1 cells"``)."""
+    missing = [name for name in ("tensorflow", "tf_keras") if importlib.util.find_spec(name) is None]
+    if missing:
+        return (f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed "
+                f"({runs} run in TensorFlow with tf_keras): no framework check")
+    shape = np.shape(x)
+    if len(shape) != 3 or shape[2] != input_size:
+        return (f"x has shape {shape}; TensorFlow is run on (batch, time, {input_size}): "
+                "no framework check")
+    return None
 
 
 def run_job(command: list[str], job: Mapping[str, Any], x: np.ndarray, what: str, *,

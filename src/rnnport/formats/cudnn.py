@@ -401,7 +401,7 @@ TORCH_WEIGHT = re.compile(r"(weight_ih|weight_hh|weight_hr|bias_ih|bias_hh)_l(\d
 
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
     """cuDNN computing ``y`` (batch, time, D·H_out) for ``x`` (batch, time, I) from the buffer
-    itself: ``source``, a ``.npy`` file (loaded with ``numpy.load``) or a 1-D array, copied
+    itself: ``source``, a ``.npy`` file (loaded as the reader loads it) or a 1-D array, copied
     into the weight space of a PyTorch module on the GPU (:func:`cuda_module`). Where
     there is no CUDA GPU (or no PyTorch, or the network is one PyTorch's cuDNN modules cannot
     express), a sentence saying why not."""
@@ -420,7 +420,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     if spec.cell == "gru" and not spec.reset_after:
         return "cuDNN's GRU is reset-after, and this one resets before: no framework check"
     if is_path(source):
-        buffer = np.load(os.fspath(source), allow_pickle=False)
+        buffer = load_npy(source, os.fspath(source))  # checked as the reader checks it
         what = Path(source).name
     else:
         buffer, what = to_numpy(source), "the buffer"

@@ -58,7 +58,6 @@ agree with the model.
 from __future__ import annotations
 
 import glob
-import importlib.util
 import itertools
 import os
 import re
@@ -91,7 +90,7 @@ from ._common import (
     to_numpy,
 )
 from ._protocol import Choices, Format, RunTimeConstant, Suffix, missing_feature
-from ._tensorflow import run_job
+from ._tensorflow import run_job, tf_keras_unavailable
 
 __all__ = ["CELLS", "FORMAT", "STRUCTURES", "networks"]
 
@@ -961,8 +960,6 @@ def choices(source: Any) -> Choices:
 
 # -- TensorFlow running the checkpoint ------------------------------------------------------
 
-# Seconds for the TensorFlow process to start, build the graph, restore and run.
-
 
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
     """TensorFlow restoring the checkpoint ``source`` into the TF1 graph its variable names
@@ -981,14 +978,10 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     if not is_path(source):
         return ("the source is a dict of variables, no checkpoint TensorFlow can restore: no "
                 "framework check")
-    missing = [name for name in ("tensorflow", "tf_keras") if importlib.util.find_spec(name) is None]
-    if missing:
-        return (f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed "
-                "(TF1 cells run in TensorFlow with tf_keras): no framework check")
+    unavailable = tf_keras_unavailable(x, model.input_size, "TF1 cells")
+    if unavailable is not None:
+        return unavailable
     x = np.asarray(x)
-    if x.ndim != 3 or x.shape[2] != model.input_size:
-        return (f"x has shape {x.shape}; TensorFlow is run on (batch, time, {model.input_size}): "
-                "no framework check")
     variables = _Variables(source)
     plan = _framework_plan(variables, model)
     if isinstance(plan, str):

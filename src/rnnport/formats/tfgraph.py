@@ -236,19 +236,28 @@ def _scopes(calls: Mapping[str, list[tuple[str, tfproto.NodeDef]]]) -> dict[str,
     """Function → the name scope its nodes run in: its caller's name (a While's
     ``bidirectional_rnn/fw/fw/while``), under its own caller's scope when the caller is itself
     in a function. A function whose callers disagree has none: its nodes' names are all."""
+    # Each function is settled once, when the last function calling it is (a cycle never is):
+    # linear in the calls, however the library nests.
+    waiting = {function: {outer for outer, _ in callers if outer}
+               for function, callers in calls.items()}
+    called_from: dict[str, list[str]] = {}
+    for function, outers in waiting.items():
+        for outer in outers:
+            called_from.setdefault(outer, []).append(function)
     scopes: dict[str, str] = {}
-    for _ in range(len(calls) + 1):  # nesting deeper than the library is a cycle: damage
-        changed = False
-        for function, callers in calls.items():
-            if function in scopes or any(outer and outer not in scopes for outer, _ in callers):
-                continue
-            found = {"/".join(part for part in (scopes.get(outer, ""), node.name) if part)
-                     for outer, node in callers}
-            if len(found) == 1:
-                scopes[function] = found.pop()
-                changed = True
-        if not changed:
-            break
+    ready = [function for function, outers in waiting.items() if not outers]
+    while ready:
+        function = ready.pop()
+        found = {"/".join(part for part in (scopes.get(outer, ""), node.name) if part)
+                 for outer, node in calls[function]}
+        if len(found) != 1:
+            continue
+        scopes[function] = found.pop()
+        for inner in called_from.get(function, ()):
+            left = waiting[inner]  # each (caller, callee) pair is listed once
+            left.discard(function)
+            if not left:
+                ready.append(inner)
     return scopes
 
 

@@ -162,23 +162,20 @@ def scan(data: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
             number, wire, position = byte >> 3, byte & 7, position + 1
         else:
             number, wire, position = _tag(data, position)
-        if wire == WIRE_VARINT:
+        if wire == WIRE_VARINT or wire == WIRE_LEN:  # a varint first: the value, or a length
             byte = data[position] if position < end else 0x80
-            if byte < 0x80:
-                value, position = byte, position + 1
+            if byte < 0x80:  # one byte, the usual case, inline
+                number_or_length, position = byte, position + 1
             else:
-                value, position = read_varint(data, position)
-        elif wire == WIRE_LEN:
-            byte = data[position] if position < end else 0x80
-            if byte < 0x80:
-                length, position = byte, position + 1
+                number_or_length, position = read_varint(data, position)
+            if wire == WIRE_VARINT:
+                value = number_or_length
             else:
-                length, position = read_varint(data, position)
-            if length > end - position:
-                raise ProtoError(f"a length-delimited field of {length:,} bytes runs past the end of "
-                                 f"its record ({end - position:,} bytes left)")
-            value = data[position:position + length]
-            position += length
+                if number_or_length > end - position:
+                    raise ProtoError(f"a length-delimited field of {number_or_length:,} bytes runs "
+                                     f"past the end of its record ({end - position:,} bytes left)")
+                value = data[position:position + number_or_length]
+                position += number_or_length
         elif wire == WIRE_FIXED64 or wire == WIRE_FIXED32:
             width = 8 if wire == WIRE_FIXED64 else 4
             if position + width > end:

@@ -83,7 +83,7 @@ act(W x + R h + b)``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -234,11 +234,6 @@ FIELDS: dict[str, dict[str, int]] = {
                                         "merge_outputs": 2, "asymmetric_quantize_inputs": 3},
     "RNNOptions": {"fused_activation_function": 0, "asymmetric_quantize_inputs": 1},
 }
-
-# Defaults that are not the type's zero (schema.fbs: `time_major: bool = true`).
-_DEFAULTS: dict[tuple[str, str], bool] = {("UnidirectionalSequenceLSTMOptions", "time_major"): False,
-                                          ("BidirectionalSequenceLSTMOptions", "time_major"): True}
-
 
 def _at(table_name: str, field_name: str) -> int:
     return slot(FIELDS[table_name][field_name])
@@ -436,13 +431,15 @@ def _decode_options(table: Table, kind: int) -> Options:
         return OtherOptions(kind)
     table_name = BUILTIN_OPTIONS[kind]
     values: dict[str, int | float | bool] = {}
-    for name in FIELDS[table_name]:
-        if name in ("cell_clip", "proj_clip"):
-            values[name] = table.number(_at(table_name, name), name)
-        elif name in ("fused_activation_function", "kernel_type"):
-            values[name] = table.integer(_at(table_name, name), "int8", name)
-        else:
-            values[name] = table.flag(_at(table_name, name), name, _DEFAULTS.get((table_name, name), False))
+    for option in fields(cls):  # the dataclass's defaults are the schema's
+        name, default = option.name, option.default
+        if isinstance(default, bool):
+            values[name] = table.flag(_at(table_name, name), name, default)
+        elif isinstance(default, float):
+            values[name] = table.number(_at(table_name, name), name, default)
+        else:  # an int8 enum: an activation or the kernel type
+            assert isinstance(default, int)
+            values[name] = table.integer(_at(table_name, name), "int8", name, default)
     options: Options = cls(**values)
     return options
 
@@ -472,9 +469,10 @@ def _decode_tensor(table: Table, buffer_count: int) -> Tensor:
         raise table.buffer.error(f"{table.where}.shape_signature", f"{list(signature)}; expected "
                                  "sizes of 0 or more, or -1 for a dimension known only at run time")
     buffer = table.integer(_at(t, "buffer"), "uint32", "buffer")
-    if buffer >= max(buffer_count, 1):
+    if buffer >= buffer_count:  # LiteRT refuses it too; every reader indexes Model.buffers
         raise table.buffer.error(f"{table.where}.buffer", f"buffer index {buffer:,}; expected below "
-                                 f"{buffer_count:,} (the model's buffers)")
+                                 f"{buffer_count:,} (the model's buffers; even buffer 0, the empty "
+                                 "sentinel, must be listed)")
     quantization = table.table(_at(t, "quantization"), "quantization")
     tensor_name = table.string(_at(t, "name"), "name")
     return Tensor(

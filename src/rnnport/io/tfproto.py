@@ -73,6 +73,8 @@ Limits (what keeps a damaged or hostile file from costing more than its size)
 * At most :data:`MAX_ITEMS` elements in one repeated message or string field, and shapes
   of at most :data:`MAX_RANK` dimensions (TensorFlow's own limit).
 * Strings must be UTF-8 (proto3's rule); varints at most ten bytes (64 bits).
+* :func:`checkpoint_keys`'s object paths come to at most :data:`MAX_PATH_CHARS`
+  characters in all (each path repeats its parent's, so a deep chain would cost its square).
 * A tensor's ``tensor_content`` must match its declared shape before anything is
   allocated; the fill of a short typed list is built only when :meth:`TensorValue.numpy`
   is asked for it, and only up to ``max_fill_bytes`` (:data:`MAX_FILL_BYTES`, 64 MiB, by
@@ -108,7 +110,8 @@ from . import _proto
 
 __all__ = [
     "DATA_TYPES", "FIELDS", "MAX_DEPTH", "MAX_FILL_BYTES", "MAX_ITEMS", "MAX_MESSAGE_BYTES",
-    "MAX_RANK", "OBJECT_GRAPH_KEY", "ArgDef", "AttrList", "AttrValue", "CapturedTensor", "Field",
+    "MAX_PATH_CHARS", "MAX_RANK", "OBJECT_GRAPH_KEY", "ArgDef", "AttrList", "AttrValue",
+    "CapturedTensor", "Field",
     "FunctionDef", "FunctionDefLibrary", "GraphDef", "MetaGraphDef", "MetaInfoDef", "NameAttrList",
     "NodeDef", "ObjectReference", "OpDef", "SavedBareConcreteFunction", "SavedConstant",
     "SavedFunction", "SavedMetadata", "SavedMetadataNode", "SavedModel", "SavedObject",
@@ -126,6 +129,7 @@ MAX_DEPTH = 100
 MAX_ITEMS = 1 << 24
 MAX_RANK = 254
 MAX_FILL_BYTES = 1 << 26
+MAX_PATH_CHARS = 1 << 26  # all of checkpoint_keys's object paths together
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
 T = TypeVar("T")
@@ -1441,6 +1445,19 @@ def checkpoint_keys(graph: TrackableObjectGraph, *, where: str = OBJECT_GRAPH_KE
         return node_id
 
     paths: dict[int, str] = {0: ""}
+    left = MAX_PATH_CHARS
+
+    def remember(node_id: int, path: str) -> None:
+        # Each path repeats its parent's, so a long chain of nodes would cost the square of
+        # its length: the paths' total is bounded before it is kept.
+        nonlocal left
+        left -= len(path)
+        if left < 0:
+            raise FormatError(f"{where}: the object paths come to more than {MAX_PATH_CHARS:,} "
+                              "characters (a chain of nodes nested very deep); the object graph "
+                              "is damaged or built to exhaust memory.")
+        paths[node_id] = path
+
     queue = deque([0])
     while queue:
         parent = queue.popleft()
@@ -1448,8 +1465,8 @@ def checkpoint_keys(graph: TrackableObjectGraph, *, where: str = OBJECT_GRAPH_KE
             node_id = node_at(child.node_id, f"nodes[{parent}].children[{index}]")
             if node_id not in paths:
                 prefix = paths[parent]
-                paths[node_id] = f"{prefix}/{_escape(child.local_name)}" if prefix \
-                    else _escape(child.local_name)
+                remember(node_id, f"{prefix}/{_escape(child.local_name)}" if prefix
+                         else _escape(child.local_name))
                 queue.append(node_id)
     for optimizer in list(paths):
         for index, slot in enumerate(nodes[optimizer].slot_variables):
@@ -1457,7 +1474,7 @@ def checkpoint_keys(graph: TrackableObjectGraph, *, where: str = OBJECT_GRAPH_KE
             original = node_at(slot.original_variable_node_id, what)
             slot_id = node_at(slot.slot_variable_node_id, what)
             if slot_id not in paths and original in paths:
-                paths[slot_id] = (f"{paths[original]}/.OPTIMIZER_SLOT/{paths[optimizer]}/"
+                remember(slot_id, f"{paths[original]}/.OPTIMIZER_SLOT/{paths[optimizer]}/"
                                   f"{_escape(slot.slot_name)}")
     keys: dict[str, str] = {}
     for node_id, path in paths.items():

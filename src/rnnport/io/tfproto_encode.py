@@ -8,21 +8,19 @@ written with their keys sorted, so equal inputs give equal bytes.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from ._proto import key, varint
 
-__all__ = ["DATA_TYPES", "attr_bool", "attr_float", "attr_func", "attr_int", "attr_shape",
+__all__ = ["DATA_TYPES", "attr_bool", "attr_func", "attr_int", "attr_shape",
            "attr_string", "attr_tensor", "attr_type", "attr_types", "function_def", "graph_def",
            "node_def", "shape_proto", "tensor_proto"]
 
 # NumPy dtype → TensorFlow DataType number (types.proto).
 DATA_TYPES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2, np.dtype(np.int32): 3,
               np.dtype(np.int64): 9, np.dtype(np.bool_): 10, np.dtype(np.float16): 19}
-DT_BOOL = 10
 
 
 def _bytes_field(number: int, payload: bytes) -> bytes:
@@ -63,10 +61,6 @@ def attr_string(value: str | bytes) -> bytes:
 
 def attr_int(value: int) -> bytes:
     return _varint_field(3, value)
-
-
-def attr_float(value: float) -> bytes:
-    return key(4, 5) + struct.pack("<f", value)
 
 
 def attr_bool(value: bool) -> bytes:

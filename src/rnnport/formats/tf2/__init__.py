@@ -69,7 +69,6 @@ SavedModel's ``variables/variables``, and is run.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -81,7 +80,7 @@ from ...io import tensorbundle
 from ...model import Model
 from .._common import is_path, listed
 from .._protocol import Choices, Format
-from .._tensorflow import run_job
+from .._tensorflow import run_job, tf_keras_unavailable
 from ..keras import layers as keras_layers
 from ..keras import read_options_for as keras_read_options_for
 from . import objects, writer
@@ -295,14 +294,10 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     or why not."""
     if not is_path(source):
         return "the source is a dict of arrays, not a file TensorFlow loads: no framework check"
-    missing = [name for name in ("tensorflow", "tf_keras") if importlib.util.find_spec(name) is None]
-    if missing:
-        return (f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed "
-                "(Keras 2 models run in TensorFlow with tf_keras): no framework check")
+    unavailable = tf_keras_unavailable(x, model.input_size, "Keras 2 models")
+    if unavailable is not None:
+        return unavailable
     x = np.asarray(x)
-    if x.ndim != 3 or x.shape[2] != model.input_size:
-        return (f"x has shape {x.shape}; TensorFlow is run on (batch, time, {model.input_size}): "
-                "no framework check")
     opened = Source(source)
     if opened.name_based is not None:
         return "a TF1 SavedModel has no Keras model to run: no framework check"

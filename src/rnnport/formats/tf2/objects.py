@@ -296,10 +296,12 @@ def _walk(graph: tfproto.TrackableObjectGraph,
                 keys[path] = attribute.checkpoint_key
     # Variables reached only through an alias (a module's list): keyed by the alias path.
     tfkeys = tfproto.checkpoint_keys(graph, where=f"{where}: object graph")
+    known = set(keys.values())  # a set: one look-up per key, not a scan of every value
     for path, key in tfkeys.items():
-        if key not in keys.values() and "/.OPTIMIZER_SLOT/" not in path \
+        if key not in known and "/.OPTIMIZER_SLOT/" not in path \
                 and "/.ATTRIBUTES/" not in path:
             keys[path] = key
+            known.add(key)
             order.setdefault(path, len(order))
     return keys, order, paths
 

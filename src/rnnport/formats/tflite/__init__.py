@@ -89,6 +89,7 @@ from typing import Any
 from ...io.tflite_schema import FILE_IDENTIFIER
 from ...model import Model
 from .._protocol import Format, Suffix
+from .options import WRITE_OPTIONS
 from .reader import READ_OPTIONS, networks, notes, read
 
 __all__ = ["FORMAT", "SUFFIX", "networks", "notes", "read", "sniff"]
@@ -114,8 +115,6 @@ def _write(model: Model, path: Any = None, **options: Any) -> Any:
     return write(model, path=path, **options)
 
 
-# What writer.write takes (kept here so that declaring the format imports no writer).
-WRITE_OPTIONS = frozenset({"batch_size", "time_steps"})
 
 
 FORMAT = Format(

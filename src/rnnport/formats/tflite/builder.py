@@ -137,7 +137,6 @@ class ModelBuilder:
         self.codes: list[int] = []
         self.graphs: list[Graph] = []
         self.metadata: list[tuple[str, int]] = []  # (name, buffer index)
-        self.loop: dict[str, Any] = {}  # the last WHILE loop the writer built, described
 
     def add_metadata(self, name: str, data: bytes) -> None:
         """A ``Metadata`` entry: ``name`` and a buffer holding ``data``."""

@@ -74,6 +74,7 @@ class _File:
     producer: dict[int, int] = field(default_factory=dict)  # tensor → operator writing it
     readers: dict[int, list[int]] = field(default_factory=dict)  # tensor → operators reading it
     loops: dict[int, dict[str, Any]] = field(default_factory=dict)  # WHILE operator → its cell
+    origins: dict[int, int] = field(default_factory=dict)  # _origin's answers, computed once
 
     def code(self, operator: int) -> int:
         return self.model.operator_code(self.graph.operators[operator])
@@ -153,19 +154,28 @@ def _sequence(file: _File, operator: int) -> tuple[int, int]:
 
 
 def _origin(file: _File, tensor: int) -> int:
-    """The tensor ``tensor`` carries unchanged: past DEQUANTIZE and shape-keeping RESHAPE."""
+    """The tensor ``tensor`` carries unchanged: past DEQUANTIZE and shape-keeping RESHAPE
+    (memoized: a long chain of glue asked about at every step stays linear)."""
+    passed = []
     for _ in range(len(file.graph.operators) + 1):  # a cycle of glue is damage
+        passed.append(tensor)
+        if tensor in file.origins:
+            tensor = file.origins[tensor]
+            break
         operator = file.producer.get(tensor)
         if operator is None or file.code(operator) not in GLUE:
-            return tensor
+            break
         inputs = file.graph.operators[operator].inputs
         if not inputs or inputs[0] < 0 or \
                 file.graph.tensors[inputs[0]].shape != file.graph.tensors[tensor].shape:
-            return tensor
+            break
         tensor = inputs[0]
-    raise FormatError(f"{file.where}: the operators form a cycle through tensor "
-                      f"{file.tensor_name(tensor)!r}; expected a graph without cycles. The file "
-                      "is damaged.")
+    else:
+        raise FormatError(f"{file.where}: the operators form a cycle through tensor "
+                          f"{file.tensor_name(tensor)!r}; expected a graph without cycles. The "
+                          "file is damaged.")
+    file.origins.update(dict.fromkeys(passed, tensor))
+    return tensor
 
 
 def _input(operator: tfl.Operator, position: int) -> int:
@@ -871,8 +881,8 @@ def read_with_notes(source: Any, **options: Any) -> tuple[Model, list[str]]:
     weights = {k for k in range(len(file.graph.operators)) if file.code(k) == DEQUANTIZE and
                all(len(file.model.buffers[file.graph.tensors[t].buffer].data)
                    for t in file.graph.operators[k].inputs if t >= 0)}
-    rest = [file.label(k) for k in range(len(file.graph.operators))
-            if k not in used | recurrent_elsewhere | weights]
+    accounted = used | recurrent_elsewhere | weights
+    rest = [file.label(k) for k in range(len(file.graph.operators)) if k not in accounted]
     if rest:
         out.append(f"other operators: {listed(rest)}; not part of the network, not read.")
     return model, out

@@ -77,13 +77,12 @@ from ...io.tflite_schema import (
 from ...model import RNN, Model, Stack
 from .._common import combine_biases, listed, require
 from .builder import Graph, ModelBuilder
+from .options import WRITE_OPTIONS
+from .reader import LOOPS  # the Metadata entry naming the WHILE loops (the module's docstring)
 
 __all__ = ["LOOPS", "SUFFIX", "WRITE_OPTIONS", "write"]
 
 SUFFIX = ".tflite"
-# The Metadata entry naming the WHILE loops the writer wrote (see the module's docstring).
-LOOPS = "rnnport.loops"
-WRITE_OPTIONS = frozenset({"batch_size", "time_steps"})
 WHERE = "write(fmt='tflite')"
 
 _OPS = {name: code for code, name in BUILTIN_OPERATORS.items()}
@@ -134,8 +133,8 @@ def write(model: Model, path: str | os.PathLike[str] | None = None, **options: A
             if spec.cell == "lstm":
                 out = _lstm(main, name, layer, direction, source, batch)
             elif spec.cell == "gru":
-                out = _gru(builder, main, name, layer, direction, source, batch)
-                loops[len(loops):] = [{**builder.loop, "layer": index, "direction": direction}]
+                out, loop = _gru(builder, main, name, layer, direction, source, batch)
+                loops.append({**loop, "layer": index, "direction": direction})
             else:
                 out = _simple_rnn(main, name, layer, direction, source, batch)
             if backward:
@@ -307,8 +306,9 @@ def _simple_rnn(graph: Graph, name: str, layer: RNN, direction: int, source: int
 
 
 def _gru(builder: ModelBuilder, graph: Graph, name: str, layer: RNN, direction: int,
-         source: int, batch: int) -> int:
-    """A WHILE loop over time: loop values ``(t, steps, x, h, y)``."""
+         source: int, batch: int) -> tuple[int, dict[str, Any]]:
+    """A WHILE loop over time: loop values ``(t, steps, x, h, y)``. Returns its output ``y``
+    and its description for the ``rnnport.loops`` metadata."""
     spec = layer.spec
     hidden = spec.hidden_size
     int32 = np.int32
@@ -433,7 +433,7 @@ def _gru(builder: ModelBuilder, graph: Graph, name: str, layer: RNN, direction: 
         return [by_name[label] for label in labels]
 
     recurrent = ("R_h", "R_n_rh") if not spec.reset_after else ("R_h",)
-    builder.loop = {
+    loop = {
         "cell": "gru", "reset_after": spec.reset_after, "bias": spec.bias,
         "input_size": input_size, "hidden_size": hidden, "operator": len(graph.operators) - 1,
         "operators": list(range(first, len(graph.operators))),
@@ -443,4 +443,4 @@ def _gru(builder: ModelBuilder, graph: Graph, name: str, layer: RNN, direction: 
                     **({"bias_ih": found("W_x/bias"),
                         "bias_hh": found(*(f"{label}/bias" for label in recurrent))}
                        if spec.bias else {})}}
-    return results[4]
+    return results[4], loop
