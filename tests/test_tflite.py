@@ -24,7 +24,14 @@ from rnnport.formats.tflite import FORMAT, networks, notes, sniff
 
 GOLDEN = Path(__file__).parent / "golden" / "tflite"
 MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]
-READABLE = ["bi_lstm", "lstm_float16", "lstm_last", "lstm_sequences", "stacked_lstm"]
+LSTMS = ["bi_lstm", "lstm_float16", "lstm_last", "lstm_sequences", "stacked_lstm"]
+# SimpleRNN and GRU layers: WHILE loops whose body rnnport evaluates symbolically.
+LOOPS = ["bi_gru", "gru_last", "gru_reset_before", "gru_sequences", "simple_rnn",
+         "simple_rnn_relu"]
+READABLE = LSTMS + LOOPS
+# Integer weights: read only with dequantize=True; LiteRT's integer kernels compute other
+# numbers than the dequantized float network (each case's bound, measured on its file).
+QUANTIZED = {"gru_dynamic_int8": 2e-2, "lstm_int8": 5e-2}
 
 
 def _golden(name: str) -> tuple[Path, dict[str, np.ndarray]]:
@@ -38,8 +45,8 @@ def _output(model: Any, x: np.ndarray, like: np.ndarray) -> np.ndarray:
     return y[:, -1] if like.ndim == 2 else y  # return_sequences=False: the last step
 
 
-def test_every_golden_case_is_read_or_refused() -> None:
-    assert sorted(MANIFEST) == sorted([*READABLE, "simple_rnn"])
+def test_every_golden_case_is_read() -> None:
+    assert sorted(MANIFEST) == sorted([*READABLE, *QUANTIZED])
 
 
 @pytest.mark.parametrize("name", READABLE)
@@ -52,7 +59,64 @@ def test_golden_file_computes_litert_and_keras_outputs(name: str) -> None:
     tolerance = 1e-3 if name == "lstm_float16" else 1e-5
     np.testing.assert_allclose(y, data["y_keras"], rtol=0, atol=tolerance)
     assert model.dtype == np.float32
-    assert {layer.spec.cell_clip for layer in model.layers()} == {10.0}
+    if name in LSTMS:
+        assert {layer.spec.cell_clip for layer in model.layers()} == {10.0}
+
+
+def _keras_weights(name: str) -> list[np.ndarray]:
+    with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as data:
+        keys = sorted((key for key in data if key.startswith("weights/")),
+                      key=lambda key: int(key.rsplit("/", 1)[1]))
+        return [data[key] for key in keys]
+
+
+@pytest.mark.parametrize("name", ["gru_sequences", "gru_reset_before", "simple_rnn", "bi_gru"])
+def test_a_loop_reads_the_keras_layers_weights_exactly(name: str) -> None:
+    """The weights the loop's body holds are the Keras layer's, bit for bit: read the same
+    arrays through the keras format and compare the canonical parameters."""
+    import rnnport
+
+    model = FORMAT.read(GOLDEN / f"{name}.tflite")
+    meta = json.loads(str(np.load(GOLDEN / f"{name}.npz")["meta"]))
+    layer = meta["layers"][0]
+    options = {"reset_after": layer["config"].get("reset_after", True)} \
+        if "GRU" in layer.get("inner", layer["class"]) else \
+        {"activation": layer["config"]["activation"]} if "inner" not in layer else {}
+    weights = _keras_weights(name)
+    if "inner" in layer:  # Bidirectional: forward then backward arrays
+        options = {"reset_after": layer["config"]["layer"]["config"].get("reset_after", True)}
+    keras = rnnport.read(weights, "keras", **options)
+    assert keras.spec == model.spec
+    for layer_index in range(keras.spec.num_layers):
+        for direction in range(keras.spec.num_directions):
+            for name_ in ("weight_ih", "weight_hh"):
+                np.testing.assert_array_equal(model.parameter(layer_index, direction, name_),
+                                              keras.parameter(layer_index, direction, name_))
+
+
+def test_loop_shapes() -> None:
+    before = FORMAT.read(GOLDEN / "gru_reset_before.tflite")
+    assert before.spec.cell == "gru" and not before.spec.reset_after
+    assert FORMAT.read(GOLDEN / "simple_rnn_relu.tflite").spec.cell == "rnn_relu"
+    bi = FORMAT.read(GOLDEN / "bi_gru.tflite")
+    assert bi.spec.bidirectional and bi.spec.reset_after
+    said = notes(GOLDEN / "gru_last.tflite")
+    assert any("STRIDED_SLICE" in note for note in said)
+    assert not any("TRANSPOSE" in note or "WHILE" in note for note in notes(GOLDEN / "bi_gru.tflite"))
+
+
+@pytest.mark.parametrize("name", sorted(QUANTIZED))
+def test_integer_weights_are_refused_then_read_with_dequantize(name: str) -> None:
+    path, data = _golden(name)
+    with pytest.raises(UnsupportedFeatureError, match="dequantize=True"):
+        FORMAT.read(path)
+    model = FORMAT.read(path, dequantize=True)
+    y = _output(model, data["x"], data["y_litert"])
+    error = float(np.abs(y - data["y_litert"]).max())
+    assert 1e-6 < error < QUANTIZED[name]  # close, and not equal: the kernels are integer
+    said = notes(path, dequantize=True)
+    assert any("dequantized (dequantize=True)" in note and "numbers differ" in note
+               for note in said)
 
 
 def test_golden_shapes() -> None:
@@ -94,11 +158,6 @@ def test_networks_and_node() -> None:
     assert FORMAT.read(path, node="StatefulPartitionedCall:0") == FORMAT.read(path)
     with pytest.raises(FormatError, match="node='nope' is no operator"):
         FORMAT.read(path, node="nope")
-
-
-def test_simple_rnn_while_loop_is_refused_by_name() -> None:
-    with pytest.raises(UnsupportedFeatureError, match="SimpleRNN converted as a WHILE loop"):
-        FORMAT.read(GOLDEN / "simple_rnn.tflite")
 
 
 def test_reading_imports_no_framework() -> None:
@@ -356,3 +415,89 @@ def test_a_loop_whose_description_does_not_fit_is_refused() -> None:
     assert damaged != written
     with pytest.raises(RnnportError):
         FORMAT.read(damaged)
+
+
+# -- loops that are not the canonical cells ------------------------------------------------
+
+
+def _body_opcode(model: Any, name: str) -> int:
+    codes = [code.builtinCode for code in model.operatorCodes]
+    from rnnport.io.tflite_schema import BUILTIN_OPERATORS
+
+    wanted = {v: k for k, v in BUILTIN_OPERATORS.items()}[name]
+    if wanted not in codes:
+        from ai_edge_litert import schema_py_generated as schema
+
+        code = schema.OperatorCodeT()
+        code.builtinCode = code.deprecatedBuiltinCode = wanted
+        code.version = 1
+        model.operatorCodes.append(code)
+        codes.append(wanted)
+    return codes.index(wanted)
+
+
+def _replace_in_body(model: Any, old: str, new: str) -> None:
+    """The body subgraph's first ``old`` operator becomes ``new`` (same tensors)."""
+    old_index, new_index = _body_opcode(model, old), _body_opcode(model, new)
+    body = model.subgraphs[2]
+    next(op for op in body.operators if op.opcodeIndex == old_index).opcodeIndex = new_index
+
+
+def test_a_loop_with_another_gate_function_is_refused_with_what_it_computes() -> None:
+    """A GRU whose update gate is a tanh instead of a sigmoid computes no canonical cell;
+    LiteRT runs it, rnnport refuses it (no nearest cell is guessed)."""
+    edited = _edited("gru_sequences", lambda m: _replace_in_body(m, "LOGISTIC", "TANH"))
+    _, data = _golden("gru_sequences")
+    assert np.abs(_litert(edited, data["x"]) - data["y_litert"]).max() > 1e-3
+    with pytest.raises(UnsupportedFeatureError, match="neither a simple RNN .* nor a GRU"):
+        FORMAT.read(edited)
+
+
+def test_a_loop_body_with_an_unknown_operation_names_it() -> None:
+    edited = _edited("simple_rnn", lambda m: _replace_in_body(m, "TANH", "HARD_SWISH"))
+    with pytest.raises(UnsupportedFeatureError, match=r"could not follow: .*HARD_SWISH"):
+        FORMAT.read(edited)
+
+
+def _condition_bound(model: Any, value: int) -> None:
+    condition = model.subgraphs[1]
+    less = condition.operators[0]
+    bound = condition.tensors[less.inputs[1]]
+    model.buffers[bound.buffer].data = np.array([value], np.int32).view(np.uint8)
+
+
+def test_a_loop_that_stops_early_is_refused() -> None:
+    edited = _edited("simple_rnn", lambda m: _condition_bound(m, 3))
+    with pytest.raises(UnsupportedFeatureError, match="stops after 3 steps, before the "
+                                                      "sequence's 6"):
+        FORMAT.read(edited)
+    assert FORMAT.read(_edited("simple_rnn", lambda m: _condition_bound(m, 60))) == \
+        FORMAT.read(GOLDEN / "simple_rnn.tflite")
+
+
+def _counter_start(model: Any, value: int) -> None:
+    main = model.subgraphs[0]
+    loop = next(op for op in main.operators if op.builtinOptions is not None and
+                hasattr(op.builtinOptions, "bodySubgraphIndex"))
+    start = main.tensors[loop.inputs[1]]
+    model.buffers[start.buffer].data = np.array([value], np.int32).view(np.uint8)
+
+
+def test_a_loop_whose_counter_does_not_start_at_zero_is_refused() -> None:
+    edited = _edited("gru_sequences", lambda m: _counter_start(m, 1))
+    with pytest.raises(UnsupportedFeatureError, match="starts at 0 and adds 1 per step"):
+        FORMAT.read(edited)
+
+
+def test_rnnports_own_loops_read_without_their_description() -> None:
+    """The metadata entry naming rnnport's loops removed, the loops are recognised from
+    their bodies alone: the same network, bit for bit."""
+    import rnnport
+
+    for reset_after in (True, False):
+        model = rnnport.RNN.random(rnnport.Spec("gru", 3, 4, num_layers=2, bidirectional=True,
+                                                reset_after=reset_after), dtype=np.float32,
+                                   seed=5)
+        written = FORMAT.write(model)
+        anonymous = written.replace(b"rnnport.loops", b"rnnport.xxxxx")
+        assert anonymous != written and FORMAT.read(anonymous) == model

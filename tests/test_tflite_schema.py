@@ -34,8 +34,9 @@ def _camel(name: str) -> str:
 
 
 def test_golden_cases_exist() -> None:
-    assert CASES == ["bi_lstm", "lstm_float16", "lstm_last", "lstm_sequences", "simple_rnn",
-                     "stacked_lstm"]
+    assert CASES == ["bi_gru", "bi_lstm", "gru_dynamic_int8", "gru_last", "gru_reset_before",
+                     "gru_sequences", "lstm_float16", "lstm_int8", "lstm_last", "lstm_sequences",
+                     "simple_rnn", "simple_rnn_relu", "stacked_lstm"]
     assert sum(p.stat().st_size for p in GOLDEN.iterdir()) < 1 << 20
 
 
@@ -179,7 +180,11 @@ def test_tensor_arrays_equal_the_generated_readers(case: str) -> None:
                 continue
             expected = np.frombuffer(g_buffer.DataAsNumpy().tobytes(), dtype=dtypes[gt.Type()])
             expected = expected.reshape(gt.ShapeAsNumpy() if not gt.ShapeIsNone() else ())
-            array = tfl.tensor_array(model, tensor, subgraph=s)
+            quantized = tensor.quantization is not None and tensor.quantization.quantized
+            if quantized:  # refused as values, given as the stored integers with raw=True
+                with pytest.raises(DTypeError, match="quantized"):
+                    tfl.tensor_array(model, tensor, subgraph=s)
+            array = tfl.tensor_array(model, tensor, subgraph=s, raw=quantized)
             assert array.dtype == expected.dtype and array.shape == expected.shape
             np.testing.assert_array_equal(array, expected)
             assert not array.flags.writeable

@@ -15,14 +15,16 @@ than ``--memory`` MiB beyond what the process held before it.
 Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints,
 SavedModels and frozen graphs in ``tests/golden/tf2``, the files in
 ``tests/golden/files`` (legacy Keras HDF5 saved by tf_keras, ``torch.save`` and
-safetensors files), and golden Keras and PyTorch cases saved by rnnport in every file form
+safetensors files), the ``.tflite`` files TensorFlow's converter wrote in
+``tests/golden/tflite``, and golden Keras and PyTorch cases saved by rnnport in every file form
 a registered format writes (each file name ending it declares; names that give the same
 bytes, such as .pth beside .pt, make one seed). Case ``k`` mutates seed ``k mod n``
 with a generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any
 input. Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted, repeated and
 spliced ranges, and format-aware ones that keep the container's checksums right so the
 damage reaches the parser underneath (zip members rewritten with fresh CRC-32s, JSON
-values replaced, checkpoint index blocks re-checksummed).
+values replaced, checkpoint index blocks re-checksummed), and a FlatBuffer's aligned words
+(offsets, vector lengths) rewritten to point out of range, at themselves or elsewhere.
 
 Cases run in worker processes with a data-size limit (``RLIMIT_DATA``) and a per-case
 alarm; the parent notices a worker that dies or stops answering, reports the case and
@@ -137,13 +139,14 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             shutil.copytree(GOLDEN / "tf2" / case["name"], target)
             seeds.append(Seed(case["name"], fmt, target,
                               str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
-    for path in sorted((GOLDEN / "files").iterdir()):  # saved by the frameworks themselves
+    converted = sorted((GOLDEN / "tflite").glob("*.tflite"))  # TensorFlow's converter wrote them
+    for path in [*sorted((GOLDEN / "files").iterdir()), *converted]:  # the frameworks' own
         fmt = formats.sniff(path)
         if fmt in only:
             target = folder / f"framework_{path.name.replace('.', '_')}"
             target.mkdir()
             shutil.copyfile(path, target / path.name)
-            seeds.append(Seed(target.name, fmt, target, path.name, {}))
+            seeds.append(Seed(target.name, fmt, target, path.name, _quantized(path)))
     for name in GOLDEN_CASES:
         with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as data:
             arrays = dict(data)
@@ -178,6 +181,17 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             continue  # a weights file of mixed layers needs layer=[…] in the model's order
         readable.append(seed)
     return readable
+
+
+def _quantized(path: Path) -> dict[str, Any]:
+    """The options a converted golden file with integer weights is read with (its .npz
+    beside it says whether the converter quantized it)."""
+    meta = path.with_suffix(".npz")
+    if path.suffix != ".tflite" or not meta.exists():
+        return {}
+    with np.load(meta, allow_pickle=False) as data:
+        return {"dequantize": True} if json.loads(str(data["meta"])).get("quantized") in \
+            ("dynamic", "int8") else {}
 
 
 # -- mutations --------------------------------------------------------------------------------
@@ -361,6 +375,19 @@ def mutate_index(rng: random.Random, data: bytes) -> bytes | None:
     return data[:offset] + content + trailer + data[offset + size + 5:]
 
 
+def mutate_flatbuffer(rng: random.Random, data: bytes) -> bytes | None:
+    """Rewrite one aligned 32-bit word of a FlatBuffer (an offset, a vector's length or a
+    vtable entry, most likely): out of range, pointing back at itself or at another word,
+    a huge length, or zero."""
+    words = len(data) // 4
+    if words < 3:
+        return None
+    position = 4 * rng.randrange(words)
+    value = rng.choice((len(data), len(data) + 4, 2**31 - 1, 2**31, 2**32 - 4, 0, 4,
+                        -position, 4 * rng.randrange(words) - position, 2**28))
+    return data[:position] + (value % 2**32).to_bytes(4, "little") + data[position + 4:]
+
+
 def mutate(rng: random.Random, seed: Seed, all_seeds: list[Seed], folder: Path) -> str:
     """Copy ``seed`` into ``folder`` with one file mutated; returns what was done."""
     files = seed.files()
@@ -373,6 +400,8 @@ def mutate(rng: random.Random, seed: Seed, all_seeds: list[Seed], folder: Path) 
         mutated, how = mutate_zip(rng, data), "zip member"
     elif kind < 0.4 and target.suffix == ".index":
         mutated, how = mutate_index(rng, data), "index block"
+    elif kind < 0.4 and data[4:8] == b"TFL3":
+        mutated, how = mutate_flatbuffer(rng, data), "flatbuffer word"
     elif kind < 0.5:
         others = [path for other in all_seeds if other.fmt == seed.fmt and other is not seed
                   for path in other.files() if path.suffix == target.suffix]

@@ -15,17 +15,17 @@ and gate letters, see :mod:`rnnport.gates`)::
     bo[0]     one stored bias per gate, bW_o[0] + bR_o[0] (Keras LSTM, TF1 cells)
     zero      a slot that holds zeros (the other slot of a one-bias format)
 
-Nothing is written by hand: the layouts are **traced** (:mod:`.trace`). A float64
-:class:`~rnnport.RNN` is built whose every element holds its own code, written to the
-source format with :func:`rnnport.write`, read back with :func:`rnnport.read` and written
-to the target format — exactly what :func:`rnnport.convert` does — and every element of
-every native array is decoded back to the canonical element whose code it holds. What
-each format calls its arrays and gates, and what it must be told, comes from its
-declaration in the registry (:mod:`rnnport.formats`). A number a framework adds at run
-time and never saves (TF1's ``forget_bias``) is traced at its neutral value; a further
-trace at its default finds where it goes. Gate orders, orientations, offsets and counts in
-the text are read off the decoded tables (:mod:`.rules`); :mod:`.terminal` and :mod:`.page`
-draw them.
+Nothing is written by hand: the layouts are **traced** (:mod:`.trace`). An
+:class:`~rnnport.RNN` (float64, or float32 where a format holds only that) is built whose
+every element holds its own code, written to the source format with :func:`rnnport.write`,
+read back with :func:`rnnport.read` and written to the target format — exactly what
+:func:`rnnport.convert` does — and every element of every native array is decoded back to
+the canonical element whose code it holds. What each format calls its arrays and gates, and
+what it must be told, comes from its declaration in the registry (:mod:`rnnport.formats`). A
+number a framework adds at run time and never saves (TF1's ``forget_bias``) is traced at its
+neutral value; a further trace at its default finds where it goes. Gate orders,
+orientations, offsets and counts in the text are read off the decoded tables
+(:mod:`.rules`); :mod:`.terminal` and :mod:`.page` draw them.
 
 A GRU is reset-after unless ``reset_before=True`` asks for the other GRU (refused, naming the
 formats that hold it, where a format's declared ``features`` lack ``reset_before``). For a
@@ -61,7 +61,7 @@ from .rules import (
     rules,
 )
 from .terminal import WIDTH, render_origins, render_text
-from .trace import Codebook, TracedArray, coded_models, trace
+from .trace import Codebook, TracedArray, code_dtype, coded_models, trace
 
 __all__ = ["Block", "BufferMap", "Count", "Explanation", "Origin", "TracedArray", "explain"]
 
@@ -129,7 +129,8 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
     for fmt in dict.fromkeys((source, target)):
         get(fmt).check_features(network, "explain", f"So {fmt} has no layout of it to show")
     spec = network.replace(num_layers=1, bidirectional=False)
-    book, model_a, model_b = coded_models(spec)
+    dtype = code_dtype(network, (source, target))
+    book, model_a, model_b = coded_models(spec, dtype)
     read_source, write_source = options_for(source, spec)
     write_target = options_for(target, spec)[1]
     native_a, native_b = (write(model, source, **write_source) for model in (model_a, model_b))
@@ -140,9 +141,9 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
     buffers: list[BufferMap] = []
     network_counts: list[tuple[str, int]] = []
     if network != spec:
-        whole_book, written = _whole_network(network, source, target)
+        whole_book, written = _whole_network(network, source, target, dtype)
         named = {source: named_source, target: named_target}
-        counted = RNN.random(network, dtype=np.float64)
+        counted = RNN.random(network, dtype=dtype)
         for fmt, pass_a, pass_b in written:
             network_counts.append((fmt, param_count(counted, fmt,
                                                     **options_for(fmt, network)[1])))
@@ -175,12 +176,12 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
                        tuple(network_counts))
 
 
-def _whole_network(network: Spec, source: str,
-                   target: str) -> tuple[Codebook, list[tuple[str, Any, Any]]]:
+def _whole_network(network: Spec, source: str, target: str,
+                   dtype: np.dtype) -> tuple[Codebook, list[tuple[str, Any, Any]]]:
     """The whole network, coded: its code book, and (format, pass A, pass B) as ``source``
     writes it and as ``target`` writes what was read back from that (as
     :func:`rnnport.convert` does)."""
-    book, model_a, model_b = coded_models(network)
+    book, model_a, model_b = coded_models(network, dtype)
     read_options, source_options = options_for(source, network)
     target_options = options_for(target, network)[1]
     written = [write(model, source, **source_options) for model in (model_a, model_b)]

@@ -15,7 +15,20 @@ from ..formats import NamedArray, formats, get
 from ..model import RNN, Model, Stack
 from ..spec import Spec
 from .layout import Count, Origin
-from .trace import BR, BW, GATE_NAMES, KIND_NAMES, KIND_TAGS, SUM, ZERO, R, Region, TracedArray, W
+from .trace import (
+    BR,
+    BW,
+    GATE_NAMES,
+    KIND_NAMES,
+    KIND_TAGS,
+    SUM,
+    ZERO,
+    R,
+    Region,
+    TracedArray,
+    W,
+    code_dtype,
+)
 
 __all__ = ["annotate", "constant_rules", "count", "gate_names", "native_arrays", "options_for",
            "origins", "rules"]
@@ -162,7 +175,8 @@ def _gru_counts(spec: Spec, fmt: str) -> tuple[int, int] | None:
     if spec.cell != "gru" or "reset_before" not in get(fmt).features:
         return None
     before, after = (param_count(model, fmt, **get(fmt).write_options_for(model.spec))
-                     for model in (RNN.random(spec.replace(reset_after=flag), dtype=np.float64)
+                     for model in (RNN.random(spec.replace(reset_after=flag),
+                                              dtype=code_dtype(spec, (fmt,)))
                                    for flag in (False, True)))
     return None if before == after else (before, after)
 

@@ -1,7 +1,8 @@
 """Tracing: which canonical parameter every element of a native array holds.
 
-A float64 :class:`~rnnport.RNN` is built whose every element holds its own code (1, 2, 3,
-… — integers are exact in float64), written to a format and read back as
+An :class:`~rnnport.RNN` is built whose every element holds its own code (1, 2, 3, … —
+integers are exact in float64, and below 2**24 in float32: :func:`code_dtype` picks the
+widest dtype both formats hold), written to a format and read back as
 :func:`rnnport.convert` would, and every element of every native array is decoded back to
 the canonical element whose code it holds. The two biases are traced in two passes (pass A:
 codes in ``bias_ih``, zeros in ``bias_hh``; pass B the other way round), so a format that
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..errors import RnnportError
-from ..formats import NamedArray
+from ..formats import NamedArray, get
 from ..gates import CANONICAL, gate_family
 from ..model import RNN
 from ..spec import Spec
@@ -35,6 +37,7 @@ __all__ = [
     "Region",
     "TracedArray",
     "W",
+    "code_dtype",
     "coded_models",
     "gates_of",
     "kinds_of",
@@ -115,7 +118,25 @@ def gates_of(book: Codebook, first: np.ndarray, second: np.ndarray) -> np.ndarra
     return np.where(first > 0, book.gate[first], book.gate[second])
 
 
-def coded_models(spec: Spec) -> tuple[Codebook, RNN, RNN]:
+# The largest integer code each dtype holds exactly (2**mantissa bits).
+_EXACT = {"float64": 2**53, "float32": 2**24, "float16": 2**11}
+
+
+def code_dtype(spec: Spec, formats: Sequence[str]) -> np.dtype:
+    """The widest float dtype every one of ``formats`` stores as it is that holds each of the
+    codes of a network of ``spec`` exactly."""
+    codes = spec.num_params() + 1
+    for name, limit in _EXACT.items():
+        if all(get(fmt).holds_dtype(name) for fmt in formats):
+            if codes > limit:
+                break
+            return np.dtype(name)
+    raise RnnportError(f"explain: no dtype that {' and '.join(dict.fromkeys(formats))} store "
+                       f"holds the {codes:,} trace codes of this network exactly; expected a "
+                       "smaller network (input_size, hidden_size, num_layers).")
+
+
+def coded_models(spec: Spec, dtype: Any = np.float64) -> tuple[Codebook, RNN, RNN]:
     """The code book and the two tracing models (pass A: bias_ih coded; pass B: bias_hh) of a
     network of ``spec``, every layer and direction of it.
 
@@ -156,7 +177,7 @@ def coded_models(spec: Spec) -> tuple[Codebook, RNN, RNN]:
             pass_b[-1].append({**coded, "bias_ih": zeros})
     book = Codebook(letters, hidden, *(np.concatenate(tables[key]).astype(np.int64)
                                        for key in keys))
-    return book, RNN(spec, pass_a), RNN(spec, pass_b)
+    return book, RNN(spec, pass_a).astype(dtype), RNN(spec, pass_b).astype(dtype)
 
 
 def decode(book: Codebook, pass_a: np.ndarray, pass_b: np.ndarray,

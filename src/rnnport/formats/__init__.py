@@ -175,6 +175,9 @@ _REGISTRY: dict[str, Entry] = {
               "(read without TensorFlow), key→array dicts"),
         Entry("tfgraph", "rnnport.formats.tfgraph",
               "frozen TensorFlow graphs (.pb GraphDef): TF1 cells, fused LSTM/GRU ops, CudnnRNN"),
+        Entry("tflite", "rnnport.formats.tflite",
+              "TFLite / LiteRT flatbuffers (.tflite): fused LSTM/RNN operators (read without "
+              "TensorFlow or LiteRT); GRUs written as loops LiteRT runs"),
     )
 }
 

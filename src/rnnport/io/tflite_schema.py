@@ -41,7 +41,9 @@ options tables             :class:`LSTMOptions`, :class:`UnidirectionalSequenceL
                            :class:`BidirectionalSequenceLSTMOptions`,
                            :class:`SequenceRNNOptions`,
                            :class:`BidirectionalSequenceRNNOptions`, :class:`RNNOptions`;
-                           any other options table is kept as :class:`OtherOptions`
+                           any other options table is kept as :class:`OtherOptions`,
+                           with the fields of those in :data:`PLAIN_OPTIONS` (WHILE's
+                           subgraphs, GATHER's axis, FULLY_CONNECTED's activation …)
 =========================  ==========================================================
 
 Not decoded (skipped, as FlatBuffers skips fields it does not know): signature defs,
@@ -83,8 +85,10 @@ act(W x + R h + b)``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
@@ -92,13 +96,41 @@ from ..errors import DTypeError, FormatError, UnsupportedFeatureError
 from .flatbuffer import FlatBuffer, Table, slot
 
 __all__ = [
-    "ACTIVATIONS", "BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN", "BUILTIN_OPERATORS",
-    "BUILTIN_OPTIONS", "FIELDS", "FILE_IDENTIFIER", "LSTM", "LSTM_INPUTS", "LSTM_KERNEL_TYPES",
-    "MAX_RANK", "RNN", "RNN_INPUTS", "TENSOR_TYPES", "UNIDIRECTIONAL_SEQUENCE_LSTM",
-    "UNIDIRECTIONAL_SEQUENCE_RNN", "BidirectionalSequenceLSTMOptions",
-    "BidirectionalSequenceRNNOptions", "Buffer", "LSTMOptions", "Metadata", "Model", "Operator",
-    "OperatorCode", "OtherOptions", "Quantization", "RNNOptions", "SequenceRNNOptions", "SubGraph",
-    "Tensor", "UnidirectionalSequenceLSTMOptions", "decode_model", "operator_name", "read_model",
+    "ACTIVATIONS",
+    "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_RNN",
+    "BUILTIN_OPERATORS",
+    "BUILTIN_OPTIONS",
+    "FIELDS",
+    "FILE_IDENTIFIER",
+    "LSTM",
+    "LSTM_INPUTS",
+    "LSTM_KERNEL_TYPES",
+    "MAX_RANK",
+    "PLAIN_OPTIONS",
+    "RNN",
+    "RNN_INPUTS",
+    "TENSOR_TYPES",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "BidirectionalSequenceLSTMOptions",
+    "BidirectionalSequenceRNNOptions",
+    "Buffer",
+    "LSTMOptions",
+    "Metadata",
+    "Model",
+    "Operator",
+    "OperatorCode",
+    "OtherOptions",
+    "Quantization",
+    "RNNOptions",
+    "SequenceRNNOptions",
+    "SubGraph",
+    "Tensor",
+    "UnidirectionalSequenceLSTMOptions",
+    "decode_model",
+    "operator_name",
+    "read_model",
     "tensor_array",
 ]
 
@@ -235,6 +267,34 @@ FIELDS: dict[str, dict[str, int]] = {
     "RNNOptions": {"fused_activation_function": 0, "asymmetric_quantize_inputs": 1},
 }
 
+# The options tables of plain builtins (decoded as OtherOptions.values, and written by
+# rnnport's writer): table -> (BuiltinOptions union number, {field: (index, scalar kind)}),
+# from schema.fbs (LiteRT 2.3's schema_py_generated).
+PLAIN_OPTIONS: dict[str, tuple[int, dict[str, tuple[int, str]]]] = {
+    "FullyConnectedOptions": (8, {"fused_activation_function": (0, "int8"),
+                                  "weights_format": (1, "int8"), "keep_num_dims": (2, "bool")}),
+    "ConcatenationOptions": (10, {"axis": (0, "int32"), "fused_activation_function": (1, "int8")}),
+    "AddOptions": (11, {"fused_activation_function": (0, "int8")}),
+    "ReshapeOptions": (17, {}),
+    "MulOptions": (21, {"fused_activation_function": (0, "int8")}),
+    "GatherOptions": (23, {"axis": (0, "int32"), "batch_dims": (1, "int32")}),
+    "SubOptions": (28, {"fused_activation_function": (0, "int8")}),
+    "StridedSliceOptions": (32, {"begin_mask": (0, "int32"), "end_mask": (1, "int32"),
+                                 "ellipsis_mask": (2, "int32"), "new_axis_mask": (3, "int32"),
+                                 "shrink_axis_mask": (4, "int32")}),
+    "SplitOptions": (35, {"num_splits": (0, "int32")}),
+    "SplitVOptions": (79, {"num_splits": (0, "int32")}),
+    "LessOptions": (41, {}),
+    "ShapeOptions": (55, {"out_type": (0, "int8")}),
+    "PackOptions": (59, {"values_count": (0, "int32"), "axis": (1, "int32")}),
+    "FillOptions": (68, {}),
+    "ReverseV2Options": (81, {}),
+    "WhileOptions": (93, {"cond_subgraph_index": (0, "int32"), "body_subgraph_index": (1, "int32")}),
+    "DynamicUpdateSliceOptions": (117, {}),
+}
+_PLAIN_BY_NUMBER = {number: fields for number, fields in PLAIN_OPTIONS.values()}
+
+
 def _at(table_name: str, field_name: str) -> int:
     return slot(FIELDS[table_name][field_name])
 
@@ -297,9 +357,11 @@ class RNNOptions:
 
 @dataclass(frozen=True)
 class OtherOptions:
-    """A builtin options table this module does not decode: its union type number."""
+    """Another builtin options table: its union type number and, for the tables in
+    :data:`PLAIN_OPTIONS`, its fields' values (absent fields at the schema's default, 0)."""
 
     type: int
+    values: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
 
 Options = (LSTMOptions | UnidirectionalSequenceLSTMOptions | BidirectionalSequenceLSTMOptions
@@ -428,7 +490,10 @@ def _floats(table: Table, table_name: str, field_name: str) -> tuple[float, ...]
 def _decode_options(table: Table, kind: int) -> Options:
     cls = _OPTION_CLASSES.get(kind)
     if cls is None:
-        return OtherOptions(kind)
+        plain = _PLAIN_BY_NUMBER.get(kind, {})
+        return OtherOptions(kind, MappingProxyType({
+            name: table.integer(slot(index), kind_name, name)
+            for name, (index, kind_name) in plain.items()}))
     table_name = BUILTIN_OPTIONS[kind]
     values: dict[str, int | float | bool] = {}
     for option in fields(cls):  # the dataclass's defaults are the schema's
@@ -596,6 +661,10 @@ def tensor_array(model: Model, tensor: Tensor | int, *, subgraph: int = 0, raw: 
         tensor = graph.tensors[tensor]
     where = f"{model.source}: subgraphs[{subgraph}] tensor '{tensor.name}'"
     type_name, dtype = TENSOR_TYPES.get(tensor.type, (f"TensorType {tensor.type}", None))
+    data = model.buffers[tensor.buffer].data
+    if not len(data):
+        raise FormatError(f"{where}: has no data (buffer {tensor.buffer} is empty); expected a "
+                          "constant: this tensor is computed at run time")
     quantized = tensor.quantization is not None and tensor.quantization.quantized
     if quantized and not raw:
         q = tensor.quantization
@@ -609,10 +678,6 @@ def tensor_array(model: Model, tensor: Tensor | int, *, subgraph: int = 0, raw: 
                              + ("" if type_name in ("STRING", "RESOURCE", "VARIANT")
                                 else "; ask for raw=True to get its bytes"))
     numpy_type = dtype or ("<u2" if type_name == "BFLOAT16" else "u1")
-    data = model.buffers[tensor.buffer].data
-    if not len(data):
-        raise FormatError(f"{where}: has no data (buffer {tensor.buffer} is empty); expected a "
-                          "constant: this tensor is computed at run time")
     if raw and type_name in ("INT4", "UINT4", "INT2"):
         return np.frombuffer(data, dtype="u1")
     count = 1

@@ -67,12 +67,21 @@ clips the cell state: a real clip, read as ``Spec.cell_clip``) and variable stat
 joined by ``CONCATENATION`` on the last axis → one bidirectional layer. A reversed op alone
 is a ``reverse`` network. Stacked layers → a chain of ops, each reading the one before
 (through shape-keeping ``DEQUANTIZE``/``RESHAPE`` too) → one network (``rnnport.stack``).
-Float16 weights feed ``DEQUANTIZE`` ops → read as float32 (exact). A ``WHILE`` loop over a
-body subgraph (the converter's ``SimpleRNN``) is refused by name, except the GRU loops
-rnnport writes: the file's ``rnnport.loops`` metadata entry (JSON) names each loop op, its
-layer and direction, the GRU variant and sizes, and the body tensors holding ``weight_ih``,
-``weight_hh``, ``bias_ih`` and ``bias_hh``; the reader checks those tensors' shapes against
-the description before reading them, and a damaged entry is an error.
+Float16 weights feed ``DEQUANTIZE`` ops → read as float32 (exact).
+
+A Keras ``SimpleRNN`` or ``GRU`` → ``TRANSPOSE`` (to time-major) → ``WHILE`` →
+``TRANSPOSE`` (a backward direction with ``REVERSE_V2`` inside both): no fused operator
+exists, so the converter writes the recurrence as a loop whose body subgraph computes one
+step from builtins. rnnport evaluates the body symbolically (:mod:`.loops`) and reads the
+loop when its new state is a simple RNN (tanh, relu) or a GRU (reset after or before),
+term by term, with the weights from the body's constants — bit-equal to the Keras
+layer's; anything else in a body (another gate function, an LSTM's two states, a loop
+that stops before the sequence's end) is refused with what it computes. The GRU loops
+rnnport writes carry an ``rnnport.loops`` metadata entry (JSON) naming each loop op, its
+layer and direction, the GRU variant and sizes, and the body tensors holding
+``weight_ih``, ``weight_hh``, ``bias_ih`` and ``bias_hh``; the reader checks those
+tensors' shapes against the description before reading them (a damaged entry is an
+error), and reads the same loops from their bodies alone when the entry is gone.
 
 Quantized weights (an integer tensor with a scale) are refused unless ``dequantize=True``,
 which reads ``scale·(q − zero_point)`` (per channel along ``quantized_dimension``) and
@@ -88,9 +97,10 @@ from typing import Any
 
 from ...io.tflite_schema import FILE_IDENTIFIER
 from ...model import Model
-from .._protocol import Format, Suffix
+from ...spec import Spec
+from .._protocol import Format, NamedArray, Suffix
 from .options import WRITE_OPTIONS
-from .reader import READ_OPTIONS, networks, notes, read
+from .reader import READ_OPTIONS, networks, notes, parameter_arrays, read
 
 __all__ = ["FORMAT", "SUFFIX", "networks", "notes", "read", "sniff"]
 
@@ -115,10 +125,19 @@ def _write(model: Model, path: Any = None, **options: Any) -> Any:
     return write(model, path=path, **options)
 
 
+def param_count(model: Model, **options: Any) -> int:
+    """Parameters as the file holds them: the constant tensors a read takes parameters from
+    (one bias per gate; a CIFG LSTM has no input-gate tensors)."""
+    return sum(array.size for _, array in parameter_arrays(_write(model, **options)))
+
+
+def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
+    """The constant tensors a read of ``native`` takes parameters from, by tensor name."""
+    return [NamedArray(name, array) for name, array in parameter_arrays(native)]
 
 
 FORMAT = Format(
-    "tflite", sniff=sniff, reader=read, writer=_write,
+    "tflite", sniff=sniff, reader=read, writer=_write, counter=param_count,
     read_options=READ_OPTIONS, write_options=WRITE_OPTIONS,
     # The writer holds these; the reader also reads the fused RELU LSTM (non-default
     # activations), which the writer does not write.
@@ -130,8 +149,14 @@ FORMAT = Format(
     gate_names={"g": "c"},
     layout_notes=("TFLite keeps each gate's weights as its own tensor: input_to_{input,forget,"
                   "cell,output}_weights (H, I), recurrent_to_…_weights (H, H_out), "
-                  "…_gate_bias (H,); one bias per gate.",),
-    networks=networks, notes=notes,
+                  "…_gate_bias (H,); one bias per gate.",
+                  "A GRU has no TFLite operator: rnnport writes a WHILE loop whose body "
+                  "subgraph computes the step from builtins, with W_x/weights (3H, I) and "
+                  "R_h/weights (3H, H) in gate order r z n and both biases kept apart "
+                  "(W_x/bias, R_h/bias), so the reset-after GRU is exact. TensorFlow's "
+                  "converter writes Keras GRUs and SimpleRNNs as loops too; rnnport reads "
+                  "any loop whose body computes one of the canonical cells.",),
+    networks=networks, notes=notes, explain_arrays=explain_arrays,
     names={"input_forget": "CIFG (no input gate)", "projection": "projection_weights",
            "peepholes": "cell_to_*_weights", "cell_clip": "cell_clip",
            "reset_before": "a GRU WHILE loop", "reverse": "REVERSE_V2 around the op"})

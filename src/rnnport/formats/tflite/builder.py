@@ -2,11 +2,10 @@
 
 The tables and their field slots are :data:`rnnport.io.tflite_schema.FIELDS`' (the
 ``Model``, ``SubGraph``, ``Tensor``, ``Operator``, ``OperatorCode`` and ``Buffer`` tables
-and the recurrent options tables). The options tables of the plain builtins the writer
-uses are not decoded by that module; their union numbers and field indices are
-:data:`OPTIONS` below, copied from LiteRT 2.3's ``schema_py_generated`` (a test compares
-them). Buffer 0 is the empty sentinel every non-constant tensor points at; constant data is
-aligned to 16 bytes, as the converter aligns it.
+and the recurrent options tables) and, for the options tables of the plain builtins,
+:data:`rnnport.io.tflite_schema.PLAIN_OPTIONS` (:data:`OPTIONS` here; a test compares them
+with LiteRT's ``schema_py_generated``). Buffer 0 is the empty sentinel every non-constant
+tensor points at; constant data is aligned to 16 bytes, as the converter aligns it.
 """
 
 from __future__ import annotations
@@ -17,33 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ...io.tflite_schema import BUILTIN_OPTIONS, FIELDS, TENSOR_TYPES
+from ...io.tflite_schema import BUILTIN_OPTIONS, FIELDS, PLAIN_OPTIONS, TENSOR_TYPES
 
 __all__ = ["OPTIONS", "Graph", "ModelBuilder", "options_number"]
 
-# Options tables not in tflite_schema.FIELDS: table -> (BuiltinOptions union number,
-# {field: (index, scalar kind)}), from schema.fbs (LiteRT 2.3's schema_py_generated).
-OPTIONS: dict[str, tuple[int, dict[str, tuple[int, str]]]] = {
-    "FullyConnectedOptions": (8, {"fused_activation_function": (0, "int8"),
-                                  "weights_format": (1, "int8"), "keep_num_dims": (2, "bool")}),
-    "ConcatenationOptions": (10, {"axis": (0, "int32"), "fused_activation_function": (1, "int8")}),
-    "AddOptions": (11, {"fused_activation_function": (0, "int8")}),
-    "ReshapeOptions": (17, {}),
-    "MulOptions": (21, {"fused_activation_function": (0, "int8")}),
-    "GatherOptions": (23, {"axis": (0, "int32"), "batch_dims": (1, "int32")}),
-    "SubOptions": (28, {"fused_activation_function": (0, "int8")}),
-    "StridedSliceOptions": (32, {"begin_mask": (0, "int32"), "end_mask": (1, "int32"),
-                                 "ellipsis_mask": (2, "int32"), "new_axis_mask": (3, "int32"),
-                                 "shrink_axis_mask": (4, "int32")}),
-    "SplitOptions": (35, {"num_splits": (0, "int32")}),
-    "LessOptions": (41, {}),
-    "ShapeOptions": (55, {"out_type": (0, "int8")}),
-    "PackOptions": (59, {"values_count": (0, "int32"), "axis": (1, "int32")}),
-    "FillOptions": (68, {}),
-    "ReverseV2Options": (81, {}),
-    "WhileOptions": (93, {"cond_subgraph_index": (0, "int32"), "body_subgraph_index": (1, "int32")}),
-    "DynamicUpdateSliceOptions": (117, {}),
-}
 # The recurrent options tables' scalar kinds (their field indices are tflite_schema.FIELDS').
 _RECURRENT_KINDS = {"fused_activation_function": "int8", "cell_clip": "float32",
                     "proj_clip": "float32", "time_major": "bool", "merge_outputs": "bool",
@@ -54,6 +30,7 @@ _PREPEND = {"int8": "PrependInt8Slot", "int32": "PrependInt32Slot",
             "uint32": "PrependUint32Slot", "bool": "PrependBoolSlot",
             "float32": "PrependFloat32Slot"}
 SCHEMA_VERSION = 3
+OPTIONS = PLAIN_OPTIONS
 
 
 def options_number(table: str) -> int:

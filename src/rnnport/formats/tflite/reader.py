@@ -29,8 +29,9 @@ from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import close_matches, describe, is_path, listed
 from .._protocol import Choices
+from .loops import Constant, LoopCell, recognise
 
-__all__ = ["READ_OPTIONS", "load", "networks", "notes", "read"]
+__all__ = ["READ_OPTIONS", "load", "networks", "notes", "parameter_arrays", "read", "read_with_notes"]
 
 READ_OPTIONS = frozenset({"node", "dequantize"})
 LOOPS = "rnnport.loops"  # the writer's Metadata entry describing its WHILE loops
@@ -38,6 +39,7 @@ LOOPS = "rnnport.loops"  # the writer's Metadata entry describing its WHILE loop
 CONCATENATION = 2
 DEQUANTIZE = 6
 RESHAPE = 22
+TRANSPOSE = 39
 REVERSE_V2 = 105
 WHILE = 119
 # Ops a value passes through unchanged between two recurrent ops (when its shape is kept).
@@ -75,6 +77,11 @@ class _File:
     readers: dict[int, list[int]] = field(default_factory=dict)  # tensor → operators reading it
     loops: dict[int, dict[str, Any]] = field(default_factory=dict)  # WHILE operator → its cell
     origins: dict[int, int] = field(default_factory=dict)  # _origin's answers, computed once
+    index: int = 0  # the subgraph
+    # Other WHILE operators: the cell each computes (read permissively, for the structure),
+    # or why it is none; and how a recognised loop's unit sits in the graph.
+    recognised: dict[int, LoopCell | RnnportError] = field(default_factory=dict)
+    loop_time_major: dict[int, bool] = field(default_factory=dict)
 
     def code(self, operator: int) -> int:
         return self.model.operator_code(self.graph.operators[operator])
@@ -103,15 +110,46 @@ def load(source: Any) -> _File:
     where = os.fspath(source) if is_path(source) else model.source
     if not model.subgraphs:
         raise FormatError(f"{where}: the model has no subgraph; expected at least the main one.")
-    file = _File(model, where, model.subgraphs[0])
+    file = _indexed(model, where, 0)
     file.loops = _loops(model, where)
-    for index, operator in enumerate(file.graph.operators):
+    for index in range(len(file.graph.operators)):
+        if file.code(index) == WHILE and index not in file.loops:
+            try:
+                file.recognised[index] = recognise(
+                    model, index, _constants(file, {"dequantize": True}, _Reading()), where)
+            except RnnportError as error:
+                file.recognised[index] = error
+    return file
+
+
+def _indexed(model: tfl.Model, where: str, index: int) -> _File:
+    """Subgraph ``index`` with its producers and readers indexed."""
+    file = _File(model, where, model.subgraphs[index], index=index)
+    for k, operator in enumerate(file.graph.operators):
         for tensor in operator.outputs:
-            file.producer.setdefault(tensor, index)
+            file.producer.setdefault(tensor, k)
         for tensor in operator.inputs:
             if tensor >= 0:
-                file.readers.setdefault(tensor, []).append(index)
+                file.readers.setdefault(tensor, []).append(k)
     return file
+
+
+def _constants(file: _File, options: Mapping[str, Any], reading: _Reading) -> Constant:
+    """What a loop body's constants are read with: :func:`_constant` on its subgraph."""
+    bodies: dict[int, _File] = {0: file}
+
+    def constant(subgraph: int, tensor: int, what: str) -> np.ndarray:
+        if subgraph not in bodies:
+            bodies[subgraph] = _indexed(file.model, file.where, subgraph)
+        return _constant(bodies[subgraph], tensor, what, options, reading)
+
+    return constant
+
+
+def _cell(file: _File, operator: int) -> LoopCell | None:
+    """The cell a WHILE operator computes, when rnnport recognised one."""
+    found = file.recognised.get(operator)
+    return found if isinstance(found, LoopCell) else None
 
 
 def _loops(model: tfl.Model, where: str) -> dict[int, dict[str, Any]]:
@@ -148,8 +186,12 @@ def _loops(model: tfl.Model, where: str) -> dict[int, dict[str, Any]]:
 
 
 def _sequence(file: _File, operator: int) -> tuple[int, int]:
-    """(input, output) positions of a unit op's sequence: a GRU loop's loop values are
-    ``(t, steps, x, h, y)``; every fused op reads input 0 and writes output 0."""
+    """(input, output) positions of a unit op's sequence: rnnport's GRU loop values are
+    ``(t, steps, x, h, y)``, a recognised loop's are where :func:`recognise` found them;
+    every fused op reads input 0 and writes output 0."""
+    cell = _cell(file, operator)
+    if cell is not None:
+        return cell.sequence, cell.output
     return (2, 4) if operator in file.loops else (0, 0)
 
 
@@ -191,6 +233,9 @@ class _Reading:
 
     dequantized: list[str] = field(default_factory=list)
     remarks: list[str] = field(default_factory=list)
+    # Every constant read as a parameter, once: (subgraph, tensor) →
+    # (tensor name, values as float32); what explain shows as the file's arrays.
+    arrays: dict[tuple[int, int], tuple[str, np.ndarray]] = field(default_factory=dict)
 
 
 def _constant(file: _File, tensor: int, what: str, options: Mapping[str, Any],
@@ -200,11 +245,13 @@ def _constant(file: _File, tensor: int, what: str, options: Mapping[str, Any],
     if len(file.model.buffers[info.buffer].data):
         if info.quantization is not None and info.quantization.quantized:
             return _dequantize(file, tensor, what, options, reading)
-        array = tfl.tensor_array(file.model, tensor)
+        array = tfl.tensor_array(file.model, tensor, subgraph=file.index)
         if array.dtype.kind != "f":
             raise FormatError(f"{file.where}: {what} (tensor {info.name!r}) is {info.type_name}; "
                               "expected float weights.")
-        return np.asarray(array, dtype=np.float32)  # float16 → float32 is exact
+        values = np.asarray(array, dtype=np.float32)  # float16 → float32 is exact
+        reading.arrays.setdefault((file.index, tensor), (_named(file, info.name), values))
+        return values
     operator = file.producer.get(tensor)
     if operator is not None and file.code(operator) == DEQUANTIZE and depth < 4:
         inputs = file.graph.operators[operator].inputs
@@ -215,6 +262,10 @@ def _constant(file: _File, tensor: int, what: str, options: Mapping[str, Any],
     raise UnsupportedFeatureError(
         f"{file.where}: {what} (tensor {info.name!r}) is {made}; expected a constant weight "
         "(a buffer, or a DEQUANTIZE of one), which rnnport reads.")
+
+
+def _named(file: _File, name: str) -> str:
+    return f"subgraphs[{file.index}]/{name}" if file.index else name
 
 
 def _dequantize(file: _File, tensor: int, what: str, options: Mapping[str, Any],
@@ -231,7 +282,7 @@ def _dequantize(file: _File, tensor: int, what: str, options: Mapping[str, Any],
     if q.details_type or not q.scale:
         raise UnsupportedFeatureError(f"{file.where}: {what} (tensor {info.name!r}) uses custom "
                                       "quantization details; expected a scale and zero point.")
-    stored = tfl.tensor_array(file.model, tensor, raw=True)
+    stored = tfl.tensor_array(file.model, tensor, subgraph=file.index, raw=True)
     if info.type_name not in ("INT8", "UINT8", "INT16", "INT32"):
         raise UnsupportedFeatureError(f"{file.where}: {what} (tensor {info.name!r}) is quantized "
                                       f"{info.type_name}; rnnport dequantizes INT8, UINT8, INT16 "
@@ -251,8 +302,11 @@ def _dequantize(file: _File, tensor: int, what: str, options: Mapping[str, Any],
     elif zero.size != 1:
         raise FormatError(f"{file.where}: {what} (tensor {info.name!r}): one scale but "
                           f"{zero.size} zero points; expected one. The file is damaged.")
-    reading.dequantized.append(info.name)
-    return (scale * (stored.astype(np.int64) - zero).astype(np.float32)).astype(np.float32)
+    if _named(file, info.name) not in reading.dequantized:
+        reading.dequantized.append(_named(file, info.name))
+    values = (scale * (stored.astype(np.int64) - zero).astype(np.float32)).astype(np.float32)
+    reading.arrays.setdefault((file.index, tensor), (_named(file, info.name), values))
+    return values
 
 
 def _state(file: _File, operator: int, position: int, what: str, reading: _Reading) -> None:
@@ -266,7 +320,7 @@ def _state(file: _File, operator: int, position: int, what: str, reading: _Readi
             values = tfl.tensor_array(file.model, tensor, raw=True).astype(np.int64) - \
                 np.asarray(info.quantization.zero_point or (0,))
         else:
-            values = tfl.tensor_array(file.model, tensor)
+            values = tfl.tensor_array(file.model, tensor, subgraph=file.index)
         if np.any(values != 0):
             raise UnsupportedFeatureError(
                 f"{file.where}: {file.label(operator)}: the initial {what} (input {position}, "
@@ -494,6 +548,8 @@ def _rnn_cell(file: _File, operator: int) -> str:
 
 
 def _time_major(file: _File, operator: int) -> bool:
+    if operator in file.loop_time_major:
+        return file.loop_time_major[operator]
     if file.code(operator) in STEP_OPS:
         return False
     return bool(getattr(file.graph.operators[operator].builtin_options, "time_major",
@@ -505,7 +561,12 @@ def _one_direction(file: _File, operator: int, options: Mapping[str, Any],
     """A unidirectional op's (or one-step op's) direction, with its Spec fields."""
     code = file.code(operator)
     if operator in file.loops:
-        return _loop_direction(file, operator)
+        return _loop_direction(file, operator, reading)
+    if _cell(file, operator) is not None:
+        cell = recognise(file.model, operator, _constants(file, options, reading), file.where)
+        reading.remarks.extend(cell.remarks)
+        _state(file, operator, cell.state, "state h", reading)
+        return _Direction(cell.params, cell.fields)
     if code in LSTM_OPS:
         fields = _lstm_options(file, operator)
         direction = _lstm_direction(file, operator, {n: k for k, n in enumerate(tfl.LSTM_INPUTS)},
@@ -520,7 +581,7 @@ def _one_direction(file: _File, operator: int, options: Mapping[str, Any],
     return direction
 
 
-def _loop_direction(file: _File, operator: int) -> _Direction:
+def _loop_direction(file: _File, operator: int, reading: _Reading) -> _Direction:
     """A GRU WHILE loop rnnport's writer described (``rnnport.loops``): its body's weight
     tensors, checked against the described sizes. The body keeps both canonical biases; a
     reset-before GRU's ``weight_hh`` (and ``bias_hh``) is two tensors, rows r z then n."""
@@ -568,6 +629,8 @@ def _loop_direction(file: _File, operator: int) -> _Direction:
                     f"expected float32 {list(shape)} (a GRU of hidden size {hidden}, input "
                     f"size {inputs}). The file is damaged.")
             pieces.append(array)
+            reading.arrays.setdefault(
+                (body, tensor), (f"subgraphs[{body}]/{graph.tensors[tensor].name}", array))
         params[name] = np.concatenate(pieces, axis=0)
     return _Direction(params, {"cell": "gru", "input_size": inputs, "hidden_size": hidden,
                                "reset_after": reset_after, "bias": bias})
@@ -623,8 +686,9 @@ class _Unit:
     bidirectional: bool = False
 
 
-def _reverse_axis(file: _File, operator: int) -> int | None:
-    """The one axis a REVERSE_V2 reverses (a constant), else None."""
+def _integers(file: _File, operator: int) -> list[int] | None:
+    """The integer constant an operator with one output takes as its second input (a
+    REVERSE_V2's axes, a TRANSPOSE's permutation), else None."""
     op = file.graph.operators[operator]
     if len(op.inputs) != 2 or op.inputs[1] < 0 or len(op.outputs) != 1:
         return None
@@ -632,13 +696,18 @@ def _reverse_axis(file: _File, operator: int) -> int | None:
     if not len(file.model.buffers[info.buffer].data) or info.type_name not in ("INT32", "INT64"):
         return None
     try:
-        axes = tfl.tensor_array(file.model, op.inputs[1]).ravel()
+        return [int(v) for v in tfl.tensor_array(file.model, op.inputs[1]).reshape(-1)]
     except RnnportError:
         return None
-    rank = len(file.graph.tensors[op.outputs[0]].shape)
-    if axes.size != 1 or not -rank <= int(axes[0]) < rank:
+
+
+def _reverse_axis(file: _File, operator: int) -> int | None:
+    """The one axis a REVERSE_V2 reverses (a constant), else None."""
+    axes = _integers(file, operator)
+    rank = len(file.graph.tensors[file.graph.operators[operator].outputs[0]].shape)
+    if axes is None or len(axes) != 1 or not -rank <= axes[0] < rank:
         return None
-    return int(axes[0]) % rank
+    return axes[0] % rank
 
 
 def _reversed_around(file: _File, operator: int) -> tuple[int, int, tuple[int, int]] | None:
@@ -677,11 +746,60 @@ def _last_axis_concat(file: _File, operator: int, inputs: tuple[int, ...]) -> bo
         sum(shape[-1] for shape in shapes) == result[-1]
 
 
+def _transposed(file: _File, operator: int | None) -> bool:
+    """Whether ``operator`` is a TRANSPOSE swapping the first two of three axes."""
+    return operator is not None and file.code(operator) == TRANSPOSE and \
+        _integers(file, operator) == [1, 0, 2]
+
+
+def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
+    """A recognised loop's unit: the converter reverses a backward direction's sequence
+    (REVERSE_V2 on its time axis) and turns a batch-major sequence time-major (TRANSPOSE)
+    in front of the loop, and undoes both behind it."""
+    op = file.graph.operators[operator]
+    members = [operator]
+    tensor, reverse = op.inputs[cell.sequence], False
+    before = file.producer.get(tensor)
+    if before is not None and file.code(before) == REVERSE_V2 and \
+            _reverse_axis(file, before) == cell.time_axis:
+        members.append(before)
+        tensor, reverse = file.graph.operators[before].inputs[0], True
+    before = file.producer.get(tensor)
+    time_major = cell.time_axis == 0
+    if time_major and _transposed(file, before):
+        assert before is not None
+        members.append(before)
+        tensor, time_major = file.graph.operators[before].inputs[0], False
+    file.loop_time_major[operator] = time_major
+    output = op.outputs[cell.output]
+    after = file.readers.get(output, [])
+    if cell.time_axis == 0 and not time_major:
+        if len(after) == 1 and _transposed(file, after[0]):
+            members.append(after[0])
+            output = file.graph.operators[after[0]].outputs[0]
+        else:
+            output = -1  # the time-major sequence is not turned back: not a layer's output
+    if reverse and output >= 0:
+        after = file.readers.get(output, [])
+        time_axis = 0 if time_major else 1
+        if len(after) == 1 and file.code(after[0]) == REVERSE_V2 and \
+                _reverse_axis(file, after[0]) == time_axis:
+            members.append(after[0])
+            output = file.graph.operators[after[0]].outputs[0]
+        else:
+            output = -1  # outputs in reversed time order (go_backwards): see _loop_remarks
+    return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), output,
+                 reverse=reverse)
+
+
 def _units(file: _File) -> list[_Unit]:
     recurrent = [index for index, op in enumerate(file.graph.operators)
                  if file.code(index) in RECURRENT or index in file.loops]
     singles: list[_Unit] = []
     units: list[_Unit] = []
+    for index, cell in file.recognised.items():
+        if isinstance(cell, LoopCell):
+            singles.append(_loop_unit(file, index, cell))
     for index in recurrent:
         op = file.graph.operators[index]
         at_input, at_output = _sequence(file, index)
@@ -782,12 +900,9 @@ def _chain_value(chain: list[_Unit]) -> str:
 
 def _no_network(file: _File) -> RnnportError:
     ops = [file.op_name(k) for k in range(len(file.graph.operators))]
-    if any(file.code(k) == WHILE for k in range(len(file.graph.operators))):
-        return UnsupportedFeatureError(
-            f"{file.where}: SimpleRNN converted as a WHILE loop (operators {' → '.join(ops)}); "
-            "rnnport reads TFLite's fused recurrent operators (UNIDIRECTIONAL_SEQUENCE_LSTM/RNN, "
-            "BIDIRECTIONAL_SEQUENCE_LSTM/RNN, LSTM, RNN) and does not recognise a loop body as "
-            "a cell. Read the Keras model the file was converted from instead.")
+    reasons = [found for found in file.recognised.values() if isinstance(found, RnnportError)]
+    if reasons:
+        return reasons[0]
     return FormatError(f"{file.where}: no recurrent operator in the main subgraph; expected "
                        "UNIDIRECTIONAL_SEQUENCE_LSTM/RNN, BIDIRECTIONAL_SEQUENCE_LSTM/RNN, LSTM "
                        f"or RNN. Its operators: {listed(dict.fromkeys(ops)) or 'none'}.")
@@ -857,6 +972,17 @@ def _layer(file: _File, unit: _Unit, options: Mapping[str, Any], reading: _Readi
 
 def read_with_notes(source: Any, **options: Any) -> tuple[Model, list[str]]:
     """The chosen network and what notes() says about it."""
+    model, out, _ = _read_all(source, **options)
+    return model, out
+
+
+def parameter_arrays(source: Any, **options: Any) -> list[tuple[str, np.ndarray]]:
+    """The constant tensors reading ``source`` takes parameters from, in the file's order:
+    (tensor name — a loop body's prefixed ``subgraphs[k]/`` —, values as float32)."""
+    return _read_all(source, **options)[2]
+
+
+def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple[str, np.ndarray]]]:
     dequantize = options.get("dequantize", False)
     if not isinstance(dequantize, bool):
         raise FormatError(f"read(fmt='tflite'): dequantize={dequantize!r}; expected True or False.")
@@ -885,7 +1011,7 @@ def read_with_notes(source: Any, **options: Any) -> tuple[Model, list[str]]:
     rest = [file.label(k) for k in range(len(file.graph.operators)) if k not in accounted]
     if rest:
         out.append(f"other operators: {listed(rest)}; not part of the network, not read.")
-    return model, out
+    return model, out, [reading.arrays[key] for key in sorted(reading.arrays)]
 
 
 def read(source: Any, **options: Any) -> Model:
