@@ -274,3 +274,46 @@ def test_real_cudnn_runs_rnnports_buffers_when_a_gpu_is_here() -> None:
         pytest.skip(f"no CUDA GPU: {result.stdout.strip()}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all match." in result.stdout
+
+
+# -- LiteRT ----------------------------------------------------------------------------------
+
+TFLITE_CASES = ["torch_lstm_proj_bi_2layer", "torch_gru_bi_3layer", "torch_rnn_relu",
+                "keras_bi_gru", "keras_gru_reset_before", "keras_stack_mixed_bi"]
+
+
+@pytest.mark.parametrize("name", TFLITE_CASES)
+def test_litert_runs_the_file_rnnport_wrote_and_computes_the_golden_output(
+        name: str, tmp_path: Path) -> None:
+    """rnnport writes batch 1 (state tensors need a fixed batch): the check runs a batch of
+    two in two pieces, resetting the state between them."""
+    label, back = _golden("tflite", name, tmp_path / "model.tflite")
+    assert label.startswith("the LiteRT interpreter running")
+    x = _x(back.input_size, seed=3)
+    _, y = _run("tflite", tmp_path / "model.tflite", back.astype(np.float32), x)
+    _close(y, back.forward(x)[0])
+
+
+def test_litert_runs_a_converted_file_at_the_shape_it_fixes() -> None:
+    golden = Path(__file__).parent / "golden" / "tflite"
+    model = rnnport.read(golden / "bi_gru.tflite")
+    fixed = get("tflite").fixed_input
+    assert fixed is not None and fixed(golden / "bi_gru.tflite") == (2, 5)
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 5, 3)).astype(np.float32)
+    _, y = _run("tflite", golden / "bi_gru.tflite", model, x)
+    _close(y, model.forward(x)[0])
+    said = get("tflite").framework_forward(golden / "bi_gru.tflite", model,  # type: ignore[misc]
+                                           _x(3))
+    assert isinstance(said, str) and "fixed at (2, 5, 3)" in said
+
+
+def test_litert_says_why_it_cannot_run(tmp_path: Path) -> None:
+    golden = Path(__file__).parent / "golden" / "tflite"
+    run = get("tflite").framework_forward
+    assert run is not None
+    last = rnnport.read(golden / "gru_last.tflite")
+    x = np.zeros((2, 5, 3), np.float32)
+    assert "no one tensor holding the network's y" in run(golden / "gru_last.tflite", last, x)
+    int8 = rnnport.read(golden / "lstm_int8.tflite", dequantize=True)
+    assert "is not the network's float32 x" in run(golden / "lstm_int8.tflite", int8, x)
+    assert "only a .tflite file" in run((golden / "bi_gru.tflite").read_bytes(), last, x)

@@ -501,3 +501,37 @@ def test_rnnports_own_loops_read_without_their_description() -> None:
         written = FORMAT.write(model)
         anonymous = written.replace(b"rnnport.loops", b"rnnport.xxxxx")
         assert anonymous != written and FORMAT.read(anonymous) == model
+
+
+def test_the_converters_cell_clip_can_be_dropped_by_name() -> None:
+    """Every converted Keras LSTM clips at ±10: read as Spec.cell_clip (torch refuses it),
+    and with cell_clip=None without it, said in the notes; within the clip the outputs are
+    LiteRT's."""
+    import rnnport
+
+    path, data = _golden("lstm_sequences")
+    clipped = FORMAT.read(path)
+    assert clipped.spec.cell_clip == 10.0
+    assert any("cell_clip=None" in note for note in notes(path))
+    with pytest.raises(UnsupportedFeatureError, match="cell clip"):
+        rnnport.write(clipped, "torch")
+    free = FORMAT.read(path, cell_clip=None)
+    assert free.spec.cell_clip is None and free.spec == clipped.spec.replace(cell_clip=None)
+    np.testing.assert_allclose(free.forward(data["x"])[0], data["y_litert"], rtol=0, atol=1e-5)
+    assert any("read without a clip as told" in note for note in notes(path, cell_clip=None))
+    assert FORMAT.read(path, cell_clip=2.5).spec.cell_clip == 2.5
+    for bad in ("none", 0, -1.0, float("inf"), True):
+        with pytest.raises(FormatError, match="cell_clip="):
+            FORMAT.read(path, cell_clip=bad)
+
+
+def test_a_conversion_refused_for_the_clip_says_how_the_source_drops_it(tmp_path: Path) -> None:
+    import rnnport
+
+    path = GOLDEN / "lstm_sequences.tflite"
+    with pytest.raises(UnsupportedFeatureError, match=r"cell clip .* The tflite source can "
+                                                      r"leave it out: read it with cell_clip=None"):
+        rnnport.convert(path, "onnx", path=tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
+    rnnport.convert(path, "onnx", path=tmp_path / "m.onnx", cell_clip=None)
+    assert rnnport.read(tmp_path / "m.onnx") == rnnport.read(path, cell_clip=None)

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import FormatError, UnknownOptionError
+from .errors import FormatError, UnknownOptionError, UnsupportedFeatureError
 from .formats import get, info, input_files, output_files, part_path, resolve, split_options
+from .formats._protocol import missing_feature
 from .model import RNN, Model, Stack, shared_with_caller
 
 __all__ = ["Conversion", "convert", "param_count", "per_part_paths", "read", "write"]
@@ -122,7 +123,22 @@ class Conversion:
         if self.write_options.get("per_part"):  # one network after all: the path itself
             check_path(f"convert({self.source_format} → {self.target_format})", self.path,
                        self.target_format, self.overwrite, self.source, self.how)
-        return get(self.target_format).write(model, path=self.path, **self.write_options)
+        try:
+            return get(self.target_format).write(model, path=self.path, **self.write_options)
+        except UnsupportedFeatureError as error:
+            raise self.with_remedy(error, model) from None
+
+    def with_remedy(self, error: UnsupportedFeatureError,
+                    model: Model) -> UnsupportedFeatureError:
+        """``error`` (the target refusing a feature), with how the source format reads the
+        network without that feature, where it can."""
+        target, source = get(self.target_format), get(self.source_format)
+        for part in (model.parts if isinstance(model, Stack) else [model]):
+            missing = missing_feature(part.spec, target.holds(part.spec))
+            if missing is not None and missing[0] in source.drops:
+                return UnsupportedFeatureError(f"{error} The {source.name} source can leave it "
+                                               f"out: {source.drops[missing[0]]}.")
+        return error
 
     def output_files(self, model: Model | None = None) -> list[Path]:
         """The files the write (of ``model``, when it goes one file per part) creates; none

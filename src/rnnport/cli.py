@@ -436,8 +436,12 @@ def _flag(key: str, value: Any) -> str:
     return f"-O {shlex.quote(f'{key}={text}')}"
 
 
-def _verify_input(model: Model) -> np.ndarray:
-    return np.random.default_rng(0).uniform(-1, 1, (2, 7, model.input_size)).astype(model.dtype)
+def _verify_input(model: Model, fmt: str, source: Any) -> np.ndarray:
+    """The input every stage runs: (2, 7, I), or the batch and time the source file fixes."""
+    fixed = formats.get(fmt).fixed_input
+    batch, time = (fixed(source) if fixed is not None else None) or (2, 7)
+    return np.random.default_rng(0).uniform(-1, 1, (batch, time, model.input_size)).astype(
+        model.dtype)
 
 
 def _source_check(model: Model, fmt: str, path: str,
@@ -448,7 +452,7 @@ def _source_check(model: Model, fmt: str, path: str,
         return (f"{fmt} has no framework of its own; rnnport's runtime is checked against each "
                 "framework by its test suite")
     progress(f"running {path} in its own framework …")
-    return run(path, model, _verify_input(model))
+    return run(path, model, _verify_input(model, fmt, path))
 
 
 def _verify(args: argparse.Namespace, conversion: api.Conversion, model: Model,
@@ -458,7 +462,7 @@ def _verify(args: argparse.Namespace, conversion: api.Conversion, model: Model,
     it, when installed; and the source's framework ran the source (``checked``)."""
     progress("verifying …")
     target, declared = conversion.target_format, formats.get(conversion.target_format)
-    x = _verify_input(model)
+    x = _verify_input(model, conversion.source_format, args.source)
     want, _ = model.forward(x)
     dtype = np.dtype(model.dtype)
     print(f"verify: random input {x.shape}, forward() of {args.source} against:", file=out)

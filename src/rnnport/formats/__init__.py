@@ -72,6 +72,12 @@ Reading back, and running:
 * ``framework_forward(source, model, x) -> (label, y) | reason`` (optional): the source's
   own framework computing ``y`` for ``x`` where it is installed; otherwise a sentence
   saying why not. ``rnnport convert --verify`` compares it with rnnport's result.
+* ``fixed_input(source) -> (batch, time) | None`` (optional): the batch and time a file
+  fixes its input at (a converted ``.tflite``), so ``--verify`` feeds its framework that
+  shape.
+* ``drops``: features the format stores that a read option leaves out, by feature key,
+  with the option and what changes (``{"cell_clip": "read with cell_clip=None …"}``);
+  a conversion whose target refuses such a feature says so.
 
 For ``explain``:
 

@@ -137,9 +137,12 @@ class Format:
     activations: Callable[[Spec], bool] | None = None
     notes: Callable[..., list[str]] | None = None
     dtypes: frozenset[str] | None = None
+    fixed_input: Callable[[Any], tuple[int, int] | None] | None = None
+    drops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        unknown = sorted((self.features | set(self.names)) - set(FEATURE_CODES) - {"reset_after"})
+        unknown = sorted((self.features | set(self.names) | set(self.drops))
+                         - set(FEATURE_CODES) - {"reset_after"})
         kinds = sorted(self.one_bias - set(BIAS_KINDS))
         floats = sorted((self.dtypes or frozenset()) - FLOAT_NAMES)
         if floats or self.dtypes == frozenset():

@@ -100,7 +100,7 @@ from ...model import Model
 from ...spec import Spec
 from .._protocol import Format, NamedArray, Suffix
 from .options import WRITE_OPTIONS
-from .reader import READ_OPTIONS, networks, notes, parameter_arrays, read
+from .reader import READ_OPTIONS, fixed_input, networks, notes, parameter_arrays, read
 
 __all__ = ["FORMAT", "SUFFIX", "networks", "notes", "read", "sniff"]
 
@@ -131,6 +131,12 @@ def param_count(model: Model, **options: Any) -> int:
     return sum(array.size for _, array in parameter_arrays(_write(model, **options)))
 
 
+def _framework_forward(source: Any, model: Model, x: Any) -> Any:
+    from .litert import framework_forward
+
+    return framework_forward(source, model, x)
+
+
 def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
     """The constant tensors a read of ``native`` takes parameters from, by tensor name."""
     return [NamedArray(name, array) for name, array in parameter_arrays(native)]
@@ -157,6 +163,11 @@ FORMAT = Format(
                   "converter writes Keras GRUs and SimpleRNNs as loops too; rnnport reads "
                   "any loop whose body computes one of the canonical cells.",),
     networks=networks, notes=notes, explain_arrays=explain_arrays,
+    framework_forward=_framework_forward, extra="tflite", modules=("flatbuffers",),
+    fixed_input=fixed_input,
+    drops={"cell_clip": "read it with cell_clip=None to drop the clip: "
+                        "the outputs stay the same while no step's |c| reaches it (TensorFlow's "
+                        "converter sets 10 for every Keras LSTM)"},
     names={"input_forget": "CIFG (no input gate)", "projection": "projection_weights",
            "peepholes": "cell_to_*_weights", "cell_clip": "cell_clip",
            "reset_before": "a GRU WHILE loop", "reverse": "REVERSE_V2 around the op"})

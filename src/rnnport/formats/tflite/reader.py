@@ -31,9 +31,10 @@ from .._common import close_matches, describe, is_path, listed
 from .._protocol import Choices
 from .loops import Constant, LoopCell, recognise
 
-__all__ = ["READ_OPTIONS", "load", "networks", "notes", "parameter_arrays", "read", "read_with_notes"]
+__all__ = ["READ_OPTIONS", "fixed_input", "load", "network_ends", "networks", "notes",
+           "parameter_arrays", "read", "read_with_notes"]
 
-READ_OPTIONS = frozenset({"node", "dequantize"})
+READ_OPTIONS = frozenset({"node", "dequantize", "cell_clip"})
 LOOPS = "rnnport.loops"  # the writer's Metadata entry describing its WHILE loops
 
 CONCATENATION = 2
@@ -949,6 +950,22 @@ def _layer(file: _File, unit: _Unit, options: Mapping[str, Any], reading: _Readi
             f"{file.where}: {labels}: the two directions differ in {', '.join(differ)}; the "
             "canonical bidirectional layer has one shape for both. Nothing was read.")
     fields = dict(directions[0].fields)
+    if fields.get("cell") == "lstm" and "cell_clip" in options and \
+            options["cell_clip"] != fields.get("cell_clip"):
+        stored, told = fields.get("cell_clip"), options["cell_clip"]
+        fields["cell_clip"] = told
+        bound = min(v for v in (stored, told) if v)
+        reading.remarks.append(
+            f"cell_clip={told!r}: {labels} "
+            + (f"clips its cell state at ±{stored:g}" if stored else "does not clip its cell "
+               "state") + f", read {'without a clip' if told is None else f'with ±{told:g}'} "
+            f"as told; the outputs equal LiteRT's only while no step's |c| exceeds {bound:g}.")
+    elif fields.get("cell_clip"):
+        reading.remarks.append(
+            f"{labels} clips its cell state at ±{fields['cell_clip']:g} (TensorFlow's converter "
+            "sets 10 for every Keras LSTM), read as Spec.cell_clip; formats without a cell clip "
+            "(torch, onnx, keras) refuse it. Read with cell_clip=None to drop it: the outputs "
+            "stay the same while no step's |c| reaches it.")
     if fields.get("cell") != "lstm":
         fields = {k: v for k, v in fields.items()
                   if k in ("cell", "input_size", "hidden_size", "reset_after", "bias")}
@@ -986,6 +1003,11 @@ def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple
     dequantize = options.get("dequantize", False)
     if not isinstance(dequantize, bool):
         raise FormatError(f"read(fmt='tflite'): dequantize={dequantize!r}; expected True or False.")
+    clip = options.get("cell_clip")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or
+                             not 0 < clip < float("inf")):
+        raise FormatError(f"read(fmt='tflite'): cell_clip={clip!r}; expected None (no clip) or "
+                          "a positive number, to replace the clip the file's LSTMs store.")
     file = load(source)
     chain, chains = _choose(file, options)
     reading = _Reading()
@@ -1017,6 +1039,23 @@ def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple
 def read(source: Any, **options: Any) -> Model:
     """The recurrent network a TFLite model holds (see the package's docstring)."""
     return read_with_notes(source, **options)[0]
+
+
+def network_ends(source: Any) -> tuple[int, int]:
+    """The main-subgraph tensors holding the network's ``x`` and ``y`` (``y`` -1: none; the
+    two directions kept apart, or a time-major sequence the file does not turn back)."""
+    chain = _choose(load(source), {})[0]
+    return chain[0].input, chain[-1].output
+
+
+def fixed_input(source: Any) -> tuple[int, int] | None:
+    """(batch, time) of the network's input where the file fixes both (no -1 in its
+    shape_signature), as the converter's files do; else None."""
+    file = load(source)
+    tensor = file.graph.tensors[_choose(file, {})[0][0].input]
+    if len(tensor.shape) != 3 or None in tensor.signature[:2]:
+        return None
+    return tensor.shape[0], tensor.shape[1]
 
 
 def networks(source: Any) -> Choices:
