@@ -22,7 +22,8 @@ ACTIVATIONS = {"lstm": (("HardSigmoid", 0.3, 0.4), ("Tanh", 0, 0), ("Softsign", 
 NAMES = {"projection": "projection", "peepholes": "peepholes", "cell_clip": "cell clip",
          "gate_clip": "gate clip", "input_forget": "coupled input and forget gates",
          "activations": "non-default activations", "reset_before": "reset-before GRU",
-         "reverse": "reverse-only network"}
+         "reverse": "reverse-only network", "proj_bias": "projection bias",
+         "layer_norm": "layer-norm LSTM"}
 
 
 @st.composite
@@ -32,6 +33,7 @@ def models(draw: Any) -> RNN:
     lstm = cell == "lstm"
     extras = draw(st.booleans())  # half the specs use none of the optional features
     bidirectional = draw(st.booleans())
+    proj_size = draw(st.integers(0, hidden - 1)) if lstm and hidden > 1 else 0
     spec = Spec(
         cell=cell,
         input_size=draw(st.integers(1, 5)),
@@ -39,7 +41,9 @@ def models(draw: Any) -> RNN:
         num_layers=draw(st.integers(1, 3)),
         bidirectional=bidirectional,
         reverse=extras and not bidirectional and draw(st.booleans()),
-        proj_size=draw(st.integers(0, hidden - 1)) if lstm and hidden > 1 else 0,
+        proj_size=proj_size,
+        proj_bias=extras and proj_size > 0 and draw(st.booleans()),
+        layer_norm=extras and lstm and draw(st.booleans()),
         reset_after=draw(st.booleans()) if cell == "gru" else True,
         bias=draw(st.booleans()),
         peepholes=extras and lstm and draw(st.booleans()),
@@ -79,7 +83,8 @@ def used(spec: Spec) -> list[str]:
         ("cell_clip", spec.cell_clip is not None), ("gate_clip", spec.gate_clip is not None),
         ("input_forget", spec.input_forget), ("activations", bool(spec.activations)),
         ("reset_before", spec.cell == "gru" and not spec.reset_after),
-        ("reverse", spec.reverse)) if on]
+        ("reverse", spec.reverse), ("proj_bias", spec.proj_bias),
+        ("layer_norm", spec.layer_norm)) if on]
 
 
 def lacks(fmt: str, spec: Spec) -> list[str]:
@@ -246,7 +251,9 @@ def _spec_using(feature: str) -> Spec:
             "input_forget": Spec("lstm", 2, 3, input_forget=True),
             "activations": Spec("gru", 2, 3, activations=ACTIVATIONS["gru"]),
             "reset_before": Spec("gru", 2, 3, reset_after=False),
-            "reverse": Spec("gru", 2, 3, reverse=True)}[feature]
+            "reverse": Spec("gru", 2, 3, reverse=True),
+            "proj_bias": Spec("lstm", 2, 3, proj_size=2, proj_bias=True),
+            "layer_norm": Spec("lstm", 2, 3, layer_norm=True)}[feature]
 
 
 def test_the_readme_shows_the_generated_matrix() -> None:

@@ -257,14 +257,34 @@ def _relu(model: Any) -> None:
     _lstm_op(model).builtinOptions.fusedActivationFunction = 1
 
 
+def _proj_bias(model: Any) -> None:
+    _projection(model)
+    _set_input(model, 17, _add_constant(model, np.array([0.25, -0.4]), "proj_bias"))
+
+
+def _layer_norm(model: Any) -> None:
+    rng = np.random.default_rng(9)
+    for position in (20, 21, 22, 23):
+        _set_input(model, position, _add_constant(model, rng.uniform(0.5, 1.5, 4), "norm"))
+
+
+def _cifg_layer_norm(model: Any) -> None:
+    _cifg(model)
+    _layer_norm(model)
+    _set_input(model, 20, -1)  # no input gate: no input-gate coefficients
+
+
 def _small_clip(model: Any) -> None:
     _lstm_op(model).builtinOptions.cellClip = 0.3
 
 
 @pytest.mark.parametrize("change", [_peepholes, _cifg, _projection, _relu, _small_clip,
-                                    lambda m: (_cifg(m), _peepholes(m))],
+                                    lambda m: (_cifg(m), _peepholes(m)), _proj_bias, _layer_norm,
+                                    _cifg_layer_norm,
+                                    lambda m: (_layer_norm(m), _peepholes(m), _proj_bias(m))],
                          ids=["peepholes", "cifg", "projection", "relu", "cell_clip",
-                              "cifg_peepholes"])
+                              "cifg_peepholes", "proj_bias", "layer_norm", "cifg_layer_norm",
+                              "layer_norm_peepholes_proj_bias"])
 def test_edited_lstm_equals_litert(change: Callable[[Any], None]) -> None:
     _, data = _golden("lstm_sequences")
     edited = _edited("lstm_sequences", change)
@@ -273,6 +293,9 @@ def test_edited_lstm_equals_litert(change: Callable[[Any], None]) -> None:
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5)
     if expected.shape == data["y_litert"].shape:  # the edit mattered
         assert np.abs(expected - data["y_litert"]).max() > 1e-4
+    else:  # a projection: its bias mattered
+        assert np.abs(expected - _litert(_edited("lstm_sequences", _projection),
+                                         data["x"])).max() > 1e-4 or change is not _proj_bias
 
 
 def test_cifg_and_peepholes_map_to_the_spec() -> None:
@@ -290,16 +313,6 @@ def _proj_clip(model: Any) -> None:
     _lstm_op(model).builtinOptions.projClip = 3.0
 
 
-def _proj_bias(model: Any) -> None:
-    _projection(model)
-    _set_input(model, 17, _add_constant(model, np.full(2, 0.25), "proj_bias"))
-
-
-def _layer_norm(model: Any) -> None:
-    for position in (20, 21, 22, 23):
-        _set_input(model, position, _add_constant(model, np.ones(4), "norm"))
-
-
 def _state(model: Any) -> None:
     _set_input(model, 19, _add_constant(model, np.full((2, 4), 0.5), "c0"))
 
@@ -310,15 +323,26 @@ def _relu6(model: Any) -> None:
 
 @pytest.mark.parametrize(("change", "message"), [
     (_proj_clip, "proj_clip=3 \\(the projected output is clipped\\)"),
-    (_proj_bias, "a nonzero projection_bias"),
-    (_layer_norm, "layer-norm coefficients"),
     (_state, "initial cell state c .* is a nonzero constant"),
     (_relu6, "fused activation RELU6"),
-], ids=["proj_clip", "proj_bias", "layer_norm", "state", "relu6"])
+], ids=["proj_clip", "state", "relu6"])
 def test_unsupported_fields_are_refused_by_name(change: Callable[[Any], None],
                                                 message: str) -> None:
     with pytest.raises(UnsupportedFeatureError, match=message):
         FORMAT.read(_edited("lstm_sequences", change))
+
+
+def test_layer_norm_for_some_gates_only_is_damage() -> None:
+    with pytest.raises(FormatError, match="layer-norm coefficients for some gates only"):
+        FORMAT.read(_edited("lstm_sequences", lambda m: (_layer_norm(m), _set_input(m, 22, -1))))
+
+
+def test_layer_norm_and_projection_bias_map_to_the_spec() -> None:
+    spec = FORMAT.read(_edited("lstm_sequences", lambda m: (_layer_norm(m), _proj_bias(m)))).spec
+    assert spec.layer_norm and spec.proj_bias and spec.proj_size == 2
+    cifg = FORMAT.read(_edited("lstm_sequences", _cifg_layer_norm))
+    assert cifg.spec.input_forget and cifg.spec.layer_norm
+    assert not np.any(cifg.parameter(0, 0, "weight_ln")[1])  # the unused forget row
 
 
 def test_zero_projection_bias_and_zero_state_are_accepted() -> None:

@@ -39,6 +39,13 @@ SPECS: dict[str, dict[str, Any]] = {
                                                "reset_after": False, "bias": False},
     "rnn_relu_2_layer_bidirectional": {"cell": "rnn_relu", "num_layers": 2,
                                        "bidirectional": True},
+    "lstm_layer_norm": {"cell": "lstm", "layer_norm": True},
+    "lstm_layer_norm_cifg_peephole": {"cell": "lstm", "layer_norm": True, "input_forget": True,
+                                      "peepholes": True},
+    "lstm_projection_bias": {"cell": "lstm", "proj_size": 3, "proj_bias": True},
+    "lstm_layer_norm_everything": {"cell": "lstm", "layer_norm": True, "proj_size": 2,
+                                   "proj_bias": True, "peepholes": True, "cell_clip": 0.7,
+                                   "bidirectional": True, "num_layers": 2},
 }
 
 
@@ -83,6 +90,23 @@ def test_litert_runs_every_cell_kind_like_forward(name: str) -> None:
     model = rnnport.RNN.random(spec, seed=7, scale=0.9)
     x = np.random.default_rng(3).standard_normal((2, 6, 3)).astype(np.float32)
     check(model, x)
+
+
+@pytest.mark.parametrize(("name", "parameter"), [("lstm_layer_norm", "weight_ln"),
+                                               ("lstm_projection_bias", "bias_hr")])
+def test_litert_computes_the_layer_norm_and_projection_bias_it_is_given(
+        name: str, parameter: str) -> None:
+    """Other coefficients (another projection bias) change LiteRT's output as they change
+    forward's: LiteRT runs them, it does not ignore them."""
+    spec = rnnport.Spec(input_size=3, hidden_size=4, **SPECS[name])
+    model = rnnport.RNN.random(spec, seed=4)
+    named = dict(model.params[0][0])
+    named[parameter] = np.asarray(named[parameter]) * 1.5 + 0.25
+    other = rnnport.RNN(spec, [[named]])
+    x = np.random.default_rng(5).standard_normal((1, 5, 3)).astype(np.float32)
+    before, after = run_litert(write(model), x)[0], run_litert(write(other), x)[0]
+    assert np.abs(before - after).max() > 1e-3
+    np.testing.assert_allclose(after, other.forward(x)[0], atol=TOLERANCE, rtol=0)
 
 
 @pytest.mark.parametrize("name", ["lstm_2_layer_bidirectional", "gru_reset_before",

@@ -326,7 +326,9 @@ def _why(spec: Spec, layer: int, name: str) -> str:
         "bias_ih": gates,
         "bias_hh": gates,
         "weight_hr": f"proj_size {spec.proj_size} × hidden {spec.hidden_size}",
+        "bias_hr": f"proj_size {spec.proj_size}",
         "weight_peephole": f"i, f, o peepholes × hidden {spec.hidden_size}",
+        "weight_ln": f"i, f, g, o layer-norm coefficients × hidden {spec.hidden_size}",
     }[name]
 
 

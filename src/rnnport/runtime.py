@@ -9,7 +9,9 @@ their biases, ``σ`` the logistic sigmoid, ``∘`` elementwise product)::
            c' = f∘c + i∘g                     [clipped to ±cell_clip]
                                               [input_forget: f = 1 − i]
            o = σ(W_o x + R_o h + bW_o + bR_o [+ p_o∘c'])
-           h' = o∘tanh(c')                    [h' = W_hr h' with a projection]
+           h' = o∘tanh(c')                    [h' = W_hr h' (+ b_hr) with a projection]
+    layer-norm LSTM: each gate's a = W x + R h [+ p∘c] is normalized over its
+           H units before the biases, a' = (a − mean(a)) / sqrt(var(a) + 1e-8)·ln + bW + bR
     GRU    r = σ(W_r x + R_r h + bW_r + bR_r)
            z = σ(W_z x + R_z h + bW_z + bR_z)
            n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))     reset after (cuDNN, PyTorch)
@@ -61,6 +63,7 @@ __all__ = ["Network", "run"]
 
 # The runtime's gate order: an LSTM's sigmoid gates side by side, then the candidate.
 ORDER = {"lstm": "ifog", "gru": "rzn", "rnn": "h"}
+LAYER_NORM_EPSILON = 1e-8  # the layer-norm LSTM's 1 / sqrt(variance + 1e-8)
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -77,12 +80,15 @@ class _Layer:
         recurrent      (D, H_out, G·H)         GRU reset-before: r z columns only,
         recurrent_n    (D, H, H)               with R_n apart (it multiplies r∘h)
         bias_n         (D, 1, H)               GRU reset-after: bR_n, inside r∘(…)
-        peephole       i, f, o: (D, 1, H)      projection  (D, H, P)
+        peephole       i, f, o: (D, 1, H)      projection  (D, H, P)   projection_bias (D, 1, P)
+        layer_norm     gate → (coefficients (D, 1, H), bias (D, 1, H), epsilon): the bias
+                       leaves input_bias (it comes after the normalization)
     """
 
     __slots__ = ("act_f", "act_g", "act_h", "backward", "bias_n", "blocks", "cell", "cell_clip",
                  "clip", "directions", "hidden", "input_bias", "input_forget", "input_weights",
-                 "out_size", "peephole", "projection", "recurrent", "recurrent_n", "width")
+                 "layer_norm", "out_size", "peephole", "projection", "projection_bias",
+                 "recurrent", "recurrent_n", "width")
 
     def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
                  dtype: np.dtype) -> None:
@@ -133,6 +139,18 @@ class _Layer:
                     self.bias_n[d, 0] = recurrent_bias[self.blocks["n"]]
                     recurrent_bias[self.blocks["n"]] = 0
                 biases[d, 0] = prepared(p["bias_ih"][:, None])[0] + recurrent_bias
+        self.layer_norm = None
+        if spec.layer_norm:
+            # The gates are normalized before their biases. A block holds s·a (s: its
+            # activation's scale); (s·a − mean) / sqrt(var(s·a) + s²·ε) = sign(s)·norm(a), so
+            # the coefficients take |s| and ε takes s²: exactly the normalized a' times s.
+            rows = np.stack([np.asarray(p["weight_ln"], dtype=dtype) for p in directions])
+            self.layer_norm = {
+                gate: (abs(scales[gate]) * rows[:, "ifgo".index(gate), None, :],
+                       biases[..., self.blocks[gate]].copy(),
+                       LAYER_NORM_EPSILON * scales[gate] ** 2)
+                for gate in order}
+            biases = np.zeros_like(biases)
         self.input_bias = biases
         if family == "gru" and not spec.reset_after:
             # r∘h enters R_n alone, so the n columns get their own product.
@@ -146,6 +164,8 @@ class _Layer:
             self.peephole = {gate: weights[:, row, None, :] for row, gate in enumerate("ifo")}
         self.projection = (np.stack([np.asarray(p["weight_hr"], dtype=dtype).T
                                      for p in directions]) if spec.proj_size else None)
+        self.projection_bias = (np.stack([np.asarray(p["bias_hr"], dtype=dtype)[None, :]
+                                          for p in directions]) if spec.proj_bias else None)
 
 
 class Network(Protocol):
@@ -332,6 +352,21 @@ def _clip(layer: _Layer, gates: dict[str, np.ndarray], which: str) -> None:
         np.clip(gates[gate], -bounds[gate], bounds[gate], out=gates[gate])
 
 
+def _normalize(gate: np.ndarray, norm: tuple[np.ndarray, np.ndarray, float],
+               tmp: np.ndarray) -> None:
+    """A gate's pre-activation (D, n, H), normalized over its units in place, then scaled by
+    the coefficients and shifted by the bias (see :class:`_Layer`)."""
+    coefficients, bias, epsilon = norm
+    gate -= gate.mean(axis=-1, keepdims=True)
+    np.multiply(gate, gate, out=tmp)
+    spread = tmp.mean(axis=-1, keepdims=True)
+    spread += epsilon
+    np.sqrt(spread, out=spread)
+    gate /= spread
+    gate *= coefficients
+    gate += bias
+
+
 def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
                active: list[int] | None) -> None:
     scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden)
@@ -349,6 +384,9 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
             for gate in "if":
                 np.multiply(peephole[gate], c, out=tmp)
                 gates[gate] += tmp
+        if layer.layer_norm is not None:
+            for gate in ("ifg" if peephole is not None else "ifog"):
+                _normalize(gates[gate], layer.layer_norm[gate], tmp)
         if layer.clip is not None:
             _clip(layer, gates, "ifg" if peephole is not None else "ifog")
         if shared:
@@ -375,6 +413,8 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
             # o's peephole sees the new cell state.
             np.multiply(peephole["o"], c, out=tmp)
             gates["o"] += tmp
+            if layer.layer_norm is not None:
+                _normalize(gates["o"], layer.layer_norm["o"], tmp)
             if layer.clip is not None:
                 _clip(layer, gates, "o")
             act_f.prescaled(gates["o"])
@@ -385,6 +425,8 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
             act_h.into(c, tmp)
             tmp *= gates["o"]
             np.matmul(tmp, projection, out=h_next)
+            if layer.projection_bias is not None:
+                h_next += layer.projection_bias
 
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,

@@ -12,7 +12,9 @@ PyTorch names)::
     bias_ih          (G·H,)        when spec.bias
     bias_hh          (G·H,)        when spec.bias
     weight_hr        (P, H)        LSTM with proj_size > 0
+    bias_hr          (P,)          LSTM with a projection bias (h' = W_hr m + b_hr)
     weight_peephole  (3, H)        LSTM with peepholes: rows are the i, f, o weights
+    weight_ln        (4, H)        layer-norm LSTM: rows are the i, f, g, o coefficients
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ class Spec:
     before its activation, for any cell. ``reverse`` (one direction only) runs each
     sequence from its last valid step to its first, as ONNX's ``direction="reverse"`` and
     a bidirectional network's backward half do; outputs stay in time order.
-    ``input_forget`` is ONNX's coupled LSTM gates, ``f = 1 − i``. ``activations``
+    ``input_forget`` is ONNX's coupled LSTM gates, ``f = 1 − i``. ``proj_bias`` adds
+    ``bias_hr`` after the projection, and ``layer_norm`` normalizes each LSTM gate's
+    pre-activation over its ``H`` units before scaling it by ``weight_ln`` and adding the
+    biases (see :mod:`rnnport.runtime`). ``activations``
     replaces an LSTM's (f, g, h) or a GRU's (f, g) functions with ONNX's alternatives (see
     :mod:`rnnport.activations`); ``()`` means the defaults.
     """
@@ -60,6 +65,8 @@ class Spec:
     input_forget: bool = False
     activations: tuple[tuple[str, float, float], ...] = ()
     reverse: bool = False
+    proj_bias: bool = False
+    layer_norm: bool = False
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -71,7 +78,7 @@ class Spec:
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 problems.append(f"{name}={value!r}; expected an int >= {minimum}")
         for name in ("bidirectional", "reset_after", "bias", "peepholes", "input_forget",
-                     "reverse"):
+                     "reverse", "proj_bias", "layer_norm"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name}={getattr(self, name)!r}; expected True or False")
         is_lstm = self.cell == "lstm"
@@ -81,6 +88,12 @@ class Spec:
         if self.proj_size and not is_lstm:
             problems.append(f"proj_size={self.proj_size} on a {self.cell} cell; "
                             "only LSTM cells have a projection")
+        if self.proj_bias is True and not self.proj_size:
+            problems.append("proj_bias=True without a projection (proj_size=0); only a "
+                            "projecting LSTM has a projection bias")
+        if self.layer_norm is True and not is_lstm:
+            problems.append(f"layer_norm=True on a {self.cell} cell; only LSTM cells "
+                            "normalize their gates")
         if self.peepholes and not is_lstm:
             problems.append(f"peepholes=True on a {self.cell} cell; only LSTM cells have peepholes")
         if self.input_forget and not is_lstm:
@@ -147,12 +160,17 @@ class Spec:
             shapes["bias_hh"] = (gates_hidden,)
         if self.proj_size:
             shapes["weight_hr"] = (self.proj_size, self.hidden_size)
+        if self.proj_bias:
+            shapes["bias_hr"] = (self.proj_size,)
         if self.peepholes:
             shapes["weight_peephole"] = (3, self.hidden_size)
+        if self.layer_norm:
+            shapes["weight_ln"] = (4, self.hidden_size)
         return shapes
 
     def num_params(self) -> int:
-        """Canonical parameter count: both biases, projection and peepholes included."""
+        """Canonical parameter count: both biases, projection (and its bias), peepholes and
+        layer-norm coefficients included."""
         return sum(
             math.prod(shape) * self.num_directions
             for layer in range(self.num_layers)
@@ -173,7 +191,9 @@ class Spec:
         if self.cell == "gru":
             extras.append("reset after" if self.reset_after else "reset before")
         if self.proj_size:
-            extras.append(f"proj {self.proj_size}")
+            extras.append(f"proj {self.proj_size}" + (" with bias" if self.proj_bias else ""))
+        if self.layer_norm:
+            extras.append("layer norm")
         if not self.bias:
             extras.append("no bias")
         if self.peepholes:

@@ -26,8 +26,9 @@ What the format can hold:
 
 * ``read_options`` / ``write_options``: the keyword options ``read`` / ``write`` take.
 * ``features``: which optional features of :class:`~rnnport.Spec` it holds, out of
-  ``projection``, ``peepholes``, ``cell_clip``, ``gate_clip``, ``input_forget``,
-  ``activations``, ``reset_before``; writing a network that uses another one is refused.
+  ``projection``, ``proj_bias``, ``peepholes``, ``layer_norm``, ``cell_clip``,
+  ``gate_clip``, ``input_forget``, ``activations``, ``reset_before``, ``reverse``; writing a
+  network that uses another one is refused.
 * ``dtypes``: the parameter dtypes it stores as they are, out of ``float16``, ``float32``,
   ``float64`` (default None: all three); writing (or counting) a model of another dtype is
   refused with an error naming the dtype and the cast (``model.astype('float32')``).

@@ -288,7 +288,9 @@ FEATURE_CODES = {"projection": ("P", "LSTM projection"), "peepholes": ("p", "LST
                  "input_forget": ("f", "coupled input-forget gates"),
                  "activations": ("a", "non-default activations"),
                  "reset_before": ("r", "reset-before GRU"),
-                 "reverse": ("v", "reverse-only direction")}
+                 "reverse": ("v", "reverse-only direction"),
+                 "proj_bias": ("B", "LSTM projection bias"),
+                 "layer_norm": ("n", "layer-norm LSTM")}
 # How two biases combine, by cell: the kinds a one-bias format names in ``one_bias``.
 BIAS_KINDS = {"lstm": "LSTM", "gru": "GRU", "gru_reset_before": "reset-before GRU",
               "rnn": "simple RNN"}
@@ -307,6 +309,11 @@ def features_of(spec: Spec) -> list[tuple[str, str, str]]:
     if spec.proj_size:
         used.append(("projection", f"an LSTM projection (proj_size={spec.proj_size})",
                      "h' = W_hr·h' feeds the next step and the output"))
+    if spec.proj_bias:
+        used.append(("proj_bias", "an LSTM projection bias", "h' = W_hr·m + b_hr"))
+    if spec.layer_norm:
+        used.append(("layer_norm", "a layer-norm LSTM", "each gate's pre-activation is "
+                     "normalized over its units, scaled and shifted by the bias"))
     if spec.peepholes:
         used.append(("peepholes", "LSTM peepholes", "the gates see the cell state"))
     if spec.cell_clip is not None:

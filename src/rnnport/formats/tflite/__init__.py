@@ -33,16 +33,20 @@ invocation, h and c in variable tensors): 24 inputs (:data:`~rnnport.io.tflite_s
 
 → canonical ``weight_ih`` = rows [W_i; W_f; W_c; W_o] (gates i f c o are canonical i f g o),
 ``weight_hh`` likewise, ``bias_ih`` = [b_i; b_f; b_c; b_o], ``bias_hh`` = zeros (TFLite
-holds one bias), ``weight_hr`` = projection_weights, ``weight_peephole`` = rows i, f, o.
+holds one bias), ``weight_hr`` = projection_weights, ``bias_hr`` = projection_bias
+(``Spec.proj_bias``), ``weight_peephole`` = rows i, f, o, ``weight_ln`` = the layer-norm
+coefficients, rows i f g o (``Spec.layer_norm``: each gate's ``W x + R h + P∘c`` is
+normalized over its units, ``(a − mean) / sqrt(var + 1e-8)``, times the coefficients, plus
+the bias — LiteRT's layer-norm LSTM, computed by :mod:`rnnport.runtime`).
 Options (``UnidirectionalSequenceLSTMOptions``): ``cell_clip`` (0: none) → ``Spec.cell_clip``;
 ``fused_activation_function`` TANH → the default, RELU → ``activations`` (Sigmoid, Relu,
 Relu); ``time_major`` → a note (the network is the same; feed ``time_major=True``).
 
 * CIFG (inputs 1 and 5 left out): LiteRT computes ``i = 1 − f``; canonical
   ``input_forget`` computes ``f = 1 − i``. The forget gate's weights, bias and peephole are
-  held negated in the canonical input gate (``σ(−a) = 1 − σ(a)``), the forget slot zeros.
-* Refused by name (the numbers would change): layer-norm coefficients, a nonzero
-  ``projection_bias`` (zero is accepted), ``proj_clip`` > 0, the activations NONE,
+  held negated in the canonical input gate (``σ(−a) = 1 − σ(a)``), the forget slot zeros;
+  its layer-norm coefficients move unchanged (``LN(−a)·k − b = −(LN(a)·k + b)``).
+* Refused by name (the numbers would change): ``proj_clip`` > 0, the activations NONE,
   RELU_N1_TO_1, RELU6, SIGN_BIT, ``diagonal_recurrent_tensors``, LSTM's BASIC kernel, a
   nonzero constant initial state (zeros, a variable or a run-time input are accepted, with
   a note).
@@ -147,8 +151,8 @@ FORMAT = Format(
     read_options=READ_OPTIONS, write_options=WRITE_OPTIONS,
     # The writer holds these; the reader also reads the fused RELU LSTM (non-default
     # activations), which the writer does not write.
-    features=frozenset({"projection", "peepholes", "cell_clip", "input_forget", "reset_before",
-                        "reverse"}),
+    features=frozenset({"projection", "proj_bias", "peepholes", "layer_norm", "cell_clip",
+                        "input_forget", "reset_before", "reverse"}),
     dtypes=frozenset({"float16", "float32"}),
     one_bias=frozenset({"lstm", "rnn"}), always_bias=True,
     suffixes=(Suffix(SUFFIX, "a TFLite (LiteRT) model"),),
@@ -170,4 +174,5 @@ FORMAT = Format(
                         "converter sets 10 for every Keras LSTM)"},
     names={"input_forget": "CIFG (no input gate)", "projection": "projection_weights",
            "peepholes": "cell_to_*_weights", "cell_clip": "cell_clip",
+           "proj_bias": "projection_bias", "layer_norm": "*_layer_norm_coefficients",
            "reset_before": "a GRU WHILE loop", "reverse": "REVERSE_V2 around the op"})

@@ -384,13 +384,6 @@ def _lstm_direction(file: _File, operator: int, slots: Mapping[str, int],
                               "expected a constant. The file is damaged.")
         return _constant(file, index, f"{label} input {slots[name]} ({name})", options, reading)
 
-    for name in ("input_layer_norm_coefficients", "forget_layer_norm_coefficients",
-                 "cell_layer_norm_coefficients", "output_layer_norm_coefficients"):
-        if tensor(name) >= 0:
-            raise UnsupportedFeatureError(
-                f"{file.where}: {label}: layer-norm coefficients (input {slots[name]}, {name}); "
-                "the canonical LSTM has no layer normalization, so the numbers would change. "
-                "Nothing was read.")
     forget = get("input_to_forget_weights")
     if forget.ndim != 2:
         raise FormatError(f"{file.where}: {label}: input_to_forget_weights has shape "
@@ -425,7 +418,22 @@ def _lstm_direction(file: _File, operator: int, slots: Mapping[str, int],
     peephole = {letter: _checked(get(name), (hidden,), name, file, operator)
                 for letter, name, given in zip("ifo", peephole_names, present, strict=True)
                 if given and peepholes and not (cifg and letter == "i")}
+    norms = {letter: tensor(f"{gate}_layer_norm_coefficients") >= 0
+             for gate, letter in (("input", "i"), ("forget", "f"), ("cell", "g"), ("output", "o"))}
+    layer_norm = any(norms.values())
+    if layer_norm and not all(given for letter, given in norms.items() if letter != "i" or
+                              not cifg):
+        missing = [letter for letter, given in norms.items() if not given]
+        raise FormatError(f"{file.where}: {label}: layer-norm coefficients for some gates only "
+                          f"(none for {', '.join(missing)}); expected all of them (the input "
+                          "gate's left out under CIFG).")
+    norm = {letter: _checked(get(f"{gate}_layer_norm_coefficients"), (hidden,),
+                             f"{gate}_layer_norm_coefficients", file, operator)
+            for gate, letter in (("input", "i"), ("forget", "f"), ("cell", "g"), ("output", "o"))
+            if layer_norm and norms[letter] and not (cifg and letter == "i")}
     if cifg:
+        if layer_norm:  # LN(−a)·k − b = −(LN(a)·k + b): the negated gate keeps k
+            norm["i"], norm["f"] = norm["f"], np.zeros_like(norm["f"])
         w_f, r_f, b_f = gates["f"]
         zero_w, zero_r, zero_b = (np.zeros_like(w_f), np.zeros_like(r_f), np.zeros_like(b_f))
         gates["i"] = (-w_f, -r_f, -b_f)
@@ -450,19 +458,20 @@ def _lstm_direction(file: _File, operator: int, slots: Mapping[str, int],
         params["weight_hr"] = _checked(get("projection_weights"), (out, hidden),
                                        "projection_weights", file, operator)
         proj_size = out
-        if tensor("projection_bias") >= 0 and np.any(get("projection_bias") != 0):
-            raise UnsupportedFeatureError(
-                f"{file.where}: {label}: a nonzero projection_bias (input "
-                f"{slots['projection_bias']}); the canonical LSTM's projection has no bias, so "
-                "the numbers would change. Nothing was read.")
+        if tensor("projection_bias") >= 0:
+            params["bias_hr"] = _checked(get("projection_bias"), (out,), "projection_bias",
+                                         file, operator)
     elif out != hidden:
         raise FormatError(f"{file.where}: {label}: recurrent weights ({hidden}, {out}) without "
                           "projection_weights; expected (hidden, hidden).")
     if peepholes:
         params["weight_peephole"] = np.stack([peephole[g] for g in "ifo"])
+    if layer_norm:
+        params["weight_ln"] = np.stack([norm[g] for g in "ifgo"])
     return _Direction(params, {"cell": "lstm", "input_size": inputs, "hidden_size": hidden,
                                "proj_size": proj_size, "peepholes": peepholes,
-                               "input_forget": cifg})
+                               "input_forget": cifg, "layer_norm": layer_norm,
+                               "proj_bias": "bias_hr" in params})
 
 
 def _rnn_direction(file: _File, operator: int, positions: tuple[int, int, int],

@@ -12,7 +12,9 @@ layer and direction is one of:
   per-gate weights ``(H, I)`` / ``(H, H_out)`` (rows of canonical ``weight_ih`` /
   ``weight_hh``), one bias per gate ``bias_ih + bias_hh`` (:func:`combine_biases`, as the
   Keras writer sums them; zeros without biases), peepholes ``cell_to_{input,forget,output}``
-  (the rows of ``weight_peephole``), ``projection_weights = weight_hr``, the option
+  (the rows of ``weight_peephole``), ``projection_weights = weight_hr``,
+  ``projection_bias = bias_hr``, ``{input,forget,cell,output}_layer_norm_coefficients``
+  (the rows of ``weight_ln``: LiteRT adds the gate's bias after normalizing), the option
   ``cell_clip`` (0: none), and states 18/19 as *variable* tensors (zero after
   ``allocate_tensors``; like the converter's files, a second ``invoke`` continues from the
   state the first one left, unless ``reset_all_variables()`` is called).
@@ -269,9 +271,16 @@ def _lstm(graph: Graph, name: str, layer: RNN, direction: int, source: int, batc
         if gate in peephole and tflite != "cell":
             slot = f"cell_to_{tflite}_weights"
             inputs[_LSTM_SLOT[slot]] = graph.const(f"{name}/{slot}", sign * peephole[gate])
+        if spec.layer_norm:  # LN(−a)·k − b = −(LN(a)·k + b): the coefficients keep their sign
+            slot = f"{tflite}_layer_norm_coefficients"
+            inputs[_LSTM_SLOT[slot]] = graph.const(f"{name}/{slot}",
+                                                   named["weight_ln"]["ifgo".index(gate)])
     if spec.proj_size:
         inputs[_LSTM_SLOT["projection_weights"]] = graph.const(f"{name}/projection_weights",
                                                                named["weight_hr"])
+    if spec.proj_bias:
+        inputs[_LSTM_SLOT["projection_bias"]] = graph.const(f"{name}/projection_bias",
+                                                            named["bias_hr"])
     inputs[_LSTM_SLOT["output_state"]] = graph.tensor(f"{name}/output_state",
                                                       (batch, spec.output_size), variable=True)
     inputs[_LSTM_SLOT["cell_state"]] = graph.tensor(f"{name}/cell_state",
