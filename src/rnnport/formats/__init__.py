@@ -183,8 +183,9 @@ _REGISTRY: dict[str, Entry] = {
         Entry("tfgraph", "rnnport.formats.tfgraph",
               "frozen TensorFlow graphs (.pb GraphDef): TF1 cells, fused LSTM/GRU ops, CudnnRNN"),
         Entry("tflite", "rnnport.formats.tflite",
-              "TFLite / LiteRT flatbuffers (.tflite): fused LSTM/RNN operators (read without "
-              "TensorFlow or LiteRT); GRUs written as loops LiteRT runs"),
+              "TFLite / LiteRT flatbuffers (.tflite): fused LSTM/RNN operators and the "
+              "converter's SimpleRNN/GRU loops (read without TensorFlow or LiteRT); written "
+              "as models LiteRT runs"),
     )
 }
 
