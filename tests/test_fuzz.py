@@ -18,9 +18,17 @@ import pytest
 import rnnport
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "fuzz.py"
-# Every registered format reads files (a suffix it reads, or TensorFlow's prefixes and
-# folders), and the fuzzer must reach each one.
-FORMATS = set(rnnport.formats())
+
+
+def _tensorflow_folders() -> set[str]:
+    """The formats of the golden TensorFlow 2 containers (folders and prefixes)."""
+    golden = Path(__file__).parent / "golden" / "tf2"
+    manifest = json.loads((golden / "MANIFEST.json").read_text())
+    return {rnnport.formats.sniff(golden / case["source"]) for case in manifest["cases"]}
+# Every registered format that reads files (a suffix it reads, or TensorFlow's prefixes and
+# folders; the others read objects and arrays alone) must be reached.
+FORMATS = {name for name in rnnport.formats()
+           if rnnport.formats.get(name).suffixes or name in _tensorflow_folders()}
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ NAMES = {"projection": "projection", "peepholes": "peepholes", "cell_clip": "cel
          "gate_clip": "gate clip", "input_forget": "coupled input and forget gates",
          "activations": "non-default activations", "reset_before": "reset-before GRU",
          "reverse": "reverse-only network", "proj_bias": "projection bias",
-         "layer_norm": "layer-norm LSTM"}
+         "layer_norm": "layer-norm LSTM", "simple_rnn": "simple RNN"}
 
 
 @st.composite
@@ -84,11 +84,11 @@ def used(spec: Spec) -> list[str]:
         ("input_forget", spec.input_forget), ("activations", bool(spec.activations)),
         ("reset_before", spec.cell == "gru" and not spec.reset_after),
         ("reverse", spec.reverse), ("proj_bias", spec.proj_bias),
-        ("layer_norm", spec.layer_norm)) if on]
+        ("layer_norm", spec.layer_norm), ("simple_rnn", spec.cell.startswith("rnn"))) if on]
 
 
 def lacks(fmt: str, spec: Spec) -> list[str]:
-    return [feature for feature in used(spec) if feature not in get(fmt).features]
+    return [feature for feature in used(spec) if feature not in get(fmt).holds(spec)]
 
 
 def holds(fmt: str, spec: Spec) -> bool:
@@ -143,8 +143,10 @@ def leaves(native: Any) -> list[np.ndarray]:
         from onnx import numpy_helper
 
         return [numpy_helper.to_array(tensor) for tensor in native.graph.initializer]
-    if isinstance(native, dict):
-        return [native[k] for k in sorted(native)]
+    if isinstance(native, dict):  # nested for a Flax tree; None for a bias left out
+        return [leaf for k in sorted(native, key=str) for leaf in leaves(native[k])]
+    if native is None:
+        return []
     if isinstance(native, np.ndarray):
         return [native]
     return [leaf for item in native for leaf in leaves(item)]
@@ -253,7 +255,8 @@ def _spec_using(feature: str) -> Spec:
             "reset_before": Spec("gru", 2, 3, reset_after=False),
             "reverse": Spec("gru", 2, 3, reverse=True),
             "proj_bias": Spec("lstm", 2, 3, proj_size=2, proj_bias=True),
-            "layer_norm": Spec("lstm", 2, 3, layer_norm=True)}[feature]
+            "layer_norm": Spec("lstm", 2, 3, layer_norm=True),
+            "simple_rnn": Spec("rnn_tanh", 2, 3)}[feature]
 
 
 def test_the_readme_shows_the_generated_matrix() -> None:

@@ -12,17 +12,17 @@ than ``--memory`` MiB beyond what the process held before it.
     python tools/fuzz.py --only tf1 --seconds 600 --jobs 2 --keep fuzz-failures
     python tools/fuzz.py --seed 1 --case 1234    # rerun one case in this process, verbosely
 
-Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints,
-SavedModels and frozen graphs in ``tests/golden/tf2``, the files in
-``tests/golden/files`` (legacy Keras HDF5 saved by tf_keras, ``torch.save`` and
-safetensors files), the ``.tflite`` files TensorFlow's converter wrote in
-``tests/golden/tflite``, and golden Keras and PyTorch cases saved by rnnport in every file form
-a registered format writes (each file name ending it declares; names that give the same
-bytes, such as .pth beside .pt, make one seed). Case ``k`` mutates seed ``k mod n``
-with a generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any
-input. Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted, repeated and
-spliced ranges, and format-aware ones that keep the container's checksums right so the
-damage reaches the parser underneath (zip members rewritten with fresh CRC-32s, JSON
+Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints, SavedModels
+and frozen graphs in ``tests/golden/tf2``, the files in ``tests/golden/files`` (legacy Keras
+HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the ``.tflite`` files
+TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
+in ``tests/golden/jax``, and golden Keras and PyTorch cases saved by rnnport in every file
+form a registered format writes (each file name ending it declares; names that give the same
+bytes, such as .pth beside .pt, make one seed). Case ``k`` mutates seed ``k mod n`` with a
+generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any input.
+Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted,
+repeated and spliced ranges, and format-aware ones that keep the container's checksums right
+so the damage reaches the parser underneath (zip members rewritten with fresh CRC-32s, JSON
 values replaced, checkpoint index blocks re-checksummed), and a FlatBuffer's aligned words
 (offsets, vector lengths) rewritten to point out of range, at themselves or elsewhere.
 
@@ -140,7 +140,8 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             seeds.append(Seed(case["name"], fmt, target,
                               str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
     converted = sorted((GOLDEN / "tflite").glob("*.tflite"))  # TensorFlow's converter wrote them
-    for path in [*sorted((GOLDEN / "files").iterdir()), *converted]:  # the frameworks' own
+    saved = sorted((GOLDEN / "jax").glob("*.msgpack"))  # flax.serialization wrote them
+    for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved]:  # the frameworks' own
         fmt = formats.sniff(path)
         if fmt in only:
             target = folder / f"framework_{path.name.replace('.', '_')}"

@@ -25,6 +25,8 @@ that the format holds every feature of the model, then call the declared functio
 What the format can hold:
 
 * ``read_options`` / ``write_options``: the keyword options ``read`` / ``write`` take.
+* ``cells``: the cell families it holds, ``lstm`` and ``gru`` and (the default) ``rnn``;
+  a simple RNN is refused by a format without one as the feature ``simple_rnn``.
 * ``features``: which optional features of :class:`~rnnport.Spec` it holds, out of
   ``projection``, ``proj_bias``, ``peepholes``, ``layer_norm``, ``cell_clip``,
   ``gate_clip``, ``input_forget``, ``activations``, ``reset_before``, ``reverse``; writing a
@@ -186,6 +188,12 @@ _REGISTRY: dict[str, Entry] = {
               "TFLite / LiteRT flatbuffers (.tflite): fused LSTM/RNN operators and the "
               "converter's SimpleRNN/GRU loops (read without TensorFlow or LiteRT); written "
               "as models LiteRT runs"),
+        Entry("flax", "rnnport.formats.flax",
+              "Flax (JAX) linen and NNX LSTM/GRU/SimpleCell parameter trees, their RNN, "
+              "Bidirectional and stacked wrappers, .msgpack checkpoints (NumPy only)"),
+        Entry("equinox", "rnnport.formats.equinox",
+              "Equinox (JAX) eqx.nn.LSTMCell / GRUCell modules and their arrays, lists for "
+              "stacks"),
     )
 }
 
@@ -265,7 +273,7 @@ def split_options(source: str, target: str, options: Mapping[str, Any],
 
 
 def _holders(feature: str) -> list[Format]:
-    return [get(name) for name in _REGISTRY if feature in get(name).features]
+    return [get(name) for name in _REGISTRY if feature in _declared(get(name))]
 
 
 install_holders(_holders)
@@ -362,10 +370,15 @@ def matrix() -> list[list[Pair]]:
     declared = {name: get(name) for name in names}
     return [[Pair(source, target,
                   tuple(f for f in FEATURE_CODES
-                        if f in declared[source].features - declared[target].features),
+                        if f in _declared(declared[source]) - _declared(declared[target])),
                   tuple(k for k in BIAS_KINDS
                         if k in declared[target].one_bias - declared[source].one_bias))
              for target in names] for source in names]
+
+
+def _declared(declared: Format) -> frozenset[str]:
+    """A format's features, the simple RNN cell among them where it holds one."""
+    return declared.features | ({"simple_rnn"} if "rnn" in declared.cells else frozenset())
 
 
 def matrix_markdown() -> str:
@@ -394,8 +407,9 @@ def matrix_markdown() -> str:
         *(f"* `{name}` stores {' and '.join(sorted(get(name).dtypes or ()))} weights; "
           "other dtypes are refused with an error naming the cast." for name in names
           if get(name).dtypes is not None),
-        "* Every format holds LSTM, GRU and simple RNN (tanh and relu) cells, any number of "
-        "layers, one or two directions, with or without biases.",
+        "* Every format holds LSTM and GRU cells and, unless −s says otherwise, simple RNN "
+        "(tanh and relu) cells; any number of layers, one or two directions, with or without "
+        "biases.",
     ]
     return "\n".join(lines)
 

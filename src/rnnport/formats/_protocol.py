@@ -138,11 +138,14 @@ class Format:
     notes: Callable[..., list[str]] | None = None
     dtypes: frozenset[str] | None = None
     fixed_input: Callable[[Any], tuple[int, int] | None] | None = None
+    cells: frozenset[str] = frozenset({"lstm", "gru", "rnn"})
     drops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         unknown = sorted((self.features | set(self.names) | set(self.drops))
                          - set(FEATURE_CODES) - {"reset_after"})
+        if not {"lstm", "gru"} <= self.cells <= {"lstm", "gru", "rnn"}:
+            unknown.append(f"cells {sorted(self.cells)}")
         kinds = sorted(self.one_bias - set(BIAS_KINDS))
         floats = sorted((self.dtypes or frozenset()) - FLOAT_NAMES)
         if floats or self.dtypes == frozenset():
@@ -237,11 +240,13 @@ class Format:
 
 
     def holds(self, spec: Spec) -> frozenset[str]:
-        """The features this format holds of ``spec``: its declared ones, and non-default
-        activations where it names those of ``spec`` (``activations``)."""
+        """The features this format holds of ``spec``: its declared ones, the simple RNN cell
+        unless ``cells`` leaves it out, and non-default activations where it names those of
+        ``spec`` (``activations``)."""
+        held = self.features | ({"simple_rnn"} if "rnn" in self.cells else frozenset())
         if spec.activations and self.activations is not None and self.activations(spec):
-            return self.features | {"activations"}
-        return self.features
+            return held | {"activations"}
+        return held
 
 
 def check_options(where: str, options: Mapping[str, Any], known: frozenset[str]) -> None:
@@ -290,7 +295,8 @@ FEATURE_CODES = {"projection": ("P", "LSTM projection"), "peepholes": ("p", "LST
                  "reset_before": ("r", "reset-before GRU"),
                  "reverse": ("v", "reverse-only direction"),
                  "proj_bias": ("B", "LSTM projection bias"),
-                 "layer_norm": ("n", "layer-norm LSTM")}
+                 "layer_norm": ("n", "layer-norm LSTM"),
+                 "simple_rnn": ("s", "simple RNN cell")}
 # How two biases combine, by cell: the kinds a one-bias format names in ``one_bias``.
 BIAS_KINDS = {"lstm": "LSTM", "gru": "GRU", "gru_reset_before": "reset-before GRU",
               "rnn": "simple RNN"}
@@ -306,6 +312,9 @@ def bias_kind(spec: Spec) -> str:
 def features_of(spec: Spec) -> list[tuple[str, str, str]]:
     """(feature key, what it is, why it matters) for each optional feature ``spec`` uses."""
     used = []
+    if spec.cell.startswith("rnn"):
+        used.append(("simple_rnn", f"a simple RNN ({spec.cell})", "it has no simple RNN cell, "
+                     "only LSTM and GRU cells"))
     if spec.proj_size:
         used.append(("projection", f"an LSTM projection (proj_size={spec.proj_size})",
                      "h' = W_hr·h' feeds the next step and the output"))

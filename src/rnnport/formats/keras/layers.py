@@ -211,7 +211,8 @@ def _is_layer(value: Any) -> bool:
 
 
 def _is_model(value: Any) -> bool:
-    return _class_name(value) in MODEL_CLASSES and hasattr(value, "layers")
+    return _class_name(value) in MODEL_CLASSES and hasattr(value, "layers") and \
+        type(value).__module__.startswith(("keras", "tf_keras", "tensorflow"))
 
 
 def _is_array(value: Any) -> bool:
