@@ -26,12 +26,14 @@ GOLDEN = Path(__file__).parent / "golden" / "tflite"
 MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]
 LSTMS = ["bi_lstm", "lstm_float16", "lstm_last", "lstm_sequences", "stacked_lstm"]
 # SimpleRNN and GRU layers: WHILE loops whose body rnnport evaluates symbolically.
-LOOPS = ["bi_gru", "gru_last", "gru_reset_before", "gru_sequences", "simple_rnn",
-         "simple_rnn_relu"]
+LOOPS = ["bi_gru", "gru_batch1", "gru_last", "gru_reset_before", "gru_sequences", "simple_rnn",
+         "simple_rnn_relu", "stacked_gru"]
 READABLE = LSTMS + LOOPS
 # Integer weights: read only with dequantize=True; LiteRT's integer kernels compute other
 # numbers than the dequantized float network (each case's bound, measured on its file).
 QUANTIZED = {"gru_dynamic_int8": 2e-2, "lstm_int8": 5e-2}
+# Read, with the file's outputs in reversed time order (the canonical y is in time order).
+REVERSED = ["gru_go_backwards"]
 
 
 def _golden(name: str) -> tuple[Path, dict[str, np.ndarray]]:
@@ -46,7 +48,7 @@ def _output(model: Any, x: np.ndarray, like: np.ndarray) -> np.ndarray:
 
 
 def test_every_golden_case_is_read() -> None:
-    assert sorted(MANIFEST) == sorted([*READABLE, *QUANTIZED])
+    assert sorted(MANIFEST) == sorted([*READABLE, *QUANTIZED, *REVERSED])
 
 
 @pytest.mark.parametrize("name", READABLE)
@@ -492,8 +494,8 @@ def _condition_bound(model: Any, value: int) -> None:
 
 def test_a_loop_that_stops_early_is_refused() -> None:
     edited = _edited("simple_rnn", lambda m: _condition_bound(m, 3))
-    with pytest.raises(UnsupportedFeatureError, match="stops after 3 steps, before the "
-                                                      "sequence's 6"):
+    with pytest.raises(UnsupportedFeatureError, match="stops after 3 steps, and the "
+                                                      "sequence has 6"):
         FORMAT.read(edited)
     assert FORMAT.read(_edited("simple_rnn", lambda m: _condition_bound(m, 60))) == \
         FORMAT.read(GOLDEN / "simple_rnn.tflite")
@@ -559,3 +561,89 @@ def test_a_conversion_refused_for_the_clip_says_how_the_source_drops_it(tmp_path
     assert not (tmp_path / "m.onnx").exists()
     rnnport.convert(path, "onnx", path=tmp_path / "m.onnx", cell_clip=None)
     assert rnnport.read(tmp_path / "m.onnx") == rnnport.read(path, cell_clip=None)
+
+
+# -- what a review of the loop reader found ------------------------------------------------
+
+
+def test_stacked_loops_read_as_one_network() -> None:
+    """The converter leaves the sequence time-major between two loops (no TRANSPOSE pair):
+    the second loop reads the first one's output as it is."""
+    model = FORMAT.read(GOLDEN / "stacked_gru.tflite")
+    assert [spec.hidden_size for spec in model.specs] == [5, 4]  # type: ignore[union-attr]
+    assert not any("time-major" in note for note in notes(GOLDEN / "stacked_gru.tflite"))
+
+
+def test_go_backwards_reads_reversed_and_says_the_file_keeps_reversed_time() -> None:
+    path, data = _golden("gru_go_backwards")
+    model = FORMAT.read(path)
+    assert model.spec.reverse
+    y, _ = model.forward(data["x"])
+    np.testing.assert_allclose(y[:, ::-1], data["y_litert"], rtol=0, atol=1e-5)
+    assert any("go_backwards" in note and "reversed order" in note for note in notes(path))
+
+
+def test_a_batch_of_one_reshaped_to_time_major_is_batch_major() -> None:
+    path = GOLDEN / "gru_batch1.tflite"
+    assert not any("time-major" in note for note in notes(path))
+    from rnnport.formats.tflite.reader import fixed_input
+
+    assert fixed_input(path) == (1, 5)
+
+
+def _recurrent_n_columns(model: Any) -> None:
+    """The reset-before GRU's R_n (the body's one (4, 4) FULLY_CONNECTED weight) made (4, 2),
+    with as many bytes."""
+    body = model.subgraphs[2]
+    weights = [body.tensors[op.inputs[1]] for op in body.operators
+               if len(op.inputs) > 1 and list(body.tensors[op.inputs[1]].shape) == [4, 4]]
+    assert len(weights) == 1
+    weights[0].shape = [4, 2]
+    model.buffers[weights[0].buffer].data = model.buffers[weights[0].buffer].data[:32]
+
+
+def test_a_loop_whose_weights_do_not_fit_is_an_rnnport_error() -> None:
+    edited = _edited("gru_reset_before", _recurrent_n_columns)
+    with pytest.raises(RnnportError):
+        FORMAT.read(edited)
+
+
+def _time_major(model: Any) -> None:
+    op = _lstm_op(model)
+    op.builtinOptions.timeMajor = True
+    tensors = model.subgraphs[0].tensors
+    for tensor in (tensors[op.inputs[0]], tensors[op.outputs[0]]):
+        tensor.shape = [tensor.shape[1], tensor.shape[0], tensor.shape[2]]
+
+
+def test_verify_feeds_a_time_major_file_time_major(tmp_path: Path) -> None:
+    edited = tmp_path / "time_major.tflite"
+    edited.write_bytes(_edited("lstm_sequences", _time_major))
+    model = FORMAT.read(edited)
+    fixed = FORMAT.fixed_input
+    assert fixed is not None and fixed(edited) == (2, 5)
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 5, 3)).astype(np.float32)
+    run = FORMAT.framework_forward
+    assert run is not None
+    found = run(edited, model, x)
+    assert not isinstance(found, str), found
+    np.testing.assert_allclose(found[1], model.forward(x)[0], rtol=0, atol=1e-5)
+    assert any("time-major" in note for note in notes(edited))
+
+
+def _empty_batch(model: Any) -> None:
+    tensors = model.subgraphs[0].tensors
+    op = _lstm_op(model)
+    for position in (0, 18, 19):
+        tensors[op.inputs[position]].shape = [0, *list(tensors[op.inputs[position]].shape)[1:]]
+    tensors[op.outputs[0]].shape = [0, 5, 4]
+
+
+def test_verify_of_a_file_with_an_empty_batch_says_why_not(tmp_path: Path) -> None:
+    edited = tmp_path / "empty.tflite"
+    edited.write_bytes(_edited("lstm_sequences", _empty_batch))
+    model = FORMAT.read(edited)
+    run = FORMAT.framework_forward
+    assert run is not None
+    said = run(edited, model, np.zeros((2, 5, 3), np.float32))
+    assert isinstance(said, str) and "no framework check" in said

@@ -34,9 +34,10 @@ def _camel(name: str) -> str:
 
 
 def test_golden_cases_exist() -> None:
-    assert CASES == ["bi_gru", "bi_lstm", "gru_dynamic_int8", "gru_last", "gru_reset_before",
-                     "gru_sequences", "lstm_float16", "lstm_int8", "lstm_last", "lstm_sequences",
-                     "simple_rnn", "simple_rnn_relu", "stacked_lstm"]
+    assert CASES == ["bi_gru", "bi_lstm", "gru_batch1", "gru_dynamic_int8", "gru_go_backwards",
+                     "gru_last", "gru_reset_before", "gru_sequences", "lstm_float16", "lstm_int8",
+                     "lstm_last", "lstm_sequences", "simple_rnn", "simple_rnn_relu",
+                     "stacked_gru", "stacked_lstm"]
     assert sum(p.stat().st_size for p in GOLDEN.iterdir()) < 1 << 20
 
 

@@ -169,6 +169,23 @@ def _float16(tf: Any) -> Any:
     return _lstm(tf, 5, return_sequences=True)
 
 
+def _stacked_gru(tf: Any) -> Any:
+    keras = tf.keras
+    inputs = keras.Input(shape=(5, INPUT), batch_size=BATCH, name="x")
+    hidden = keras.layers.GRU(5, return_sequences=True, name="gru_1")(inputs)
+    return keras.Model(inputs, keras.layers.GRU(4, return_sequences=True, name="gru_2")(hidden))
+
+
+def _gru_go_backwards(tf: Any) -> Any:
+    return _gru(tf, 5, return_sequences=True, go_backwards=True)
+
+
+def _gru_batch1(tf: Any) -> Any:
+    keras = tf.keras
+    inputs = keras.Input(shape=(5, INPUT), batch_size=1, name="x")
+    return keras.Model(inputs, keras.layers.GRU(4, return_sequences=True, name="gru")(inputs))
+
+
 def _gru_wide(tf: Any) -> Any:
     return _gru(tf, 5, 40, return_sequences=True)
 
@@ -197,6 +214,11 @@ CASES: dict[str, tuple[Callable[[Any], Any], str, str]] = {
     "gru_last": (_gru_last, "GRU(4), return_sequences=False, time 5: a WHILE loop", ""),
     "bi_gru": (_bi_gru, "Bidirectional(GRU(4, return_sequences=True)), time 5: two WHILE loops",
                ""),
+    "stacked_gru": (_stacked_gru, "GRU(5) then GRU(4), both return_sequences, time 5: two "
+                    "WHILE loops, the sequence left time-major between them", ""),
+    "gru_go_backwards": (_gru_go_backwards, "GRU(4, go_backwards=True, return_sequences=True), "
+                         "time 5: the outputs in reversed time order", ""),
+    "gru_batch1": (_gru_batch1, "GRU(4), batch 1, time 5: RESHAPE in place of TRANSPOSE", ""),
     "gru_dynamic_int8": (_gru_wide, "GRU(40), return_sequences=True, time 5, Optimize.DEFAULT: "
                          "the recurrent weights (120×40) stored INT8 with a scale", "dynamic"),
     "lstm_int8": (_lstm_wide, "LSTM(16), return_sequences=True, time 5, Optimize.DEFAULT with a "
@@ -262,7 +284,8 @@ def make_case(name: str, out: Path) -> dict[str, Any]:
     model = builder(tf)
     _randomize(model, rng)
     time = int(model.input_shape[1])
-    x = rng.uniform(-1, 1, size=(BATCH, time, INPUT)).astype(np.float32)
+    batch = int(model.input_shape[0])
+    x = rng.uniform(-1, 1, size=(batch, time, INPUT)).astype(np.float32)
     y_keras = model(x).numpy()
 
     # The Input layers carry batch_size=2, so the signature from_keras_model traces is
@@ -272,9 +295,9 @@ def make_case(name: str, out: Path) -> dict[str, Any]:
     interpreter = Interpreter(model_content=content)
     interpreter.allocate_tensors()
     inputs, outputs = interpreter.get_input_details(), interpreter.get_output_details()
-    if len(inputs) != 1 or list(inputs[0]["shape"]) != [BATCH, time, INPUT]:
+    if len(inputs) != 1 or list(inputs[0]["shape"]) != [batch, time, INPUT]:
         raise SystemExit(f"{name}: the converted model's input is {inputs}, expected one of shape "
-                         f"{[BATCH, time, INPUT]}")
+                         f"{[batch, time, INPUT]}")
     interpreter.set_tensor(inputs[0]["index"], x)
     interpreter.invoke()
     y_litert = interpreter.get_tensor(outputs[0]["index"]).copy()

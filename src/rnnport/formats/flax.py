@@ -378,8 +378,21 @@ def _module_cells(module: Any) -> list[Any]:
             type(part).__name__ == "SimpleCell"]
 
 
+ORBAX_MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt")
+
+
+def _is_orbax(path: Path) -> bool:
+    return path.is_dir() and any((path / marker).exists() for marker in ORBAX_MARKERS)
+
+
 def _tree(source: Any, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The source's parameter tree as plain dicts, and how to name it in errors."""
+    if is_path(source) and _is_orbax(Path(source)):
+        raise UnsupportedFeatureError(
+            f"{source}: an Orbax checkpoint folder (TensorStore / OCDBT files); rnnport reads "
+            "Flax parameters as a tree or a flax.serialization .msgpack, not Orbax's storage. "
+            "Restore it with orbax.checkpoint (e.g. ocp.StandardCheckpointer().restore(path)) "
+            "and pass the tree, or save it with flax.serialization.to_bytes.")
     if is_path(source):
         from . import _msgpack as msgpack
 
@@ -473,7 +486,7 @@ def sniff(source: Any) -> bool:
     if _is_module(source):
         return True
     if is_path(source):
-        return os.fspath(source).lower().endswith(SUFFIX)
+        return os.fspath(source).lower().endswith(SUFFIX) or _is_orbax(Path(source))
     if isinstance(source, Mapping) or hasattr(source, "to_pure_dict"):
         try:
             tree = _plain(source, "tree")
@@ -664,6 +677,28 @@ def param_count(model: Model, **options: Any) -> int:
     return sum(np.asarray(array).size for _, array in _flat(write(model, **options)))
 
 
+def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
+    """Flax restoring the ``.msgpack`` file ``source`` (``flax.serialization.msgpack_restore``)
+    into the linen module of ``model``'s structure, and running it on ``x``; or why not."""
+    import importlib.util
+
+    if not (is_path(source) and os.fspath(source).lower().endswith(SUFFIX)):
+        return "only a .msgpack file holds parameters Flax restores: no framework check"
+    if importlib.util.find_spec("flax") is None:
+        return "Flax is not installed: no framework check"
+    import flax.serialization
+    import jax.numpy as jnp
+
+    try:
+        tree = flax.serialization.msgpack_restore(Path(source).read_bytes())
+        module = _module(model, tree, "linen", "LSTMCell")
+        y = np.asarray(module(jnp.asarray(x)))
+    except Exception as error:  # Flax's and JAX's errors have no common base
+        return f"Flax cannot run {os.fspath(source)} ({str(error).splitlines()[0][:200]}): " \
+            "no framework check"
+    return f"Flax restoring {os.fspath(source)} into a linen module", y
+
+
 def _holds_activations(spec: Spec) -> bool:
     names = [NAMES.get(activation) for activation in spec.activations]
     return None not in names and (spec.cell != "lstm" or names[1] == names[2])
@@ -689,5 +724,5 @@ FORMAT = Format(
     read_options_for=read_options_for, activations=_holds_activations,
     layout_notes=("Flax keeps one Dense per gate (linen LSTMCell ii … ho, GRUCell ir … hn) or "
                   "one per side (nnx dense_i, dense_h), kernels (in, out): y = x @ kernel.",),
-    networks=networks, notes=notes,
+    networks=networks, notes=notes, framework_forward=framework_forward,
     names={"activations": "gate_fn / activation_fn", "reset_after": "GRUCell"})

@@ -34,7 +34,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     if importlib.util.find_spec("ai_edge_litert") is None:
         return "LiteRT (ai-edge-litert) is not installed" + NO_CHECK
     try:
-        start, output = network_ends(source)
+        start, output, takes, gives = network_ends(source)
     except RnnportError as error:
         return f"reading the file failed ({str(error).splitlines()[0]})" + NO_CHECK
     if output < 0:
@@ -51,28 +51,36 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
                 np.dtype(inputs[0]["dtype"]) != np.float32:
             return ("the file's input is not the network's float32 x (it takes "
                     f"{[(d['name'], np.dtype(d['dtype']).name) for d in inputs]})" + NO_CHECK)
+        fed = x.transpose(1, 0, 2) if takes else x  # as the file's input is laid out
         shape = tuple(int(d) for d in inputs[0]["shape"])
         signature = tuple(int(d) for d in inputs[0].get("shape_signature", shape))
-        if len(signature) != x.ndim or any(s not in (-1, n) for s, n in
-                                           zip(signature[1:], x.shape[1:], strict=True)) or \
-                x.shape[0] % shape[0] if signature[0] != -1 else False:
-            return f"the file's input is fixed at {shape}, the check's is {x.shape}" + NO_CHECK
-        batch = x.shape[0] if signature[0] == -1 else shape[0]  # a fixed batch: in pieces
-        if shape != (batch, *x.shape[1:]):
-            interpreter.resize_tensor_input(inputs[0]["index"], [batch, *x.shape[1:]])
+        batch_axis = 1 if takes else 0
+        fits = len(signature) == fed.ndim and all(
+            s in (-1, n) for axis, (s, n) in enumerate(zip(signature, fed.shape, strict=True))
+            if axis != batch_axis)
+        piece = fed.shape[batch_axis] if signature[batch_axis] == -1 else shape[batch_axis]
+        if not fits or piece < 1 or fed.shape[batch_axis] % piece:
+            return f"the file's input is fixed at {shape}, the check's is {fed.shape}" + NO_CHECK
+        wanted = list(fed.shape)
+        wanted[batch_axis] = piece  # a fixed batch takes x in pieces of it
+        if list(shape) != wanted:
+            interpreter.resize_tensor_input(inputs[0]["index"], wanted)
         interpreter.allocate_tensors()
         found = [d for d in interpreter.get_output_details() if d["index"] == output]
         if not found:
             return ("the network's y is no output of the file (operators after it compute "
                     "the outputs)" + NO_CHECK)
         pieces = []
-        for start_row in range(0, x.shape[0], batch):
+        for start_row in range(0, fed.shape[batch_axis], piece):
             interpreter.reset_all_variables()  # state tensors back to zeros
-            interpreter.set_tensor(inputs[0]["index"],
-                                   np.asarray(x[start_row:start_row + batch], np.float32))
+            rows = fed[:, start_row:start_row + piece] if takes else \
+                fed[start_row:start_row + piece]
+            interpreter.set_tensor(inputs[0]["index"], np.ascontiguousarray(rows, np.float32))
             interpreter.invoke()
             pieces.append(np.array(interpreter.get_tensor(found[0]["index"])))
-        y = np.concatenate(pieces)
+        y = np.concatenate(pieces, axis=1 if gives else 0)
+        if gives:
+            y = y.transpose(1, 0, 2)
     except (RuntimeError, ValueError) as error:  # the interpreter's errors for a bad model
         return f"LiteRT cannot run {os.fspath(source)} ({str(error).splitlines()[0]})" + NO_CHECK
     if y.shape != want:

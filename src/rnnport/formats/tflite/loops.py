@@ -404,6 +404,8 @@ def _gru(new: Sym, hidden: int) -> tuple[dict[str, Any], dict[str, np.ndarray], 
         reset_after = False
         n = {"x": n_found["x"], "h": n_found["rh"]}
     gates = (r, z, n)
+    widths = {g["x"][0].shape[1:] for g in gates}
+    _need(len(widths) == 1 and all(g["h"][0].shape == (hidden, hidden) for g in gates))
     params = {"weight_ih": np.concatenate([g["x"][0] for g in gates]),
               "weight_hh": np.concatenate([g["h"][0] for g in gates]),
               "bias_ih": np.concatenate([_bias(g, "x", hidden) for g in gates]),
@@ -416,6 +418,7 @@ def _simple(new: Sym, hidden: int) -> tuple[dict[str, Any], dict[str, np.ndarray
     _need(isinstance(new, Act) and new.fn in ("tanh", "relu"))
     assert isinstance(new, Act)
     found = _gate(new, new.fn, hidden)
+    _need(found["h"][0].shape == (hidden, hidden))
     params = {"weight_ih": found["x"][0], "weight_hh": found["h"][0],
               "bias_ih": _bias(found, "x", hidden), "bias_hh": _bias(found, "h", hidden)}
     has_bias = any(found[side][1] is not None for side in ("x", "h"))
@@ -452,11 +455,13 @@ def recognise(model: tfl.Model, operator: int, constant: Constant, where: str) -
     states = [k for k in changed if len(tensors[k].shape) == 2]
     outputs = [k for k in changed if len(tensors[k].shape) == 3]
     sequences = [k for k in carried if len(tensors[k].shape) == 3]
-    if len(states) == 2:
+    if len(states) > 1:
         raise UnsupportedFeatureError(
-            f"{label}: its body carries two states (an LSTM's h and c, most likely); rnnport "
-            "reads LSTMs from TFLite's fused LSTM operators, not from loops. Convert the LSTM "
-            "so that it is fused (the TensorFlow converter does for Keras LSTM layers).")
+            f"{label}: its body carries {len(states)} states (loop values "
+            f"{[f'{tensors[k].name!r} {list(tensors[k].shape)}' for k in states]}): an LSTM's h "
+            "and c, stacked cells in one loop, or a mask's; rnnport reads loops carrying one "
+            "state (LSTMs from TFLite's fused LSTM operators, which the converter writes for "
+            "Keras LSTM layers).")
     if len(states) != 1 or len(outputs) != 1 or len(sequences) != 1:
         raise UnsupportedFeatureError(
             f"{label}: loop values {[f'{t.type_name}{list(t.shape)}' for t in tensors]}; "
@@ -482,7 +487,8 @@ def recognise(model: tfl.Model, operator: int, constant: Constant, where: str) -
             "order (as a converted SimpleRNN or GRU does).")
     time_axis = int(getattr(graph.operators[gathers[0]].builtin_options, "values",
                             {}).get("axis", 0)) % 3
-    _check_condition(model, cond, counters, tensors[sequence].shape[time_axis], label, remarks)
+    _check_condition(model, operator, cond, body, counters, sequence, time_axis, label,
+                     remarks)
     hidden, inputs = tensors[state].shape[1], tensors[sequence].shape[2 if time_axis != 2 else 1]
     new = evaluation.value(graph.outputs[state])
     if not _depends(graph, graph.outputs[output], graph.outputs[state]):
@@ -525,15 +531,29 @@ def _counts_up(model: tfl.Model, op: tfl.Operator, graph: tfl.SubGraph, body: in
     return bool(other) and _integer(model, body, other[0]) == 1
 
 
-def _check_condition(model: tfl.Model, cond: int, counters: list[int], steps: int, label: str,
+def _check_condition(model: tfl.Model, operator: int, cond: int, body: int,
+                     counters: list[int], sequence: int, time_axis: int, label: str,
                      remarks: list[str]) -> None:
-    """The condition must be LESS(counter, bound) or a LOGICAL_AND of such; a constant bound
-    below the sequence's length would stop early."""
+    """The condition must be LESS(counter, bound) or a LOGICAL_AND of such, every bound at
+    least the sequence's length: a constant, or a loop value the body passes on unchanged
+    whose initial value is a constant or is computed from the sequence's shape."""
     graph = model.subgraphs[cond]
+    main = model.subgraphs[0]
+    loop = main.operators[operator]
+    passed = [k for k in range(len(loop.inputs))
+              if model.subgraphs[body].outputs[k] == model.subgraphs[body].inputs[k]]
+    sequence_tensor = main.tensors[loop.inputs[sequence]]
+    steps = sequence_tensor.signature[time_axis]  # None: known at run time
     producer = {t: op for op in graph.operators for t in op.outputs}
     if len(graph.outputs) != 1:
         raise FormatError(f"{label}: condition subgraph {cond} has {len(graph.outputs)} "
                           "outputs; expected one. The file is damaged.")
+
+    def refuse(why: str) -> UnsupportedFeatureError:
+        return UnsupportedFeatureError(
+            f"{label}: its condition (subgraph {cond}) {why}; the canonical network runs "
+            "every step of the sequence, so the numbers could differ. Nothing was read.")
+
     pending, seen = [graph.outputs[0]], 0
     while pending:
         seen += 1
@@ -541,32 +561,68 @@ def _check_condition(model: tfl.Model, cond: int, counters: list[int], steps: in
         op = producer.get(tensor)
         code = model.operator_code(op) if op is not None else None
         if seen > 64 or op is None or code not in (LESS, LOGICAL_AND) or len(op.inputs) != 2:
-            raise UnsupportedFeatureError(
-                f"{label}: its condition (subgraph {cond}) is not a comparison of step "
-                "counters (LESS, joined by LOGICAL_AND); rnnport reads loops that visit every "
-                "step of the sequence.")
+            raise refuse("is not a comparison of step counters (LESS, joined by LOGICAL_AND)")
         if code == LOGICAL_AND:
             pending.extend(op.inputs)
             continue
         left, right = op.inputs
         if left not in [graph.inputs[k] for k in counters]:
-            raise UnsupportedFeatureError(
-                f"{label}: its condition (subgraph {cond}) compares "
-                f"{graph.tensors[left].name!r}, which is no step counter; rnnport reads loops "
-                "that visit every step of the sequence.")
-        info = graph.tensors[right]
-        if len(model.buffers[info.buffer].data):
+            raise refuse(f"compares {graph.tensors[left].name!r}, which is no step counter")
+        if right in graph.inputs:  # a loop value: the body must pass it on unchanged
+            k = list(graph.inputs).index(right)
+            if k not in passed or k in counters:
+                raise refuse(f"compares the counter with loop value {k}, which changes from "
+                             "step to step")
+            bound = _integer(model, 0, loop.inputs[k])
+            initial = loop.inputs[k]
+            if bound is None and not _from_shape(main, initial, loop.inputs[sequence]):
+                raise refuse(f"stops at loop value {k} ({main.tensors[initial].name!r}), which "
+                             "is computed from something other than the sequence's shape")
+            if bound is None:
+                remarks.append(f"{label.split(': ', 1)[-1]} runs as many steps as the "
+                               "sequence's shape says, read as running every step.")
+                continue
+        elif len(model.buffers[graph.tensors[right].buffer].data):
             bound = _integer(model, cond, right)
-            if bound is None or bound < steps:
-                raise UnsupportedFeatureError(
-                    f"{label}: its condition stops after "
-                    f"{'an unreadable number of' if bound is None else bound} steps, before the "
-                    f"sequence's {steps}; the canonical network runs every step. Nothing was "
-                    "read.")
         else:
-            remarks.append(f"{label.split(': ', 1)[-1]} stops when a counter reaches "
-                           f"{info.name!r}, a value known at run time; read as running every "
-                           "step of the sequence.")
+            raise refuse(f"compares the counter with {graph.tensors[right].name!r}, which is "
+                         "neither a constant nor a loop value")
+        if bound is None or steps is None or bound < steps:
+            raise refuse(f"stops after {'an unreadable number of' if bound is None else bound} "
+                         f"steps, and the sequence has "
+                         f"{'a length known only at run time' if steps is None else steps}")
+
+
+def _from_shape(graph: tfl.SubGraph, tensor: int, sequence: int) -> bool:
+    """Whether ``tensor`` is computed (in ``graph``) from a SHAPE of ``sequence`` or of a
+    tensor ``sequence`` is computed from."""
+    producer = {t: op for op in graph.operators for t in op.outputs}
+    ancestors: set[int] = set()
+    pending = [sequence]
+    while pending and len(ancestors) < 4096:
+        current = pending.pop()
+        if current in ancestors:
+            continue
+        ancestors.add(current)
+        op = producer.get(current)
+        if op is not None:
+            pending.extend(t for t in op.inputs if t >= 0)
+    seen: set[int] = set()
+    pending = [tensor]
+    while pending and len(seen) < 4096:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        op = producer.get(current)
+        if op is None:
+            continue
+        if op.inputs and op.inputs[0] in ancestors and len(op.outputs) == 1 and \
+                graph.tensors[op.outputs[0]].type_name in ("INT32", "INT64") and \
+                graph.tensors[op.inputs[0]].type_name not in ("INT32", "INT64"):
+            return True  # a SHAPE (or the like) of the sequence: its sizes
+        pending.extend(t for t in op.inputs if t >= 0)
+    return False
 
 
 def _integer(model: tfl.Model, subgraph: int, tensor: int) -> int | None:
@@ -586,7 +642,8 @@ def _integer(model: tfl.Model, subgraph: int, tensor: int) -> int | None:
 def _depends(graph: tfl.SubGraph, tensor: int, on: int) -> bool:
     """Whether ``tensor`` is computed from ``on`` in ``graph``."""
     producer = {t: op for op in graph.operators for t in op.outputs}
-    pending, seen = [tensor], set()
+    seen: set[int] = set()
+    pending = [tensor]
     while pending:
         current = pending.pop()
         if current == on:

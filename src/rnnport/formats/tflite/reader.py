@@ -82,7 +82,8 @@ class _File:
     # Other WHILE operators: the cell each computes (read permissively, for the structure),
     # or why it is none; and how a recognised loop's unit sits in the graph.
     recognised: dict[int, LoopCell | RnnportError] = field(default_factory=dict)
-    loop_time_major: dict[int, bool] = field(default_factory=dict)
+    loop_time_major: dict[int, bool] = field(default_factory=dict)  # its input is time-major
+    loop_output_major: dict[int, bool] = field(default_factory=dict)  # its output is
 
     def code(self, operator: int) -> int:
         return self.model.operator_code(self.graph.operators[operator])
@@ -311,21 +312,37 @@ def _dequantize(file: _File, tensor: int, what: str, options: Mapping[str, Any],
 
 
 def _state(file: _File, operator: int, position: int, what: str, reading: _Reading) -> None:
-    """Accept an initial-state input that starts from zeros; refuse a nonzero constant."""
+    """Accept an initial-state input that starts from zeros; refuse a nonzero constant (a
+    buffer, or a DEQUANTIZE of one)."""
     tensor = _input(file.graph.operators[operator], position)
     if tensor < 0:
         return
     info = file.graph.tensors[tensor]
-    if len(file.model.buffers[info.buffer].data):
-        if info.quantization is not None and info.quantization.quantized:
-            values = tfl.tensor_array(file.model, tensor, raw=True).astype(np.int64) - \
-                np.asarray(info.quantization.zero_point or (0,))
+    stored = tensor
+    producer = file.producer.get(tensor)
+    if not len(file.model.buffers[info.buffer].data) and producer is not None and \
+            file.code(producer) == DEQUANTIZE:
+        inputs = file.graph.operators[producer].inputs
+        if inputs and inputs[0] >= 0 and \
+                len(file.model.buffers[file.graph.tensors[inputs[0]].buffer].data):
+            stored = inputs[0]  # a float16 (or quantized) constant, widened at run time
+    held = file.graph.tensors[stored]
+    if len(file.model.buffers[held.buffer].data):
+        if held.quantization is not None and held.quantization.quantized:
+            zero = np.asarray(held.quantization.zero_point or (0,), dtype=np.int64).reshape(-1)
+            raw = tfl.tensor_array(file.model, stored, subgraph=file.index, raw=True)
+            if zero.size != 1 and (raw.ndim == 0 or zero.size != raw.shape[-1]):
+                raise FormatError(f"{file.where}: {file.label(operator)}: the initial {what} "
+                                  f"(tensor {held.name!r}) has {zero.size} zero points for "
+                                  f"shape {list(raw.shape)}; expected one, or one per unit. "
+                                  "The file is damaged.")
+            values = raw.astype(np.int64) - zero
         else:
-            values = tfl.tensor_array(file.model, tensor, subgraph=file.index)
+            values = tfl.tensor_array(file.model, stored, subgraph=file.index)
         if np.any(values != 0):
             raise UnsupportedFeatureError(
                 f"{file.where}: {file.label(operator)}: the initial {what} (input {position}, "
-                f"tensor {info.name!r}) is a nonzero constant; the canonical network starts "
+                f"tensor {held.name!r}) is a nonzero constant; the canonical network starts "
                 "from zeros and takes an initial state per call instead "
                 "(model.forward(x, state=...)). Nothing was read.")
         return
@@ -694,6 +711,7 @@ class _Unit:
     output: int  # the tensor it writes (-1: two outputs kept apart)
     reverse: bool = False  # one direction, run backwards (outputs in time order)
     bidirectional: bool = False
+    notes: tuple[str, ...] = ()  # what reading the unit tells the reader
 
 
 def _integers(file: _File, operator: int) -> list[int] | None:
@@ -762,10 +780,28 @@ def _transposed(file: _File, operator: int | None) -> bool:
         _integers(file, operator) == [1, 0, 2]
 
 
+def _swaps_batch_and_time(file: _File, operator: int | None) -> bool:
+    """Whether ``operator`` turns a sequence batch-major ↔ time-major: a TRANSPOSE of the
+    first two of three axes, or (batch 1) a RESHAPE between (1, T, I) and (T, 1, I)."""
+    if operator is None:
+        return False
+    if file.code(operator) == TRANSPOSE:
+        return _integers(file, operator) == [1, 0, 2]
+    op = file.graph.operators[operator]
+    if file.code(operator) != RESHAPE or not op.inputs or op.inputs[0] < 0 or \
+            len(op.outputs) != 1:
+        return False
+    before = file.graph.tensors[op.inputs[0]].signature
+    after = file.graph.tensors[op.outputs[0]].signature
+    return len(before) == 3 and len(after) == 3 and 1 in (before[0], before[1]) and \
+        (before[1], before[0], before[2]) == after
+
+
 def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
     """A recognised loop's unit: the converter reverses a backward direction's sequence
-    (REVERSE_V2 on its time axis) and turns a batch-major sequence time-major (TRANSPOSE)
-    in front of the loop, and undoes both behind it."""
+    (REVERSE_V2 on its time axis) and turns a batch-major sequence time-major (TRANSPOSE,
+    or RESHAPE for batch 1) in front of the loop, and undoes both behind it. Between two
+    loops it leaves the sequence time-major: the next loop reads the output as it is."""
     op = file.graph.operators[operator]
     members = [operator]
     tensor, reverse = op.inputs[cell.sequence], False
@@ -776,30 +812,42 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
         tensor, reverse = file.graph.operators[before].inputs[0], True
     before = file.producer.get(tensor)
     time_major = cell.time_axis == 0
-    if time_major and _transposed(file, before):
+    if time_major and _swaps_batch_and_time(file, before):
         assert before is not None
         members.append(before)
         tensor, time_major = file.graph.operators[before].inputs[0], False
     file.loop_time_major[operator] = time_major
     output = op.outputs[cell.output]
-    after = file.readers.get(output, [])
-    if cell.time_axis == 0 and not time_major:
-        if len(after) == 1 and _transposed(file, after[0]):
-            members.append(after[0])
-            output = file.graph.operators[after[0]].outputs[0]
-        else:
-            output = -1  # the time-major sequence is not turned back: not a layer's output
-    if reverse and output >= 0:
+    output_major = cell.time_axis == 0
+    notes: list[str] = []
+    steps = file.graph.tensors[op.inputs[cell.sequence]].signature[cell.time_axis]
+    kept = file.graph.tensors[output].signature[cell.time_axis]
+    if steps is not None and kept is not None and kept != steps:
+        # The converter keeps only what a return_sequences=False layer returns.
+        return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
+                     reverse=reverse)
+    undone = not reverse  # the time order put back (the converter: TRANSPOSE, then REVERSE)
+    for _ in range(2):
         after = file.readers.get(output, [])
-        time_axis = 0 if time_major else 1
-        if len(after) == 1 and file.code(after[0]) == REVERSE_V2 and \
-                _reverse_axis(file, after[0]) == time_axis:
-            members.append(after[0])
-            output = file.graph.operators[after[0]].outputs[0]
+        if len(after) != 1:
+            break
+        if output_major and _swaps_batch_and_time(file, after[0]):
+            output_major = False
+        elif not undone and file.code(after[0]) == REVERSE_V2 and \
+                _reverse_axis(file, after[0]) == (0 if output_major else 1):
+            undone = True
         else:
-            output = -1  # outputs in reversed time order (go_backwards): see _loop_remarks
+            break
+        members.append(after[0])
+        output = file.graph.operators[after[0]].outputs[0]
+    if not undone:
+        notes.append(f"{file.label(operator)} runs backwards (go_backwards) and the file "
+                     "keeps its outputs in that reversed order; the canonical reverse network "
+                     "gives y in time order (flip it on the time axis to compare).")
+        output = -1
+    file.loop_output_major[operator] = output_major
     return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), output,
-                 reverse=reverse)
+                 reverse=reverse, notes=tuple(notes))
 
 
 def _units(file: _File) -> list[_Unit]:
@@ -979,11 +1027,8 @@ def _layer(file: _File, unit: _Unit, options: Mapping[str, Any], reading: _Readi
         fields = {k: v for k, v in fields.items()
                   if k in ("cell", "input_size", "hidden_size", "reset_after", "bias")}
     spec = Spec(num_layers=1, bidirectional=unit.bidirectional, reverse=unit.reverse, **fields)
+    reading.remarks.extend(unit.notes)
     for k in unit.recurrent:
-        if _time_major(file, k):
-            reading.remarks.append(
-                f"{file.label(k)} is time-major: the file feeds it (time, batch, input); "
-                "run the canonical network with forward(x, time_major=True) on such an x.")
         if file.code(k) in STEP_OPS:
             reading.remarks.append(
                 f"{file.label(k)} computes one time step per invocation, carrying its state in "
@@ -1021,6 +1066,12 @@ def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple
     chain, chains = _choose(file, options)
     reading = _Reading()
     layers = [_layer(file, unit, options, reading) for unit in chain]
+    takes, gives = _majors(file, chain)
+    if takes or gives:
+        reading.remarks.append(
+            f"the network {'reads x' if takes else ''}{' and ' if takes and gives else ''}"
+            f"{'gives y' if gives else ''} time-major in the file, (time, batch, features); "
+            "forward(x, time_major=True) takes and gives both that way.")
     try:
         model = stack(layers)
     except RnnportError as error:
@@ -1050,21 +1101,33 @@ def read(source: Any, **options: Any) -> Model:
     return read_with_notes(source, **options)[0]
 
 
-def network_ends(source: Any) -> tuple[int, int]:
+def _majors(file: _File, chain: list[_Unit]) -> tuple[bool, bool]:
+    """Whether the chain reads its x, and gives its y, time-major."""
+    first, last = chain[0].recurrent[0], chain[-1].recurrent[0]
+    gives = file.loop_output_major[last] if last in file.loop_output_major else \
+        _time_major(file, last)
+    return _time_major(file, first), gives
+
+
+def network_ends(source: Any) -> tuple[int, int, bool, bool]:
     """The main-subgraph tensors holding the network's ``x`` and ``y`` (``y`` -1: none; the
-    two directions kept apart, or a time-major sequence the file does not turn back)."""
-    chain = _choose(load(source), {})[0]
-    return chain[0].input, chain[-1].output
+    two directions kept apart, or outputs in reversed time order), and whether each is
+    time-major."""
+    file = load(source)
+    chain = _choose(file, {})[0]
+    return (chain[0].input, chain[-1].output, *_majors(file, chain))
 
 
 def fixed_input(source: Any) -> tuple[int, int] | None:
     """(batch, time) of the network's input where the file fixes both (no -1 in its
     shape_signature), as the converter's files do; else None."""
     file = load(source)
-    tensor = file.graph.tensors[_choose(file, {})[0][0].input]
+    chain = _choose(file, {})[0]
+    tensor = file.graph.tensors[chain[0].input]
     if len(tensor.shape) != 3 or None in tensor.signature[:2]:
         return None
-    return tensor.shape[0], tensor.shape[1]
+    batch, time = (1, 0) if _majors(file, chain)[0] else (0, 1)
+    return tensor.shape[batch], tensor.shape[time]
 
 
 def networks(source: Any) -> Choices:
