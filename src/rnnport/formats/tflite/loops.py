@@ -593,36 +593,32 @@ def _check_condition(model: tfl.Model, operator: int, cond: int, body: int,
                          f"{'a length known only at run time' if steps is None else steps}")
 
 
-def _from_shape(graph: tfl.SubGraph, tensor: int, sequence: int) -> bool:
-    """Whether ``tensor`` is computed (in ``graph``) from a SHAPE of ``sequence`` or of a
-    tensor ``sequence`` is computed from."""
+def _ancestors(graph: tfl.SubGraph, tensor: int) -> set[int]:
+    """``tensor`` and every tensor it is computed from in ``graph`` (at most 4096)."""
     producer = {t: op for op in graph.operators for t in op.outputs}
-    ancestors: set[int] = set()
-    pending = [sequence]
-    while pending and len(ancestors) < 4096:
+    found: set[int] = set()
+    pending = [tensor]
+    while pending and len(found) < 4096:
         current = pending.pop()
-        if current in ancestors:
+        if current in found:
             continue
-        ancestors.add(current)
+        found.add(current)
         op = producer.get(current)
         if op is not None:
             pending.extend(t for t in op.inputs if t >= 0)
-    seen: set[int] = set()
-    pending = [tensor]
-    while pending and len(seen) < 4096:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        op = producer.get(current)
-        if op is None:
-            continue
-        if op.inputs and op.inputs[0] in ancestors and len(op.outputs) == 1 and \
-                graph.tensors[op.outputs[0]].type_name in ("INT32", "INT64") and \
-                graph.tensors[op.inputs[0]].type_name not in ("INT32", "INT64"):
-            return True  # a SHAPE (or the like) of the sequence: its sizes
-        pending.extend(t for t in op.inputs if t >= 0)
-    return False
+    return found
+
+
+def _from_shape(graph: tfl.SubGraph, tensor: int, sequence: int) -> bool:
+    """Whether ``tensor`` is computed (in ``graph``) from a SHAPE (an integer result of a
+    float input) of ``sequence`` or of a tensor ``sequence`` is computed from."""
+    behind, computed = _ancestors(graph, sequence), _ancestors(graph, tensor)
+    integers = ("INT32", "INT64")
+    return any(
+        op.inputs and op.inputs[0] in behind and len(op.outputs) == 1 and
+        graph.tensors[op.outputs[0]].type_name in integers and
+        graph.tensors[op.inputs[0]].type_name not in integers
+        for op in graph.operators if any(t in computed for t in op.outputs))
 
 
 def _integer(model: tfl.Model, subgraph: int, tensor: int) -> int | None:
@@ -641,17 +637,4 @@ def _integer(model: tfl.Model, subgraph: int, tensor: int) -> int | None:
 
 def _depends(graph: tfl.SubGraph, tensor: int, on: int) -> bool:
     """Whether ``tensor`` is computed from ``on`` in ``graph``."""
-    producer = {t: op for op in graph.operators for t in op.outputs}
-    seen: set[int] = set()
-    pending = [tensor]
-    while pending:
-        current = pending.pop()
-        if current == on:
-            return True
-        if current in seen:
-            continue
-        seen.add(current)
-        op = producer.get(current)
-        if op is not None:
-            pending.extend(t for t in op.inputs if t >= 0)
-    return False
+    return on in _ancestors(graph, tensor)
