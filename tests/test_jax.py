@@ -91,7 +91,7 @@ def test_golden_shapes() -> None:
                             "equinox").spec.bias
 
 
-def test_reading_imports_no_framework() -> None:
+def test_reading_and_writing_parameters_import_no_framework() -> None:
     code = ("import sys\n"
             f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
             "from test_jax import _case, _source, _fmt, _options, MANIFEST\n"
@@ -99,7 +99,9 @@ def test_reading_imports_no_framework() -> None:
             "for name in MANIFEST:\n"
             "    tree, _, meta = _case(name)\n"
             "    rnnport.read(_source(name, tree), _fmt(name), **_options(meta))\n"
-            f"rnnport.read({str(GOLDEN / 'linen_stack_lstm.msgpack')!r})\n"
+            f"stacked = rnnport.read({str(GOLDEN / 'linen_stack_lstm.msgpack')!r})\n"
+            "rnnport.write(stacked, 'flax'); rnnport.write(stacked, 'flax', api='nnx')\n"
+            "rnnport.write(stacked, 'equinox')\n"
             "bad = [m for m in ('jax', 'flax', 'equinox', 'msgpack', 'torch', 'tensorflow') "
             "if m in sys.modules]\n"
             "assert not bad, bad\n")
@@ -270,7 +272,27 @@ def test_several_networks_that_do_not_chain_are_picked_by_scope() -> None:
     encoder = rnnport.write(rnnport.RNN.random(rnnport.Spec("lstm", 3, 4), seed=1), "flax")
     decoder = rnnport.write(rnnport.RNN.random(rnnport.Spec("gru", 6, 5), seed=2), "flax")
     tree = {"params": {"encoder": encoder["params"], "decoder": decoder["params"]}}
-    with pytest.raises(FormatError, match="do not chain .* pass scope="):
+    with pytest.raises(FormatError, match="do not say the order .* pass scope="):
         rnnport.read(tree, "flax")
     assert rnnport.read(tree, "flax", scope="encoder").spec.cell == "lstm"
     assert rnnport.read(tree, "flax", scope="decoder").spec.input_size == 6
+
+
+def test_compact_scope_names_are_ordered_by_how_the_sizes_chain() -> None:
+    """linen names layers made in a compact module by their class (``GRUCell_0``,
+    ``LSTMCell_0``): the names do not say the order, the sizes may."""
+    lstm = rnnport.RNN.random(rnnport.Spec("lstm", 3, 4), seed=1)
+    gru = rnnport.RNN.random(rnnport.Spec("gru", 4, 5), seed=2)
+    cells = {"LSTMCell_0": rnnport.write(lstm, "flax")["params"]["cell"],
+             "GRUCell_0": rnnport.write(gru, "flax")["params"]["cell"]}
+    model = rnnport.read({"params": cells}, "flax")
+    assert [spec.cell for spec in model.specs] == ["lstm", "gru"]  # type: ignore[union-attr]
+    square = rnnport.RNN.random(rnnport.Spec("gru", 4, 4), seed=3)
+    ambiguous = {"LSTMCell_0": rnnport.write(rnnport.RNN.random(rnnport.Spec("lstm", 4, 4)),
+                                             "flax")["params"]["cell"],
+                 "GRUCell_0": rnnport.write(square, "flax")["params"]["cell"]}
+    with pytest.raises(FormatError, match="do not say the order"):
+        rnnport.read({"params": ambiguous}, "flax")
+    numbered = {f"RNN_{k}": {"cell": rnnport.write(square, "flax")["params"]["cell"]}
+                for k in (0, 1, 10, 2)}  # 10 after 2: numbers compare as numbers
+    assert rnnport.read({"params": numbered}, "flax").spec.num_layers == 4

@@ -451,15 +451,43 @@ def read(source: Any, **options: Any) -> Model:
     layers = _choose(tree, where, options, functions)
     if len(layers) == 1:
         return layers[0][1]
-    for (before, first), (after, second) in pairwise(layers):
-        if first.spec.num_directions * first.spec.output_size != second.spec.input_size:
-            raise FormatError(
-                f"{where}: layers {before or '(top)'} and {after} do not chain "
-                f"({first.spec.describe()} gives "
-                f"{first.spec.num_directions * first.spec.output_size} features, "
-                f"{second.spec.describe()} takes {second.spec.input_size}); pass scope= to pick "
-                f"one: {listed(path for path, _ in layers)}.")
-    return stack([model for _, model in layers])
+    return stack([model for _, model in _ordered(layers, where)])
+
+
+def _chains(layers: list[tuple[str, RNN]]) -> bool:
+    return all(first.spec.num_directions * first.spec.output_size == second.spec.input_size
+               for (_, first), (_, second) in pairwise(layers))
+
+
+def _stem(path: str) -> str:
+    """A layer's scope without its number (and an RNN's ``cell``): ``RNN_0/cell`` → ``RNN_``,
+    ``layers/1`` → ``layers/``."""
+    path = path[:-len("/cell")] if path.endswith("/cell") else path
+    return re.sub(r"\d+$", "", path.rsplit("/", 1)[-1]) + "@" + path.rpartition("/")[0]
+
+
+MAX_ORDERED = 6  # layers whose order is worked out from their sizes (6! = 720 orders)
+
+
+def _ordered(layers: list[tuple[str, RNN]], where: str) -> list[tuple[str, RNN]]:
+    """The layers in the order they run. Numbered scopes of one kind (``RNN_0``, ``RNN_1``;
+    ``layers_0`` …) say it; scopes of different kinds (linen's compact names ``GRUCell_0``,
+    ``LSTMCell_0``) do not, and the order is the one way their sizes chain — or refused."""
+    listing = listed(path or "(the top)" for path, _ in layers)
+    if len({_stem(path) for path, _ in layers}) == 1:
+        if _chains(layers):
+            return layers
+        raise FormatError(f"{where}: the layers {listing} do not chain (each one's output "
+                          "feeding the next one's input); pass scope= to pick one.")
+    if len(layers) <= MAX_ORDERED:
+        from itertools import permutations
+
+        orders = [list(order) for order in permutations(layers) if _chains(list(order))]
+        if len(orders) == 1:
+            return orders[0]
+    raise FormatError(f"{where}: the scope names of the layers {listing} do not say the order "
+                      "they run in, and their sizes do not settle it; pass scope= to read one "
+                      "network at a time.")
 
 
 def networks(source: Any) -> Choices:
