@@ -556,3 +556,20 @@ def test_framework_forward_runs_the_stack_read_not_the_whole_model(keras_files: 
             assert "set_weights" in result[0], result[0]
             np.testing.assert_allclose(result[1], model.forward(given)[0], atol=1e-5, rtol=0,
                                        err_msg=f"{name} {source} {options}")
+
+
+def test_a_checkpoint_name_with_brackets_is_protected_from_its_own_conversion(
+        tmp_path: Path) -> None:
+    """``m[1].ckpt``: the data shard is found by escaping the glob's brackets, so a
+    conversion onto the source's own data file is refused even with overwrite=True."""
+    import rnnport
+
+    model = rnnport.RNN.random(rnnport.Spec("lstm", 3, 4), seed=1)
+    prefix = tmp_path / "m[1].ckpt"
+    rnnport.write(model, "tf2", path=prefix)
+    data = next(tmp_path.glob("*.data-*"))
+    assert data in rnnport.formats.get("tf2").input_files(prefix)
+    before = data.read_bytes()
+    with pytest.raises(rnnport.RnnportError, match="source|input|itself"):
+        rnnport.convert(prefix, "onnx", fmt="tf2", path=data, overwrite=True)
+    assert data.read_bytes() == before

@@ -69,6 +69,7 @@ SavedModel's ``variables/variables``, and is run.
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -272,7 +273,8 @@ def input_files(path: Path) -> list[Path]:
         prefix = tensorbundle.checkpoint_prefix(path)
     except FormatError:
         prefix = path
-    return [Path(f"{prefix}.index"), *sorted(prefix.parent.glob(f"{prefix.name}.data-*"))]
+    return [Path(f"{prefix}.index"),
+            *sorted(prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*"))]
 
 
 def param_count(model: Model) -> int:
