@@ -353,3 +353,17 @@ def test_inputs_are_protected_however_they_are_named(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="exists; pass overwrite=True"):
         rnnport.write(MODEL, "npz", path=tmp_path / "link.npz")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != "link.npz"} == before
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_a_zip_member_in_another_codec_is_refused_before_it_expands(tmp_path: Path,
+                                                                    method: int) -> None:
+    """A small .npz whose member is bzip2 or lzma: refused by its method, whatever its
+    declared size, before a byte is decompressed."""
+    import rnnport
+
+    path = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(path, "w", compression=method) as archive:
+        archive.writestr("x.npy", b"\0" * 1_000_000)
+    with pytest.raises(rnnport.FormatError, match="compressed with zip method"):
+        rnnport.read(path, "npz")

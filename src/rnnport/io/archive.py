@@ -4,9 +4,10 @@ Members are read into memory by name and never extracted. An archive is refused 
 anything is read when a member's name leaves the archive's folder (absolute, a drive, or
 through ``..``), or when a member declares more bytes than it could hold: stored members
 must declare what they store, compressed ones at most :data:`RATIO` times it (deflate's
-largest expansion), and every member must lie inside the file. Every failure of zipfile
-itself (bad headers, CRC mismatches, unknown compression, encryption) becomes a
-:class:`~rnnport.errors.FormatError` naming the file and the member.
+largest expansion), every member must lie inside the file, and only stored and deflated
+members are read (:data:`CODECS`: bzip2 and lzma expand a block at once, without a bound).
+Every failure of zipfile itself (bad headers, CRC mismatches, unknown compression,
+encryption) becomes a :class:`~rnnport.errors.FormatError` naming the file and the member.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from ..errors import DTypeError, FormatError
 __all__ = ["RATIO", "load_npy", "open_zip", "read_member", "read_npy"]
 
 RATIO = 1032
+# The zip methods read: stored and deflate (zipfile's deflate reader stops at the declared
+# size); bzip2 and lzma decompress a whole block at once, whatever it expands to.
+CODECS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
+_METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma", 93: "zstandard"}
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
                NotImplementedError, RuntimeError, KeyError, IndexError, TypeError,
                UnicodeDecodeError, struct.error, zlib.error, OverflowError)
@@ -62,6 +67,12 @@ def _check(path: Path, info: zipfile.ZipInfo, size: int) -> None:
             f"{path}: archive member {name!r} has a path that leaves the archive's folder "
             "(absolute, or through '..'); no framework writes one. Refusing to read the "
             "file; nothing was extracted.")
+    if info.compress_type not in CODECS:
+        raise FormatError(
+            f"{path}: archive member {name!r} is compressed with zip method "
+            f"{info.compress_type} ({_METHODS.get(info.compress_type, 'unknown')}); expected "
+            "stored or deflate, the only ones Keras, NumPy and PyTorch write (other codecs "
+            "expand without a bound while being read). Nothing was read.")
     stored = info.compress_type == zipfile.ZIP_STORED
     if info.compress_size > size or info.header_offset > size or (
             info.file_size != info.compress_size if stored
