@@ -208,3 +208,49 @@ def test_a_network_that_cannot_be_weakly_referenced_is_never_mistaken_for_anothe
         results.append(run(Plain(model.spec, model.dtype, model.params), x)[0])
         np.testing.assert_array_equal(results[-1], model.forward(x)[0])
     assert not np.array_equal(results[0], results[1])
+
+
+# -- arguments checked at the boundary -----------------------------------------------------
+
+
+def test_a_ragged_input_is_a_shape_error() -> None:
+    model = rnnport.RNN.random(rnnport.Spec("lstm", 3, 4))
+    with pytest.raises(rnnport.ShapeError, match="x cannot be an array"):
+        model.forward([[[1.0, 2.0, 3.0]], [[1.0, 2.0]]])
+
+
+def test_a_broadcast_view_too_large_to_run_at_once_is_refused_before_any_copy() -> None:
+    model = rnnport.RNN.random(rnnport.Spec("gru", 3, 4))
+    x = np.broadcast_to(np.zeros(3, np.float32), (1, 10**9, 3))  # 12 bytes of real memory
+    with pytest.raises(rnnport.ShapeError, match="Run it in pieces along time"):
+        model.forward(x)
+
+
+def test_random_weights_for_a_billion_layers_are_refused() -> None:
+    with pytest.raises(rnnport.SpecError, match="parameters, more than"):
+        rnnport.RNN.random(rnnport.Spec("lstm", 3, 4, num_layers=10**9))
+
+
+def test_stacking_builds_each_merged_network_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each merge used to build (and check) the network so far again: quadratic work in the
+    number of layers. Counted, not timed: one network built for one run of layers."""
+    layers = [rnnport.RNN.random(rnnport.Spec("gru", 3 if k == 0 else 4, 4), seed=k)
+              for k in range(50)] + [rnnport.RNN.random(rnnport.Spec("lstm", 4, 2), seed=9)]
+    built = []
+    original = rnnport.RNN.__init__
+
+    def counting(self: rnnport.RNN, spec: rnnport.Spec, *args: object, **kwargs: object) -> None:
+        built.append(spec.num_layers)
+        original(self, spec, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rnnport.RNN, "__init__", counting)
+    model = rnnport.stack(layers)
+    assert [spec.num_layers for spec in model.specs] == [50, 1]  # type: ignore[union-attr]
+    assert built == [50]
+
+
+def test_a_flat_buffer_claiming_a_billion_layers_is_sized_without_listing_them() -> None:
+    buffer = rnnport.write(rnnport.RNN.random(rnnport.Spec("gru", 3, 4)), "cudnn")
+    with pytest.raises(rnnport.ShapeError, match="999999999 × "):
+        rnnport.read(buffer, "cudnn", cell="gru", input_size=3, hidden_size=4,
+                     num_layers=10**9)

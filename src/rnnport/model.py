@@ -26,6 +26,9 @@ from .spec import Spec
 
 __all__ = ["RNN", "Model", "Stack", "stack"]
 
+# The most parameters RNN.random draws (2**31: 8 GiB in float32).
+MAX_RANDOM = 2**31
+
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 DIRECTION_NAMES = ("forward", "backward")
 
@@ -97,6 +100,10 @@ class RNN:
         cls, spec: Spec, *, seed: int | None = 0, dtype: Any = np.float32, scale: float | None = None
     ) -> RNN:
         """Random, distinct weights and biases (uniform ±1/√H unless ``scale`` is given)."""
+        if spec.num_params() > MAX_RANDOM:
+            raise SpecError(f"RNN.random: {spec.describe()} has {spec.num_params():,} "
+                            f"parameters, more than {MAX_RANDOM:,} (rnnport.model.MAX_RANDOM) "
+                            "to draw in memory; expected the sizes of a real network.")
         rng = np.random.default_rng(seed)
         bound = scale if scale is not None else 1.0 / math.sqrt(spec.hidden_size)
         params = [
@@ -450,12 +457,16 @@ def stack(parts: Sequence[Model]) -> Model:
         flat.extend(part.parts if isinstance(part, Stack) else [part])
     if not flat:
         raise ShapeError("stack: expected at least one network, got none.")
-    merged: list[RNN] = [flat[0]]
+    # Runs of neighbours that merge, each built once (merging one at a time would check
+    # every earlier layer again at each step: quadratic in the number of layers).
+    runs: list[list[RNN]] = [[flat[0]]]
     for part in flat[1:]:
-        lower = merged[-1]
-        if _mergeable(lower, part):
-            spec = lower.spec.replace(num_layers=lower.spec.num_layers + part.spec.num_layers)
-            merged[-1] = RNN(spec, [*lower.params, *part.params], copy=False)
+        if _mergeable(runs[-1][-1], part):
+            runs[-1].append(part)
         else:
-            merged.append(part)
+            runs.append([part])
+    merged = [run[0] if len(run) == 1 else
+              RNN(run[0].spec.replace(num_layers=sum(p.spec.num_layers for p in run)),
+                  [layer for p in run for layer in p.params], copy=False)
+              for run in runs]
     return merged[0] if len(merged) == 1 else Stack(merged)

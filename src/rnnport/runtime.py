@@ -211,6 +211,7 @@ def run(
     if not time_major:
         inputs = inputs.transpose(1, 0, 2)
     steps, batch, _ = inputs.shape
+    _check_size(spec, steps, batch)
     lengths = _check_lengths(lengths, batch, steps)
     h0, c0 = _check_state(state, spec, batch, dtype)
     directions = spec.num_directions
@@ -486,7 +487,12 @@ _LOOPS: dict[str, _Loop] = {"lstm": _lstm_loop, "gru": _gru_loop, "rnn_tanh": _r
 
 
 def _check_input(x: Any, input_size: int, dtype: np.dtype) -> np.ndarray:
-    array = np.asarray(x)
+    try:
+        array = np.asarray(x)
+    except (ValueError, TypeError) as error:  # a ragged nesting of lists
+        raise ShapeError(f"forward: x cannot be an array ({str(error).splitlines()[0]}); "
+                         f"expected (batch, time, {input_size}) numbers, every sequence of the "
+                         "same length (pad shorter ones and pass lengths=).") from None
     if array.dtype.kind not in "fiu":
         raise DTypeError(f"forward: x has dtype {array.dtype}; expected real numbers "
                          "(float16/32/64). Cast x with x.astype(numpy.float32).")
@@ -496,6 +502,24 @@ def _check_input(x: Any, input_size: int, dtype: np.dtype) -> np.ndarray:
             f"(or (time, batch, {input_size}) with time_major=True) because the network's "
             f"input_size is {input_size}. Add a batch axis with x[None] for one sequence.")
     return array.astype(dtype, copy=False)
+
+
+# The most elements one forward call holds at once (x, the input projections, the h history
+# and y of a layer): 2**31 (8 GiB in float32); a longer sequence runs in pieces, the state
+# carried from one to the next.
+MAX_ELEMENTS = 2**31
+
+
+def _check_size(spec: Spec, steps: int, batch: int) -> None:
+    width = max(spec.layer_input_size(layer) for layer in range(spec.num_layers))
+    held = steps * batch * (width + spec.num_directions * (
+        spec.gate_count * spec.hidden_size + 2 * spec.output_size))
+    if held > MAX_ELEMENTS:
+        raise ShapeError(
+            f"forward: x of {steps:,} steps × {batch:,} sequences would need {held:,} elements "
+            f"at once, more than {MAX_ELEMENTS:,} (rnnport.runtime.MAX_ELEMENTS). Run it in "
+            "pieces along time, carrying the state: y1, s = net.forward(x[:, :k]); "
+            "y2, s = net.forward(x[:, k:], state=s).")
 
 
 def _check_lengths(lengths: Any, batch: int, steps: int) -> np.ndarray | None:

@@ -171,11 +171,11 @@ class Spec:
     def num_params(self) -> int:
         """Canonical parameter count: both biases, projection (and its bias), peepholes and
         layer-norm coefficients included."""
-        return sum(
-            math.prod(shape) * self.num_directions
-            for layer in range(self.num_layers)
-            for shape in self.param_shapes(layer).values()
-        )
+        def layer(index: int) -> int:
+            return sum(math.prod(shape) for shape in self.param_shapes(index).values())
+
+        # Every layer past the first has layer 1's shapes: no loop over a claimed layer count.
+        return self.num_directions * (layer(0) + (self.num_layers - 1) * layer(min(1, self.num_layers - 1)))
 
     def replace(self, **changes: object) -> Spec:
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -130,8 +130,18 @@ def layout(spec: Spec, bias_mode: str = "double") -> list[Segment]:
 
 
 def buffer_size(spec: Spec, bias_mode: str = "double") -> int:
-    segments = layout(spec, bias_mode)
-    return segments[-1].stop
+    """Elements of the buffer, computed without listing its blocks (a spec claiming a
+    billion layers costs nothing to size)."""
+    gates = spec.gate_count * spec.hidden_size
+    biases = {"double": 2, "single_input": 1, "single_recurrent": 1, "none": 0}[bias_mode]
+    projection = spec.proj_size * spec.hidden_size
+
+    def weights(layer: int) -> int:
+        return gates * (spec.layer_input_size(layer) + spec.output_size) + projection
+
+    per_direction = weights(0) + (spec.num_layers - 1) * weights(1) + \
+        spec.num_layers * biases * gates
+    return spec.num_directions * per_direction
 
 
 MAX_CANDIDATES = 8
@@ -272,14 +282,14 @@ class FlatFormat:
                               f"{describe(buffer)}. Flatten it with .reshape(-1) if it is the "
                               "whole weight space.")
         buffer = as_float_array(buffer, f"{self.name} buffer")
-        segments = layout(spec, bias_mode)
-        expected = segments[-1].stop
+        expected = buffer_size(spec, bias_mode)
         if buffer.size != expected:
             raise ShapeError(
                 f"{self.name} buffer: {buffer.size} elements; expected {expected} for "
                 f"{spec.describe(article=True)} with bias_mode={bias_mode!r} "
                 f"({_size_formula(spec, bias_mode)}). Check cell, sizes, num_layers, "
                 "bidirectional, proj_size and bias_mode.")
+        segments = layout(spec, bias_mode)
         params: list[list[dict[str, np.ndarray]]] = [
             [{} for _ in range(spec.num_directions)] for _ in range(spec.num_layers)]
         for segment in segments:
@@ -381,7 +391,7 @@ def _size_formula(spec: Spec, bias_mode: str) -> str:
     gates, hidden, out = spec.gate_count, spec.hidden_size, spec.output_size
     directions = spec.num_directions
     parts = []
-    for layer in range(spec.num_layers):
+    for layer in range(min(spec.num_layers, 2)):  # layers past the first all read layer 1's
         width = spec.layer_input_size(layer)
         term = f"{gates}·{hidden}·({width}+{out})"
         if spec.proj_size:
@@ -390,6 +400,8 @@ def _size_formula(spec: Spec, bias_mode: str) -> str:
         if biases:
             term += f" + {biases}·{gates}·{hidden}"
         parts.append(f"{directions}·[{term}]" if directions > 1 else f"[{term}]")
+    if spec.num_layers > 2:
+        parts[1] = f"{spec.num_layers - 1} × {parts[1]}"
     return "per layer: " + " + ".join(parts)
 
 

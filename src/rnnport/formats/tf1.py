@@ -283,10 +283,8 @@ class _Network:
 
 def _networks(names: Sequence[str], where: str) -> list[_Network]:
     found: dict[tuple[str, str], _Network] = {}
-    for name in names:
-        match = _VARIABLE.match(name)
-        if not match:
-            continue
+    matched = [(name, match) for name in names if (match := _VARIABLE.match(name))]
+    for name, match in matched:
         outer, cell = match["outer"] or "", match["cell"]
         prefix = f"{outer}/" if outer else ""
         layer, direction = 0, 0
@@ -300,6 +298,14 @@ def _networks(names: Sequence[str], where: str) -> list[_Network]:
             structure, scope, layer = "multi", m["scope"] or "", layer_number(m["layer"], where)
         else:
             structure, scope = "single", outer
+        if layer >= len(matched):
+            # Every layer below this one needs a variable of its own, so the number is
+            # bounded by the variables held: nothing is ever sized or looped by it.
+            raise FormatError(
+                f"{where}: {name!r} names layer {layer}, but only {len(matched)} cell variables "
+                f"are held in all, too few for {layer + 1} layers (each needs one at least); "
+                f"expected layer numbers below {len(matched)}. The checkpoint is damaged or "
+                "built to exhaust memory; re-save it with every layer.")
         network = found.setdefault((scope, structure) if structure != "single" else
                                    (prefix + cell, structure), _Network(scope, structure))
         known = network.cells.setdefault((layer, direction), (cell, prefix))

@@ -71,7 +71,7 @@ def _check(path: Path, info: zipfile.ZipInfo, size: int) -> None:
         raise FormatError(
             f"{path}: archive member {name!r} is compressed with zip method "
             f"{info.compress_type} ({_METHODS.get(info.compress_type, 'unknown')}); expected "
-            "stored or deflate, the only ones Keras, NumPy and PyTorch write (other codecs "
+            "stored or deflate, the only ones the frameworks write (other codecs "
             "expand without a bound while being read). Nothing was read.")
     stored = info.compress_type == zipfile.ZIP_STORED
     if info.compress_size > size or info.header_offset > size or (

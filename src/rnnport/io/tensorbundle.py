@@ -11,6 +11,17 @@ Every block of the table and every tensor is checked against its CRC-32C, so a d
 file is reported (naming the file and the entry) instead of yielding wrong numbers.
 Tensors are read one at a time, when asked for: an optimizer's slots in the same
 checkpoint cost nothing.
+
+What a TensorFlow writer guarantees is checked before it is relied on, so a hostile
+index costs no more time or memory than its files' sizes:
+
+* the table's keys are strictly increasing, and its data blocks lie one after another,
+  each read (and checksummed) once;
+* no two tensors' bytes overlap in a data shard, so reading every tensor once
+  materialises at most the shards' bytes;
+* a shape has at most :data:`MAX_RANK` dimensions when read (254 in the index, as
+  TensorFlow allows), and its elements fill exactly the entry's bytes (an empty tensor's
+  other dimensions too must describe an array NumPy can make).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +42,18 @@ from . import _proto, checkpoint_state
 from .atomic import atomic_write_all
 from .crc32c import crc32c, mask, unmask
 
-__all__ = ["Bundle", "Entry", "bundle_files", "checkpoint_prefix", "is_data_file", "output_prefix",
-           "read_bundle", "write_bundle"]
+__all__ = ["MAX_RANK", "Bundle", "Entry", "bundle_files", "checkpoint_prefix", "is_data_file",
+           "output_prefix", "read_bundle", "write_bundle"]
 
 _MAGIC = 0xDB4775248B80FB57
 _DATA_NAME = re.compile(r"\.data-\d{5}-of-\d{5}$")
 _FOOTER = 48
 _TRAILER = 5
+# TensorFlow's TensorShape holds at most 254 dimensions; an index claiming more is damaged.
+_TF_MAX_RANK = 254
+# A recurrent weight has one to three dimensions; 32 is generous for any other tensor a
+# checkpoint beside it holds, and below NumPy's own limit (64; 32 before NumPy 2).
+MAX_RANK = 32
 
 # TensorFlow DataType enum → NumPy dtype ("bfloat16" and "string" are decoded specially).
 _DTYPES: dict[int, str] = {
@@ -172,16 +189,26 @@ class Bundle(Mapping[str, Entry]):
                     f"header says there are {self.shards}; the index is damaged.")
             stored.setdefault(entry.shard, []).append(entry)
         for shard, listed in stored.items():
-            # Entries that each fit but overlap would make the same bytes count many times.
-            # (One that runs past the end is reported, by name, when it is read.)
-            path = self.data_path(shard)
-            size = path.stat().st_size if path.is_file() else 0
-            total = sum(max(entry.size, 0) for entry in listed)
-            if total > size and all(0 <= e.offset and e.offset + e.size <= size for e in listed):
+            self._check_apart(shard, listed)
+
+    def _check_apart(self, shard: int, listed: list[Entry]) -> None:
+        """Refuse two entries whose bytes overlap in one shard: TensorFlow writes each
+        tensor once, after the one before, so overlapping entries are damage, or a small
+        file built to make reading every tensor materialise the same bytes again and again.
+        (An entry running past the end of its shard is reported, by name, when read.)"""
+        spans = sorted((entry.offset, entry.offset + entry.size, entry.name) for entry in listed
+                       if entry.offset >= 0 and entry.size > 0)
+        furthest: tuple[int, int, str] | None = None  # the span reaching furthest so far
+        for span in spans:
+            if furthest is not None and span[0] < furthest[1]:
                 raise FormatError(
-                    f"{self.index_path}: the entries of shard {shard} add up to {total:,} bytes, "
-                    f"more than {path} holds ({size:,}); they overlap, so the index is damaged "
-                    "or built to exhaust memory.")
+                    f"{self.index_path}: tensors {furthest[2]!r} (bytes {furthest[0]}.."
+                    f"{furthest[1]}) and {span[2]!r} (bytes {span[0]}..{span[1]}) overlap in "
+                    f"{self.data_path(shard)}; expected every tensor's bytes apart (TensorFlow "
+                    "writes each tensor once, after the previous one). The index is damaged or "
+                    "built to make reading repeat the same bytes; re-save the checkpoint.")
+            if furthest is None or span[1] > furthest[1]:
+                furthest = span
 
     def __getitem__(self, name: str) -> Entry:
         return self._entries[name]
@@ -208,13 +235,7 @@ class Bundle(Mapping[str, Entry]):
         if entry.dtype_code not in _DTYPES:
             raise DTypeError(f"{where} has TensorFlow type {_tf_name(entry.dtype_code)}, which "
                              "holds no plain numbers; it cannot be read as an array.")
-        count = math.prod(entry.shape)
-        if entry.dtype != "string":
-            itemsize = 2 if entry.dtype == "bfloat16" else np.dtype(entry.dtype).itemsize
-            if entry.size != count * itemsize:
-                raise FormatError(
-                    f"{where}: the index gives {entry.size} bytes, but shape {list(entry.shape)} of "
-                    f"{entry.dtype} needs {count * itemsize}; the index is damaged.")
+        count = _check_shape(entry, where)
         raw = self._raw(entry, where, checked=entry.dtype != "string")
         if entry.dtype == "string":
             return _strings(raw, count, entry.crc, f"{where} in {self.data_path(entry.shard)}"
@@ -254,6 +275,51 @@ class Bundle(Mapping[str, Entry]):
 
     def arrays(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
         return {name: self.read(name) for name in (self if names is None else names)}
+
+
+def _check_shape(entry: Entry, where: str) -> int:
+    """The element count of ``entry``'s shape, once the shape is known to fit the entry's
+    bytes and NumPy: checked before any array (or byte buffer) is made from it."""
+    shape = entry.shape
+    if len(shape) > MAX_RANK:
+        raise FormatError(
+            f"{where}: its shape has {len(shape)} dimensions; expected at most {MAX_RANK} (a "
+            "recurrent weight has one to three). The index is damaged, or this tensor is not "
+            "one rnnport reads; read the checkpoint's other tensors by name.")
+    count = math.prod(shape)
+    # The array's item size: what is read is made into objects (strings), float32 (bfloat16)
+    # or the stored type.
+    itemsize = np.dtype({"string": "object", "bfloat16": "float32"}.get(entry.dtype,
+                                                                          entry.dtype)).itemsize
+    if entry.dtype == "string":
+        if count > entry.size:  # each string takes at least its one-byte length
+            raise FormatError(
+                f"{where}: shape {_shown(shape)} holds {count:,} strings, but the index gives "
+                f"{entry.size:,} bytes, less than one byte each; expected at least {count:,}. "
+                "The index is damaged; re-save the checkpoint.")
+    else:
+        stored = 2 if entry.dtype == "bfloat16" else itemsize
+        if entry.size != count * stored:
+            raise FormatError(
+                f"{where}: the index gives {entry.size:,} bytes, but shape {_shown(shape)} of "
+                f"{entry.dtype} needs {count * stored:,}; the index is damaged. Re-save the "
+                "checkpoint.")
+    # An empty tensor's bytes bound none of its other dimensions; NumPy still refuses a
+    # shape whose non-zero dimensions span more bytes than an address can count.
+    extent = math.prod(dim for dim in shape if dim) * itemsize
+    if extent > sys.maxsize:
+        raise FormatError(
+            f"{where}: shape {_shown(shape)} spans {extent:,} bytes without its zero "
+            f"dimension(s); expected at most {sys.maxsize:,} (what NumPy can address). The "
+            "index is damaged; re-save the checkpoint.")
+    return count
+
+
+def _shown(shape: tuple[int, ...]) -> str:
+    """A shape as a message shows it: at most eight dimensions, then how many in all."""
+    if len(shape) <= 8:
+        return str(list(shape))
+    return f"[{', '.join(map(str, shape[:8]))}, … ({len(shape)} dimensions)]"
 
 
 def _strings(raw: bytearray, count: int, stored: int, where: str) -> np.ndarray:
@@ -353,16 +419,37 @@ class _Table:
             raise FormatError(f"{self.path}: the {what} is malformed ({error}).") from None
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every key and value, in order. TensorFlow's table writer puts the data blocks one
+        after another and their keys in increasing order; both are checked, so that no block
+        is read (and checksummed, and parsed) twice: an index whose entries all point at one
+        large block would otherwise cost their number times its size."""
         self.block(self.meta_handle, "metaindex block")  # unused, but a damaged one is damage
         index = self.block(self.index_handle, "index block")
+        previous_end, previous_key = 0, None
         for number, (_, handle) in enumerate(self._entries(index, "index block")):
             try:
                 location = self._handle(handle, 0)
             except _proto.ProtoError as error:
                 raise FormatError(f"{self.path}: index entry {number} is malformed ({error}).") \
                     from None
-            yield from self._entries(self.block(location, f"data block {number}"),
-                                     f"data block {number}")
+            if location[0] < previous_end:
+                raise FormatError(
+                    f"{self.path}: index entry {number} points at bytes {location[0]}.."
+                    f"{location[0] + location[1] + _TRAILER}, inside or before data block "
+                    f"{number - 1} (which ends at byte {previous_end}); expected each data block "
+                    "after the previous one, as TensorFlow writes them. The index file is damaged "
+                    "or built to make reading repeat work; re-save the checkpoint.")
+            what = f"data block {number}"
+            for key, value in self._entries(self.block(location, what), what):
+                if previous_key is not None and key <= previous_key:
+                    raise FormatError(
+                        f"{self.path}: in {what}, key {_key_shown(key)} follows "
+                        f"{_key_shown(previous_key)}; expected keys in strictly increasing order, "
+                        "as TensorFlow writes them (each tensor once). The index file is damaged; "
+                        "re-save the checkpoint.")
+                previous_key = key
+                yield key, value
+            previous_end = location[0] + location[1] + _TRAILER
 
     def header(self, value: bytes) -> dict[int, int]:
         """The BundleHeaderProto's integer fields (num_shards 1, endianness 2)."""
@@ -396,11 +483,22 @@ class _Table:
             value = fields.get(number, 0)
             return _signed(value) if isinstance(value, int) else -1
 
+        if len(dims) > _TF_MAX_RANK:
+            raise FormatError(
+                f"{self.path}: tensor {name!r} has {len(dims)} dimensions; expected at most "
+                f"{_TF_MAX_RANK}, as many as TensorFlow allows. The index is damaged; re-save "
+                "the checkpoint.")
         if any(d < 0 for d in dims):
             raise FormatError(f"{self.path}: tensor {name!r} has an unknown or negative shape "
-                              f"{dims}; the index is damaged.")
+                              f"{_shown(tuple(dims))}; the index is damaged.")
         return Entry(name, integer(1), tuple(dims), integer(3), integer(4), integer(5),
                      integer(6), sliced)
+
+
+def _key_shown(key: bytes) -> str:
+    """A table key for a message: its name, cut to 80 characters."""
+    text = key.lstrip(b"\0").decode("utf-8", errors="replace")
+    return repr(text if len(text) <= 80 else f"{text[:80]}…")
 
 
 def _signed(value: int) -> int:

@@ -24,9 +24,13 @@ absolute path, no ``..``, no link leading out), and its offset and length must l
 the file and match the tensor's shape. Nothing else is opened.
 
 **Budgets.** A hostile graph cannot make the reader allocate or recurse without bound:
-computed values are cached, their total size may not exceed four times what the model's
-stored tensors hold (plus 16 MiB), and a value computed through more than
-:data:`MAX_DEPTH` nested nodes is refused.
+computed values are cached, and the bytes of every new array folding makes (a view of an
+array already held costs nothing, a copy costs its size, however a NumPy operation hid it)
+may not exceed four times what the model's stored tensors hold, plus 16 MiB; there is no
+option to raise it, since folding the graph offline stores the weights as tensors, which
+raises it. Values are followed with an explicit stack, never Python recursion, and one
+computed through more than :data:`MAX_DEPTH` nested nodes is refused. A tensor declaring a
+negative dimension, or holding strings, is refused before it is decoded.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,16 +56,25 @@ FOLDABLE = ("Identity", "Cast", "Unsqueeze", "Squeeze", "Slice", "Concat", "Spli
 MAX_DEPTH = 200
 MAX_NODES = 500_000  # nodes in all scopes, each function call's body counted again
 EXTERNAL = 1  # TensorProto.EXTERNAL
+STRING = 8  # TensorProto.STRING
+# A Constant node's numeric attributes and their AttributeProto types: FLOAT, FLOATS, INT, INTS.
+CONSTANT_TYPES = {"value_float": 1, "value_floats": 6, "value_int": 2, "value_ints": 7}
+BUDGET = "four times the bytes the model's stored tensors hold, plus 16 MiB"
 
 
 class BudgetError(FormatError):
     """Computing a value would take more memory than a model of this size justifies."""
 
 
-def exhausted(where: str, what: str) -> BudgetError:
-    """The error for ``what`` (“the result would be …”) past the budget."""
-    return BudgetError(f"{where}: {what}, more memory than the model's stored tensors, four "
-                       "times over; the graph is built to exhaust memory. Nothing was read.")
+def exhausted(where: str, what: str, limit: int | None = None) -> BudgetError:
+    """The error for ``what`` (“the result would be …”) past the budget (``limit`` bytes in
+    all, when known)."""
+    total = "" if limit is None else f", {limit / (1 << 20):,.1f} MiB for this model"
+    return BudgetError(f"{where}: {what}, more memory than the values computed from a graph "
+                       f"may take ({BUDGET}{total}); the graph is built to exhaust "
+                       "memory. Nothing was read. A real model whose weights are computed this "
+                       "way reads once its constants are folded offline (ONNX Runtime's "
+                       "SessionOptions.optimized_model_filepath), which stores them as tensors.")
 
 
 @dataclass
@@ -73,6 +86,7 @@ class Loaded:
     folder: Path | None
     where: str
     budget: int = 0  # bytes computed values may still take
+    limit: int = 0  # the budget, in all
     opsets: list[Any] = field(default_factory=list)  # the model's opset_import
 
 
@@ -84,7 +98,7 @@ def load(source: Any) -> Loaded:
         model, where = source, "ONNX model"
     elif is_proto(source, "GraphProto"):
         loaded = Loaded(source, {}, None, "ONNX graph")
-        loaded.budget = _budget(source, {}, None)
+        loaded.budget = loaded.limit = _budget(source, {}, None)
         return loaded
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -101,7 +115,7 @@ def load(source: Any) -> Loaded:
                           f"path to an .onnx file, got {describe(source)}.")
     functions = {(function.domain, function.name): function for function in model.functions}
     loaded = Loaded(model.graph, functions, folder, where, opsets=list(model.opset_import))
-    loaded.budget = _budget(model.graph, functions, folder)
+    loaded.budget = loaded.limit = _budget(model.graph, functions, folder)
     return loaded
 
 
@@ -112,10 +126,12 @@ def is_proto(source: Any, name: str) -> bool:
 def _budget(graph: Any, functions: Mapping[tuple[str, str], Any], folder: Path | None) -> int:
     """Four times the bytes the model's tensors store, + 16 MiB: what they hold inline, and
     for external data what they declare, up to the size of the file named (a declared
-    shape alone stores nothing)."""
+    shape alone stores nothing); a Constant node's list of numbers counts as a tensor."""
     stored = 0
-    for tensor in _tensors(graph, functions):
-        if tensor.data_location == EXTERNAL or len(tensor.external_data):
+    for tensor in _tensors(graph, functions, lists=True):
+        if type(tensor).__name__ == "AttributeProto":  # value_floats, value_ints
+            stored += tensor.ByteSize()
+        elif tensor.data_location == EXTERNAL or len(tensor.external_data):
             declared = math.prod(max(int(dim), 0) for dim in tensor.dims) * 8
             stored += min(declared, _external_size(tensor, folder))
         else:
@@ -135,7 +151,10 @@ def _external_size(tensor: Any, folder: Path | None) -> int:
         return 0
 
 
-def _tensors(graph: Any, functions: Mapping[tuple[str, str], Any]) -> Iterator[Any]:
+def _tensors(graph: Any, functions: Mapping[tuple[str, str], Any],
+             lists: bool = False) -> Iterator[Any]:
+    """The tensors the model stores (initializers, attributes), and with ``lists`` the
+    Constant nodes' numeric attributes too."""
     pending = [graph]
     seen: set[int] = set()
     while pending:
@@ -145,17 +164,22 @@ def _tensors(graph: Any, functions: Mapping[tuple[str, str], Any]) -> Iterator[A
         seen.add(id(current))
         yield from current.initializer
         for node in current.node:
+            yield from _stored(node, lists)
             for attribute in node.attribute:
-                if attribute.HasField("t"):
-                    yield attribute.t
                 if attribute.HasField("g"):
                     pending.append(attribute.g)
                 pending.extend(attribute.graphs)
     for function in functions.values():
         for node in function.node:
-            for attribute in node.attribute:
-                if attribute.HasField("t"):
-                    yield attribute.t
+            yield from _stored(node, lists)
+
+
+def _stored(node: Any, lists: bool) -> Iterator[Any]:
+    for attribute in node.attribute:
+        if attribute.HasField("t"):
+            yield attribute.t
+        elif lists and node.op_type == "Constant" and attribute.name in CONSTANT_TYPES:
+            yield attribute
 
 
 # -- scopes ----------------------------------------------------------------------------------
@@ -200,7 +224,35 @@ class Scope:
 
     def value(self, name: str, where: str) -> np.ndarray:
         """The constant ``name`` holds, or an error saying why it is not one."""
-        return self._value(name, where, 0, frozenset())
+        if name in self.cache:
+            return self.cache[name]
+        # An explicit stack, not recursion: how deeply a graph nests its nodes must never
+        # meet Python's recursion limit, wherever the caller's own stack stands.
+        stack: list[_Pending] = []
+        open_at: dict[tuple[int, str], int] = {}  # (scope, name) on the stack → its index
+        value = self._open(name, where, stack, open_at)
+        while stack:
+            top = stack[-1]
+            if len(top.got) < len(top.wants):
+                scope, wanted = top.wants[len(top.got)]
+                if not wanted:  # an omitted optional input
+                    top.got.append(None)
+                elif wanted in scope.cache:
+                    top.got.append(scope.cache[wanted])
+                else:
+                    found = scope._open(wanted, where, stack, open_at)
+                    if found is not None:
+                        top.got.append(found)
+                continue
+            stack.pop()
+            del open_at[(id(top.scope), top.name)]
+            value = top.finish(top.got)
+            top.scope.cache[top.name] = value
+            if stack:
+                stack[-1].got.append(value)
+        if value is None:  # unreachable: the walk ends with the value asked for
+            raise FormatError(f"{where}: {name!r} could not be computed; the graph is malformed.")
+        return value
 
     def constant(self, name: str) -> np.ndarray | None:
         """The constant ``name`` holds, or None when it holds none (remembered, so asking
@@ -215,26 +267,36 @@ class Scope:
             self.not_constant.add(name)
             return None
 
-    def _value(self, name: str, where: str, depth: int,
-               seen: frozenset[tuple[int, str]]) -> np.ndarray:
-        if name in self.cache:
-            return self.cache[name]
-        if depth > MAX_DEPTH:
-            raise FormatError(f"{where}: {name!r} is computed through more than {MAX_DEPTH} "
-                              "nested nodes; no exporter writes that. The graph is damaged or "
-                              "built to break a reader.")
-        if (id(self), name) in seen:
-            names = sorted(other for _, other in seen)
+    def _open(self, name: str, where: str, stack: list[_Pending],
+              open_at: dict[tuple[int, str], int]) -> np.ndarray | None:
+        """``name``'s value when it needs no other value (cached too); otherwise None, with
+        what it waits for pushed on ``stack``."""
+        key = (id(self), name)
+        if key in open_at:
+            cycle = [entry.name for entry in stack[open_at[key]:]]
             raise FormatError(f"{where}: {name!r} is computed from itself (a cycle of "
-                              f"{', '.join(names)}); the graph is malformed.")
-        value = self._lookup(name, where, depth, seen | {(id(self), name)})
-        self.cache[name] = value
-        return value
+                              f"{' → '.join(map(repr, [*cycle, name]))}); expected every value "
+                              "to come from earlier ones, so the graph is malformed. Re-export "
+                              "the model.")
+        if len(stack) > MAX_DEPTH:
+            raise FormatError(f"{where}: {name!r} is computed through more than {MAX_DEPTH} "
+                              f"nested nodes (it was reached through {stack[0].name!r}); no "
+                              "exporter writes that, so the graph is damaged or built to break "
+                              "a reader. Fold the graph's constants offline (ONNX Runtime's "
+                              "SessionOptions.optimized_model_filepath), which stores the "
+                              "weights as tensors.")
+        found = self._lookup(name, where)
+        if isinstance(found, _Pending):
+            open_at[key] = len(stack)
+            stack.append(found)
+            return None
+        self.cache[name] = found
+        return found
 
-    def _lookup(self, name: str, where: str, depth: int,
-                seen: frozenset[tuple[int, str]]) -> np.ndarray:
+    def _lookup(self, name: str, where: str) -> np.ndarray | _Pending:
+        """``name``'s value, or what it waits for and how it is made from that."""
         if name in self.bindings and self.parent is not None:  # what the caller passes
-            return self.parent._value(self.bindings[name], where, depth + 1, seen)
+            return _Pending(self, name, [(self.parent, self.bindings[name])], _only)
         if name in self.given:
             return _given(self.given[name], name, where)
         if name in self.initializers:  # also the default of a graph input of that name
@@ -250,7 +312,7 @@ class Scope:
         node = self.producers.get(name)
         if node is None:
             if self.parent is not None:  # an outer-scope value
-                return self.parent._value(name, where, depth + 1, seen)
+                return _Pending(self, name, [(self.parent, name)], _only)
             raise FormatError(f"{where}: {name!r} is produced by no node, initializer or input "
                               "of the graph; the graph is malformed.")
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
@@ -262,11 +324,13 @@ class Scope:
                 "Fold the graph's constants first, e.g. with ONNX Runtime's offline optimiser "
                 "(SessionOptions.optimized_model_filepath, graph_optimization_level "
                 "ORT_ENABLE_BASIC).")
-        arguments = [None if not item else self._value(item, where, depth + 1, seen)
-                     for item in node.input]
-        value = fold(node, arguments, name, where, self.label(node), self.loaded.budget)
-        self._spend(value, where)
-        return value
+
+        def finish(arguments: list[np.ndarray | None]) -> np.ndarray:
+            value = fold(node, arguments, name, where, self.label(node), self.loaded.budget)
+            self._spend(value, arguments, where)
+            return value
+
+        return _Pending(self, name, [(self, item) for item in node.input], finish)
 
     def lineage(self, name: str, nodes: set[int], tensors: set[int],
                 seen: set[tuple[int, str]]) -> None:
@@ -295,23 +359,40 @@ class Scope:
             elif scope.parent is not None:
                 pending.append((scope.parent, current))
 
-    def _spend(self, value: np.ndarray, where: str) -> None:
-        if value.base is not None:  # a view of what was already paid for
+    def _spend(self, value: np.ndarray, arguments: list[np.ndarray | None], where: str,
+               size: int | None = None) -> None:
+        """Count ``value``'s bytes (or ``size``, for one about to be made) against the budget
+        unless it is a view of an argument. Whether it is one is asked of its memory, not of
+        ``value.base``: NumPy hands back a view of a fresh copy (a transposed array
+        reshaped), which costs its size."""
+        if any(argument is not None and np.may_share_memory(value, argument)
+               for argument in arguments):
             return
-        self.loaded.budget -= int(value.nbytes)
+        self.loaded.budget -= int(value.nbytes) if size is None else size
         if self.loaded.budget < 0:
-            raise exhausted(where, "computing the weights from the graph's constants takes")
+            spent = self.loaded.limit - self.loaded.budget
+            raise exhausted(where, f"the arrays computed from the graph's constants would come "
+                            f"to {spent:,} bytes", self.loaded.limit)
 
     def _constant(self, node: Any, where: str) -> np.ndarray:
-        from onnx import helper
-
         for attribute in node.attribute:
             if attribute.name == "value":
                 return self._tensor(attribute.t, where)
-            if attribute.name in ("value_float", "value_floats", "value_int", "value_ints"):
-                value = helper.get_attribute_value(attribute)
-                kind = np.float32 if "float" in attribute.name else np.int64
-                return np.array(value, dtype=kind)
+            if attribute.name in CONSTANT_TYPES and attribute.type != CONSTANT_TYPES[attribute.name]:
+                raise FormatError(f"{where}: {self.label(node)} has attribute "
+                                  f"{attribute.name!r} of attribute type {attribute.type}; "
+                                  f"expected {CONSTANT_TYPES[attribute.name]} (ONNX's "
+                                  f"{attribute.name[6:].upper()}). The model is damaged.")
+            if attribute.name in ("value_float", "value_int"):
+                return np.array(attribute.f if attribute.name == "value_float" else attribute.i,
+                                dtype=np.float32 if attribute.name == "value_float" else np.int64)
+            if attribute.name in ("value_floats", "value_ints"):
+                # Straight from the stored list, without a Python list of it; int64 takes
+                # more room than the varints stored, so it is paid for first.
+                stored = attribute.floats if attribute.name == "value_floats" else attribute.ints
+                kind = np.dtype(np.float32 if attribute.name == "value_floats" else np.int64)
+                self._spend(np.empty(0, kind), [], where, len(stored) * kind.itemsize)
+                return np.fromiter(stored, dtype=kind, count=len(stored))
         raise UnsupportedFeatureError(f"{where}: {self.label(node)} holds no numeric value "
                                       "(a sparse or string constant); rnnport reads dense "
                                       "numeric weights.")
@@ -319,6 +400,7 @@ class Scope:
     def _tensor(self, tensor: Any, where: str) -> np.ndarray:
         from onnx import numpy_helper
 
+        _check_tensor(tensor, where)
         if tensor.data_location == EXTERNAL or len(tensor.external_data):
             tensor = _with_external_data(tensor, self.loaded, where)
         try:
@@ -331,6 +413,49 @@ class Scope:
         if array.dtype.name == "bfloat16":  # the top half of a float32: widening is exact
             array = array.astype(np.float32)
         return array
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A value being computed: the values it ``wants`` first ((scope, name), "" for an
+    omitted input), those it ``got`` so far, and how to ``finish`` it from them."""
+
+    scope: Scope
+    name: str
+    wants: list[tuple[Scope, str]]
+    finish: Callable[[list[np.ndarray | None]], np.ndarray]
+    got: list[np.ndarray | None] = field(default_factory=list)
+
+
+def _only(got: list[np.ndarray | None]) -> np.ndarray:
+    """The one value a name passed on from another scope waits for."""
+    (value,) = got
+    if value is None:  # never: names passed on are never empty
+        raise FormatError("ONNX graph: a value passed between scopes is missing.")
+    return value
+
+
+def _check_tensor(tensor: Any, where: str) -> None:
+    """Refuse, before decoding it, a tensor no weight can be: a negative dimension, strings."""
+    from onnx import helper
+
+    dims = [int(dim) for dim in tensor.dims]
+    if any(dim < 0 for dim in dims):
+        raise FormatError(f"{where}: tensor {tensor.name!r} declares shape {dims}; expected "
+                          "sizes of 0 or more (a stored tensor's shape is fixed; -1 is no "
+                          "size). The model is damaged; re-export it.")
+    if tensor.data_type == STRING:
+        raise FormatError(f"{where}: tensor {tensor.name!r} holds strings (ONNX STRING) of "
+                          f"shape {dims}; expected numbers, since weights are stored as "
+                          "floating-point tensors (or integers, for sizes and indices). This "
+                          "is no recurrent network's weight: check which tensor the node is "
+                          "fed, or re-export the model.")
+    try:
+        helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    except (KeyError, TypeError, ValueError):
+        raise FormatError(f"{where}: tensor {tensor.name!r} has data type {tensor.data_type}, "
+                          "which is no ONNX tensor type; expected a numeric one. The model is "
+                          "damaged; re-export it.") from None
 
 
 def scopes(loaded: Loaded, given: Mapping[str, Any]) -> list[Scope]:
@@ -576,7 +701,15 @@ def _cast(call: _Call) -> np.ndarray:
     if data.dtype.kind == "f" and target.kind == "f":
         return data
     if data.dtype.kind not in "fiub" or target.kind not in "fiub":
-        raise FormatError(f"{call.where}: cannot cast {data.dtype} to {target}.")
+        # Strings (NumPy's object or str arrays) would be parsed as numbers by astype, which
+        # raises its own errors on text and is no weight's way into a graph.
+        found = "strings" if data.dtype.kind in "OSU" else str(data.dtype)
+        wanted = "strings (ONNX STRING)" if target.kind in "OSU" else str(target)
+        raise FormatError(f"{call.where}: Cast of {found} to {wanted}; expected a cast between "
+                          "numeric types (booleans, integers, floats), as exporters write for "
+                          "weights and sizes. The graph does not compute numeric weights here; "
+                          "check which value the node is fed, or re-export the model.")
+    call.fits(data.shape, target)  # int8 → int64 takes eight times the room
     return data.astype(target)
 
 

@@ -234,9 +234,43 @@ _ATTRIBUTE_TYPES: dict[str, tuple[Any, Any, str]] = {
 }
 
 
+# Activation functions per direction: LSTM f, g, h; GRU f, g; RNN f (ONNX's operators).
+FUNCTIONS = {"lstm": 3, "gru": 2, "rnn": 1}
+LISTED = ("activations", "activation_alpha", "activation_beta")
+LISTS = (6, 7, 8)  # AttributeProto.FLOATS, INTS, STRINGS
+
+
+def _check_listed(node: Any, family: str, where: str) -> None:
+    """Refuse ``activations`` of another length than the cell takes (and more
+    ``activation_alpha`` / ``activation_beta`` values than functions), counted on the stored
+    attribute, before anything decodes its entries."""
+    direction = next((attribute.s for attribute in node.attribute
+                      if attribute.name == "direction"), b"forward")
+    if direction not in (b"forward", b"reverse", b"bidirectional"):
+        return  # said by the direction's own check
+    count = 2 if direction == b"bidirectional" else 1
+    expected = FUNCTIONS[family] * count
+    because = (f"{node.op_type} takes {FUNCTIONS[family]} per direction, {count} "
+               f"direction{'s' if count > 1 else ''}")
+    for attribute in node.attribute:
+        if attribute.name not in LISTED or attribute.type not in LISTS:
+            continue  # not a list: said by the type check
+        entries = len(attribute.strings) + len(attribute.floats) + len(attribute.ints)
+        if attribute.name == "activations" and entries != expected:
+            raise FormatError(f"{where}: attribute 'activations' lists {entries:,} functions; "
+                              f"expected {expected} ({because}). The model is damaged; "
+                              "re-export it, or drop the attribute for ONNX's default "
+                              "functions.")
+        if attribute.name != "activations" and entries > expected:
+            raise FormatError(f"{where}: attribute {attribute.name!r} holds {entries:,} "
+                              f"values; expected at most {expected}, one for each activation "
+                              f"function ({because}). The model is damaged; re-export it.")
+
+
 def _read_node(node: Any, scope: Scope) -> RNN:
     where = scope.label(node)
     family = OPS[node.op_type]
+    _check_listed(node, family, where)
     attributes = _attributes(node, where)
     directions = {"forward": 1, "reverse": 1, "bidirectional": 2}
     direction = attributes.get("direction", "forward")
@@ -317,13 +351,13 @@ def _activations(where: str, names: list[str], attributes: Mapping[str, Any],
         raise UnsupportedFeatureError(
             f"{where}: activations={names}; {', '.join(map(repr, unknown))} is not one of the "
             f"functions rnnport computes ({', '.join(PARAMETERS)}).")
-    alphas = list(attributes.get("activation_alpha", []))
-    betas = list(attributes.get("activation_beta", []))
+    alphas = iter(attributes.get("activation_alpha", []))
+    betas = iter(attributes.get("activation_beta", []))
     functions = []
     for name in names:
         takes = PARAMETERS[name]
-        alpha = (alphas.pop(0) if alphas else takes["alpha"]) if "alpha" in takes else 0.0
-        beta = (betas.pop(0) if betas else takes["beta"]) if "beta" in takes else 0.0
+        alpha = next(alphas, takes["alpha"]) if "alpha" in takes else 0.0
+        beta = next(betas, takes["beta"]) if "beta" in takes else 0.0
         # float32 attributes: the shortest decimal that gives the stored value back.
         functions.append((name, float(str(np.float32(alpha))), float(str(np.float32(beta)))))
     count = len(functions) // directions
