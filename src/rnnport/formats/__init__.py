@@ -273,7 +273,7 @@ def split_options(source: str, target: str, options: Mapping[str, Any],
 
 
 def _holders(feature: str) -> list[Format]:
-    return [get(name) for name in _REGISTRY if feature in _declared(get(name))]
+    return [get(name) for name in _REGISTRY if feature in get(name).held_features]
 
 
 install_holders(_holders)
@@ -370,15 +370,10 @@ def matrix() -> list[list[Pair]]:
     declared = {name: get(name) for name in names}
     return [[Pair(source, target,
                   tuple(f for f in FEATURE_CODES
-                        if f in _declared(declared[source]) - _declared(declared[target])),
+                        if f in declared[source].held_features - declared[target].held_features),
                   tuple(k for k in BIAS_KINDS
                         if k in declared[target].one_bias - declared[source].one_bias))
              for target in names] for source in names]
-
-
-def _declared(declared: Format) -> frozenset[str]:
-    """A format's features, the simple RNN cell among them where it holds one."""
-    return declared.features | ({"simple_rnn"} if "rnn" in declared.cells else frozenset())
 
 
 def matrix_markdown() -> str:

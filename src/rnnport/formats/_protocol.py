@@ -239,11 +239,16 @@ class Format:
                                       f"{why}. {consequence}. {alternatives}")
 
 
+    @property
+    def held_features(self) -> frozenset[str]:
+        """The declared features, and ``simple_rnn`` where ``cells`` has the simple RNN."""
+        return self.features | ({"simple_rnn"} if "rnn" in self.cells else frozenset())
+
     def holds(self, spec: Spec) -> frozenset[str]:
         """The features this format holds of ``spec``: its declared ones, the simple RNN cell
         unless ``cells`` leaves it out, and non-default activations where it names those of
         ``spec`` (``activations``)."""
-        held = self.features | ({"simple_rnn"} if "rnn" in self.cells else frozenset())
+        held = self.held_features
         if spec.activations and self.activations is not None and self.activations(spec):
             return held | {"activations"}
         return held

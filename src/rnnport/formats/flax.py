@@ -359,17 +359,21 @@ def _module_tree(module: Any, options: dict[str, Any]) -> Any:
     return tree
 
 
-def _module_parts(module: Any, depth: int = 0) -> list[Any]:
-    """The module and its submodules (attributes and list items), depth first."""
-    if depth > MAX_DEPTH:
-        return []
-    found = [module]
-    values = list(vars(module).values()) if hasattr(module, "__dict__") else []
-    for value in values:
-        items = value if isinstance(value, (list, tuple)) else [value]
-        for item in items:
-            if _is_module(item) and item is not module:
-                found.extend(_module_parts(item, depth + 1))
+def _module_parts(module: Any) -> list[Any]:
+    """The module and its submodules (attributes and list items), each once, depth first."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    pending = [(module, 0)]
+    while pending:
+        part, depth = pending.pop()
+        if id(part) in seen or depth > MAX_DEPTH:
+            continue
+        seen.add(id(part))
+        found.append(part)
+        values = list(vars(part).values()) if hasattr(part, "__dict__") else []
+        items = [item for value in values
+                 for item in (value if isinstance(value, (list, tuple)) else [value])]
+        pending.extend((item, depth + 1) for item in reversed(items) if _is_module(item))
     return found
 
 
@@ -416,21 +420,26 @@ def _tree(source: Any, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
                       f"{describe(source)}.")
 
 
-def _networks(tree: Mapping[str, Any], where: str) -> list[list[tuple[str, Any]]]:
-    """The tree's layers, grouped into networks: runs of layers that chain."""
-    root = tree["params"] if set(tree) == {"params"} and isinstance(tree["params"], Mapping) \
+def _root(tree: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``params`` collection of linen ``variables``, or the tree itself."""
+    return tree["params"] if set(tree) == {"params"} and isinstance(tree["params"], Mapping) \
         else tree
+
+
+def _all_layers(tree: Mapping[str, Any], where: str) -> list[tuple[str, Any]]:
+    """Every layer of the tree (:func:`_layers`), or an error saying there is none."""
+    root = _root(tree)
     layers = _layers(root)
     if not layers:
         raise FormatError(f"{where}: no Flax recurrent cell in the tree; expected one of "
                           "LSTMCell (ii … ho), GRUCell (ir … hn), SimpleCell (i, h) or an NNX "
                           f"cell (dense_i, dense_h). Its top-level keys: {listed(sorted(root))}.")
-    return [[layer] for layer in layers]
+    return layers
 
 
 def _choose(tree: Mapping[str, Any], where: str, options: Mapping[str, Any],
             functions: tuple[str, str]) -> list[tuple[str, RNN]]:
-    layers = [layer for group in _networks(tree, where) for layer in group]
+    layers = _all_layers(tree, where)
     scope = options.get("scope")
     if scope is not None:
         chosen = [(path, node) for path, node in layers
@@ -492,7 +501,7 @@ def _ordered(layers: list[tuple[str, RNN]], where: str) -> list[tuple[str, RNN]]
 
 def networks(source: Any) -> Choices:
     tree, _ = _tree(source, {})
-    layers = _layers(tree["params"] if set(tree) == {"params"} else tree)
+    layers = _layers(_root(tree))
     return Choices("scope", tuple((path, "a Flax layer") for path, _ in layers if path))
 
 
@@ -515,14 +524,26 @@ def sniff(source: Any) -> bool:
         return True
     if is_path(source):
         return os.fspath(source).lower().endswith(SUFFIX) or _is_orbax(Path(source))
-    if isinstance(source, Mapping) or hasattr(source, "to_pure_dict"):
-        try:
-            tree = _plain(source, "tree")
-        except Exception:  # sniffing never raises
-            return False
-        root = tree.get("params", tree) if isinstance(tree.get("params"), Mapping) else tree
-        return bool(_layers(root))
-    return False
+    return _holds_cell(source, set())
+
+
+def _holds_cell(value: Any, seen: set[int], depth: int = 0) -> bool:
+    """Whether a nested mapping holds a Flax cell, from its keys alone (no leaf is
+    converted: sniffing a state_dict of tensors must not copy them)."""
+    if depth > MAX_DEPTH or id(value) in seen:
+        return False
+    seen.add(id(value))
+    if hasattr(value, "to_pure_dict") and type(value).__module__.startswith("flax"):
+        from flax import nnx  # an NNX State: flax is installed
+
+        value = nnx.to_pure_dict(value)
+    if not isinstance(value, Mapping):
+        return False
+    node = {str(key): item for key, item in value.items()}
+    if _cell_kind(node) is not None or {"forward_rnn", "backward_rnn"} <= set(node):
+        return True
+    return any(_holds_cell(item, seen, depth + 1) for item in node.values()
+               if isinstance(item, Mapping) or hasattr(item, "to_pure_dict"))
 
 
 # -- writing ---------------------------------------------------------------------------------
