@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from . import errors, formats
+from .budget import limits
 from .api import convert, param_count, read, write
 from .errors import (
     AmbiguousSourceError,
     DTypeError,
     FormatError,
+    LimitError,
     MissingDependencyError,
     RnnportError,
     ShapeError,
@@ -34,6 +36,7 @@ __all__ = [
     "AmbiguousSourceError",
     "DTypeError",
     "FormatError",
+    "LimitError",
     "MissingDependencyError",
     "Model",
     "RnnportError",
@@ -48,6 +51,7 @@ __all__ = [
     "convert",
     "errors",
     "formats",
+    "limits",
     "param_count",
     "read",
     "stack",

@@ -14,6 +14,7 @@ __all__ = [
     "AmbiguousSourceError",
     "DTypeError",
     "FormatError",
+    "LimitError",
     "MissingDependencyError",
     "RnnportError",
     "ShapeError",
@@ -59,6 +60,15 @@ class StateError(RnnportError, ValueError):
 
 class FormatError(RnnportError, ValueError):
     """A source does not hold what its format requires (missing keys, bad sizes)."""
+
+
+class LimitError(FormatError):
+    """A file, or a call, would take more than a resource limit allows (see
+    :mod:`rnnport.budget`); ``limit`` is the limit's name."""
+
+    def __init__(self, message: str, limit: str = "") -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class UnknownFormatError(FormatError, KeyError):

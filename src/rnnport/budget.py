@@ -1,0 +1,130 @@
+"""The resource limits every reader obeys, and how to raise them.
+
+A file is data someone else made. Whatever it claims, reading it costs memory and time in
+proportion to its size, and a call costs what its arguments really hold. Each limit has a
+name, a default relative to what it measures, and one way to change it:
+
+>>> import rnnport
+>>> with rnnport.limits(expansion=64):        # doctest: +SKIP
+...     rnn = rnnport.read("big_graph.onnx")
+
+or ``--limit expansion=64`` on the command line. A refusal is a :class:`LimitError` that
+names the limit it hit, what it allows here and how to raise it.
+
+=============  ==========================================================================
+``expansion``  Bytes a read may build per byte of the file (plus 16 MiB): arrays decoded,
+               expanded from shared references, computed while folding a graph, and the
+               parameters of the network it describes. Default 4.
+``work``       Parsing steps per byte of the file (plus 4,096): tables and vectors visited,
+               loop bodies evaluated. Default 4.
+``elements``   Values one ``forward`` call, or one ``RNN.random``, may hold at once.
+               Default 2³¹.
+``seconds``    Seconds a reader run in its own process may take (plus 1 s per 10 MB).
+               Default 20.
+=============  ==========================================================================
+
+Limits are kept per thread and per task (a :mod:`contextvars` variable): raising one in a
+``with`` block changes nothing elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .errors import LimitError, SpecError, UnknownOptionError
+
+__all__ = ["LIMITS", "Limit", "LimitError", "allowance", "current", "exceeded", "limits", "value"]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit: its name, default, what it measures and how an allowance is made of it."""
+
+    name: str
+    default: float
+    unit: str  # how a value reads: "4 bytes per byte of the file, plus 16 MiB"
+    meaning: str
+    floor: int = 0  # added to value × size when the limit is relative to a size
+    per_size: bool = True  # relative to a file's size (else an absolute count)
+
+    def describe(self, value: float) -> str:
+        number = f"{value:g}" if value < 1e6 else f"{int(value):,}"
+        return f"{number} {self.unit}"
+
+
+LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
+    Limit("expansion", 4, "bytes per byte of the file, plus 16 MiB",
+          "memory a read may build: arrays decoded or expanded, values computed while folding "
+          "a graph, the parameters of the network a file describes", floor=16 << 20),
+    Limit("work", 4, "steps per byte of the file, plus 4,096",
+          "parsing work: objects visited, loop bodies evaluated", floor=4096),
+    Limit("elements", 2**31, "values",
+          "the values one forward call or one RNN.random may hold at once", per_size=False),
+    Limit("seconds", 20, "s, plus 1 s per 10 MB of the file",
+          "how long a reader run in its own process may take", per_size=False),
+)}
+
+_VALUES: contextvars.ContextVar[Mapping[str, float]] = contextvars.ContextVar(
+    "rnnport_limits", default={})
+
+
+def value(name: str) -> float:
+    """The limit ``name`` as it stands here (raised in a ``with limits(…)`` block, or its
+    default)."""
+    return _VALUES.get().get(name, LIMITS[name].default)
+
+
+def current() -> dict[str, float]:
+    """Every limit's value as it stands here."""
+    return {name: value(name) for name in LIMITS}
+
+
+def allowance(name: str, size: int = 0) -> int:
+    """What limit ``name`` allows for a file of ``size`` bytes: value × size + floor for
+    the limits relative to a size; the value itself for the others."""
+    limit = LIMITS[name]
+    if not limit.per_size:
+        return int(value(name))
+    return int(value(name) * max(size, 0)) + limit.floor
+
+
+def exceeded(where: str, what: str, name: str, size: int | None = None) -> LimitError:
+    """The error for ``what`` (“the arrays would take 3,000,000,000 bytes”) past limit
+    ``name``; ``size`` is the file's size when the limit is relative to it."""
+    limit = LIMITS[name]
+    now = value(name)
+    allowed = f" ({allowance(name, size):,} for this file's {size:,} bytes)" \
+        if size is not None and limit.per_size else ""
+    suggestion = now * 4 if now >= 1 else 1
+    number = f"{suggestion:g}" if suggestion < 1e6 else str(int(suggestion))
+    why = ("A damaged or hostile file can claim any size, so nothing was read. If you trust "
+           "it, raise the limit" if limit.per_size else "Nothing was done. To allow it, raise "
+           "the limit")
+    return LimitError(
+        f"{where}: {what}; that is past the limit {name!r}, {limit.describe(now)}{allowed}, "
+        f"which bounds {limit.meaning}. {why}: with rnnport.limits({name}={number}): … in "
+        f"Python, or --limit {name}={number} on the command line.", name)
+
+
+@contextmanager
+def limits(**values: float) -> Iterator[dict[str, float]]:
+    """Raise (or lower) limits for the reads and calls inside the ``with`` block:
+    ``with rnnport.limits(expansion=64, seconds=120): rnnport.read(path)``. Yields every
+    limit's value inside the block."""
+    unknown = sorted(set(values) - set(LIMITS))
+    if unknown:
+        raise UnknownOptionError(f"rnnport.limits: no limit named {', '.join(map(repr, unknown))}"
+                                 f"; the limits are {', '.join(LIMITS)}.")
+    for name, number in values.items():
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0 \
+                or number == float("inf"):
+            raise SpecError(f"rnnport.limits: {name}={number!r}; expected a positive, finite "
+                            f"number ({LIMITS[name].unit}).")
+    token = _VALUES.set({**_VALUES.get(), **{k: float(v) for k, v in values.items()}})
+    try:
+        yield current()
+    finally:
+        _VALUES.reset(token)
