@@ -16,8 +16,8 @@ PACKAGE = Path(rnnport.__file__).resolve().parent
 # suffix, which rnnport's own container format is named after.
 NOT_A_FORMAT = {("io/atomic.py", '".npz"')}
 # Layers that sit under the model and the formats: they import only among themselves.
-LOWER = ("rnnport.errors", "rnnport.copying", "rnnport.activations", "rnnport.gates",
-         "rnnport.spec", "rnnport.runtime", "rnnport.io")
+LOWER = ("rnnport.errors", "rnnport.budget", "rnnport.copying", "rnnport.activations",
+         "rnnport.gates", "rnnport.spec", "rnnport.runtime", "rnnport.io")
 
 
 def _modules() -> dict[str, Path]:

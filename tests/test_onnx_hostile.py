@@ -187,9 +187,12 @@ def test_copies_hidden_behind_views_count_against_the_budget() -> None:
     message = str(error.value)
     assert "ONNX LSTM node 'y', W: the arrays computed from the graph's constants would come " \
            "to" in message
-    assert "(four times the bytes the model's stored tensors hold, plus 16 MiB, 20.0 MiB for " \
-           "this model); the graph is built to exhaust memory" in message
-    assert "folded offline" in message
+    assert "past the limit 'expansion', 4 bytes per byte of the file" in message
+    assert "--limit expansion=16" in message and "folded offline" in message
+    assert error.value.limit == "expansion"
+    with rnnport.limits(expansion=16), pytest.raises(rnnport.FormatError) as raised:
+        rnnport.read(model)  # raised, the graph is folded, and its W found not to fit the node
+    assert not isinstance(raised.value, BudgetError) and "expected (1, 8, input)" in str(raised.value)
 
 
 def test_many_nodes_sharing_one_tensor_count_against_the_budget() -> None:
@@ -199,7 +202,7 @@ def test_many_nodes_sharing_one_tensor_count_against_the_budget() -> None:
     copies = [helper.make_node("Reshape", ["t", "flat"], [f"c{i}"]) for i in range(400)]
     gathered = helper.make_node("Concat", [f"c{i}" for i in range(400)], ["W"], axis=0)
     model = _model("W", [transposed, *copies, gathered], _square())
-    with _peak() as peak, pytest.raises(BudgetError, match="built to exhaust memory"):
+    with _peak() as peak, pytest.raises(BudgetError, match="limit 'expansion'"):
         rnnport.read(model)
     assert peak[0] < 40 << 20
 

@@ -222,12 +222,23 @@ def test_a_ragged_input_is_a_shape_error() -> None:
 def test_a_broadcast_view_too_large_to_run_at_once_is_refused_before_any_copy() -> None:
     model = rnnport.RNN.random(rnnport.Spec("gru", 3, 4))
     x = np.broadcast_to(np.zeros(3, np.float32), (1, 10**9, 3))  # 12 bytes of real memory
-    with pytest.raises(rnnport.ShapeError, match="Run it in pieces along time"):
+    with pytest.raises(rnnport.LimitError, match="run it in pieces along time") as error:
         model.forward(x)
+    assert error.value.limit == "elements"
+
+
+def test_the_elements_limit_can_be_raised_for_a_call_and_only_there() -> None:
+    model = rnnport.RNN.random(rnnport.Spec("gru", 3, 4))
+    x = np.zeros((2, 5, 3), np.float32)
+    with rnnport.limits(elements=100), pytest.raises(rnnport.LimitError, match="elements=500\\b"):
+        model.forward(x)
+    with rnnport.limits(elements=10_000):
+        assert model.forward(x)[0].shape == (2, 5, 4)
+    assert model.forward(x)[0].shape == (2, 5, 4)
 
 
 def test_random_weights_for_a_billion_layers_are_refused() -> None:
-    with pytest.raises(rnnport.SpecError, match="parameters, more than"):
+    with pytest.raises(rnnport.LimitError, match="parameters to draw in memory.*'elements'"):
         rnnport.RNN.random(rnnport.Spec("lstm", 3, 4, num_layers=10**9))
 
 

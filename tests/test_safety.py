@@ -252,8 +252,7 @@ def test_an_hdf5_file_that_breaks_the_library_is_only_a_format_error(
 
     rnnport.write(MODEL, "keras", path=tmp_path / "m.weights.h5")
     monkeypatch.setattr(hdf5, "CHILD", _fake_child(tmp_path, body))
-    monkeypatch.setattr(hdf5, "TIMEOUT", 1.0)
-    with pytest.raises(FormatError, match=message):
+    with rnnport.limits(seconds=1), pytest.raises(FormatError, match=message):
         rnnport.read(tmp_path / "m.weights.h5")
 
 

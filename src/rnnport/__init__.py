@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import errors, formats
-from .budget import limits
 from .api import convert, param_count, read, write
+from .budget import limits
 from .errors import (
     AmbiguousSourceError,
     DTypeError,

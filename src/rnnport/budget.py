@@ -12,11 +12,12 @@ or ``--limit expansion=64`` on the command line. A refusal is a :class:`LimitErr
 names the limit it hit, what it allows here and how to raise it.
 
 =============  ==========================================================================
-``expansion``  Bytes a read may build per byte of the file (plus 16 MiB): arrays decoded,
-               expanded from shared references, computed while folding a graph, and the
-               parameters of the network it describes. Default 4.
-``work``       Parsing steps per byte of the file (plus 4,096): tables and vectors visited,
-               loop bodies evaluated. Default 4.
+``expansion``  Bytes a read may build per byte of the file (counted 4 MiB larger than it
+               is): arrays decoded, expanded from shared references, computed while
+               folding a graph, and the parameters of the network it describes. Default 4
+               (a 1 MB file may build 20 MB).
+``work``       Parsing steps per byte of the file (counted 1,024 bytes larger than it is):
+               tables and vectors visited, loop bodies evaluated. Default 4.
 ``elements``   Values one ``forward`` call, or one ``RNN.random``, may hold at once.
                Default 2³¹.
 ``seconds``    Seconds a reader run in its own process may take (plus 1 s per 10 MB).
@@ -30,9 +31,11 @@ Limits are kept per thread and per task (a :mod:`contextvars` variable): raising
 from __future__ import annotations
 
 import contextvars
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from .errors import LimitError, SpecError, UnknownOptionError
 
@@ -47,7 +50,7 @@ class Limit:
     default: float
     unit: str  # how a value reads: "4 bytes per byte of the file, plus 16 MiB"
     meaning: str
-    floor: int = 0  # added to value × size when the limit is relative to a size
+    slack: int = 0  # added to a file's size: what a small file may take beyond its size
     per_size: bool = True  # relative to a file's size (else an absolute count)
 
     def describe(self, value: float) -> str:
@@ -56,11 +59,11 @@ class Limit:
 
 
 LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
-    Limit("expansion", 4, "bytes per byte of the file, plus 16 MiB",
+    Limit("expansion", 4, "bytes per byte of the file, counted 4 MiB larger than it is",
           "memory a read may build: arrays decoded or expanded, values computed while folding "
-          "a graph, the parameters of the network a file describes", floor=16 << 20),
-    Limit("work", 4, "steps per byte of the file, plus 4,096",
-          "parsing work: objects visited, loop bodies evaluated", floor=4096),
+          "a graph, the parameters of the network a file describes", slack=4 << 20),
+    Limit("work", 4, "steps per byte of the file, counted 1,024 bytes larger than it is",
+          "parsing work: objects visited, loop bodies evaluated", slack=1024),
     Limit("elements", 2**31, "values",
           "the values one forward call or one RNN.random may hold at once", per_size=False),
     Limit("seconds", 20, "s, plus 1 s per 10 MB of the file",
@@ -68,7 +71,7 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
 )}
 
 _VALUES: contextvars.ContextVar[Mapping[str, float]] = contextvars.ContextVar(
-    "rnnport_limits", default={})
+    "rnnport_limits", default=MappingProxyType({}))
 
 
 def value(name: str) -> float:
@@ -83,22 +86,27 @@ def current() -> dict[str, float]:
 
 
 def allowance(name: str, size: int = 0) -> int:
-    """What limit ``name`` allows for a file of ``size`` bytes: value × size + floor for
+    """What limit ``name`` allows for a file of ``size`` bytes: value × (size + slack) for
     the limits relative to a size; the value itself for the others."""
     limit = LIMITS[name]
     if not limit.per_size:
         return int(value(name))
-    return int(value(name) * max(size, 0)) + limit.floor
+    return int(value(name) * (max(size, 0) + limit.slack))
 
 
-def exceeded(where: str, what: str, name: str, size: int | None = None) -> LimitError:
+def exceeded(where: str, what: str, name: str, size: int | None = None,
+             needed: float | None = None) -> LimitError:
     """The error for ``what`` (“the arrays would take 3,000,000,000 bytes”) past limit
-    ``name``; ``size`` is the file's size when the limit is relative to it."""
+    ``name``; ``size`` is the file's size when the limit is relative to it, ``needed`` what
+    the refused call or read would take, when known (the suggested value then covers it)."""
     limit = LIMITS[name]
     now = value(name)
     allowed = f" ({allowance(name, size):,} for this file's {size:,} bytes)" \
         if size is not None and limit.per_size else ""
-    suggestion = now * 4 if now >= 1 else 1
+    suggestion = now * 4
+    if needed is not None:
+        base = max(size or 0, 0) + limit.slack if limit.per_size else 1
+        suggestion = max(suggestion, _round_up(needed / max(base, 1)))
     number = f"{suggestion:g}" if suggestion < 1e6 else str(int(suggestion))
     why = ("A damaged or hostile file can claim any size, so nothing was read. If you trust "
            "it, raise the limit" if limit.per_size else "Nothing was done. To allow it, raise "
@@ -107,6 +115,12 @@ def exceeded(where: str, what: str, name: str, size: int | None = None) -> Limit
         f"{where}: {what}; that is past the limit {name!r}, {limit.describe(now)}{allowed}, "
         f"which bounds {limit.meaning}. {why}: with rnnport.limits({name}={number}): … in "
         f"Python, or --limit {name}={number} on the command line.", name)
+
+
+def _round_up(number: float) -> float:
+    """``number`` rounded up to 1, 2 or 5 times a power of ten."""
+    scale = 10.0 ** math.floor(math.log10(number)) if number > 0 else 1.0
+    return next(step * scale for step in (1, 2, 5, 10) if step * scale >= number)
 
 
 @contextmanager
@@ -123,7 +137,7 @@ def limits(**values: float) -> Iterator[dict[str, float]]:
                 or number == float("inf"):
             raise SpecError(f"rnnport.limits: {name}={number!r}; expected a positive, finite "
                             f"number ({LIMITS[name].unit}).")
-    token = _VALUES.set({**_VALUES.get(), **{k: float(v) for k, v in values.items()}})
+    token = _VALUES.set(MappingProxyType({**_VALUES.get(), **{k: float(v) for k, v in values.items()}}))
     try:
         yield current()
     finally:

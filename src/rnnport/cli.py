@@ -1,8 +1,8 @@
 """The ``rnnport`` command line: a thin layer over the public API.
 
-``main(argv) -> int`` is callable from tests; exit codes: 0 ok, 1 a user error (one line
-on stderr, ``--debug`` for the traceback), 2 usage. Results go to stdout; progress goes
-to stderr, and ``--quiet`` silences it.
+``main(argv) -> int`` is callable from tests. Results go to stdout; progress goes to
+stderr, and ``--quiet`` silences it. Whatever the input, an error is one line on stderr,
+never a traceback (``--debug`` shows it), with one of the :data:`EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,24 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from . import api, formats
+from . import api, budget, formats
 from ._version import package_version
-from .errors import FormatError, RnnportError
+from .errors import FormatError, LimitError, RnnportError
 from .io.atomic import NUMPY_ARCHIVE, atomic_write, check_outputs, save_archive
 from .model import Model, Stack
 from .spec import Spec
 
 __all__ = ["cli_terms", "main", "main_entry"]
 
+# The exit status of each outcome, documented in ``--help`` and the README.
+EXIT_CODES = {
+    0: "done",
+    1: "refused: the input or the request is not what rnnport can do (the line says why)",
+    2: "usage: the command line itself is wrong",
+    3: "a resource limit was hit, or memory ran out (--limit NAME=VALUE raises a limit)",
+    70: "an internal error: a bug in rnnport (rerun with --debug and report the traceback)",
+    130: "interrupted (Ctrl-C)",
+}
 TOLERANCE = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
 EPILOG = """format options (-O KEY=VALUE, repeatable; values are JSON when they parse, e.g.
 -O hidden_size=320 -O bidirectional=true, else text): what a source cannot record (a flat
@@ -45,6 +54,21 @@ class _Progress:
     def __call__(self, text: str) -> None:
         if not self.quiet:
             print(text, file=sys.stderr, flush=True)
+
+
+def _limit(text: str) -> tuple[str, float]:
+    name, sep, value = (part.strip() for part in text.partition("="))
+    if name not in budget.LIMITS:
+        raise argparse.ArgumentTypeError(f"no limit named {name!r}; the limits are "
+                                         f"{', '.join(budget.LIMITS)} (NAME=VALUE)")
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not sep or not 0 < number < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {name}=NUMBER, a positive number "
+                                         f"({budget.LIMITS[name].unit})")
+    return name, number
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -72,12 +96,20 @@ def _parser() -> argparse.ArgumentParser:
                         help="show the traceback of an error")
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress messages on stderr")
+    common.add_argument("--limit", action="append", type=_limit, default=argparse.SUPPRESS,
+                        metavar="NAME=VALUE",
+                        help="raise (or lower) a resource limit for this run, repeatable: "
+                             + "; ".join(f"{limit.name} ({limit.describe(limit.default)})"
+                                         for limit in budget.LIMITS.values())
+                             + ". SECURITY.md explains them")
     parser = argparse.ArgumentParser(
         prog="rnnport", parents=[common],
         description="Move trained LSTM/GRU/RNN layers exactly between the frameworks and "
                     "containers that hold them (`rnnport formats` lists them), and run them "
                     "with NumPy alone.",
-        epilog="`rnnport COMMAND --help` explains each command.")
+        epilog="`rnnport COMMAND --help` explains each command.\n\nexit codes:\n"
+               + "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"rnnport {package_version()} (NumPy {np.__version__})")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -725,28 +757,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     debug, quiet = getattr(args, "debug", False), getattr(args, "quiet", False)
-    progress = _Progress(quiet)
-    out = sys.stdout
     try:
-        if args.command == "demo":
-            from .demo import run_demo
-
-            return run_demo(args.reference, out)
-        if args.command == "formats":
-            return _formats(args, out)
-        handler = {"inspect": _inspect, "convert": _convert, "run": _run,
-                   "explain": _explain}[args.command]
-        return handler(args, out, progress)
+        with budget.limits(**dict(getattr(args, "limit", []))):
+            return _command(args, sys.stdout, _Progress(quiet))
     except BrokenPipeError:  # e.g. `rnnport explain lstm … | head`: the reader has had enough
         sys.stderr.close()
         return 1
-    except (RnnportError, OSError) as error:
-        if debug:
+    except BaseException as error:  # whatever the input, one line (the traceback with --debug)
+        if debug or isinstance(error, SystemExit):
             raise
-        text = " ".join(str(error).split("\n")[0].split()) if isinstance(error, OSError) \
-            else _cli_error(str(error).replace("\n", " "), args)
+        code, text = _failure(error, args)
         print(f"rnnport {args.command}: {text}", file=sys.stderr)
-        return 1
+        return code
+
+
+def _command(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(args.reference, out)
+    if args.command == "formats":
+        return _formats(args, out)
+    handler = {"inspect": _inspect, "convert": _convert, "run": _run,
+               "explain": _explain}[args.command]
+    return handler(args, out, progress)
+
+
+def _failure(error: BaseException, args: argparse.Namespace) -> tuple[int, str]:
+    """The exit code and the one line that report ``error``."""
+    if isinstance(error, KeyboardInterrupt):
+        return 130, "interrupted; nothing was left half-written."
+    if isinstance(error, MemoryError):
+        return 3, ("ran out of memory; the input needs more memory than this process may "
+                   "take. Run it with more memory, or on smaller pieces of the input.")
+    if isinstance(error, RnnportError):
+        text = _cli_error(str(error).replace("\n", " "), args)
+        if isinstance(error, LimitError):  # only the command line's way to raise it
+            text = re.sub(r"with rnnport\.limits\([^)]*\): … in Python, or (--limit \S+) on "
+                          r"the command line", r"\1", text)
+        return (3 if isinstance(error, LimitError) else 1), text
+    if isinstance(error, OSError):
+        return 1, " ".join(str(error).split("\n")[0].split())
+    line = " ".join(str(error).split())[:300]
+    return 70, (f"internal error ({type(error).__name__}{': ' + line if line else ''}); this "
+                "is a bug in rnnport, not in your input. Rerun with --debug and report the "
+                "traceback.")
 
 
 def main_entry() -> None:

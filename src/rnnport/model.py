@@ -20,6 +20,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from . import budget
 from .copying import copy_into, writable_view
 from .errors import DTypeError, FormatError, ShapeError, SpecError, StackSpecError, StateError
 from .spec import Spec
@@ -27,7 +28,6 @@ from .spec import Spec
 __all__ = ["RNN", "Model", "Stack", "stack"]
 
 # The most parameters RNN.random draws (2**31: 8 GiB in float32).
-MAX_RANDOM = 2**31
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 DIRECTION_NAMES = ("forward", "backward")
@@ -100,10 +100,10 @@ class RNN:
         cls, spec: Spec, *, seed: int | None = 0, dtype: Any = np.float32, scale: float | None = None
     ) -> RNN:
         """Random, distinct weights and biases (uniform ±1/√H unless ``scale`` is given)."""
-        if spec.num_params() > MAX_RANDOM:
-            raise SpecError(f"RNN.random: {spec.describe()} has {spec.num_params():,} "
-                            f"parameters, more than {MAX_RANDOM:,} (rnnport.model.MAX_RANDOM) "
-                            "to draw in memory; expected the sizes of a real network.")
+        if spec.num_params() > budget.allowance("elements"):
+            raise budget.exceeded("RNN.random", f"{spec.describe()} has {spec.num_params():,} "
+                                  "parameters to draw in memory", "elements",
+                                  needed=spec.num_params())
         rng = np.random.default_rng(seed)
         bound = scale if scale is not None else 1.0 / math.sqrt(spec.hidden_size)
         params = [

@@ -54,6 +54,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import budget
 from .activations import DEFAULTS, RELU, TANH, kernel
 from .errors import DTypeError, ShapeError, StateError
 from .gates import CANONICAL, block, block_range, gate_family, reorder
@@ -504,22 +505,17 @@ def _check_input(x: Any, input_size: int, dtype: np.dtype) -> np.ndarray:
     return array.astype(dtype, copy=False)
 
 
-# The most elements one forward call holds at once (x, the input projections, the h history
-# and y of a layer): 2**31 (8 GiB in float32); a longer sequence runs in pieces, the state
-# carried from one to the next.
-MAX_ELEMENTS = 2**31
-
-
 def _check_size(spec: Spec, steps: int, batch: int) -> None:
     width = max(spec.layer_input_size(layer) for layer in range(spec.num_layers))
     held = steps * batch * (width + spec.num_directions * (
         spec.gate_count * spec.hidden_size + 2 * spec.output_size))
-    if held > MAX_ELEMENTS:
-        raise ShapeError(
-            f"forward: x of {steps:,} steps × {batch:,} sequences would need {held:,} elements "
-            f"at once, more than {MAX_ELEMENTS:,} (rnnport.runtime.MAX_ELEMENTS). Run it in "
-            "pieces along time, carrying the state: y1, s = net.forward(x[:, :k]); "
-            "y2, s = net.forward(x[:, k:], state=s).")
+    if held > budget.allowance("elements"):  # x, the input projections, h history and y
+        error = budget.exceeded(
+            "forward", f"x of {steps:,} steps × {batch:,} sequences would need {held:,} values "
+            "at once", "elements", needed=held)
+        raise type(error)(f"{error} Or run it in pieces along time, carrying the state: "
+                          "y1, s = net.forward(x[:, :k]); y2, s = net.forward(x[:, k:], state=s).",
+                          error.limit)
 
 
 def _check_lengths(lengths: Any, batch: int, steps: int) -> np.ndarray | None:

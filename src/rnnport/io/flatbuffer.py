@@ -25,10 +25,10 @@ Limits (what keeps a damaged or hostile buffer from costing more than its size)
   length against the bytes present before anything is allocated or sliced; a field's
   width against the table's inline size; a vtable's size against the buffer.
 * Tables nested at most :data:`MAX_DEPTH` deep.
-* A *visit budget*: each table, vector, string and vector element read costs one unit and a
-  buffer allows :data:`BUDGET_PER_BYTE` units per byte (plus :data:`MIN_BUDGET`), so many
-  tables pointing at one shared vector (a legal file shares nothing big) cannot multiply
-  the work or the memory.
+* A *visit budget*: each table, vector, string and vector element read costs one unit, and
+  a buffer allows what the ``work`` limit (:mod:`rnnport.budget`) gives its size (4 units
+  per byte, plus 4,096, unless raised), so many tables pointing at one shared vector (a
+  legal file shares nothing big) cannot multiply the work or the memory.
 
 Every malformed buffer raises :class:`~rnnport.errors.FormatError` naming where, e.g.
 ``model.tflite: subgraphs[0].operators[3].inputs: vector of 2,147,483,648 int32 runs
@@ -42,13 +42,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import budget
 from ..errors import FormatError
 
-__all__ = ["BUDGET_PER_BYTE", "MAX_DEPTH", "MIN_BUDGET", "FlatBuffer", "Table", "slot"]
+__all__ = ["MAX_DEPTH", "FlatBuffer", "Table", "slot"]
 
 MAX_DEPTH = 64
-BUDGET_PER_BYTE = 4
-MIN_BUDGET = 4096
 
 _SCALARS = {"bool": "<B", "int8": "<b", "uint8": "<B", "int16": "<h", "uint16": "<H",
             "int32": "<i", "uint32": "<I", "int64": "<q", "uint64": "<Q", "float32": "<f",
@@ -68,7 +67,7 @@ class FlatBuffer:
         self.data = memoryview(data).cast("B")
         self.size = len(self.data)
         self.source = source
-        self.budget = MIN_BUDGET + BUDGET_PER_BYTE * self.size
+        self.budget = budget.allowance("work", self.size)
         if self.size < 8:
             raise self.error("", f"{self.size} bytes are too few for a FlatBuffer; expected at least "
                                  "8 (a root offset and a file identifier)")
@@ -83,9 +82,10 @@ class FlatBuffer:
     def charge(self, units: int, where: str) -> None:
         self.budget -= units
         if self.budget < 0:
-            raise self.error(where, f"reading this FlatBuffer takes more than {BUDGET_PER_BYTE} "
-                                    f"visits per byte of its {self.size:,} bytes; expected each "
-                                    "object read once (many references to one shared object?)")
+            raise budget.exceeded(f"{self.source}: {where}" if where else self.source,
+                                  "reading this FlatBuffer takes more visits per byte than "
+                                  "reading each object once would (many references to one "
+                                  "shared object?)", "work", self.size)
 
     def need(self, position: int, width: int, where: str, what: str) -> None:
         if position < 0 or width < 0 or position + width > self.size:

@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import budget
 from ..errors import FormatError
 
 __all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "Node", "SoftLink", "snapshot"]
 
 CHILD = Path(__file__).with_name("_hdf5_child.py")
-TIMEOUT = 20.0               # seconds (wall clock and CPU) for the child, plus 1 per 10 MB
 
 
 # -- the snapshot -----------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def snapshot(source: str | os.PathLike[str] | bytes, where: str) -> Group:
         size, argument, stdin, ratio = len(source), "-", source, 1
     else:
         size, argument, stdin, ratio = os.path.getsize(source), os.fspath(source), b"", 1032
-    timeout = TIMEOUT + size / 10e6
+    timeout = budget.value("seconds") + size / 10e6  # wall clock and CPU
     command = [sys.executable, "-I", str(CHILD), argument, str(size), str(ratio),
                str(int(timeout))]
     environment = {key: value for key, value in os.environ.items()
@@ -122,13 +122,17 @@ def snapshot(source: str | os.PathLike[str] | bytes, where: str) -> Group:
         done = subprocess.run(command, input=stdin, capture_output=True, timeout=timeout,
                               check=False, env=environment)
     except subprocess.TimeoutExpired:
-        raise FormatError(f"{where}: the HDF5 library did not finish reading the file within "
-                          f"{timeout:.0f} s; the file is damaged or built to stall a reader. "
-                          "Nothing was read.") from None
+        raise budget.exceeded(where, f"the HDF5 library did not finish reading the file within "
+                              f"{timeout:.0f} s (damaged, or built to stall a reader?)",
+                              "seconds") from None
     if done.returncode != 0 or len(done.stdout) < 8:
         if done.returncode < 0:
             name = _signal_name(-done.returncode)
-            how = {"SIGXCPU": "ran out of CPU time", "SIGSEGV": "crashed (SIGSEGV)",
+            if name == "SIGXCPU":
+                raise budget.exceeded(where, f"the HDF5 library ran out of CPU time ({timeout:.0f}"
+                                      " s) reading the file (damaged, or built to stall a "
+                                      "reader?)", "seconds")
+            how = {"SIGSEGV": "crashed (SIGSEGV)",
                    "SIGABRT": "aborted"}.get(name, f"was stopped by {name}")
         else:
             lines = done.stderr.decode("utf8", "replace").strip().splitlines()

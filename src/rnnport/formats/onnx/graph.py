@@ -26,9 +26,10 @@ the file and match the tensor's shape. Nothing else is opened.
 **Budgets.** A hostile graph cannot make the reader allocate or recurse without bound:
 computed values are cached, and the bytes of every new array folding makes (a view of an
 array already held costs nothing, a copy costs its size, however a NumPy operation hid it)
-may not exceed four times what the model's stored tensors hold, plus 16 MiB; there is no
-option to raise it, since folding the graph offline stores the weights as tensors, which
-raises it. Values are followed with an explicit stack, never Python recursion, and one
+may not exceed what the ``expansion`` limit (:mod:`rnnport.budget`) allows for the bytes
+the model's stored tensors hold: four times them, plus 16 MiB, unless raised with
+``rnnport.limits(expansion=…)``; folding the graph offline, which stores the weights as
+tensors, also raises it. Values are followed with an explicit stack, never Python recursion, and one
 computed through more than :data:`MAX_DEPTH` nested nodes is refused. A tensor declaring a
 negative dimension, or holding strings, is refused before it is decoded.
 """
@@ -45,7 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import FormatError, RnnportError, UnsupportedFeatureError
+from ... import budget
+from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
 from .._common import describe, require
 
 __all__ = ["FOLDABLE", "MAX_DEPTH", "BudgetError", "Loaded", "Scope", "attributes", "exhausted",
@@ -59,22 +61,21 @@ EXTERNAL = 1  # TensorProto.EXTERNAL
 STRING = 8  # TensorProto.STRING
 # A Constant node's numeric attributes and their AttributeProto types: FLOAT, FLOATS, INT, INTS.
 CONSTANT_TYPES = {"value_float": 1, "value_floats": 6, "value_int": 2, "value_ints": 7}
-BUDGET = "four times the bytes the model's stored tensors hold, plus 16 MiB"
 
 
-class BudgetError(FormatError):
+class BudgetError(LimitError):
     """Computing a value would take more memory than a model of this size justifies."""
 
 
-def exhausted(where: str, what: str, limit: int | None = None) -> BudgetError:
-    """The error for ``what`` (“the result would be …”) past the budget (``limit`` bytes in
-    all, when known)."""
-    total = "" if limit is None else f", {limit / (1 << 20):,.1f} MiB for this model"
-    return BudgetError(f"{where}: {what}, more memory than the values computed from a graph "
-                       f"may take ({BUDGET}{total}); the graph is built to exhaust "
-                       "memory. Nothing was read. A real model whose weights are computed this "
-                       "way reads once its constants are folded offline (ONNX Runtime's "
-                       "SessionOptions.optimized_model_filepath), which stores them as tensors.")
+def exhausted(where: str, what: str, stored: int | None = None,
+              needed: int | None = None) -> BudgetError:
+    """The error for ``what`` (“the result would be …”) past the ``expansion`` limit, for a
+    model whose tensors store ``stored`` bytes (when known), ``needed`` bytes in all."""
+    error = budget.exceeded(where, f"{what}, more memory than the values computed from a "
+                            "graph may take", "expansion", stored, needed)
+    return BudgetError(f"{error} A real model whose weights are computed this way also reads "
+                       "once its constants are folded offline (ONNX Runtime's SessionOptions."
+                       "optimized_model_filepath), which stores them as tensors.", error.limit)
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Loaded:
     where: str
     budget: int = 0  # bytes computed values may still take
     limit: int = 0  # the budget, in all
+    stored: int = 0  # bytes the model's tensors store, of which the budget is made
     opsets: list[Any] = field(default_factory=list)  # the model's opset_import
 
 
@@ -98,7 +100,8 @@ def load(source: Any) -> Loaded:
         model, where = source, "ONNX model"
     elif is_proto(source, "GraphProto"):
         loaded = Loaded(source, {}, None, "ONNX graph")
-        loaded.budget = loaded.limit = _budget(source, {}, None)
+        loaded.stored = _stored_bytes(source, {}, None)
+        loaded.budget = loaded.limit = budget.allowance("expansion", loaded.stored)
         return loaded
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -115,7 +118,8 @@ def load(source: Any) -> Loaded:
                           f"path to an .onnx file, got {describe(source)}.")
     functions = {(function.domain, function.name): function for function in model.functions}
     loaded = Loaded(model.graph, functions, folder, where, opsets=list(model.opset_import))
-    loaded.budget = loaded.limit = _budget(model.graph, functions, folder)
+    loaded.stored = _stored_bytes(model.graph, functions, folder)
+    loaded.budget = loaded.limit = budget.allowance("expansion", loaded.stored)
     return loaded
 
 
@@ -123,10 +127,10 @@ def is_proto(source: Any, name: str) -> bool:
     return type(source).__name__ == name and hasattr(source, "SerializeToString")
 
 
-def _budget(graph: Any, functions: Mapping[tuple[str, str], Any], folder: Path | None) -> int:
-    """Four times the bytes the model's tensors store, + 16 MiB: what they hold inline, and
-    for external data what they declare, up to the size of the file named (a declared
-    shape alone stores nothing); a Constant node's list of numbers counts as a tensor."""
+def _stored_bytes(graph: Any, functions: Mapping[tuple[str, str], Any], folder: Path | None) -> int:
+    """The bytes the model's tensors store: what they hold inline, and for external data
+    what they declare, up to the size of the file named (a declared shape alone stores
+    nothing); a Constant node's list of numbers counts as a tensor."""
     stored = 0
     for tensor in _tensors(graph, functions, lists=True):
         if type(tensor).__name__ == "AttributeProto":  # value_floats, value_ints
@@ -136,7 +140,7 @@ def _budget(graph: Any, functions: Mapping[tuple[str, str], Any], folder: Path |
             stored += min(declared, _external_size(tensor, folder))
         else:
             stored += tensor.ByteSize()
-    return 4 * stored + (16 << 20)
+    return stored
 
 
 def _external_size(tensor: Any, folder: Path | None) -> int:
@@ -372,7 +376,7 @@ class Scope:
         if self.loaded.budget < 0:
             spent = self.loaded.limit - self.loaded.budget
             raise exhausted(where, f"the arrays computed from the graph's constants would come "
-                            f"to {spent:,} bytes", self.loaded.limit)
+                            f"to {spent:,} bytes", self.loaded.stored, spent)
 
     def _constant(self, node: Any, where: str) -> np.ndarray:
         for attribute in node.attribute:
