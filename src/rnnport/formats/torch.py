@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import budget
 from ..errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from ..io.archive import open_zip
 from ..io.atomic import atomic_write
@@ -124,8 +125,9 @@ def read(source: Any, **options: Any) -> Model:
         return _read_state_dict(load(source), options, str(source))
     if isinstance(source, Mapping):
         state, wrapper = _unwrap(source)
-        return _read_state_dict(state, options, "torch state_dict" + (
-            f" (checkpoint entry {wrapper!r})" if wrapper else ""))
+        location = "torch state_dict" + (f" (checkpoint entry {wrapper!r})" if wrapper else "")
+        _check_expansion(state, location, None)
+        return _read_state_dict(state, options, location)
     raise FormatError(f"read(fmt='torch'): expected an nn.LSTM/GRU/RNN, a state_dict (keys like "
                       f"'weight_ih_l0'), or a list of them; got {describe(source)}.")
 
@@ -458,8 +460,81 @@ def _load(path: Any) -> tuple[dict[str, Any], str | None, list[str]]:
                     f"bytes, but the file is {size:,} bytes: their strides or shared storage "
                     "repeat stored values. A saved state_dict never does that; the file is "
                     "damaged or built to exhaust memory. Nothing was read.")
+    _check_expansion(loaded, str(path), size)
     outer = wrapper.split(".")[0] if wrapper else None
     return dict(loaded), wrapper, [key for key in top if key != outer] if wrapper else []
+
+
+def _check_expansion(state: Mapping[str, Any], where: str, size: int | None) -> None:
+    """Refuse a state_dict whose lists and tuples would expand, as NumPy arrays, past the
+    ``expansion`` limit for ``size`` bytes (a file's size; None: what the lists themselves
+    hold, for a state_dict given in memory).
+
+    ``torch.save`` pickles a list once and refers to it again by a two-byte reference, so
+    ``[[0.0] * 100] * 100`` nested five deep is a 3 KB file naming 10¹⁰ numbers. A real
+    ``state_dict()`` holds tensors only; lists of numbers are read as arrays, within the limit.
+    """
+    total, held = 0, 0
+    for key, value in state.items():
+        if not isinstance(value, (list, tuple)):
+            continue  # tensors are bounded by the file above; other objects are never expanded
+        expanded, distinct = _array_bytes(value, f"{where}, {key}")
+        total, held = total + expanded, held + distinct
+        allowed = budget.allowance("expansion", held if size is None else size)
+        if total > allowed:
+            before = f" ({total:,} with the lists before it)" if total != expanded else ""
+            raise budget.exceeded(
+                where, f"the lists under {key!r} would expand to {expanded:,} bytes of "
+                f"arrays{before}, from {held:,} bytes of distinct lists that repeat one another "
+                "by reference", "expansion", held if size is None else size)
+
+
+def _array_bytes(value: list[Any] | tuple[Any, ...], where: str) -> tuple[int, int]:
+    """The bytes nested lists and tuples would take as one NumPy array (their numbers, as
+    float64 or wider), and the bytes their distinct lists hold (8 per item). Each distinct
+    list is counted once, by its ``id``, without recursion; a list inside itself is refused."""
+    numbers: dict[int, int] = {}  # id → the numbers it expands to
+    width, held = 8, 0
+    pending: list[tuple[Any, bool]] = [(value, False)]
+    open_lists: set[int] = set()  # on the path being walked: met again, it holds itself
+    while pending:
+        item, closing = pending.pop()
+        identity = id(item)
+        if closing:
+            numbers[identity] = sum(numbers[id(child)] for child in item)
+            open_lists.discard(identity)
+        elif identity in numbers:
+            continue
+        elif isinstance(item, (list, tuple)):
+            if identity in open_lists:
+                raise FormatError(f"{where}: a list that holds itself; expected nested lists of "
+                                  "numbers (a state_dict holds tensors). The file is damaged or "
+                                  "built to exhaust memory.")
+            open_lists.add(identity)
+            held += 8 * len(item)
+            pending.append((item, True))
+            pending.extend((child, False) for child in item)
+        else:
+            count, item_width = _leaf(item)
+            numbers[identity] = count
+            width = max(width, item_width)
+    return numbers[id(value)] * width, held
+
+
+def _leaf(item: Any) -> tuple[int, int]:
+    """How many numbers ``item``, inside a list, adds to its array, and the bytes of each."""
+    if isinstance(item, complex):
+        return 1, 16
+    if isinstance(item, str):  # NumPy's str dtype: 4 bytes per character of the longest
+        return 1, 4 * max(len(item), 1)
+    if isinstance(item, bytes):
+        return 1, max(len(item), 1)
+    if isinstance(item, np.ndarray):
+        return int(item.size), max(int(item.itemsize), 8)
+    numel = getattr(item, "numel", None)  # a torch.Tensor, converted whole
+    if callable(numel) and hasattr(item, "element_size"):
+        return int(numel()), max(int(item.element_size()), 8)
+    return 1, 8  # a number, or an object NumPy keeps as one pointer
 
 
 def _unwrap(loaded: Any) -> tuple[Any, str | None]:

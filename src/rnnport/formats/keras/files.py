@@ -82,6 +82,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import budget
 from ..._version import package_version
 from ...errors import (
     AmbiguousSourceError,
@@ -181,6 +182,7 @@ def read_file(source: Any, **options: Any) -> Model:
     """Read the recurrent stack of a Keras model or weights file (see the module docstring)."""
     keras_layers.check_version_option(options, f"read(fmt='keras'): {source}")
     path, _, chosen = _chosen(source, options.pop("layer", None))
+    _check_parameters(path, chosen)
     for option, gates, owner in (("activation", {1}, "SimpleRNN"), ("reset_after", {3}, "GRU"),
                                  ("recurrent_activation", {3, 4}, "LSTM and GRU")):
         if option in options and not any(_gates(layer) in gates for layer in chosen):
@@ -188,6 +190,18 @@ def read_file(source: Any, **options: Any) -> Model:
                               f"layers read ({', '.join(layer.describe() for layer in chosen)}) "
                               "have none; drop the option.")
     return keras_layers.stack_layers([_read_layer(layer, options) for layer in chosen])
+
+
+def _check_parameters(path: Path, chosen: Sequence[FileLayer]) -> None:
+    """Refuse a network whose parameters, at the dtype read, take more bytes than the
+    ``expansion`` limit allows for the file's size (compressed datasets can hold a thousand
+    times what the file stores)."""
+    size = path.stat().st_size
+    total = sum(int(array.nbytes) for layer in chosen for array in layer.arrays)
+    if total > budget.allowance("expansion", size):
+        raise budget.exceeded(
+            str(path), f"the network read ({len(chosen)} layer(s)) has {total:,} bytes of "
+            "parameters", "expansion", size)
 
 
 def stacks(source: Any) -> list[tuple[str, str]]:
@@ -362,6 +376,30 @@ def _h5_file_layers(h5: hdf5.Group, where: str) -> tuple[list[FileLayer], bool, 
 
 
 # -- h5 access (links and external data refused) ------------------------------------------
+
+
+Claims = dict[int, tuple[FileLayer, str]]  # a dataset's id → the layer reading it, its group
+
+
+def _claim(claimed: Claims, node: hdf5.Node | None, layer: FileLayer, group: str) -> None:
+    """Record that ``layer`` (whose weights are under ``group``) reads dataset ``node``;
+    refuse a second layer reading it. Keras saves each layer's weights once, under that
+    layer; a layer list naming one group for many layers (a name repeated, or one layer's
+    group inside another's) would build each of them anew from the same bytes: 300 layers
+    from one 6 MB group make a 1.9 GB network."""
+    if node is None:
+        return
+    first, first_group = claimed.setdefault(id(node), (layer, group))
+    if first is not layer:
+        groups = f"group {group}" if group == first_group else \
+            f"groups {first_group} and {group}"
+        layers = (f"two layers named {layer.describe()}" if first.describe() == layer.describe()
+                  else f"layers {first.describe()} and {layer.describe()}")
+        raise FormatError(
+            f"{layer.where}: {layers} both read the stored weights {node.name} ({groups}); "
+            "expected each layer to read weights of its own, as Keras saves them. The layer "
+            "list does not fit the weights: the file is damaged, or built to make one stored "
+            "group count as many layers. Nothing was read.")
 
 
 def _child(group: hdf5.Node, name: str, where: str) -> hdf5.Node | None:
@@ -543,6 +581,7 @@ def _keras3_layers(h5: hdf5.Group, config: Any, where: str,
         return _keras3_weights_only(groups, names, where), False, False
     entries, functional = _model_entries(config, config_where)
     used: dict[str, int] = {}
+    claimed: Claims = {}
     layers = []
     for name, class_name, layer_config, inputs in entries:
         guess = _unique(_snake(class_name), used)
@@ -560,7 +599,8 @@ def _keras3_layers(h5: hdf5.Group, config: Any, where: str,
                     "model; save the model again.")
             layer.where = f"{where}, {groups[group_key].name}"
             layer.aliases = (group_key,)
-            _keras3_arrays(groups[group_key], layer, class_name in keras_layers.WRAPPERS)
+            _keras3_arrays(groups[group_key], layer, class_name in keras_layers.WRAPPERS,
+                           claimed)
         layers.append(layer)
     return layers, functional, True
 
@@ -568,6 +608,7 @@ def _keras3_layers(h5: hdf5.Group, config: Any, where: str,
 def _keras3_weights_only(groups: Mapping[str, hdf5.Group], names: Mapping[str, str],
                          where: str) -> list[FileLayer]:
     key_names = {key: name for name, key in names.items()}
+    claimed: Claims = {}
     layers = []
     for key in sorted(groups, key=_split_key):
         group = groups[key]
@@ -578,14 +619,15 @@ def _keras3_weights_only(groups: Mapping[str, hdf5.Group], names: Mapping[str, s
         if "cell" in group or bidirectional:
             layer.kind = "rnn" if base in RNN_KEYS else "recurrent"
             if layer.kind == "rnn":
-                _keras3_arrays(group, layer, bidirectional)
+                _keras3_arrays(group, layer, bidirectional, claimed)
         elif base in PASSIVE_KEYS:
             layer.kind = "passive"
         layers.append(layer)
     return layers
 
 
-def _keras3_arrays(group: hdf5.Group, layer: FileLayer, bidirectional: bool) -> None:
+def _keras3_arrays(group: hdf5.Group, layer: FileLayer, bidirectional: bool,
+                   claimed: Claims) -> None:
     sides = ("forward_layer", "backward_layer") if bidirectional else ("",)
     for side in sides:
         node = _child(group, side, layer.where) if side else group
@@ -607,8 +649,9 @@ def _keras3_arrays(group: hdf5.Group, layer: FileLayer, bidirectional: bool) -> 
                               "named 0, 1, 2 (kernel, recurrent_kernel, bias).")
         for key in keys:
             path = f"{cell.name}/{key}"
-            layer.arrays.append(_dataset(_child(cell, key, layer.where),
-                                         f"{layer.where}, {path}"))
+            node = _child(cell, key, layer.where)
+            _claim(claimed, node, layer, group.name)
+            layer.arrays.append(_dataset(node, f"{layer.where}, {path}"))
             layer.datasets.append(path)
 
 
@@ -630,6 +673,7 @@ def _legacy_layers(root: hdf5.Group, config: Any,
     else:
         entries = [(name, None, None, None) for name in layer_names]
     stored = set(layer_names)
+    claimed: Claims = {}
     layers = []
     for name, class_name, layer_config, inputs in entries:
         kind = _kind(class_name, layer_config or {}) if class_name is not None else "other"
@@ -650,6 +694,7 @@ def _legacy_layers(root: hdf5.Group, config: Any,
                         raise FormatError(f"{layer.where}: weight_names lists {weight!r}, but the "
                                           "group holds no such dataset; the file may be "
                                           "damaged.")
+                    _claim(claimed, node, layer, group.name)
                     layer.arrays.append(_dataset(node, f"{layer.where}/{weight}"))
                     layer.datasets.append(f"{group.name}/{weight}")
         elif layer.kind == "rnn":

@@ -29,20 +29,29 @@ Biases the body leaves out are zeros; a cell with no bias at all is read with
 with starts at a constant 0 and adds 1 per step, the condition compares counters with
 ``LESS`` (joined by ``LOGICAL_AND``), and the output sequence is built from the new state.
 An LSTM written as a loop (two states) is refused by name.
+
+**Cost.** A file may hold thousands of ``WHILE`` operators sharing one large body. A
+:class:`Recogniser` serves one read of a file: it indexes each subgraph once, evaluates each
+body once for the operands that decide the value (which body inputs hold the state, the
+sequence and the step counter) and matches each value once per hidden size, whatever the
+number of loops naming it. The nodes evaluated, the operators indexed and the tensors
+visited count against the ``work`` limit (:mod:`rnnport.budget`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ...errors import FormatError, RnnportError, UnsupportedFeatureError
+from ... import budget
+from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
 from ...io import tflite_schema as tfl
 
-__all__ = ["LoopCell", "recognise"]
+__all__ = ["ConstantRead", "LoopCell", "Recogniser"]
 
 ADD, CONCATENATION, DEQUANTIZE, FULLY_CONNECTED, GATHER = 0, 2, 6, 9, 36
 LOGISTIC, MUL, RELU, RESHAPE, TANH, SUB, SQUEEZE = 14, 18, 19, 22, 28, 41, 43
@@ -56,6 +65,7 @@ MAX_PARTS = 64  # terms of one sum (ADD(s, s) doubles them: a chain must not gro
 # (subgraph, tensor, what) → the constant's float32 values (the reader's: it dequantizes
 # when asked and records what it read).
 Constant = Callable[[int, int, str], np.ndarray]
+ConstantRead = tuple[int, int, str]  # a call of a Constant: (subgraph, tensor, what)
 
 
 # -- symbolic values -----------------------------------------------------------------------
@@ -126,23 +136,34 @@ class LoopCell:
     state: int  # the WHILE input holding the initial state
     time_axis: int  # the sequence's time axis (0: time-major, as the converter writes)
     remarks: list[str] = field(default_factory=list)
+    # The constants the body's value was built from, in the order they were read: a reader
+    # reads them again with its own options instead of evaluating the body again.
+    reads: tuple[ConstantRead, ...] = ()
 
 
 # -- evaluating the body -------------------------------------------------------------------
 
 
+@dataclass
+class _Indexed:
+    """One subgraph's operators by the tensors they write, and its GATHERs by their inputs."""
+
+    first: dict[int, tuple[int, int]]  # tensor → (operator, output position) first writing it
+    writers: dict[int, list[int]]  # tensor → the operators writing it, each once, in order
+    gathers: dict[tuple[int, ...], list[int]]  # a GATHER's two inputs → those GATHERs
+
+
 class _Body:
-    def __init__(self, model: tfl.Model, index: int, roles: dict[int, Sym], counter: int,
-                 constant: Constant, where: str) -> None:
+    def __init__(self, model: tfl.Model, index: int, indexed: _Indexed, roles: dict[int, Sym],
+                 counter: int, constant: Constant, where: str,
+                 charge: Callable[[int], None]) -> None:
         self.model, self.index, self.where = model, index, where
         self.graph = model.subgraphs[index]
         self.roles, self.counter, self.constant = roles, counter, constant
         self.sequence = next((v for v in roles.values() if isinstance(v, Var) and
                               v.name == "sequence"), None)
-        self.producer: dict[int, tuple[int, int]] = {}
-        for k, op in enumerate(self.graph.operators):
-            for position, tensor in enumerate(op.outputs):
-                self.producer.setdefault(tensor, (k, position))
+        self.producer = indexed.first
+        self.charge = charge
         self.memo: dict[int, Sym] = {}
         self.opaque: list[str] = []
 
@@ -165,6 +186,7 @@ class _Body:
             raise UnsupportedFeatureError(
                 f"{self.where}: the loop body (subgraph {self.index}) nests more than "
                 f"{MAX_DEPTH} operations in one step; expected a recurrent cell's few.")
+        self.charge(1)
         result = self._compute(tensor, depth + 1)
         if isinstance(result, Opaque):
             self.opaque.append(result.what)
@@ -428,197 +450,308 @@ def _simple(new: Sym, hidden: int) -> tuple[dict[str, Any], dict[str, np.ndarray
 # -- the loop ------------------------------------------------------------------------------
 
 
-def recognise(model: tfl.Model, operator: int, constant: Constant, where: str) -> LoopCell:
-    """The cell WHILE ``operator`` of the main subgraph computes (see the module's docstring);
-    :class:`UnsupportedFeatureError` naming what does not fit."""
-    main = model.subgraphs[0]
-    op = main.operators[operator]
-    label = f"{where}: operator {operator} (WHILE)"
-    values = getattr(op.builtin_options, "values", {})
-    cond, body = values.get("cond_subgraph_index", -1), values.get("body_subgraph_index", -1)
-    count = len(model.subgraphs)
-    if not (0 < cond < count and 0 < body < count) or cond == body:
-        raise FormatError(f"{label}: condition subgraph {cond} and body subgraph {body}; "
-                          f"expected two different subgraphs of 1 to {count - 1}. The file is "
-                          "damaged.")
-    graph = model.subgraphs[body]
-    n = len(op.inputs)
-    if len(graph.inputs) != n or len(graph.outputs) != n or len(op.outputs) != n or \
-            len(model.subgraphs[cond].inputs) != n or -1 in op.inputs:
-        raise FormatError(f"{label}: {n} loop values, body subgraph {body} takes "
-                          f"{len(graph.inputs)} and gives {len(graph.outputs)}; expected the "
-                          "same number everywhere. The file is damaged.")
-    tensors = [main.tensors[t] for t in op.inputs]
-    floats = [k for k, t in enumerate(tensors) if t.type_name == "FLOAT32"]
-    carried = [k for k in floats if graph.outputs[k] == graph.inputs[k]]
-    changed = [k for k in floats if graph.outputs[k] != graph.inputs[k]]
-    states = [k for k in changed if len(tensors[k].shape) == 2]
-    outputs = [k for k in changed if len(tensors[k].shape) == 3]
-    sequences = [k for k in carried if len(tensors[k].shape) == 3]
-    if len(states) > 1:
-        raise UnsupportedFeatureError(
-            f"{label}: its body carries {len(states)} states (loop values "
-            f"{[f'{tensors[k].name!r} {list(tensors[k].shape)}' for k in states]}): an LSTM's h "
-            "and c, stacked cells in one loop, or a mask's; rnnport reads loops carrying one "
-            "state (LSTMs from TFLite's fused LSTM operators, which the converter writes for "
-            "Keras LSTM layers).")
-    if len(states) != 1 or len(outputs) != 1 or len(sequences) != 1:
-        raise UnsupportedFeatureError(
-            f"{label}: loop values {[f'{t.type_name}{list(t.shape)}' for t in tensors]}; "
-            "rnnport reads a loop carrying one state (batch, hidden), one input sequence and "
-            "one output sequence, as a converted SimpleRNN or GRU does.")
-    state, output, sequence = states[0], outputs[0], sequences[0]
-    counters = [k for k, t in enumerate(tensors) if t.type_name in ("INT32", "INT64") and
-                not t.shape and _counts_up(model, op, graph, body, k)]
-    roles: dict[int, Sym] = {graph.inputs[state]: Var("h"),
-                             graph.inputs[sequence]: Var("sequence")}
-    remarks: list[str] = []
-    for counter in counters:
-        evaluation = _Body(model, body, roles, graph.inputs[counter], constant, where)
-        gathers = [k for k, body_op in enumerate(graph.operators)
-                   if evaluation.code(k) == GATHER and len(body_op.inputs) == 2 and
-                   body_op.inputs == (graph.inputs[sequence], graph.inputs[counter])]
-        if gathers:
-            break
-    else:
-        raise UnsupportedFeatureError(
-            f"{label}: its body reads the sequence with no GATHER at a step counter that "
-            "starts at 0 and adds 1 per step; rnnport reads loops that visit every step in "
-            "order (as a converted SimpleRNN or GRU does).")
-    time_axis = int(getattr(graph.operators[gathers[0]].builtin_options, "values",
-                            {}).get("axis", 0)) % 3
-    _check_condition(model, operator, cond, body, counters, sequence, time_axis, label,
-                     remarks)
-    hidden, inputs = tensors[state].shape[1], tensors[sequence].shape[2 if time_axis != 2 else 1]
-    new = evaluation.value(graph.outputs[state])
-    if not _depends(graph, graph.outputs[output], graph.outputs[state]):
-        raise UnsupportedFeatureError(
-            f"{label}: its output sequence (loop value {output}) is not built from the new "
-            "state; rnnport reads loops whose output at each step is the state.")
-    for matcher in (_simple, _gru):
-        try:
-            fields, params, has_bias = matcher(new, hidden)
-            break
-        except _NoMatch:
-            continue
-    else:
-        unknown = ", ".join(dict.fromkeys(evaluation.opaque)) or "none"
-        raise UnsupportedFeatureError(
-            f"{label}: its body (subgraph {body}) computes a step that is neither a simple RNN "
-            "(tanh or relu) nor a GRU (sigmoid gates, tanh candidate) as rnnport defines "
-            f"them; operations it could not follow: {unknown}. Nothing was read.")
-    if params["weight_ih"].shape != (params["weight_hh"].shape[0], inputs) or \
-            params["weight_hh"].shape[1] != hidden:
-        raise FormatError(f"{label}: weights {list(params['weight_ih'].shape)} and "
-                          f"{list(params['weight_hh'].shape)} for input size {inputs} and "
-                          f"hidden size {hidden}; the sizes disagree. The file is damaged.")
-    if not has_bias:
-        params = {k: v for k, v in params.items() if not k.startswith("bias")}
-    fields.update(input_size=inputs, hidden_size=hidden, bias=has_bias)
-    return LoopCell(fields, params, sequence, output, state, time_axis, remarks)
+@dataclass
+class _Evaluation:
+    """A body's value for one choice of state, sequence and counter inputs."""
+
+    new: Sym  # the new state
+    opaque: list[str]  # what the evaluation could not follow
+    reads: tuple[ConstantRead, ...]  # the constants read, in order
 
 
-def _counts_up(model: tfl.Model, op: tfl.Operator, graph: tfl.SubGraph, body: int,
-               k: int) -> bool:
-    """Whether loop value ``k`` starts at a constant 0 and the body adds a constant 1."""
-    if _integer(model, 0, op.inputs[k]) != 0:
-        return False
-    producer = [body_op for body_op in graph.operators if graph.outputs[k] in body_op.outputs]
-    if len(producer) != 1 or model.operator_code(producer[0]) != ADD or \
-            len(producer[0].inputs) != 2 or graph.inputs[k] not in producer[0].inputs:
-        return False
-    other = [t for t in producer[0].inputs if t != graph.inputs[k]]
-    return bool(other) and _integer(model, body, other[0]) == 1
+Matched = tuple[dict[str, Any], dict[str, np.ndarray], bool] | None
+EvaluationKey = tuple[int, int, int, int]  # body subgraph, state, sequence, counter positions
 
 
-def _check_condition(model: tfl.Model, operator: int, cond: int, body: int,
-                     counters: list[int], sequence: int, time_axis: int, label: str,
-                     remarks: list[str]) -> None:
-    """The condition must be LESS(counter, bound) or a LOGICAL_AND of such, every bound at
-    least the sequence's length: a constant, or a loop value the body passes on unchanged
-    whose initial value is a constant or is computed from the sequence's shape."""
-    graph = model.subgraphs[cond]
-    main = model.subgraphs[0]
-    loop = main.operators[operator]
-    passed = [k for k in range(len(loop.inputs))
-              if model.subgraphs[body].outputs[k] == model.subgraphs[body].inputs[k]]
-    sequence_tensor = main.tensors[loop.inputs[sequence]]
-    steps = sequence_tensor.signature[time_axis]  # None: known at run time
-    producer = {t: op for op in graph.operators for t in op.outputs}
-    if len(graph.outputs) != 1:
-        raise FormatError(f"{label}: condition subgraph {cond} has {len(graph.outputs)} "
-                          "outputs; expected one. The file is damaged.")
+class Recogniser:
+    """The cells a model's ``WHILE`` operators compute (see the module's docstring), for one
+    read of the file: ``recogniser(operator)``. ``size`` is the file's size in bytes, which
+    the ``work`` limit is relative to; ``constant`` reads a body's constants (a reader's,
+    which records what it read)."""
 
-    def refuse(why: str) -> UnsupportedFeatureError:
-        return UnsupportedFeatureError(
-            f"{label}: its condition (subgraph {cond}) {why}; the canonical network runs "
-            "every step of the sequence, so the numbers could differ. Nothing was read.")
+    def __init__(self, model: tfl.Model, constant: Constant, where: str, size: int) -> None:
+        self.model, self.constant, self.where, self.size = model, constant, where, size
+        self.allowed = budget.allowance("work", size)
+        self.spent = 0
+        self.indexed: dict[int, _Indexed] = {}
+        self.evaluations: dict[EvaluationKey, _Evaluation | RnnportError] = {}
+        self.matches: dict[tuple[EvaluationKey, int], Matched] = {}
+        self.ancestry: dict[tuple[int, int], set[int]] = {}
+        self.evaluated = 0  # bodies evaluated (each key once)
 
-    pending, seen = [graph.outputs[0]], 0
-    while pending:
-        seen += 1
-        tensor = pending.pop()
-        op = producer.get(tensor)
-        code = model.operator_code(op) if op is not None else None
-        if seen > 64 or op is None or code not in (LESS, LOGICAL_AND) or len(op.inputs) != 2:
-            raise refuse("is not a comparison of step counters (LESS, joined by LOGICAL_AND)")
-        if code == LOGICAL_AND:
-            pending.extend(op.inputs)
-            continue
-        left, right = op.inputs
-        if left not in [graph.inputs[k] for k in counters]:
-            raise refuse(f"compares {graph.tensors[left].name!r}, which is no step counter")
-        if right in graph.inputs:  # a loop value: the body must pass it on unchanged
-            k = list(graph.inputs).index(right)
-            if k not in passed or k in counters:
-                raise refuse(f"compares the counter with loop value {k}, which changes from "
-                             "step to step")
-            bound = _integer(model, 0, loop.inputs[k])
-            initial = loop.inputs[k]
-            if bound is None and not _from_shape(main, initial, loop.inputs[sequence]):
-                raise refuse(f"stops at loop value {k} ({main.tensors[initial].name!r}), which "
-                             "is computed from something other than the sequence's shape")
-            if bound is None:
-                remarks.append(f"{label.split(': ', 1)[-1]} runs as many steps as the "
-                               "sequence's shape says, read as running every step.")
-                continue
-        elif len(model.buffers[graph.tensors[right].buffer].data):
-            bound = _integer(model, cond, right)
+    def charge(self, units: int) -> None:
+        """Count ``units`` steps against the ``work`` limit."""
+        self.spent += units
+        if self.spent > self.allowed:
+            raise budget.exceeded(
+                self.where, f"recognising its WHILE loops has taken {self.spent:,} steps (loop "
+                "body operations evaluated, operators indexed, tensors visited) and is not "
+                "done", "work", self.size)
+
+    def index(self, subgraph: int) -> _Indexed:
+        """Subgraph ``subgraph``'s operators by the tensors they write, indexed once."""
+        found = self.indexed.get(subgraph)
+        if found is None:
+            graph = self.model.subgraphs[subgraph]
+            self.charge(len(graph.operators) + sum(len(op.outputs) for op in graph.operators))
+            found = _Indexed({}, {}, {})
+            for k, op in enumerate(graph.operators):
+                for position, tensor in enumerate(op.outputs):
+                    found.first.setdefault(tensor, (k, position))
+                    writers = found.writers.setdefault(tensor, [])
+                    if not writers or writers[-1] != k:
+                        writers.append(k)
+                if self.model.operator_code(op) == GATHER and len(op.inputs) == 2:
+                    found.gathers.setdefault(tuple(op.inputs), []).append(k)
+            self.indexed[subgraph] = found
+        return found
+
+    def last_writer(self, subgraph: int, tensor: int) -> tfl.Operator | None:
+        writers = self.index(subgraph).writers.get(tensor)
+        return self.model.subgraphs[subgraph].operators[writers[-1]] if writers else None
+
+    def ancestors(self, subgraph: int, tensor: int) -> set[int]:
+        """``tensor`` and every tensor it is computed from in ``subgraph`` (at most 4096)."""
+        key = (subgraph, tensor)
+        if key not in self.ancestry:
+            found: set[int] = set()
+            pending = [tensor]
+            while pending and len(found) < 4096:
+                self.charge(1)
+                current = pending.pop()
+                if current in found:
+                    continue
+                found.add(current)
+                op = self.last_writer(subgraph, current)
+                if op is not None:
+                    pending.extend(t for t in op.inputs if t >= 0)
+            self.ancestry[key] = found
+        return self.ancestry[key]
+
+    def __call__(self, operator: int) -> LoopCell:
+        """The cell WHILE ``operator`` of the main subgraph computes;
+        :class:`UnsupportedFeatureError` naming what does not fit."""
+        model, where = self.model, self.where
+        main = model.subgraphs[0]
+        op = main.operators[operator]
+        label = f"{where}: operator {operator} (WHILE)"
+        values = getattr(op.builtin_options, "values", {})
+        cond, body = values.get("cond_subgraph_index", -1), values.get("body_subgraph_index", -1)
+        count = len(model.subgraphs)
+        if not (0 < cond < count and 0 < body < count) or cond == body:
+            raise FormatError(f"{label}: condition subgraph {cond} and body subgraph {body}; "
+                              f"expected two different subgraphs of 1 to {count - 1}. The file "
+                              "is damaged.")
+        graph = model.subgraphs[body]
+        n = len(op.inputs)
+        self.charge(n)
+        if len(graph.inputs) != n or len(graph.outputs) != n or len(op.outputs) != n or \
+                len(model.subgraphs[cond].inputs) != n or -1 in op.inputs:
+            raise FormatError(f"{label}: {n} loop values, body subgraph {body} takes "
+                              f"{len(graph.inputs)} and gives {len(graph.outputs)}; expected the "
+                              "same number everywhere. The file is damaged.")
+        tensors = [main.tensors[t] for t in op.inputs]
+        floats = [k for k, t in enumerate(tensors) if t.type_name == "FLOAT32"]
+        carried = [k for k in floats if graph.outputs[k] == graph.inputs[k]]
+        changed = [k for k in floats if graph.outputs[k] != graph.inputs[k]]
+        states = [k for k in changed if len(tensors[k].shape) == 2]
+        outputs = [k for k in changed if len(tensors[k].shape) == 3]
+        sequences = [k for k in carried if len(tensors[k].shape) == 3]
+        if len(states) > 1:
+            raise UnsupportedFeatureError(
+                f"{label}: its body carries {len(states)} states (loop values "
+                f"{[f'{tensors[k].name!r} {list(tensors[k].shape)}' for k in states]}): an "
+                "LSTM's h and c, stacked cells in one loop, or a mask's; rnnport reads loops "
+                "carrying one state (LSTMs from TFLite's fused LSTM operators, which the "
+                "converter writes for Keras LSTM layers).")
+        if len(states) != 1 or len(outputs) != 1 or len(sequences) != 1:
+            raise UnsupportedFeatureError(
+                f"{label}: loop values {[f'{t.type_name}{list(t.shape)}' for t in tensors]}; "
+                "rnnport reads a loop carrying one state (batch, hidden), one input sequence "
+                "and one output sequence, as a converted SimpleRNN or GRU does.")
+        state, output, sequence = states[0], outputs[0], sequences[0]
+        counters = [k for k, t in enumerate(tensors) if t.type_name in ("INT32", "INT64") and
+                    not t.shape and self._counts_up(op, body, k)]
+        gathers: list[int] = []
+        for counter in counters:
+            gathers = self.index(body).gathers.get((graph.inputs[sequence],
+                                                    graph.inputs[counter]), [])
+            if gathers:
+                break
         else:
-            raise refuse(f"compares the counter with {graph.tensors[right].name!r}, which is "
-                         "neither a constant nor a loop value")
-        if bound is None or steps is None or bound < steps:
-            raise refuse(f"stops after {'an unreadable number of' if bound is None else bound} "
-                         f"steps, and the sequence has "
-                         f"{'a length known only at run time' if steps is None else steps}")
+            raise UnsupportedFeatureError(
+                f"{label}: its body reads the sequence with no GATHER at a step counter that "
+                "starts at 0 and adds 1 per step; rnnport reads loops that visit every step in "
+                "order (as a converted SimpleRNN or GRU does).")
+        time_axis = int(getattr(graph.operators[gathers[0]].builtin_options, "values",
+                                {}).get("axis", 0)) % 3
+        remarks: list[str] = []
+        self._check_condition(operator, cond, body, counters, sequence, time_axis, label,
+                              remarks)
+        hidden = tensors[state].shape[1]
+        inputs = tensors[sequence].shape[2 if time_axis != 2 else 1]
+        key = (body, state, sequence, counter)
+        evaluation = self._evaluate(key)
+        if graph.outputs[state] not in self.ancestors(body, graph.outputs[output]):
+            raise UnsupportedFeatureError(
+                f"{label}: its output sequence (loop value {output}) is not built from the new "
+                "state; rnnport reads loops whose output at each step is the state.")
+        matched = self._match(key, hidden, evaluation.new)
+        if matched is None:
+            unknown = ", ".join(dict.fromkeys(evaluation.opaque)) or "none"
+            raise UnsupportedFeatureError(
+                f"{label}: its body (subgraph {body}) computes a step that is neither a simple "
+                "RNN (tanh or relu) nor a GRU (sigmoid gates, tanh candidate) as rnnport "
+                f"defines them; operations it could not follow: {unknown}. Nothing was read.")
+        fields, params, has_bias = dict(matched[0]), dict(matched[1]), matched[2]
+        if params["weight_ih"].shape != (params["weight_hh"].shape[0], inputs) or \
+                params["weight_hh"].shape[1] != hidden:
+            raise FormatError(f"{label}: weights {list(params['weight_ih'].shape)} and "
+                              f"{list(params['weight_hh'].shape)} for input size {inputs} and "
+                              f"hidden size {hidden}; the sizes disagree. The file is damaged.")
+        if not has_bias:
+            params = {k: v for k, v in params.items() if not k.startswith("bias")}
+        fields.update(input_size=inputs, hidden_size=hidden, bias=has_bias)
+        return LoopCell(fields, params, sequence, output, state, time_axis, remarks,
+                        evaluation.reads)
 
+    def _evaluate(self, key: EvaluationKey) -> _Evaluation:
+        """The body's new state for ``key``'s inputs, evaluated once (an error, once too)."""
+        found = self.evaluations.get(key)
+        if found is None:
+            body, state, sequence, counter = key
+            graph = self.model.subgraphs[body]
+            reads: list[ConstantRead] = []
 
-def _ancestors(graph: tfl.SubGraph, tensor: int) -> set[int]:
-    """``tensor`` and every tensor it is computed from in ``graph`` (at most 4096)."""
-    producer = {t: op for op in graph.operators for t in op.outputs}
-    found: set[int] = set()
-    pending = [tensor]
-    while pending and len(found) < 4096:
-        current = pending.pop()
-        if current in found:
-            continue
-        found.add(current)
-        op = producer.get(current)
-        if op is not None:
-            pending.extend(t for t in op.inputs if t >= 0)
-    return found
+            def constant(subgraph: int, tensor: int, what: str) -> np.ndarray:
+                reads.append((subgraph, tensor, what))
+                return self.constant(subgraph, tensor, what)
 
+            roles: dict[int, Sym] = {graph.inputs[state]: Var("h"),
+                                     graph.inputs[sequence]: Var("sequence")}
+            evaluation = _Body(self.model, body, self.index(body), roles,
+                               graph.inputs[counter], constant, self.where, self.charge)
+            self.evaluated += 1
+            try:
+                new = evaluation.value(graph.outputs[state])
+            except LimitError:
+                raise
+            except RnnportError as error:
+                found = error
+            else:
+                found = _Evaluation(new, evaluation.opaque, tuple(reads))
+            self.evaluations[key] = found
+        if isinstance(found, RnnportError):
+            raise type(found)(*found.args) from None
+        return found
 
-def _from_shape(graph: tfl.SubGraph, tensor: int, sequence: int) -> bool:
-    """Whether ``tensor`` is computed (in ``graph``) from a SHAPE (an integer result of a
-    float input) of ``sequence`` or of a tensor ``sequence`` is computed from."""
-    behind, computed = _ancestors(graph, sequence), _ancestors(graph, tensor)
-    integers = ("INT32", "INT64")
-    return any(
-        op.inputs and op.inputs[0] in behind and len(op.outputs) == 1 and
-        graph.tensors[op.outputs[0]].type_name in integers and
-        graph.tensors[op.inputs[0]].type_name not in integers
-        for op in graph.operators if any(t in computed for t in op.outputs))
+    def _match(self, key: EvaluationKey, hidden: int, new: Sym) -> Matched:
+        """The cell ``new`` is, with ``hidden`` units: its fields, parameters and whether
+        it has a bias; None when it is no cell rnnport reads. Matched once per key."""
+        if (key, hidden) not in self.matches:
+            matched: Matched = None
+            for matcher in (_simple, _gru):
+                try:
+                    matched = matcher(new, hidden)
+                    break
+                except _NoMatch:
+                    continue
+            self.matches[key, hidden] = matched
+        return self.matches[key, hidden]
+
+    def _counts_up(self, op: tfl.Operator, body: int, k: int) -> bool:
+        """Whether loop value ``k`` starts at a constant 0 and the body adds a constant 1."""
+        model, graph = self.model, self.model.subgraphs[body]
+        if _integer(model, 0, op.inputs[k]) != 0:
+            return False
+        producer = self.index(body).writers.get(graph.outputs[k], [])
+        if len(producer) != 1:
+            return False
+        adding = graph.operators[producer[0]]
+        if model.operator_code(adding) != ADD or len(adding.inputs) != 2 or \
+                graph.inputs[k] not in adding.inputs:
+            return False
+        other = [t for t in adding.inputs if t != graph.inputs[k]]
+        return bool(other) and _integer(model, body, other[0]) == 1
+
+    def _check_condition(self, operator: int, cond: int, body: int, counters: list[int],
+                         sequence: int, time_axis: int, label: str,
+                         remarks: list[str]) -> None:
+        """The condition must be LESS(counter, bound) or a LOGICAL_AND of such, every bound
+        at least the sequence's length: a constant, or a loop value the body passes on
+        unchanged whose initial value is a constant or is computed from the sequence's
+        shape."""
+        model = self.model
+        graph = model.subgraphs[cond]
+        main = model.subgraphs[0]
+        loop = main.operators[operator]
+        passed = [k for k in range(len(loop.inputs))
+                  if model.subgraphs[body].outputs[k] == model.subgraphs[body].inputs[k]]
+        sequence_tensor = main.tensors[loop.inputs[sequence]]
+        steps = sequence_tensor.signature[time_axis]  # None: known at run time
+        if len(graph.outputs) != 1:
+            raise FormatError(f"{label}: condition subgraph {cond} has {len(graph.outputs)} "
+                              "outputs; expected one. The file is damaged.")
+
+        def refuse(why: str) -> UnsupportedFeatureError:
+            return UnsupportedFeatureError(
+                f"{label}: its condition (subgraph {cond}) {why}; the canonical network runs "
+                "every step of the sequence, so the numbers could differ. Nothing was read.")
+
+        pending, seen = [graph.outputs[0]], 0
+        while pending:
+            seen += 1
+            tensor = pending.pop()
+            op = self.last_writer(cond, tensor)
+            code = model.operator_code(op) if op is not None else None
+            if seen > 64 or op is None or code not in (LESS, LOGICAL_AND) or len(op.inputs) != 2:
+                raise refuse("is not a comparison of step counters (LESS, joined by LOGICAL_AND)")
+            if code == LOGICAL_AND:
+                pending.extend(op.inputs)
+                continue
+            left, right = op.inputs
+            if left not in [graph.inputs[k] for k in counters]:
+                raise refuse(f"compares {graph.tensors[left].name!r}, which is no step counter")
+            if right in graph.inputs:  # a loop value: the body must pass it on unchanged
+                k = list(graph.inputs).index(right)
+                if k not in passed or k in counters:
+                    raise refuse(f"compares the counter with loop value {k}, which changes from "
+                                 "step to step")
+                bound = _integer(model, 0, loop.inputs[k])
+                initial = loop.inputs[k]
+                if bound is None and not self._from_shape(initial, loop.inputs[sequence]):
+                    raise refuse(f"stops at loop value {k} ({main.tensors[initial].name!r}), "
+                                 "which is computed from something other than the sequence's "
+                                 "shape")
+                if bound is None:
+                    remarks.append(f"{label.split(': ', 1)[-1]} runs as many steps as the "
+                                   "sequence's shape says, read as running every step.")
+                    continue
+            elif len(model.buffers[graph.tensors[right].buffer].data):
+                bound = _integer(model, cond, right)
+            else:
+                raise refuse(f"compares the counter with {graph.tensors[right].name!r}, which "
+                             "is neither a constant nor a loop value")
+            if bound is None or steps is None or bound < steps:
+                raise refuse(f"stops after {'an unreadable number of' if bound is None else bound}"
+                             f" steps, and the sequence has "
+                             f"{'a length known only at run time' if steps is None else steps}")
+
+    def _from_shape(self, tensor: int, sequence: int) -> bool:
+        """Whether ``tensor`` is computed (in the main subgraph) from a SHAPE (an integer
+        result of a float input) of ``sequence`` or of a tensor ``sequence`` is computed
+        from."""
+        graph = self.model.subgraphs[0]
+        behind, computed = self.ancestors(0, sequence), self.ancestors(0, tensor)
+        integers = ("INT32", "INT64")
+        writers = self.index(0).writers
+        operators = {k for t in computed for k in writers.get(t, ())}
+        self.charge(len(operators))
+        return any(
+            op.inputs and op.inputs[0] in behind and len(op.outputs) == 1 and
+            graph.tensors[op.outputs[0]].type_name in integers and
+            graph.tensors[op.inputs[0]].type_name not in integers
+            for op in (graph.operators[k] for k in operators))
 
 
 def _integer(model: tfl.Model, subgraph: int, tensor: int) -> int | None:
@@ -626,15 +759,11 @@ def _integer(model: tfl.Model, subgraph: int, tensor: int) -> int | None:
     if tensor < 0:
         return None
     info = model.subgraphs[subgraph].tensors[tensor]
-    if info.type_name not in ("INT32", "INT64") or not len(model.buffers[info.buffer].data):
+    if info.type_name not in ("INT32", "INT64") or not len(model.buffers[info.buffer].data) or \
+            math.prod(info.shape) != 1:  # decided before decoding: one tensor, many loops
         return None
     try:
         values = np.asarray(tfl.tensor_array(model, tensor, subgraph=subgraph)).reshape(-1)
     except RnnportError:
         return None
     return int(values[0]) if values.size == 1 else None
-
-
-def _depends(graph: tfl.SubGraph, tensor: int, on: int) -> bool:
-    """Whether ``tensor`` is computed from ``on`` in ``graph``."""
-    return on in _ancestors(graph, tensor)

@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import FormatError, RnnportError, UnsupportedFeatureError
+from ... import budget
+from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
 from ...io import tflite_schema as tfl
 from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import close_matches, describe, is_path, listed
 from .._protocol import Choices
-from .loops import Constant, LoopCell, recognise
+from .loops import Constant, LoopCell, Recogniser
 
 __all__ = ["READ_OPTIONS", "fixed_input", "load", "network_ends", "networks", "notes",
            "parameter_arrays", "read", "read_with_notes"]
@@ -79,6 +80,8 @@ class _File:
     loops: dict[int, dict[str, Any]] = field(default_factory=dict)  # WHILE operator → its cell
     origins: dict[int, int] = field(default_factory=dict)  # _origin's answers, computed once
     index: int = 0  # the subgraph
+    size: int = 0  # the file's bytes, which the resource limits are relative to
+    subgraphs: dict[int, _File] = field(default_factory=dict)  # loop bodies, indexed once
     # Other WHILE operators: the cell each computes (read permissively, for the structure),
     # or why it is none; and how a recognised loop's unit sits in the graph.
     recognised: dict[int, LoopCell | RnnportError] = field(default_factory=dict)
@@ -113,15 +116,34 @@ def load(source: Any) -> _File:
     if not model.subgraphs:
         raise FormatError(f"{where}: the model has no subgraph; expected at least the main one.")
     file = _indexed(model, where, 0)
+    file.size = _size(source, model)
     file.loops = _loops(model, where)
+    # Each loop once, permissively (quantized weights dequantized): a read replays the
+    # constants a recognised loop's cell was built from with its own options (_one_direction).
+    recogniser = Recogniser(model, _constants(file, {"dequantize": True}, _Reading()), where,
+                            file.size)
     for index in range(len(file.graph.operators)):
         if file.code(index) == WHILE and index not in file.loops:
             try:
-                file.recognised[index] = recognise(
-                    model, index, _constants(file, {"dequantize": True}, _Reading()), where)
+                file.recognised[index] = recogniser(index)
+            except LimitError:
+                raise
             except RnnportError as error:
                 file.recognised[index] = error
     return file
+
+
+def _size(source: Any, model: tfl.Model) -> int:
+    """The bytes of the file read; for a decoded model, what its buffers, operators and
+    tensors would take written out (about 16 bytes per index, 64 per table)."""
+    if is_path(source):
+        return os.path.getsize(source)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return len(source)
+    return sum(len(buffer.data) for buffer in model.buffers) + sum(
+        64 * (len(graph.operators) + len(graph.tensors)) +
+        16 * sum(len(op.inputs) + len(op.outputs) for op in graph.operators)
+        for graph in model.subgraphs)
 
 
 def _indexed(model: tfl.Model, where: str, index: int) -> _File:
@@ -138,9 +160,11 @@ def _indexed(model: tfl.Model, where: str, index: int) -> _File:
 
 def _constants(file: _File, options: Mapping[str, Any], reading: _Reading) -> Constant:
     """What a loop body's constants are read with: :func:`_constant` on its subgraph."""
-    bodies: dict[int, _File] = {0: file}
+    bodies = file.subgraphs
 
     def constant(subgraph: int, tensor: int, what: str) -> np.ndarray:
+        if subgraph == file.index:
+            return _constant(file, tensor, what, options, reading)
         if subgraph not in bodies:
             bodies[subgraph] = _indexed(file.model, file.where, subgraph)
         return _constant(bodies[subgraph], tensor, what, options, reading)
@@ -189,8 +213,8 @@ def _loops(model: tfl.Model, where: str) -> dict[int, dict[str, Any]]:
 
 def _sequence(file: _File, operator: int) -> tuple[int, int]:
     """(input, output) positions of a unit op's sequence: rnnport's GRU loop values are
-    ``(t, steps, x, h, y)``, a recognised loop's are where :func:`recognise` found them;
-    every fused op reads input 0 and writes output 0."""
+    ``(t, steps, x, h, y)``, a recognised loop's are where :class:`~.loops.Recogniser` found
+    them; every fused op reads input 0 and writes output 0."""
     cell = _cell(file, operator)
     if cell is not None:
         return cell.sequence, cell.output
@@ -589,8 +613,14 @@ def _one_direction(file: _File, operator: int, options: Mapping[str, Any],
     code = file.code(operator)
     if operator in file.loops:
         return _loop_direction(file, operator, reading)
-    if _cell(file, operator) is not None:
-        cell = recognise(file.model, operator, _constants(file, options, reading), file.where)
+    cell = _cell(file, operator)
+    if cell is not None:
+        # The body was evaluated at load with quantized weights dequantized; its constants,
+        # read again in the same order with this read's options, refuse quantized ones as
+        # evaluating it again would, and record what was read.
+        constant = _constants(file, options, reading)
+        for subgraph, tensor, what in cell.reads:
+            constant(subgraph, tensor, what)
         reading.remarks.extend(cell.remarks)
         _state(file, operator, cell.state, "state h", reading)
         return _Direction(cell.params, cell.fields)
@@ -1065,7 +1095,16 @@ def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple
     file = load(source)
     chain, chains = _choose(file, options)
     reading = _Reading()
-    layers = [_layer(file, unit, options, reading) for unit in chain]
+    layers, total = [], 0
+    for unit in chain:
+        layers.append(_layer(file, unit, options, reading))
+        # Loops sharing one body share its constants: the network can hold far more
+        # parameters than the file stores.
+        total += sum(int(array.nbytes) for _, _, _, array in layers[-1].arrays())
+        if total > budget.allowance("expansion", file.size):
+            raise budget.exceeded(
+                file.where, f"the network's first {len(layers)} layer(s) hold {total:,} bytes "
+                "of parameters", "expansion", file.size)
     takes, gives = _majors(file, chain)
     if takes or gives:
         reading.remarks.append(

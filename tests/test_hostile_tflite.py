@@ -1,0 +1,93 @@
+"""TFLite files with many ``WHILE`` operators sharing one body: each body is evaluated once
+per read, whatever the number of loops naming it, and the evaluation counts against the
+``work`` limit."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rnnport
+from rnnport.errors import LimitError
+from rnnport.formats.tflite import FORMAT, loops, networks
+from rnnport.io import tflite_schema
+
+GOLDEN = Path(__file__).parent / "golden" / "tflite"
+COPIES = 200
+
+
+def _many_loops(name: str, copies: int) -> bytes:
+    """Golden file ``name`` with ``copies`` more WHILE operators, each a copy of its loop
+    (the same inputs, condition and body) writing tensors of its own."""
+    flatbuffers = pytest.importorskip("flatbuffers")
+    schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
+
+    model = schema.ModelT.InitFromPackedBuf((GOLDEN / f"{name}.tflite").read_bytes(), 0)
+    main = model.subgraphs[0]
+    loop = next(op for op in main.operators if op.builtinOptions is not None and
+                hasattr(op.builtinOptions, "bodySubgraphIndex"))
+    for _ in range(copies):
+        twin = copy.deepcopy(loop)
+        outputs = []
+        for tensor in loop.outputs:
+            fresh = copy.deepcopy(main.tensors[tensor])
+            fresh.name = fresh.name + f"_{len(main.tensors)}".encode()
+            main.tensors.append(fresh)
+            outputs.append(len(main.tensors) - 1)
+        twin.outputs = outputs
+        main.operators.append(twin)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+class _Counted:
+    """Counts the loop bodies evaluated and the body operations computed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bodies = self.nodes = 0
+        body = loops._Body
+        counter = self
+
+        class Counted(body):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                counter.bodies += 1
+                super().__init__(*args, **kwargs)
+
+            def _compute(self, *args: Any, **kwargs: Any) -> Any:
+                counter.nodes += 1
+                return super()._compute(*args, **kwargs)
+
+        monkeypatch.setattr(loops, "_Body", Counted)
+
+
+@pytest.mark.parametrize("name", ["simple_rnn", "gru_sequences"])
+def test_loops_sharing_a_body_evaluate_it_once(monkeypatch: pytest.MonkeyPatch,
+                                               name: str) -> None:
+    once = _Counted(monkeypatch)
+    single = FORMAT.read(GOLDEN / f"{name}.tflite")
+    assert once.bodies == 1
+    per_body = once.nodes
+
+    many = _Counted(monkeypatch)
+    data = _many_loops(name, COPIES)
+    found = networks(data).entries
+    assert len(found) == COPIES + 1
+    assert many.bodies == 1 and many.nodes == per_body
+    many.bodies = many.nodes = 0
+    assert FORMAT.read(data, node=found[0][0]) == single  # not evaluated again for the read
+    assert many.bodies == 1 and many.nodes == per_body
+
+
+def test_a_body_past_the_work_limit_is_refused() -> None:
+    data = _many_loops("gru_sequences", 1)
+    decoded = tflite_schema.decode_model(data)  # the decoder's own visits count on their own
+    with rnnport.limits(work=0.001), pytest.raises(LimitError) as error:
+        FORMAT.read(decoded)
+    assert error.value.limit == "work"
+    assert "recognising its WHILE loops has taken" in str(error.value)
+    assert "rnnport.limits(work=" in str(error.value)
+    assert len(networks(data).entries) == 2  # within the default limit
