@@ -2,7 +2,9 @@
 
 A fixed seed and case count, so every run tries the same inputs: each file reader gets
 mutated and truncated golden files and must return a model or raise an rnnport error,
-without crashing, hanging or allocating beyond the file's size.
+without crashing, hanging or allocating beyond the file's size. One case in twenty gets a
+structure-aware mutation (a zip bomb, shared pickled lists, a checkpoint index of huge
+counts, a deep msgpack or ONNX chain …).
 """
 
 from __future__ import annotations
@@ -35,12 +37,18 @@ FORMATS = {name for name in rnnport.formats()
 def test_every_file_reader_survives_mutated_golden_files(tmp_path: Path) -> None:
     report = tmp_path / "fuzz.json"
     done = subprocess.run([sys.executable, str(TOOL), "--cases", "1400", "--seed", "20261121",
-                           "--jobs", "2", "--json", str(report), "--keep", str(tmp_path / "k")],
+                           "--jobs", "2", "--structure", "0.05", "--json", str(report),
+                           "--keep", str(tmp_path / "k")],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     summary = json.loads(report.read_text())
     assert summary["cases"] == 1400 and not summary["failures"]
     assert set(summary["formats"]) == FORMATS
+    structure = {how for how in summary["mutations"] if how.startswith("structure:")}
+    assert sum(summary["mutations"][how] for how in structure) >= 40, summary["mutations"]
+    for family in ("zip member", "index", "msgpack", "onnx", "flatbuffer"):
+        assert any(how.startswith(f"structure: {family}") for how in structure), \
+            (family, sorted(structure))
     for fmt, outcomes in summary["formats"].items():
         # Mutations both break files (rnnport errors) and leave some readable: the pass
         # reaches past the first check of every reader.

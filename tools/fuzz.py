@@ -11,6 +11,7 @@ than ``--memory`` MiB beyond what the process held before it.
     python tools/fuzz.py --cases 3000 --seed 1   # a fixed set of cases
     python tools/fuzz.py --only tf1 --seconds 600 --jobs 2 --keep fuzz-failures
     python tools/fuzz.py --seed 1 --case 1234    # rerun one case in this process, verbosely
+    python tools/fuzz.py --structure 1 --cases 2000 --jobs 2   # structure-aware cases alone
 
 Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints, SavedModels
 and frozen graphs in ``tests/golden/tf2``, the files in ``tests/golden/files`` (legacy Keras
@@ -26,6 +27,18 @@ so the damage reaches the parser underneath (zip members rewritten with fresh CR
 values replaced, checkpoint index blocks re-checksummed), and a FlatBuffer's aligned words
 (offsets, vector lengths) rewritten to point out of range, at themselves or elsewhere.
 
+Structure-aware mutations (``--structure SHARE`` of the cases, 0.2 by default, drawn apart
+from each case's own generator) rebuild a container whole around one hostile part: a zip
+member re-compressed with bzip2 or LZMA, a bzip2 bomb of it inflating to 64 MiB … 3 GB, or
+sizes and CRCs that lie; a ``torch.save`` state_dict whose value is one list repeated at
+every level, a list holding itself or one tensor listed 100,000 times; a checkpoint index
+with 2⁶² or 71 dimensions, its data block listed 50,000 times, every entry over the same
+bytes or 5,000 more layers; msgpack counts far past the bytes, maps nested 200,000 deep;
+ONNX dimensions huge or negative, Identity chains 3,000 deep, 400 nodes over one tensor, a
+million activations; FlatBuffer vector lengths made huge or one vector shared by every
+offset; safetensors offsets shared and shapes huge. The builders are those of
+``tests/hostile_cases.py``.
+
 Cases run in worker processes with a data-size limit (``RLIMIT_DATA``) and a per-case
 alarm; the parent notices a worker that dies or stops answering, reports the case and
 starts a new worker after it. Exit status 0 when every case passed, 1 otherwise; with
@@ -39,6 +52,7 @@ import faulthandler
 import io
 import json
 import random
+import re
 import resource
 import select
 import shutil
@@ -51,6 +65,7 @@ import time
 import traceback
 import warnings
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,6 +76,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
+sys.path.insert(0, str(ROOT / "tests"))  # golden_cases, and hostile_cases' zip and index builders
 
 # Golden cases (tests/golden/<name>.npz) saved in every file form that can hold them.
 GOLDEN_CASES = ("keras_bi_lstm", "keras_stack_lstm_gru", "keras_gru_reset_before",
@@ -112,12 +128,11 @@ class Seed:
 
 def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
     """Write every seed under ``folder``; each seed gets a folder of its own."""
+    from golden_cases import Case
+
     import rnnport
     from rnnport import formats
     from rnnport.errors import UnsupportedFeatureError
-
-    sys.path.insert(0, str(ROOT / "tests"))
-    from golden_cases import Case
 
     seeds: list[Seed] = []
     for npz in sorted(GOLDEN.glob("*.npz")):  # checkpoints the framework itself saved
@@ -389,15 +404,359 @@ def mutate_flatbuffer(rng: random.Random, data: bytes) -> bytes | None:
     return data[:position] + (value % 2**32).to_bytes(4, "little") + data[position + 4:]
 
 
-def mutate(rng: random.Random, seed: Seed, all_seeds: list[Seed], folder: Path) -> str:
-    """Copy ``seed`` into ``folder`` with one file mutated; returns what was done."""
+# -- structure-aware mutations ----------------------------------------------------------------
+# Each reads the container it knows and rewrites it whole, so that the checksums, offsets
+# and framing stay right and the hostile part reaches the check that should refuse it: a
+# count or a size far past what the file holds, one object referenced from everywhere, a
+# chain deeper than any exporter writes. None when the file is not that container.
+
+HUGE = (2**31 - 1, 2**31, 2**32 - 1, 2**40, 2**62, 2**63 - 1)
+
+
+def mutate_archive(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """A zip member re-compressed with bzip2 or LZMA (its own content, or a bomb of it and
+    zeros inflating to 64 MiB … 3 GB), or declaring sizes or a CRC that lie."""
+    from hostile_cases import (
+        BZIP2,
+        DEFLATED,
+        LZMA,
+        STORED,
+        Member,
+        bzip2_bomb,
+        compressed,
+        zip_archive,
+        zip_members,
+    )
+
+    try:
+        members = zip_members(data)
+    except Exception:  # not a zip that zipfile reads: no structured mutation
+        return None
+    if not members:
+        return None
+    chosen = rng.randrange(len(members))
+    action = rng.choice(("codec", "bomb", "size", "compressed size", "crc"))
+    out = []
+    for number, (name, content) in enumerate(members):
+        member = Member(name, compressed(content, DEFLATED), DEFLATED, len(content),
+                        zlib.crc32(content))
+        if number == chosen:
+            if action == "codec":
+                method = rng.choice((BZIP2, LZMA))
+                member = Member(name, compressed(content, method), method, len(content),
+                                zlib.crc32(content))
+            elif action == "bomb":
+                raw, size, crc = bzip2_bomb(content, rng.choice((64 << 20, 1 << 30, 3 << 30)))
+                member = Member(name, raw, BZIP2, size, crc)
+            elif action == "size":  # stored or deflated, claiming another size
+                method = rng.choice((STORED, DEFLATED))
+                member = Member(name, compressed(content, method), method,
+                                rng.choice((0, 1, len(content) // 2, len(content) + 1,
+                                            len(content) * 1033, *HUGE)) % 2**32,
+                                zlib.crc32(content))
+            elif action == "compressed size":
+                member.compressed = rng.choice((0, len(member.raw) // 2, len(member.raw) + 1,
+                                                2**32 - 1))
+            else:
+                member.crc = zlib.crc32(content) ^ (1 << rng.randrange(32))
+        out.append(member)
+    return zip_archive(out), f"zip member {action}"
+
+
+def mutate_pickle(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """A ``torch.save`` state_dict with one value replaced by lists that share references:
+    one list repeated at every level (width^depth numbers from a few KB), a list holding
+    itself, one tensor listed a hundred thousand times, or lists nested 150 deep."""
+    if data[:2] != b"PK":
+        return None
+    try:
+        import torch
+
+        state = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception:
+        return None
+    if not isinstance(state, dict) or not state:
+        return None
+    key = rng.choice(sorted(state, key=str))
+    action = rng.choice(("shared", "itself", "one tensor", "deep"))
+    value: Any
+    if action == "shared":
+        width, depth = rng.choice(((100, 5), (1000, 6), (10, 12), (4, 40)))
+        value = [0.5] * width
+        for _ in range(depth - 1):
+            value = [value] * width
+    elif action == "itself":
+        value = []
+        value.append(value)
+    elif action == "one tensor":
+        value = [state[key]] * 100_000
+    else:
+        value = [1.0]
+        for _ in range(150):  # torch.save's pickler recurses through Python per level
+            value = [value]
+    state[key] = value
+    out = io.BytesIO()
+    torch.save(state, out)
+    return out.getvalue(), f"pickle {action}"
+
+
+def mutate_bundle(rng: random.Random, index: Path) -> tuple[bytes, str] | None:
+    """A checkpoint index rewritten from its entries: one entry with 2⁶² (or 71) dimensions,
+    its data block listed 1,000 … 50,000 times, every entry over the same bytes, or 5,000
+    more layers (or one numbered 10¹¹) pointing at one entry's bytes."""
+    from hostile_cases import bundle_entry, bundle_index
+
+    from rnnport.errors import RnnportError
+    from rnnport.io import tensorbundle
+
+    try:
+        bundle = tensorbundle.Bundle(index.with_suffix(""))
+        entries = {name: bundle[name] for name in bundle}
+    except (RnnportError, OSError):
+        return None
+    if not entries or any(getattr(entry, "shard", 0) for entry in entries.values()):
+        return None
+    rows = {name: (tuple(e.shape), e.offset, e.size, e.crc, e.dtype_code)
+            for name, e in entries.items()}
+    name = rng.choice(sorted(rows))
+    shape, offset, size, crc, code = rows[name]
+    action = rng.choice(("dimensions", "listings", "overlap", "layers"))
+    listings = 1
+    if action == "dimensions":
+        rows[name] = (rng.choice(((1 << 62,), (1 << 62, 0), (1 << 31, 1 << 31), (1,) * 71,
+                                  (*shape, 1 << 40))), offset, size, crc, code)
+    elif action == "listings":
+        listings = rng.choice((1_000, 50_000))
+    elif action == "overlap":
+        rows = {other: (shape, offset, size, crc, code) for other in rows}
+    else:
+        match = re.search(r"cell_(\d+)", name)
+        stem = name[:match.start()] if match else "rnn/multi_rnn_cell/"
+        tail = name[match.end():] if match else "/basic_rnn_cell/" + name.rsplit("/", 1)[-1]
+        held = [int(number) for key in rows for number in re.findall(r"cell_(\d+)", key)]
+        after = max(held, default=-1) + 1
+        numbers = [99_999_999_999] if rng.random() < 0.3 else range(after, after + 5000)
+        for number in numbers:
+            rows[f"{stem}cell_{number}{tail}"] = (shape, offset, size, crc, code)
+    built = [(key, bundle_entry(row[0], row[1], row[2], row[3], row[4]))
+             for key, row in rows.items()]
+    return bundle_index(built, listings), f"index {action}"
+
+
+def _msgpack_nodes(data: bytes) -> list[tuple[int, int, int, int]]:
+    """(start, end, header, width) of each msgpack value: where it starts and ends, the
+    length of its header, and the width of the header's count (0: fixed in the type byte)."""
+    nodes: list[tuple[int, int, int, int]] = []
+    pending: list[tuple[int, int]] = []  # (node index, children still to come)
+    position = 0
+    fixed = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8,
+             0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8, 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
+    while position < len(data) and len(nodes) < 100_000:
+        byte = data[position]
+        children, header, width, body = 0, 1, 0, 0
+        if byte <= 0x7F or byte >= 0xE0:
+            pass
+        elif 0x80 <= byte <= 0x8F:
+            children = 2 * (byte & 0x0F)
+        elif 0x90 <= byte <= 0x9F:
+            children = byte & 0x0F
+        elif 0xA0 <= byte <= 0xBF:
+            body = byte & 0x1F
+        elif byte in fixed:
+            body = fixed[byte]
+        elif byte in (0xC4, 0xC5, 0xC6, 0xD9, 0xDA, 0xDB, 0xC7, 0xC8, 0xC9):
+            width = {0xC4: 1, 0xD9: 1, 0xC7: 1, 0xC5: 2, 0xDA: 2, 0xC8: 2}.get(byte, 4)
+            body = int.from_bytes(data[position + 1:position + 1 + width], "big")
+            header = 1 + width + (1 if byte in (0xC7, 0xC8, 0xC9) else 0)
+        elif byte in (0xDC, 0xDD, 0xDE, 0xDF):
+            width = 2 if byte in (0xDC, 0xDE) else 4
+            children = int.from_bytes(data[position + 1:position + 1 + width], "big")
+            children *= 2 if byte in (0xDE, 0xDF) else 1
+            header = 1 + width
+        else:
+            return nodes
+        nodes.append((position, -1, header, width))
+        position += header + body
+        if children:
+            pending.append((len(nodes) - 1, children))
+            continue
+        nodes[-1] = (*nodes[-1][:1], position, *nodes[-1][2:])
+        while pending:  # close the containers this value completes
+            index, left = pending.pop()
+            if left > 1:
+                pending.append((index, left - 1))
+                break
+            nodes[index] = (nodes[index][0], position, *nodes[index][2:])
+    return [node for node in nodes if node[1] >= 0]
+
+
+def mutate_msgpack(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """A msgpack array's, map's, string's or binary's count set far past the bytes present,
+    or one value replaced by maps (or arrays) nested 10,000 … 200,000 deep, or by an array
+    declaring 2³² − 1 elements."""
+    nodes = _msgpack_nodes(data)
+    counted = [node for node in nodes if node[3]]
+    action = rng.choice(("count", "deep", "wide")) if counted else rng.choice(("deep", "wide"))
+    if not nodes:
+        return None
+    if action == "count":
+        start, _, _, width = rng.choice(counted)
+        value = rng.choice((2**(8 * width) - 1, 2**(8 * width - 1), len(data))) % 2**(8 * width)
+        return data[:start + 1] + value.to_bytes(width, "big") + data[start + 1 + width:], \
+            "msgpack count"
+    start, end, _, _ = rng.choice(nodes[1:] or nodes)
+    if action == "deep":
+        depth = rng.choice((10_000, 200_000))
+        nested = (b"\x81\xa1k" if rng.random() < 0.5 else b"\x91") * depth + b"\xc0"
+    else:
+        nested = b"\xdd\xff\xff\xff\xff" + b"\xc0" * 16
+    return data[:start] + nested + data[end:], f"msgpack {action}"
+
+
+def mutate_onnx(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """An ONNX model with a tensor's dimensions made huge, negative or 71 of them, an
+    Identity chain 150 … 3,000 deep in front of a recurrent node's weight, 400 nodes each
+    computing from one stored tensor, or a million activations."""
+    try:
+        import onnx
+        from hostile_cases import identity_chain
+        from onnx import helper
+
+        model = onnx.load_from_string(data)
+    except Exception:
+        return None
+    graph = model.graph
+    recurrent = [node for node in graph.node if node.op_type in ("LSTM", "GRU", "RNN")]
+    stored = list(graph.initializer)
+    action = rng.choice(("dimensions", "chain", "fan", "activations"))
+    if action == "dimensions" and stored:
+        tensor = rng.choice(stored)
+        dims = rng.choice(([1 << 62], [1 << 31, 1 << 31], [-1, *tensor.dims[1:]], [1] * 71,
+                           [*tensor.dims[:-1], -1], [0, 1 << 62]))
+        del tensor.dims[:]
+        tensor.dims.extend(dims)
+    elif action in ("chain", "fan") and recurrent:
+        node = rng.choice(recurrent)
+        slot = rng.randrange(1, min(3, len(node.input)))
+        source = node.input[slot]
+        if action == "chain":
+            depth = rng.choice((150, 3000))
+            nodes = identity_chain(source, depth, prefix="fuzz_i")
+            node.input[slot] = f"fuzz_i{depth - 1}"
+        else:
+            nodes = [helper.make_node("Add", [source, source], [f"fuzz_a{n}"]) for n in range(400)]
+            nodes.append(helper.make_node("Max", [f"fuzz_a{n}" for n in range(400)], ["fuzz_m"]))
+            node.input[slot] = "fuzz_m"
+        position = list(graph.node).index(node)
+        everything = [*graph.node[:position], *nodes, *graph.node[position:]]
+        del graph.node[:]
+        graph.node.extend(everything)
+    elif action == "activations" and recurrent:
+        node = rng.choice(recurrent)
+        kept = [attribute for attribute in node.attribute if attribute.name != "activations"]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("activations",
+                                                            ["Sigmoid"] * 1_000_000)])
+    else:
+        return None
+    return model.SerializeToString(), f"onnx {action}"
+
+
+def mutate_flatbuffer_vectors(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """In a FlatBuffer, a vector's (or string's) length found by following an offset made
+    huge, or many offsets turned to point at one vector (every table sharing it)."""
+    words = len(data) // 4
+    targets: dict[int, list[int]] = {}  # what forward offsets point at → where they are
+    for position in range(0, 4 * words, 4):
+        value = int.from_bytes(data[position:position + 4], "little")
+        target = position + value
+        if 0 < value and target % 4 == 0 and target + 4 <= len(data):
+            length = int.from_bytes(data[target:target + 4], "little")
+            if 0 < length and target + 4 + length <= len(data):
+                targets.setdefault(target, []).append(position)
+    if not targets:
+        return None
+    out = bytearray(data)
+    if rng.random() < 0.6:
+        target = rng.choice(sorted(targets))
+        out[target:target + 4] = rng.choice((2**31 - 1, 2**32 - 1, 2**28, len(data),
+                                             len(data) // 4)).to_bytes(4, "little")
+        return bytes(out), "flatbuffer vector length"
+    largest = max(targets, key=lambda t: int.from_bytes(data[t:t + 4], "little"))
+    for positions in targets.values():
+        for position in positions:
+            if position < largest and rng.random() < 0.5:
+                out[position:position + 4] = (largest - position).to_bytes(4, "little")
+    return bytes(out), "flatbuffer shared vector"
+
+
+def mutate_safetensors(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """A safetensors header whose tensors all point at the same bytes, claim shapes of 2⁶²
+    elements, or whose length prefix is huge."""
+    if len(data) < 8:
+        return None
+    length = int.from_bytes(data[:8], "little")
+    try:
+        header = json.loads(data[8:8 + length])
+    except (ValueError, UnicodeDecodeError):
+        return None
+    tensors = [key for key, value in header.items() if isinstance(value, dict)
+               and "data_offsets" in value]
+    if not tensors:
+        return None
+    action = rng.choice(("shared", "shape", "length"))
+    if action == "length":
+        return rng.choice(HUGE).to_bytes(8, "little") + data[8:], "safetensors length"
+    chosen = header[rng.choice(tensors)]
+    for key in tensors:
+        if action == "shared":
+            header[key]["data_offsets"] = list(chosen["data_offsets"])
+        elif rng.random() < 0.5:
+            header[key]["shape"] = rng.choice(([1 << 62], [1 << 31, 1 << 31], [1] * 71))
+    encoded = json.dumps(header).encode()
+    return len(encoded).to_bytes(8, "little") + encoded + data[8 + length:], \
+        f"safetensors {action}"
+
+
+def mutate_structure(rng: random.Random, target: Path, data: bytes) -> tuple[bytes, str] | None:
+    """One structure-aware mutation of ``target`` (its bytes ``data``), by what it is."""
+    if data[:2] == b"PK":
+        if target.suffix in (".pt", ".pth") and rng.random() < 0.5:
+            return mutate_pickle(rng, data)
+        return mutate_archive(rng, data)
+    if target.suffix == ".index":
+        return mutate_bundle(rng, target)
+    if data[4:8] == b"TFL3":
+        return mutate_flatbuffer_vectors(rng, data)
+    if target.suffix == ".msgpack":
+        return mutate_msgpack(rng, data)
+    if target.suffix == ".onnx":
+        return mutate_onnx(rng, data)
+    if target.suffix == ".safetensors":
+        return mutate_safetensors(rng, data)
+    return None
+
+
+def mutate(rng: random.Random, seed: Seed, all_seeds: list[Seed], folder: Path,
+           structure: bool = False) -> str:
+    """Copy ``seed`` into ``folder`` with one file mutated; returns what was done. With
+    ``structure``, the mutation is structure-aware where one applies to the file."""
     files = seed.files()
     target = rng.choice(files)
     data = target.read_bytes()
-    kind = rng.random()
     mutated: bytes | None = None
     how = "bytes"
-    if kind < 0.4 and data[:2] == b"PK":
+    if structure:
+        found = None
+        for candidate in sorted(files, key=lambda path: path != target):
+            found = mutate_structure(rng, candidate, candidate.read_bytes())
+            if found is not None:
+                target, mutated, how = candidate, found[0], f"structure: {found[1]}"
+                break
+    kind = rng.random()
+    if mutated is not None:
+        pass
+    elif kind < 0.4 and data[:2] == b"PK":
         mutated, how = mutate_zip(rng, data), "zip member"
     elif kind < 0.4 and target.suffix == ".index":
         mutated, how = mutate_index(rng, data), "index block"
@@ -440,8 +799,14 @@ def _mentions_memory(error: BaseException) -> bool:
     return False
 
 
+def structured(seed_value: int, case: int, share: float) -> bool:
+    """Whether case ``case`` gets a structure-aware mutation (drawn apart from the case's
+    own generator, so that the byte-level cases stay what they were)."""
+    return random.Random(f"{seed_value}:{case}:structure").random() < share
+
+
 def run_case(seeds: list[Seed], seed_value: int, case: int, scratch: Path,
-             timeout: float, verbose: bool = False) -> dict[str, Any]:
+             timeout: float, verbose: bool = False, structure: float = 0.0) -> dict[str, Any]:
     """Mutate, read, run; the outcome is ``model``, ``error`` or ``FAIL``."""
     import rnnport
 
@@ -451,7 +816,8 @@ def run_case(seeds: list[Seed], seed_value: int, case: int, scratch: Path,
     folder.mkdir()
     result: dict[str, Any] = {"case": case, "seed": seed.name, "fmt": seed.fmt}
     try:
-        result["mutation"] = mutate(rng, seed, seeds, folder)
+        result["mutation"] = mutate(rng, seed, seeds, folder,
+                                    structured(seed_value, case, structure))
         if verbose:
             print(f"case {case}: {seed.name}, {result['mutation']}", file=sys.stderr, flush=True)
         signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -508,8 +874,8 @@ def worker(job: dict[str, Any]) -> None:
         case = job["start"]
         while case < job["stop"] and time.time() < job["deadline"]:
             print(json.dumps({"start": case}), flush=True)
-            print(json.dumps(run_case(seeds, job["seed"], case, scratch, job["timeout"])),
-                  flush=True)
+            print(json.dumps(run_case(seeds, job["seed"], case, scratch, job["timeout"],
+                                      structure=job["structure"])), flush=True)
             case += job["step"]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -559,7 +925,7 @@ def parent(args: argparse.Namespace, seeds: list[Seed]) -> list[dict[str, Any]]:
     stop = args.cases if args.cases is not None else 2**62
     jobs = [{"seeds": [seed.to_json() for seed in seeds], "seed": args.seed, "start": j,
              "stop": stop, "step": args.jobs, "deadline": deadline, "timeout": args.timeout,
-             "memory": args.memory} for j in range(args.jobs)]
+             "memory": args.memory, "structure": args.structure} for j in range(args.jobs)]
     results: list[dict[str, Any]] = []
 
     def drive(job: dict[str, Any]) -> None:
@@ -586,18 +952,21 @@ def summary(results: list[dict[str, Any]], seeds: list[Seed]) -> dict[str, Any]:
             outcome = f"error:{result['error']}"
         by_format.setdefault(fmt, Counter())[outcome] += 1
     failures = [r for r in results if r["outcome"] == "FAIL"]
-    return {"cases": len(results), "failures": failures,
+    mutations = Counter(r["mutation"].split(" of ")[0] for r in results if "mutation" in r)
+    return {"cases": len(results), "failures": failures, "mutations": dict(mutations),
             "formats": {fmt: dict(sorted(counts.items())) for fmt, counts in by_format.items()}}
 
 
-def keep(failures: list[dict[str, Any]], seeds: list[Seed], seed_value: int, folder: Path) -> None:
+def keep(failures: list[dict[str, Any]], seeds: list[Seed], seed_value: int, folder: Path,
+         structure: float) -> None:
     """Save each failing input again (mutations are deterministic) under ``folder``."""
     for failure in failures:
         case = failure["case"]
         target = folder / f"seed{seed_value}-case{case}"
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        mutate(random.Random(f"{seed_value}:{case}"), seeds[case % len(seeds)], seeds, target)
+        mutate(random.Random(f"{seed_value}:{case}"), seeds[case % len(seeds)], seeds, target,
+               structured(seed_value, case, structure))
         (target / "FAILURE.json").write_text(json.dumps(failure, indent=2))
 
 
@@ -619,6 +988,13 @@ def main(argv: list[str] | None = None) -> int:
                         "gives up after 20)")
     parser.add_argument("--memory", type=int, default=512,
                         help="MiB one worker may allocate beyond its imports (default 512)")
+    parser.add_argument("--structure", type=float, default=0.2, metavar="SHARE",
+                        help="share of cases given a structure-aware mutation where one applies "
+                        "(zip codecs, bombs and lying sizes; shared pickled lists; checkpoint "
+                        "dimensions, listings and overlaps; msgpack counts and nesting; ONNX "
+                        "dimensions, chains and fan-outs; FlatBuffer vector lengths; safetensors "
+                        "offsets): default 0.2, 1 for those alone, 0 for byte mutations alone; "
+                        "rerun a case with the same value")
     parser.add_argument("--keep", type=Path, help="save failing inputs in this folder")
     parser.add_argument("--json", type=Path, help="write the summary here as JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -635,7 +1011,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGALRM, _alarm)
             for case in args.case:
                 print(json.dumps(run_case(seeds, args.seed, case, Path(folder), args.timeout,
-                                          verbose=True), indent=2))
+                                          verbose=True, structure=args.structure), indent=2))
             return 0
         started = time.time()
         results = parent(args, seeds)
@@ -643,11 +1019,13 @@ def main(argv: list[str] | None = None) -> int:
         report.update(seed=args.seed, seconds=round(time.time() - started, 1),
                       seeds=[seed.name for seed in seeds])
         if args.keep and report["failures"]:
-            keep(report["failures"], seeds, args.seed, args.keep)
+            keep(report["failures"], seeds, args.seed, args.keep, args.structure)
     print(f"fuzz: seed {args.seed}, {report['cases']} cases over {len(seeds)} seed inputs "
           f"in {report['seconds']} s")
     for fmt, counts in sorted(report["formats"].items()):
         print(f"  {fmt:6} " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    structure = sum(n for how, n in report["mutations"].items() if how.startswith("structure:"))
+    print(f"  structure-aware mutations: {structure} of {report['cases']} cases")
     for failure in report["failures"]:
         print(f"FAIL case {failure['case']} ({failure.get('seed', '?')}, "
               f"{failure.get('mutation', '?')}): {failure['detail']}")
