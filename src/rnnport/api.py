@@ -4,7 +4,9 @@ line both carry out."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ def read(source: Any, fmt: str | None = None, **options: Any) -> Model:
             raise UnknownOptionError(f"read: options {sorted(options)} do not apply to an "
                                      "rnnport model, which is already canonical.")
         return source
+    check_source(source, "read")
     return get(resolve(source, fmt)).read(source, **options)
 
 
@@ -37,7 +40,8 @@ def write(model: Model, fmt: str, path: Any = None, *, overwrite: bool = False,
           **options: Any) -> Any:
     """Write ``model`` in format ``fmt``; returns the format's native object and, when
     ``path`` is given, also saves it there (atomically). An existing file is replaced only
-    with ``overwrite=True``.
+    with ``overwrite=True``; without it, a file another process creates there meanwhile is
+    never replaced either (the write is then a FormatError). See :mod:`rnnport.io.atomic`.
 
     A :class:`~rnnport.Stack` written with ``per_part=True`` to a format that holds one
     network gives a list, one native object per part; with ``path`` each part is saved
@@ -49,7 +53,8 @@ def write(model: Model, fmt: str, path: Any = None, *, overwrite: bool = False,
     if per_part_paths(name, model, path, options):
         return write_parts(name, model, path, overwrite, None, "pass overwrite=True", options)
     check_path("write", path, name, overwrite, None, "pass overwrite=True")
-    return get(name).write(model, path=path, **options)
+    with replacing(path, overwrite, "pass overwrite=True"):
+        return get(name).write(model, path=path, **options)
 
 
 def convert(source: Any, to: str, *, fmt: str | None = None, path: Any = None,
@@ -98,6 +103,7 @@ class Conversion:
              how: str = "pass overwrite=True") -> Conversion:
         """Check everything ``convert`` would do; ``how`` says how to allow replacing an
         existing output."""
+        check_source(source, "convert")
         source_format = resolve(source, fmt)
         target_format = info(to).name
         where = f"convert({source_format} → {target_format})"
@@ -124,7 +130,8 @@ class Conversion:
             check_path(f"convert({self.source_format} → {self.target_format})", self.path,
                        self.target_format, self.overwrite, self.source, self.how)
         try:
-            return get(self.target_format).write(model, path=self.path, **self.write_options)
+            with replacing(self.path, self.overwrite, self.how):
+                return get(self.target_format).write(model, path=self.path, **self.write_options)
         except UnsupportedFeatureError as error:
             raise self.with_remedy(error, model) from None
 
@@ -173,8 +180,9 @@ def write_parts(fmt: str, model: Model, path: Any, overwrite: bool, source: Any,
     declared = get(fmt)
     for part in model.parts:
         declared.write(part, **options)
-    return [declared.write(part, path=part_file, **options)
-            for part, part_file in zip(model.parts, paths, strict=True)]
+    with replacing(path, overwrite, how):
+        return [declared.write(part, path=part_file, **options)
+                for part, part_file in zip(model.parts, paths, strict=True)]
 
 
 def check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any,
@@ -189,3 +197,38 @@ def check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any,
     from .io.atomic import check_outputs  # only when saving: tempfile and shutil come with it
 
     check_outputs(output_files(fmt, path), input_files(source), overwrite, how)
+
+
+def replacing(path: Any, overwrite: bool, how: str) -> AbstractContextManager[None]:
+    """The block in which a format saves to ``path``: its files replace existing ones only
+    when ``overwrite`` (checked again as each file is renamed into place, so a file another
+    process creates meanwhile is never replaced); ``how`` says how to allow that."""
+    if path is None:
+        return contextlib.nullcontext()
+    from .io import atomic
+
+    return atomic.replacing(overwrite, how)
+
+
+def check_source(source: Any, where: str) -> None:
+    """A source path that no file can have (a NUL byte, a name too long) or that cannot be
+    looked at is a FormatError with the system's reason, before any format opens it."""
+    if not isinstance(source, (str, os.PathLike)):
+        return
+    text = os.fsdecode(os.fspath(source))
+    try:
+        if "\0" in text:
+            raise ValueError("embedded null byte")
+        os.stat(text)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # told by the format search, which also tries the path as a prefix
+    except (OSError, ValueError) as error:
+        from .io.atomic import shown
+
+        if isinstance(error, ValueError):
+            reason = f"{error}: the path contains a NUL byte, which no file name may hold"
+            fix = "Remove the NUL byte (\\x00) from the path"
+        else:
+            reason, fix = error.strerror or str(error), "Check the path"
+        raise FormatError(f"{where}: {shown(text)} cannot be read; the system says: {reason}. "
+                          f"{fix}.") from None

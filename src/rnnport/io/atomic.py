@@ -1,14 +1,43 @@
 """Atomic file output: write to a temporary file beside the target, then rename.
 
-A reader never sees a half-written file, and a failure leaves any previous file intact.
+What a write guarantees, crash (even ``kill -9``) and concurrent writers included:
+
+* A reader never sees a half-written file: each file is written to a temporary
+  ``.NAME.XXXXXXXX.partial`` in the target's folder, flushed to disk, then renamed in.
+* A failure leaves any previous file intact, and removes every temporary it made. A
+  process killed mid-write leaves its temporary behind; the next write to the same target
+  removes it. Each writer holds an exclusive ``flock`` on its temporary until it is done,
+  and only temporaries nobody holds are removed (where ``flock`` is missing, those older
+  than :data:`STALE_AFTER` seconds), so a live writer's temporary is never touched.
+* Replacing is decided at the rename, not only before the write. Within
+  :func:`replacing` ``(False)`` a target is only ever created: the rename cannot replace a
+  file (a hard link, else ``renameat2(RENAME_NOREPLACE)``, else an ``O_EXCL`` claim), so
+  of two processes creating one file, exactly one succeeds and the other's write is a
+  :class:`~rnnport.errors.FormatError` that leaves the winner's file alone. Within
+  ``replacing(True)`` a target is replaced (``os.replace``). Outside both (a writer called
+  directly, not through ``rnnport.write``, ``rnnport.convert`` or the command line), a
+  target that exists when the write begins is replaced, and a new one is created as with
+  ``replacing(False)``: a file that appears meanwhile is never overwritten.
+* The operating system's errors (a NUL byte in a path, a name too long, a folder that is
+  read-only, a full disk, a failed rename) are FormatErrors that name the path and the
+  system's reason, and say that nothing was written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
+import secrets
 import shlex
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -16,21 +45,107 @@ import numpy as np
 
 from ..errors import FormatError
 
-__all__ = ["NUMPY_ARCHIVE", "atomic_write", "atomic_write_all", "check_outputs", "check_target",
-           "file_mode", "save_archive", "save_npy"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - a system without flock
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["NUMPY_ARCHIVE", "STALE_AFTER", "atomic_write", "atomic_write_all", "check_outputs",
+           "check_target", "file_mode", "folder_lock", "overwrite_setting",
+           "remove_stale_temporaries", "replaces", "replacing", "save_archive", "save_npy",
+           "shown", "system_error"]
 
 NUMPY_ARCHIVE = ".npz"  # the suffix of numpy.savez's archives, by which readers tell them
+STALE_AFTER = 3600.0  # seconds: a temporary this old is abandoned, where flock is missing
+_SUFFIX = ".partial"
+_LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # the random part of a temporary's name
+_RANDOM = 8
+# Errors by which a file system says it has no hard links (the commit then renames).
+_NO_LINKS = frozenset(code for code in (
+    errno.EPERM, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", errno.ENOTSUP), errno.EXDEV,
+    errno.EMLINK, errno.ENOSYS, errno.EINVAL) if code is not None)
+
+
+@dataclass(frozen=True)
+class _Replacing:
+    overwrite: bool
+    how: str
+
+
+_REPLACING: ContextVar[_Replacing | None] = ContextVar("rnnport_replacing", default=None)
+
+
+@contextlib.contextmanager
+def replacing(overwrite: bool, how: str = "pass overwrite=True") -> Iterator[None]:
+    """Within the block, writes replace existing targets only when ``overwrite``; ``how``
+    says, in the error for a target that appeared meanwhile, how to allow replacing it."""
+    token = _REPLACING.set(_Replacing(bool(overwrite), how))
+    try:
+        yield
+    finally:
+        _REPLACING.reset(token)
+
+
+def overwrite_setting() -> bool | None:
+    """What the innermost :func:`replacing` block says; ``None`` outside any."""
+    setting = _REPLACING.get()
+    return None if setting is None else setting.overwrite
+
+
+def replaces(target: Path) -> bool:
+    """Whether a write to ``target`` that starts now may replace a file there (see the
+    module docstring: what :func:`replacing` says, else whether one exists now)."""
+    setting = overwrite_setting()
+    return os.path.lexists(target) if setting is None else setting
+
+
+def shown(path: str | os.PathLike[str]) -> str:
+    """A path for a message: as written, but a NUL byte escaped, and a name thousands of
+    characters long cut in the middle (with its length)."""
+    text = os.fspath(path)
+    text = text if isinstance(text, str) else os.fsdecode(text)
+    if "\0" in text:
+        text = text.replace("\0", "\\x00")
+    if len(text) > 200:
+        return f"{text[:80]}…{text[-60:]} ({len(text):,} characters)"
+    return text
+
+
+def system_error(path: str | os.PathLike[str], doing: str, error: OSError | ValueError,
+                 fix: str) -> FormatError:
+    """The FormatError for an operating-system error while ``doing`` something to
+    ``path``: the system's reason kept, and ``fix`` said."""
+    if isinstance(error, ValueError):  # Python refuses a NUL byte before the system sees it
+        reason = f"{error}: the path contains a NUL byte, which no file name may hold"
+        fix = "remove the NUL byte (\\x00) from the path"
+    else:
+        reason = error.strerror or str(error)
+        if error.errno == errno.ENAMETOOLONG:
+            fix = (f"choose a shorter name (writing adds {len(_SUFFIX) + _RANDOM + 2} "
+                   "characters to it for a moment)")
+        elif error.errno == errno.ENOSPC:
+            fix = "free some space or choose another folder"
+        elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            fix = "choose a folder you can write to"
+    return FormatError(f"{shown(path)}: cannot {doing}; the system says: {reason}. "
+                       f"{fix[:1].upper()}{fix[1:]}. Nothing was written.")
 
 
 def check_target(path: str | os.PathLike[str]) -> Path:
     """``path`` as a file that can be written: its folder exists and it is not a folder."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
+    try:
+        if "\0" in str(target):
+            raise ValueError("embedded null byte")
+        folder_exists, is_folder = folder.is_dir(), target.is_dir()
+    except (OSError, ValueError) as error:
+        raise system_error(target, "be written", error, "choose another output path") from None
+    if not folder_exists:
         raise FormatError(f"{target}: the folder {folder} does not exist; create it first "
                           f"(mkdir -p {shlex.quote(str(folder))}) or choose another output "
                           "path. Nothing was written.")
-    if target.is_dir():
+    if is_folder:
         raise FormatError(f"{target}: is a folder; expected a file path. Nothing was written.")
     return target
 
@@ -38,62 +153,331 @@ def check_target(path: str | os.PathLike[str]) -> Path:
 def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bool,
                   how: str) -> None:
     """Before any work: every output can be written, is none of the inputs, and replaces
-    nothing unless ``overwrite``; ``how`` says how to allow that (``pass --force``)."""
-    sources = {path.resolve() for path in inputs}
-    existing = [path for path in inputs if path.exists()]
+    nothing unless ``overwrite``; ``how`` says how to allow that (``pass --force``).
+    (The write itself enforces ``overwrite=False`` again when it renames: see
+    :func:`replacing`.)"""
     for path in outputs:
         check_target(path)
-        if path.resolve() in sources or (path.exists() and any(
-                os.path.samefile(path, source) for source in existing)):
+    usable = []
+    for path in inputs:  # an input the system cannot name cannot be an output either
+        try:
+            usable.append((path.resolve(), path.exists(), path))
+        except (OSError, ValueError):
+            continue
+    sources = {resolved for resolved, _, _ in usable}
+    existing = [path for _, exists, path in usable if exists]
+    for path in outputs:
+        try:
+            is_input = path.resolve() in sources or (path.exists() and any(
+                os.path.samefile(path, source) for source in existing))
+            exists = os.path.lexists(path)
+        except OSError as error:
+            raise system_error(path, "be written", error, "choose another output path") \
+                from None
+        if is_input:
             raise FormatError(f"{path}: is the input file; rnnport never writes over its input. "
                               "Choose another output path. Nothing was written.")
-        if os.path.lexists(path) and not overwrite:
+        if exists and not overwrite:
             raise FormatError(f"{path}: exists; {how} to replace it. Nothing was written.")
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
-    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``."""
-    return atomic_write_all([(path, write)])[0]
+def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any], *,
+                 replace: bool | None = None) -> Path:
+    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to
+    ``path``; ``replace`` (``None``: as :func:`replacing` says) whether that may replace a
+    file there."""
+    return atomic_write_all([(path, write)], replace=None if replace is None else [replace])[0]
 
 
 def atomic_write_all(
-    files: Sequence[tuple[str | os.PathLike[str], Callable[[BinaryIO], Any]]],
+    files: Sequence[tuple[str | os.PathLike[str], Callable[[BinaryIO], Any]]], *,
+    replace: Sequence[bool] | None = None,
 ) -> list[Path]:
-    """Write several files that belong together (a checkpoint's data and index): each to a
-    temporary file first, in order, then rename them all in the same order. A failure
-    leaves none of them half-written and removes every temporary file."""
+    """Write several files that belong together: each to a temporary file first, in order,
+    then rename them all in the same order (``replace``: for each, whether its rename may
+    replace a file; ``None``: as :func:`replacing` says).
+
+    A failure removes every temporary file, and every file this call had already created;
+    a file it had already *replaced* stays replaced (a caller whose files must change
+    together, as a checkpoint's do, names the new ones apart from the old; see
+    :func:`rnnport.io.tensorbundle.write_bundle`)."""
     targets = [check_target(path) for path, _ in files]
-    temporaries: list[str] = []
+    replacing_each = list(replace) if replace is not None else [replaces(t) for t in targets]
+    temporaries: list[_Temporary] = []
+    created: list[tuple[Path, os.stat_result]] = []
     try:
         for target, (_, write) in zip(targets, files, strict=True):
-            folder = target.parent if str(target.parent) else Path(".")
-            try:
-                handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.",
-                                                     suffix=".partial", dir=folder)
-            except OSError as error:
-                raise FormatError(f"{target}: cannot create a file in {folder} "
-                                  f"({error.strerror or error}); choose a folder you can write "
-                                  "to. Nothing was written.") from None
+            remove_stale_temporaries(target)
+            temporary = _Temporary.create(target)
             temporaries.append(temporary)
-            os.chmod(temporary, file_mode())
-            with os.fdopen(handle, "wb") as file:
-                write(file)
-                file.flush()
-                os.fsync(file.fileno())
-        for temporary, target in zip(temporaries, targets, strict=True):
-            os.replace(temporary, target)
+            temporary.fill(write)
+        for temporary, target, may_replace in zip(temporaries, targets, replacing_each,
+                                                  strict=True):
+            temporary.commit(may_replace)
+            if not may_replace:
+                created.append((target, temporary.status))
+        _sync_folders(targets)
     except BaseException:
         for temporary in temporaries:
-            try:
-                os.unlink(temporary)
-            except FileNotFoundError:
-                pass
+            temporary.discard()
+        for target, status in created:
+            _remove_if_same(target, status)
         raise
+    finally:
+        for temporary in temporaries:
+            temporary.close()
     return targets
 
 
+class _Temporary:
+    """One locked temporary file beside its target."""
+
+    def __init__(self, target: Path, path: Path, descriptor: int) -> None:
+        self.target, self.path, self.descriptor = target, path, descriptor
+        self.status = os.fstat(descriptor)
+        self.committed = False
+
+    @classmethod
+    def create(cls, target: Path) -> _Temporary:
+        folder = target.parent if str(target.parent) else Path(".")
+        for _ in range(100):
+            name = "".join(secrets.choice(_LETTERS) for _ in range(_RANDOM))
+            path = folder / f".{target.name}.{name}{_SUFFIX}"
+            try:
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                                     | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0),
+                                     0o666)
+            except FileExistsError:
+                continue
+            except OSError as error:
+                raise system_error(target, f"create a file in {shown(folder)}", error,
+                                   "choose a folder you can write to") from None
+            if fcntl is not None:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+                # Another write's clean-up may have taken this file for an abandoned one
+                # between its creation and the lock: then it is gone, and a new one is made.
+                try:
+                    same = _same_file(os.lstat(path), os.fstat(descriptor))
+                except OSError:
+                    same = False
+                if not same:
+                    os.close(descriptor)
+                    continue
+            return cls(target, path, descriptor)
+        raise FormatError(f"{shown(target)}: cannot create a temporary file in {shown(folder)}; "
+                          "expected one of 100 random names to be free. Nothing was written.")
+
+    def fill(self, write: Callable[[BinaryIO], Any]) -> None:
+        file = os.fdopen(self.descriptor, "wb", closefd=False)
+        try:
+            with file:
+                write(file)
+                file.flush()
+                os.fsync(self.descriptor)
+        except OSError as error:
+            raise system_error(self.target, "be written", error,
+                               "choose another output path") from None
+        self.status = os.fstat(self.descriptor)
+
+    def commit(self, may_replace: bool) -> None:
+        if fcntl is None:  # some systems cannot rename an open file; there is no lock to keep
+            self.close()
+        try:
+            if may_replace:
+                os.replace(self.path, self.target)
+            else:
+                _rename_no_replace(self.path, self.target)
+        except FileExistsError:
+            setting = _REPLACING.get()
+            how = setting.how if setting is not None else "pass overwrite=True"
+            raise FormatError(
+                f"{shown(self.target)}: appeared while rnnport was writing it; expected to "
+                "create it (nothing is replaced without overwrite), got a file another process "
+                f"wrote meanwhile, which is left as it is. {how[:1].upper()}{how[1:]} to replace "
+                "it. Nothing was written.") from None
+        except OSError as error:
+            raise system_error(self.target, "be renamed into place", error,
+                               "check the folder and try again") from None
+        self.committed = True
+
+    def discard(self) -> None:
+        if not self.committed:
+            with contextlib.suppress(OSError):
+                if _same_file(os.lstat(self.path), self.status):
+                    os.unlink(self.path)
+
+    def close(self) -> None:
+        if self.descriptor >= 0:
+            os.close(self.descriptor)
+            self.descriptor = -1
+
+
+def _same_file(one: os.stat_result, other: os.stat_result) -> bool:
+    return (one.st_ino, one.st_dev) == (other.st_ino, other.st_dev)
+
+
+def _remove_if_same(path: Path, status: os.stat_result) -> None:
+    """Remove ``path`` if it is still the file ``status`` describes (one this call made)."""
+    with contextlib.suppress(OSError):
+        if _same_file(os.lstat(path), status):
+            os.unlink(path)
+
+
+def _rename_no_replace(source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target``, raising FileExistsError rather than replacing a file
+    there: a hard link then an unlink; where the file system has no hard links,
+    ``renameat2(RENAME_NOREPLACE)``; else a claim of the name with ``O_EXCL``, then a rename
+    over the claim (a reader may see the empty claim for that instant)."""
+    try:
+        os.link(source, target)
+    except FileExistsError:
+        raise
+    except (OSError, NotImplementedError, AttributeError) as error:
+        if isinstance(error, OSError) and error.errno not in _NO_LINKS:
+            raise
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(source)
+        return
+    if _renameat2(source, target):
+        return
+    claim = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(claim)
+    try:
+        os.replace(source, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        raise
+
+
+def _renameat2(source: Path, target: Path) -> bool:
+    """``renameat2(source, target, RENAME_NOREPLACE)``; False where the system or the file
+    system has no such call."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_current_folder, no_replace = -100, 1
+    if call(at_current_folder, os.fsencode(source), at_current_folder, os.fsencode(target),
+            no_replace) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    if code == errno.EEXIST:
+        raise FileExistsError(code, os.strerror(code), str(target))
+    raise OSError(code, os.strerror(code), str(target))
+
+
+def _sync_folders(targets: Sequence[Path]) -> None:
+    """Flush the renames to disk, where a folder can be opened for that."""
+    for folder in {target.parent if str(target.parent) else Path(".") for target in targets}:
+        with contextlib.suppress(OSError, AttributeError):
+            descriptor = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+
+
+def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporaries of earlier writes to ``target`` that were killed before they
+    finished: the files named ``.NAME.XXXXXXXX.partial`` beside it that no live writer holds
+    locked (where ``flock`` is missing: older than :data:`STALE_AFTER`). Returns those
+    removed; anything that cannot be looked at is left alone."""
+    target = Path(target)
+    folder = target.parent if str(target.parent) else Path(".")
+    pattern = re.compile(re.escape(f".{target.name}.") + f"[{_LETTERS}]{{{_RANDOM}}}"
+                         + re.escape(_SUFFIX))
+    removed: list[Path] = []
+    try:
+        names = [entry.name for entry in os.scandir(folder) if pattern.fullmatch(entry.name)]
+    except OSError:
+        return removed
+    for name in names:
+        if _remove_if_abandoned(folder / name):
+            removed.append(folder / name)
+    return removed
+
+
+def _remove_if_abandoned(path: Path) -> bool:
+    if fcntl is None:
+        try:
+            status = os.lstat(path)
+            if stat.S_ISREG(status.st_mode) and time.time() - status.st_mtime > STALE_AFTER:
+                os.unlink(path)
+                return True
+        except OSError:
+            pass
+        return False
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                             | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            return False
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # a live writer holds it
+        if not _same_file(os.lstat(path), status):
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)
+
+
+_HELD = threading.local()  # folder → how many times this thread holds its lock
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``folder`` for the block, so that writers of files
+    that must change together there (a checkpoint and its folder's state file) take turns.
+    Re-entrant in one thread; a no-op where the folder cannot be opened or there is no
+    ``flock``. The lock is the kernel's: a killed writer releases it."""
+    key = os.path.realpath(folder or ".")
+    held: dict[str, int] = _HELD.__dict__.setdefault("counts", {})
+    if held.get(key) or fcntl is None:
+        held[key] = held.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    try:
+        descriptor = os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        descriptor = -1
+    try:
+        if descriptor >= 0:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+            except OSError:
+                pass
+        held[key] = 1
+        try:
+            yield
+        finally:
+            held[key] = 0
+    finally:
+        if descriptor >= 0:
+            os.close(descriptor)
+
+
 def file_mode() -> int:
-    """The mode ``open()`` would give a new file (0o666 less the umask); mkstemp's is 0o600."""
+    """The mode ``open()`` would give a new file (0o666 less the umask)."""
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import FormatError
-from .atomic import atomic_write
+from .atomic import atomic_write, folder_lock
 
 __all__ = ["STATE_FILE", "CheckpointState", "format_state", "parse_state", "read_state",
            "record", "updated"]
@@ -273,31 +273,43 @@ def updated(state: CheckpointState | None, prefix: Path, now: float) -> Checkpoi
 
 def record(prefix: str | os.PathLike[str], before: CheckpointState | None) -> Path:
     """Name the checkpoint just written at ``prefix`` the newest in its folder's state file
-    (``before``: the file's state, read before the checkpoint was written); atomically."""
+    (``before``: the file's state, read before the checkpoint was written); atomically.
+    The state file is always replaced, whatever :func:`~rnnport.io.atomic.replacing`
+    says: it belongs to the folder, and naming the checkpoint in it is part of writing it."""
     prefix = Path(prefix)
     text = format_state(updated(before, prefix, time.time()))
-    return atomic_write(prefix.parent / STATE_FILE, lambda file: file.write(text.encode("ascii")))
+    return atomic_write(prefix.parent / STATE_FILE, lambda file: file.write(text.encode("ascii")),
+                        replace=True)
 
 
 def write_recorded(prefix: Path, write: Callable[[], object], where: str) -> None:
     """Call ``write()`` to write the checkpoint at ``prefix``, then name it the newest in its
     folder's state file, keeping what another writer recorded meanwhile. A state file that
     cannot be read stops everything before ``write`` runs; one that cannot be updated after
-    it is an error saying the checkpoint itself is written."""
-    state = read_state(
-        prefix.parent, "rnnport names each checkpoint it writes there, as TensorFlow's savers "
-        "do, and does not overwrite a state file it cannot read; fix or remove it. Nothing was "
-        "written.")
-    write()
-    try:
-        state = read_state(prefix.parent, "") or state
-    except FormatError:
-        pass
-    try:
-        record(prefix, state)
-    except OSError as error:
-        raise FormatError(
-            f"{where}: the checkpoint {prefix} is written, but the state file "
-            f"{prefix.parent / STATE_FILE} could not be updated ({error}), so "
-            "tf.train.latest_checkpoint does not name it. Fix the cause, then write again "
-            "with overwrite=True (--force).") from error
+    it is an error saying the checkpoint itself is written.
+
+    rnnport's writers take turns per folder (:func:`~rnnport.io.atomic.folder_lock`) from
+    reading the state to replacing it, so no checkpoint another one recorded is lost, and
+    the state file is replaced in one rename: a reader finds the old state or the new one.
+    A writer stopped between the checkpoint and the state leaves the state naming the
+    checkpoints it named before (all still there, unless the one written was among them)."""
+    with folder_lock(prefix.parent if str(prefix.parent) else Path(".")):
+        state = read_state(
+            prefix.parent, "rnnport names each checkpoint it writes there, as TensorFlow's "
+            "savers do, and does not overwrite a state file it cannot read; fix or remove it. "
+            "Nothing was written.")
+        write()
+        try:
+            state = read_state(prefix.parent, "") or state
+        except FormatError:
+            pass
+        try:
+            record(prefix, state)
+        except (OSError, FormatError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else \
+                str(error).removesuffix(" Nothing was written.")
+            raise FormatError(
+                f"{where}: the checkpoint {prefix} is written, but the state file "
+                f"{prefix.parent / STATE_FILE} could not be updated ({reason}), so "
+                "tf.train.latest_checkpoint does not name it. Fix the cause, then write again "
+                "with overwrite=True (--force).") from error

@@ -26,10 +26,16 @@ index costs no more time or memory than its files' sizes:
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import functools
+import io
 import math
 import os
 import re
+import stat
 import sys
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +45,7 @@ import numpy as np
 
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
 from . import _proto, checkpoint_state
-from .atomic import atomic_write_all
+from .atomic import atomic_write_all, check_target, folder_lock, overwrite_setting, replaces
 from .crc32c import crc32c, mask, unmask
 
 __all__ = ["MAX_RANK", "Bundle", "Entry", "bundle_files", "checkpoint_prefix", "is_data_file",
@@ -47,6 +53,7 @@ __all__ = ["MAX_RANK", "Bundle", "Entry", "bundle_files", "checkpoint_prefix", "
 
 _MAGIC = 0xDB4775248B80FB57
 _DATA_NAME = re.compile(r"\.data-\d{5}-of-\d{5}$")
+_ATTEMPTS = 5  # reads of an index replaced while it is read, before giving up
 _FOOTER = 48
 _TRAILER = 5
 # TensorFlow's TensorShape holds at most 254 dimensions; an index claiming more is damaged.
@@ -102,22 +109,32 @@ def checkpoint_prefix(path: str | os.PathLike[str]) -> Path:
         return Path(text[: -len(".index")])
     if is_data_file(path):
         return path.with_name(path.name.rsplit(".data-", 1)[0])
-    if path.is_dir():
+    if _is_folder(path):
         return _latest_in(path)
     return path
+
+
+def _is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder; False for a name no file can have (a NUL byte, too
+    long), which the write or read that uses it then reports with the system's reason."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def output_prefix(path: str | os.PathLike[str]) -> Path:
     """The prefix a checkpoint is written at: ``path``, less an ``.index`` or data-file
     suffix. A folder is refused: writing must not pick a name inside it."""
-    if Path(path).is_dir():
+    if _is_folder(Path(path)):
         raise FormatError(f"{path} is a folder; pass a checkpoint prefix inside it, e.g. "
                           f"{Path(path) / 'model.ckpt'}. Nothing was written.")
     return checkpoint_prefix(path)
 
 
 def bundle_files(prefix: str | os.PathLike[str]) -> list[Path]:
-    """The files :func:`write_bundle` writes at ``prefix``: the index and its one data shard."""
+    """The files :func:`write_bundle` writes at a new ``prefix``: the index and one data
+    shard (writing over a checkpoint alternates between one and two data shards)."""
     return [Path(f"{prefix}.index"), _data_path(Path(prefix), 0, 1)]
 
 
@@ -151,6 +168,50 @@ def _data_path(prefix: Path, shard: int, shards: int) -> Path:
     return prefix.with_name(f"{prefix.name}.data-{shard:05d}-of-{shards:05d}")
 
 
+def _identity(path: Path) -> tuple[int, ...]:
+    """What tells one version of a file from the next (a rename in gives a new inode);
+    ``()`` when it is gone."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return ()
+    return status.st_ino, status.st_dev, status.st_mtime_ns, status.st_size
+
+
+def _read_index(path: Path) -> tuple[tuple[int, ...], _Table]:
+    """The index file's identity and table, both of the one file that was opened."""
+    with path.open("rb") as file:
+        status = os.fstat(file.fileno())
+        data = file.read()
+    return (status.st_ino, status.st_dev, status.st_mtime_ns, status.st_size), _Table(path, data)
+
+
+def _open_data(path: Path) -> io.FileIO | None:
+    """A data shard opened for reading; ``None`` when it is missing (told when a tensor in
+    it is read). Anything but a plain file is refused, unopened (a FIFO would block)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                             | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno in (errno.EISDIR, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise FormatError(f"{path}: cannot be opened ({error.strerror or error}); expected a "
+                          "data shard rnnport can read. Check its permissions.") from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        return None
+    return os.fdopen(descriptor, "rb", buffering=0)
+
+
+def _close_all(files: dict[int, io.FileIO | None]) -> None:
+    for file in files.values():
+        if file is not None:
+            file.close()
+    files.clear()
+
+
 # -- reading ----------------------------------------------------------------------------------
 
 class Bundle(Mapping[str, Entry]):
@@ -164,7 +225,37 @@ class Bundle(Mapping[str, Entry]):
                 f"{self.prefix}: no checkpoint here; expected the index file {self.index_path} "
                 "(a TensorFlow checkpoint is PREFIX.index plus PREFIX.data-*). Pass the prefix "
                 "(e.g. model.ckpt-1000), the .index file or the folder.")
-        table = _Table(self.index_path)
+        self._files: dict[int, io.FileIO | None] = {}
+        self._seen: tuple[int, ...] = ()
+        self.generation = 0  # how many times the index was read again after a rewrite
+        weakref.finalize(self, _close_all, self._files)
+        self._load()
+
+    def _load(self) -> None:
+        """Read the index and open the data shards it names, as one snapshot: the index is
+        read again if it was replaced before its shards were open (a writer replaces the
+        index only after the data it names is in place, and then removes the old shards;
+        open files keep the bytes they name)."""
+        for attempt in range(_ATTEMPTS):
+            _close_all(self._files)
+            try:
+                self._seen, table = _read_index(self.index_path)
+            except FileNotFoundError:
+                if attempt + 1 < _ATTEMPTS:
+                    continue
+                raise FormatError(f"{self.index_path}: disappeared while it was read; expected "
+                                  "the checkpoint to stay in place. Read it again.") from None
+            self._parse(table)
+            for shard in sorted({entry.shard for entry in self._entries.values()}):
+                self._files[shard] = _open_data(self.data_path(shard))
+            if _identity(self.index_path) == self._seen:
+                return
+
+    def _changed(self) -> bool:
+        """Whether the index file was replaced since this snapshot was read."""
+        return _identity(self.index_path) != self._seen
+
+    def _parse(self, table: _Table) -> None:
         header: dict[int, int] | None = None
         entries: dict[str, Entry] = {}
         for raw_key, value in table.items():
@@ -223,7 +314,23 @@ class Bundle(Mapping[str, Entry]):
         return _data_path(self.prefix, shard, self.shards)
 
     def read(self, name: str) -> np.ndarray:
-        """The tensor ``name``, checked against its CRC (bfloat16 comes back as float32)."""
+        """The tensor ``name``, checked against its CRC (bfloat16 comes back as float32).
+
+        A data shard found missing, short or failing its CRC while the index was replaced
+        since this bundle read it (the checkpoint was written again meanwhile, by a writer
+        that replaces data in place) makes the bundle read the index again and retry, a few
+        times, instead of failing."""
+        for attempt in range(_ATTEMPTS):
+            try:
+                return self._read(name)
+            except FormatError:
+                if attempt + 1 == _ATTEMPTS or not self._changed():
+                    raise
+                self._load()
+                self.generation += 1
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _read(self, name: str) -> np.ndarray:
         if name not in self._entries:
             raise FormatError(f"{self.prefix}: no tensor named {name!r} in this checkpoint.")
         entry = self._entries[name]
@@ -252,21 +359,21 @@ class Bundle(Mapping[str, Entry]):
 
     def _raw(self, entry: Entry, where: str, checked: bool) -> bytearray:
         path = self.data_path(entry.shard)
-        if not path.is_file():
+        file = self._files.get(entry.shard)
+        if file is None:
             raise FormatError(
                 f"{where}: its data file {path} is missing (shard {entry.shard + 1} of "
                 f"{self.shards}); copy every {self.prefix.name}.data-* file with the index.")
-        file_size = path.stat().st_size
+        file_size = os.fstat(file.fileno()).st_size
         if entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > file_size:
             raise FormatError(
                 f"{where}: bytes {entry.offset}..{entry.offset + entry.size} lie beyond the end of "
                 f"{path} ({file_size} bytes); the data file is truncated or belongs to another "
                 "checkpoint.")
         raw = bytearray(entry.size)
-        with path.open("rb") as file:
-            file.seek(entry.offset)
-            if file.readinto(raw) != entry.size:
-                raise FormatError(f"{where}: {path} ended early while reading it.")
+        file.seek(entry.offset)
+        if entry.size and file.readinto(raw) != entry.size:
+            raise FormatError(f"{where}: {path} ended early while reading it.")
         if checked and crc32c(raw) != unmask(entry.crc):
             raise FormatError(
                 f"{where}: its bytes in {path} fail their CRC-32C check; the data file is damaged "
@@ -274,7 +381,21 @@ class Bundle(Mapping[str, Entry]):
         return raw
 
     def arrays(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
-        return {name: self.read(name) for name in (self if names is None else names)}
+        """Several tensors (``None``: all), every one from the same version of the
+        checkpoint: if reading one made the bundle read a replaced index, all are read
+        again."""
+        for _ in range(_ATTEMPTS):
+            generation = self.generation
+            out = {name: self.read(name) for name in (list(self) if names is None else names)}
+            if self.generation == generation:
+                return out
+        raise FormatError(f"{self.prefix}: the checkpoint was written again while it was read, "
+                          f"{_ATTEMPTS} times; expected it to stay the same for a moment. Read it "
+                          "again once its writer is done.")
+
+    def close(self) -> None:
+        """Close the data files (also done when the bundle is garbage-collected)."""
+        _close_all(self._files)
 
 
 def _check_shape(entry: Entry, where: str) -> int:
@@ -356,9 +477,9 @@ def _strings(raw: bytearray, count: int, stored: int, where: str) -> np.ndarray:
 class _Table:
     """A LevelDB table without compression, as TensorFlow's BundleWriter writes it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, data: bytes | None = None) -> None:
         self.path = path
-        self.data = path.read_bytes()
+        self.data = path.read_bytes() if data is None else data
         if len(self.data) < _FOOTER:
             raise FormatError(f"{path}: {len(self.data)} bytes, shorter than a table footer "
                               f"({_FOOTER}); the index file is truncated or not a checkpoint index.")
@@ -542,12 +663,16 @@ def _handle(offset: int, size: int) -> bytes:
     return _proto.varint(offset) + _proto.varint(size)
 
 
-def _entry_proto(code: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:
+def _entry_proto(code: int, shape: tuple[int, ...], offset: int, size: int, crc: int,
+                 shard: int = 0) -> bytes:
+    """A BundleEntryProto: dtype 1, shape 2, shard_id 3, offset 4, size 5, crc32c 6."""
     shape_proto = b"".join(
         _proto.key(2, 2) + _proto.varint(len(dim)) + dim
         for dim in (_proto.key(1, 0) + _proto.varint(d) if d else b"" for d in shape))
     out = _proto.key(1, 0) + _proto.varint(code)
     out += _proto.key(2, 2) + _proto.varint(len(shape_proto)) + shape_proto
+    if shard:
+        out += _proto.key(3, 0) + _proto.varint(shard)
     if offset:
         out += _proto.key(4, 0) + _proto.varint(offset)
     if size:
@@ -555,8 +680,10 @@ def _entry_proto(code: int, shape: tuple[int, ...], offset: int, size: int, crc:
     return out + _proto.key(6, 5) + crc.to_bytes(4, "little")
 
 
-def _index(entries: list[tuple[bytes, bytes]]) -> bytes:
-    header = _proto.key(1, 0) + _proto.varint(1)  # one shard, little-endian
+def _index(entries: list[tuple[bytes, bytes]], shards: int = 1) -> bytes:
+    """The index table: the BundleHeaderProto (num_shards 1, endianness 2 left at little,
+    version 3) under the empty key, then each tensor's entry, keys in increasing order."""
+    header = _proto.key(1, 0) + _proto.varint(shards)
     header += _proto.key(3, 2) + _proto.varint(2) + _proto.key(1, 0) + _proto.varint(1)
     data_block = _with_trailer(_block([(b"", header), *entries], 16))
     meta_block = _with_trailer(_block([], 1))
@@ -589,11 +716,28 @@ def _string_bytes(values: list[bytes]) -> tuple[bytes, int]:
 
 
 def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> list[Path]:
-    """Write ``arrays`` as a one-shard checkpoint that ``tf.train.load_checkpoint`` reads
-    (an object array of ``bytes`` is a string tensor).
+    """Write ``arrays`` as a checkpoint that ``tf.train.load_checkpoint`` reads (an object
+    array of ``bytes`` is a string tensor); returns the index, then the data shards.
 
-    The data file is written first and the index last, each to a temporary file renamed
-    into place, so a failure leaves no half-written checkpoint behind.
+    The checkpoint changes all at once, a crash (even ``kill -9``) and concurrent readers
+    included: a reader sees the old checkpoint or the new one, never a mix, and a writer
+    stopped at any point leaves one of the two readable.
+
+    * A new prefix gets one data shard, ``PREFIX.data-00000-of-00001``. Over an existing
+      checkpoint, the data goes under shard names disjoint from those its index names:
+      two shards (``-00000-of-00002``, ``-00001-of-00002``, the tensors split between them)
+      after a one-shard checkpoint, else one.
+    * The data files are renamed in first, never replacing a file; the index is renamed in
+      last, in one step that switches readers from the old checkpoint to the new one; then
+      the old data files go. Each file is written to a temporary beside it first (see
+      :mod:`rnnport.io.atomic`).
+    * Before writing, any ``PREFIX.data-NNNNN-of-NNNNN`` file that the current index does
+      not name (the leftover of a writer stopped early) is removed, unless replacing is
+      off (:func:`~rnnport.io.atomic.replacing` ``(False)``: nothing is removed then).
+    * Writers take turns per folder (:func:`~rnnport.io.atomic.folder_lock`), so two
+      writers of one prefix never interleave; a reader (:class:`Bundle`) opens the data
+      files its index names right after reading it, and reads the index again when it
+      was replaced meanwhile.
     """
     prefix = Path(prefix)
     names = list(arrays)
@@ -615,23 +759,72 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
             raise DTypeError(f"{prefix}: tensor {name!r} has dtype {array.dtype}, which a "
                              "checkpoint cannot hold; use a float, integer or bool array.")
         tensors.append((name, _CODES[dtype], np.asarray(array, dtype=dtype.newbyteorder("<"), order="C")))
-    index_path, data_path = bundle_files(prefix)
-    entries: list[tuple[bytes, bytes]] = []
+    index_path = check_target(Path(f"{prefix}.index"))
+    with folder_lock(prefix.parent if str(prefix.parent) else Path(".")):
+        setting = overwrite_setting()
+        replace_index = replaces(index_path)
+        current = _shard_count(index_path)
+        if setting is not False:
+            _remove_data_files(prefix, keep=_layout(prefix, current))
+        shards = 2 if current == 1 else 1
+        data_paths = _layout(prefix, shards)
+        entries: dict[bytes, bytes] = {}
 
-    def write_data(file: BinaryIO) -> None:
-        offset = 0
-        for name, code, array in tensors:
-            if code == _STRING:
-                raw, crc = _string_bytes(list(array.flat))
-            else:
-                raw = array.reshape(-1).view(np.uint8).tobytes()
-                crc = mask(crc32c(raw))
-            file.write(raw)
-            entries.append((name.encode("utf-8"),
-                            _entry_proto(code, array.shape, offset, len(raw), crc)))
-            offset += len(raw)
+        def write_shard(shard: int, file: BinaryIO) -> None:
+            offset = 0
+            for number, (name, code, array) in enumerate(tensors):
+                if number * shards // len(tensors) != shard:
+                    continue
+                if code == _STRING:
+                    raw, crc = _string_bytes(list(array.flat))
+                else:
+                    raw = array.reshape(-1).view(np.uint8).tobytes()
+                    crc = mask(crc32c(raw))
+                file.write(raw)
+                entries[name.encode("utf-8")] = _entry_proto(code, array.shape, offset,
+                                                             len(raw), crc, shard)
+                offset += len(raw)
 
-    # The data file first and the index last, so a reader never finds an index without data.
-    atomic_write_all([(data_path, write_data),
-                      (index_path, lambda file: file.write(_index(entries)))])
-    return [index_path, data_path]
+        def write_index(file: BinaryIO) -> None:
+            file.write(_index(sorted(entries.items()), shards))
+
+        atomic_write_all([*((path, functools.partial(write_shard, shard))
+                            for shard, path in enumerate(data_paths)), (index_path, write_index)],
+                         replace=[*(False for _ in data_paths), replace_index])
+        if setting is not False:
+            _remove_data_files(prefix, keep=data_paths)
+    return [index_path, *data_paths]
+
+
+def _layout(prefix: Path, shards: int | None) -> list[Path]:
+    """The data files of a checkpoint of ``shards`` shards (``None``: none)."""
+    count = shards or 0
+    return [_data_path(prefix, shard, count) for shard in range(count)]
+
+
+def _shard_count(index_path: Path) -> int | None:
+    """How many data shards the index at ``index_path`` names; ``None`` when there is no
+    index there, or none that can be read."""
+    try:
+        table = _Table(index_path)
+        for key, value in table.items():
+            return (table.header(value).get(1, 1) or 1) if key == b"" else None
+    except (OSError, FormatError):
+        pass
+    return None
+
+
+def _remove_data_files(prefix: Path, keep: list[Path]) -> None:
+    """Remove every ``PREFIX.data-NNNNN-of-NNNNN`` file but ``keep`` (nothing else: the
+    prefix is matched as a name, not as a pattern)."""
+    folder = prefix.parent if str(prefix.parent) else Path(".")
+    pattern = re.compile(re.escape(prefix.name) + r"\.data-[0-9]{5}-of-[0-9]{5}")
+    kept = {path.name for path in keep}
+    try:
+        names = [entry.name for entry in os.scandir(folder)
+                 if pattern.fullmatch(entry.name) and entry.name not in kept]
+    except OSError:
+        return
+    for name in names:
+        with contextlib.suppress(OSError):  # a folder, say: not one of ours
+            os.unlink(folder / name)
