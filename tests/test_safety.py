@@ -366,3 +366,22 @@ def test_a_zip_member_in_another_codec_is_refused_before_it_expands(tmp_path: Pa
         archive.writestr("x.npy", b"\0" * 1_000_000)
     with pytest.raises(rnnport.FormatError, match="compressed with zip method"):
         rnnport.read(path, "npz")
+
+
+def test_the_network_a_file_describes_is_bounded_by_the_file_size(tmp_path: Path) -> None:
+    """Every format shares one bound: the parameters read from a file may take at most what
+    the expansion limit allows for its size (a compressed archive of zeros claiming a large
+    network is refused, and says how to read it anyway)."""
+    spec = rnnport.Spec("lstm", 256, 512, num_layers=4)
+    zeros = rnnport.RNN(spec, [[{name: np.zeros(shape, np.float32) for name, shape
+                                 in spec.param_shapes(layer).items()}]
+                                  for layer in range(spec.num_layers)])
+    arrays = rnnport.write(zeros, "npz")
+    np.savez_compressed(tmp_path / "zeros.npz", **arrays)
+    size = (tmp_path / "zeros.npz").stat().st_size
+    assert size * 100 < zeros.num_params() * 4  # deflate shrinks zeros a thousandfold
+    with pytest.raises(rnnport.LimitError, match="the network it describes has") as error:
+        rnnport.read(tmp_path / "zeros.npz")
+    assert error.value.limit == "expansion"
+    with rnnport.limits(expansion=64):
+        assert rnnport.read(tmp_path / "zeros.npz") == zeros

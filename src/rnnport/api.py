@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from . import budget
 from .errors import FormatError, UnknownOptionError, UnsupportedFeatureError
 from .formats import get, info, input_files, output_files, part_path, resolve, split_options
 from .formats._protocol import missing_feature
@@ -33,7 +36,25 @@ def read(source: Any, fmt: str | None = None, **options: Any) -> Model:
                                      "rnnport model, which is already canonical.")
         return source
     check_source(source, "read")
-    return get(resolve(source, fmt)).read(source, **options)
+    return _within_limits(get(resolve(source, fmt)).read(source, **options), source)
+
+
+def _within_limits(model: Model, source: Any) -> Model:
+    """``model``, after checking that the network a file describes stays within the
+    ``expansion`` limit for the file's size: the bound every format's reader shares (each
+    also refuses, before allocating, what its own structure could multiply)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return model
+    try:
+        size = sum(path.stat().st_size for path in input_files(source) if path.is_file())
+    except (OSError, ValueError):
+        return model
+    needed = model.num_params() * np.dtype(model.dtype).itemsize
+    if needed > budget.allowance("expansion", size):
+        raise budget.exceeded(str(source), f"the network it describes has "
+                              f"{model.num_params():,} parameters ({needed:,} bytes)",
+                              "expansion", size, needed)
+    return model
 
 
 def write(model: Model, fmt: str, path: Any = None, *, overwrite: bool = False,
@@ -116,7 +137,8 @@ class Conversion:
 
     def read(self) -> Model:
         """The source, read; writers may hand out views of the arrays the caller passed."""
-        model = get(self.source_format).read(self.source, **self.read_options)
+        model = _within_limits(get(self.source_format).read(self.source, **self.read_options),
+                               self.source)
         shared_with_caller(model, self.source)
         return model
 
