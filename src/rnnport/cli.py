@@ -24,7 +24,7 @@ import numpy as np
 from . import api, budget, formats
 from ._version import package_version
 from .errors import FormatError, LimitError, RnnportError
-from .io.atomic import NUMPY_ARCHIVE, atomic_write, check_outputs, save_archive
+from .io.atomic import NUMPY_ARCHIVE, atomic_write, check_outputs, replacing, save_archive
 from .model import Model, Stack
 from .spec import Spec
 
@@ -162,15 +162,37 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("--force", action="store_true",
                          help="replace DST if it exists (never the input itself)")
 
-    run = command("run", "run a model file on an input array",
+    run = command("run", "run a model file on an input array, or on many files",
                   "Run FILE's network on X with NumPy and save y and the final states. X is "
                   "one .npy array: (time, input) for one sequence, or (batch, time, input), "
                   "or (time, batch, input) with --time-major. --lengths (one length per "
                   "sequence) that fit only the time axis of a (batch, time, input) reading "
-                  "are refused as a sign of time-major input.")
+                  "are refused as a sign of time-major input.\n\n"
+                  "Many files: rnnport run FILE INPUTS... --out DIR runs every .npy file and "
+                  f"{NUMPY_ARCHIVE} archive (each array on its own; a member named 'lengths' "
+                  "gives the others' lengths) of INPUTS, folders searched recursively, in "
+                  "--jobs processes (or on Dask), and writes y of each to DIR under the same "
+                  "relative name, atomically. Outputs that exist are skipped (--force redoes "
+                  "them), so running it again after an interruption does the rest. A file that "
+                  "fails is reported and the others go on; the exit code is then 1.")
     source(run)
-    run.add_argument("--input", required=True, metavar="X.npy", help="the input sequence")
-    run.add_argument("--lengths", metavar="L.npy", help="valid length of each sequence")
+    run.add_argument("inputs", nargs="*", metavar="INPUTS",
+                     help=f"with --out: .npy files, {NUMPY_ARCHIVE} archives and folders of "
+                          "them, given together right after FILE")
+    forms = run.add_mutually_exclusive_group(required=True)
+    forms.add_argument("--input", metavar="X.npy", help="the input sequence")
+    forms.add_argument("--out", metavar="DIR", help="run every file of INPUTS; write each y to "
+                       "DIR under the input's relative name")
+    run.add_argument("--jobs", type=_jobs, metavar="N",
+                     help="with --out: worker processes, each with one BLAS thread (default: "
+                          "the CPUs; 0 runs in this process); with --dask, the local workers")
+    run.add_argument("--dask", metavar="ADDRESS",
+                     help="with --out: run on the Dask scheduler at ADDRESS, or on a local "
+                          "cluster of --jobs processes with 'local'; the workers write the "
+                          "outputs, so DIR must be on a file system they share (needs the "
+                          "'dask' extra)")
+    run.add_argument("--lengths", metavar="L.npy", help="valid length of each sequence (with "
+                     "--out: of every input array that has no 'lengths' of its own)")
     run.add_argument("--output", metavar="Y.npy|Y" + NUMPY_ARCHIVE,
                      help="save y alone (a name ending .npy), or y, h_n (and c_n) in one NumPy "
                           f"archive (ending {NUMPY_ARCHIVE})")
@@ -179,7 +201,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="X is (batch, time, input)")
     layout.add_argument("--time-major", dest="time_major", action="store_true", default=None,
                         help="X is (time, batch, input)")
-    run.add_argument("--force", action="store_true", help="replace --output if it exists")
+    run.add_argument("--force", action="store_true", help="replace --output if it exists; "
+                     "with --out, redo the inputs whose outputs exist")
 
     explain = command("explain", "show two formats' layouts element by element, in colour",
                       "Every element of the source format's arrays and of the target layout, "
@@ -526,6 +549,12 @@ def _verify(args: argparse.Namespace, conversion: api.Conversion, model: Model,
 
 
 def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+    misplaced = _run_form_error(args)
+    if misplaced:
+        print(f"rnnport run: {misplaced}", file=sys.stderr)
+        return 2
+    if args.out is not None:
+        return _run_many(args, out, progress)
     if args.output:
         if Path(args.output).suffix.lower() not in (NUMPY_ARCHIVE, ".npy"):
             raise FormatError(f"{args.output}: --output should end in .npy (y alone) or "
@@ -544,12 +573,50 @@ def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
         print(f"{name}: shape {array.shape}, dtype {array.dtype}, min {array.min():.4g}, max "
               f"{array.max():.4g}" if array.size else f"{name}: shape {array.shape}", file=out)
     if args.output:
-        if Path(args.output).suffix.lower() == ".npy":
-            atomic_write(args.output, lambda file: np.save(file, y, allow_pickle=False))
-        else:
-            save_archive(args.output, arrays, "rnnport run --output")
+        with replacing(args.force, "pass --force"):
+            if Path(args.output).suffix.lower() == ".npy":
+                atomic_write(args.output, lambda file: np.save(file, y, allow_pickle=False))
+            else:
+                save_archive(args.output, arrays, "rnnport run --output")
         print(f"wrote {args.output}", file=out)
     return 0
+
+
+def _run_form_error(args: argparse.Namespace) -> str:
+    """What mixes run's two forms (--input X, or INPUTS... --out DIR), if anything."""
+    if args.out is None:
+        extra = [flag for flag, value in (("INPUTS", args.inputs), ("--jobs", args.jobs),
+                                          ("--dask", args.dask)) if value not in (None, [])]
+        return f"{' and '.join(extra)} go with --out DIR, not --input" if extra else ""
+    if not args.inputs:
+        return "--out DIR needs INPUTS: .npy files, archives or folders to run"
+    return "--output goes with --input; with --out, each output is named after its input" \
+        if args.output else ""
+
+
+def _run_many(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
+    """``run FILE INPUTS... --out DIR``: :func:`rnnport.corpus.run`, its summary on ``out``."""
+    from . import corpus
+
+    lengths = _load_array(args.lengths, "--lengths") if args.lengths else None
+    summary = corpus.run(args.source, args.inputs, args.out, fmt=args.fmt,
+                         options=_source_options(args), jobs=args.jobs, dask=args.dask,
+                         force=args.force, time_major=args.time_major, lengths=lengths,
+                         progress=None if progress.quiet else sys.stderr)
+    for line in summary.lines(redo="--force"):
+        print(line, file=out)
+    return 0 if summary.ok else 1
+
+
+def _jobs(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of processes, 1 or more "
+                                         "(0: run in this process)")
+    return number
 
 
 def _layout(x: np.ndarray, lengths: np.ndarray | None, time_major: bool | None, name: str,
@@ -619,7 +686,8 @@ def _explain(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     print(result.text(color=out.isatty() and "NO_COLOR" not in os.environ), file=out)
     if args.html:
         page = result.html().encode("utf-8")
-        atomic_write(args.html, lambda file: file.write(page))
+        with replacing(args.force, "pass --force"):
+            atomic_write(args.html, lambda file: file.write(page))
         progress(f"wrote {args.html}")
     return 0
 

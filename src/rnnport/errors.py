@@ -13,6 +13,8 @@ from collections.abc import Iterable
 __all__ = [
     "AmbiguousSourceError",
     "DTypeError",
+    "DeviceError",
+    "EngineFallbackWarning",
     "FormatError",
     "LimitError",
     "MissingDependencyError",
@@ -92,3 +94,12 @@ class UnsupportedFeatureError(RnnportError, NotImplementedError):
 
 class MissingDependencyError(RnnportError, ImportError):
     """An optional framework is needed for this operation and is not installed."""
+
+
+class DeviceError(RnnportError, ValueError):
+    """A ``forward`` device that the chosen engine cannot run on, or that is not there."""
+
+
+class EngineFallbackWarning(UserWarning):
+    """``forward(engine=...)`` ran rnnport's own NumPy runtime instead of the engine asked for,
+    because that engine cannot compute this network exactly; the message says why."""

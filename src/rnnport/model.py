@@ -14,7 +14,7 @@ simplest form: adjacent compatible parts merge, and a single part comes back as 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Union
 
@@ -25,7 +25,7 @@ from .copying import copy_into, writable_view
 from .errors import DTypeError, FormatError, ShapeError, SpecError, StackSpecError, StateError
 from .spec import Spec
 
-__all__ = ["RNN", "Model", "Stack", "stack"]
+__all__ = ["RNN", "Model", "Stack", "install_engines", "stack"]
 
 # The most parameters RNN.random draws (2**31: 8 GiB in float32).
 
@@ -33,6 +33,17 @@ FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 DIRECTION_NAMES = ("forward", "backward")
 
 Params = Mapping[str, np.ndarray]
+
+# ``forward`` with an engine other than NumPy: the format registry, which knows the engines
+# (the formats declare them) and sits above this module, installs its dispatcher here.
+_run_engine: Callable[..., tuple[np.ndarray, Any]] | None = None
+
+
+def install_engines(dispatch: Callable[..., tuple[np.ndarray, Any]]) -> None:
+    """Let ``forward(engine=...)`` run the engines ``dispatch(network, x, state, lengths,
+    time_major, engine=, device=)`` knows."""
+    global _run_engine
+    _run_engine = dispatch
 
 
 def where(layer: int, direction: int, name: str | None = None) -> str:
@@ -181,6 +192,9 @@ class RNN:
         state: Any = None,
         lengths: Any = None,
         time_major: bool = False,
+        *,
+        engine: str = "numpy",
+        device: Any = None,
     ) -> tuple[np.ndarray, Any]:
         """Run the network on ``x``.
 
@@ -193,10 +207,23 @@ class RNN:
         at the last valid step, and the backward direction starts there.
 
         Math runs in float32 for float16/float32 weights, float64 for float64 weights.
-        """
-        from .runtime import run
 
-        return run(self, x, state=state, lengths=lengths, time_major=time_major)
+        ``engine``: ``"numpy"`` (rnnport's own runtime), an engine a format declares
+        (``rnnport.formats.engines()`` lists them; the network is written into it once and
+        kept), or ``"auto"`` (the fastest installed engine for this network and input
+        shape, timed on the first such call). ``device`` is for engines that run elsewhere
+        than the CPU (e.g. ``"cuda"``). Every engine returns the same structure, shapes and
+        dtypes; a network an engine cannot compute exactly runs in NumPy, with an
+        ``EngineFallbackWarning`` saying why.
+        """
+        if isinstance(engine, str) and engine == "numpy" and device is None:
+            from .runtime import run
+
+            return run(self, x, state=state, lengths=lengths, time_major=time_major)
+        if _run_engine is None:
+            raise FormatError(f"forward(engine={engine!r}): no engines are installed; "
+                              "import rnnport first.")
+        return _run_engine(self, x, state, lengths, time_major, engine=engine, device=device)
 
     # -- value semantics --------------------------------------------------------------
 
@@ -413,9 +440,10 @@ class Stack:
 
     def forward(
         self, x: Any, state: Sequence[Any] | None = None, lengths: Any = None,
-        time_major: bool = False,
+        time_major: bool = False, *, engine: str = "numpy", device: Any = None,
     ) -> tuple[np.ndarray, list[Any]]:
-        """Like :meth:`RNN.forward`; ``state`` is a list with one entry per part (or None)."""
+        """Like :meth:`RNN.forward`; ``state`` is a list with one entry per part (or None).
+        Each part runs in ``engine`` on ``device`` (``"auto"`` chooses per part)."""
         if state is not None and (not isinstance(state, Sequence) or len(state) != len(self._parts)):
             got = len(state) if isinstance(state, Sequence) else type(state).__name__
             raise StateError(f"Stack.forward: state must be a list with one entry per part "
@@ -423,7 +451,8 @@ class Stack:
         states = []
         y = x
         for index, part in enumerate(self._parts):
-            y, final = part.forward(y, None if state is None else state[index], lengths, time_major)
+            y, final = part.forward(y, None if state is None else state[index], lengths,
+                                    time_major, engine=engine, device=device)
             states.append(final)
         return y, states
 

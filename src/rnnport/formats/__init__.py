@@ -75,6 +75,10 @@ Reading back, and running:
 * ``framework_forward(source, model, x) -> (label, y) | reason`` (optional): the source's
   own framework computing ``y`` for ``x`` where it is installed; otherwise a sentence
   saying why not. ``rnnport convert --verify`` compares it with rnnport's result.
+* ``engines``: the frameworks that run what the format writes, for ``forward(engine=...)``
+  (:class:`~._protocol.Engine`: a name, the modules and pip extra it needs, ``build(model,
+  device)`` writing one network once into a runnable object, and the devices it takes);
+  :func:`engines` lists them, :mod:`.running` dispatches.
 * ``fixed_input(source) -> (batch, time) | None`` (optional): the batch and time a file
   fixes its input at (a converted ``.tflite``), so ``--verify`` feeds its framework that
   shape.
@@ -95,6 +99,7 @@ For ``explain``:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -110,12 +115,14 @@ from ..errors import (
     UnknownFormatError,
     UnknownOptionError,
 )
+from ..model import install_engines
 from ..spec import Spec
 from ._common import close_matches, describe
 from ._protocol import (
     BIAS_KINDS,
     FEATURE_CODES,
     Choices,
+    Engine,
     Format,
     NamedArray,
     RunTimeConstant,
@@ -123,16 +130,21 @@ from ._protocol import (
     bias_kind,
     install_holders,
 )
+from .running import AUTO, NUMPY
+from .running import forward as run_engine
 
 __all__ = [
     "BIAS_KINDS",
     "FEATURE_CODES",
     "Choices",
+    "Engine",
     "Entry",
     "Format",
     "NamedArray",
     "RunTimeConstant",
     "Suffix",
+    "engine",
+    "engines",
     "formats",
     "get",
     "info",
@@ -279,6 +291,38 @@ def _holders(feature: str) -> list[Format]:
 install_holders(_holders)
 
 
+# -- engines: forward(engine=...) -----------------------------------------------------------
+
+
+def _declared_engines() -> dict[str, tuple[Format, Engine]]:
+    """Every engine the formats declare, by name, with its format, in registry order."""
+    found: dict[str, tuple[Format, Engine]] = {}
+    for name in _REGISTRY:
+        declared = get(name)
+        for engine_declared in declared.engines:
+            found.setdefault(engine_declared.name, (declared, engine_declared))
+    return found
+
+
+def engines() -> list[str]:
+    """Names ``forward(engine=...)`` takes: ``numpy`` (rnnport's own runtime, the default),
+    the engines the formats declare, and ``auto`` (the fastest installed one, measured)."""
+    return [NUMPY, *_declared_engines(), AUTO]
+
+
+def engine(name: str) -> Engine:
+    """The engine a format declares under ``name``, or an error listing the engines."""
+    found = _declared_engines()
+    if not isinstance(name, str) or name not in found:
+        hint = close_matches(name, engines()) if isinstance(name, str) else ""
+        raise UnknownOptionError(f"unknown engine {name!r}; expected one of "
+                                 f"{', '.join(map(repr, engines()))}.{hint}")
+    return found[name][1]
+
+
+install_engines(functools.partial(run_engine, declared=_declared_engines))
+
+
 # -- files ----------------------------------------------------------------------------------
 
 
@@ -334,7 +378,10 @@ def input_files(source: object) -> list[Path]:
     if not isinstance(source, (str, os.PathLike)):
         return []
     path = Path(source)
-    return [path, *(extra for name in _REGISTRY for extra in get(name).input_files(path))]
+    try:
+        return [path, *(extra for name in _REGISTRY for extra in get(name).input_files(path))]
+    except (OSError, ValueError):  # a name no file can have (a NUL byte, too long): no files
+        return [path]
 
 
 # -- what converts to what ---------------------------------------------------------------------

@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, UnknownOptionError, UnsupportedFeatureError
+from ..errors import DeviceError, FormatError, UnknownOptionError, UnsupportedFeatureError
 from ..model import RNN, Model, Stack
 from ..spec import Spec
 from ._common import close_matches, describe
 
-__all__ = ["BIAS_KINDS", "FEATURE_CODES", "FLOAT_NAMES", "Choices", "Format", "NamedArray",
-           "RunTimeConstant", "Suffix", "bias_kind", "check_options", "features_of", "install_holders",
-           "missing_feature", "native_arrays"]
+__all__ = ["BIAS_KINDS", "FEATURE_CODES", "FLOAT_NAMES", "Choices", "Engine", "Format",
+           "NamedArray", "RunTimeConstant", "Runner", "Suffix", "bias_kind", "check_options",
+           "cpu_only", "features_of", "install_holders", "missing_feature", "native_arrays"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,37 @@ class Choices:
 
     option: str
     entries: tuple[tuple[str, str], ...]  # (value, what that network is)
+
+
+# An engine's prepared network: (x (time, batch, I), h0, c0 or None, lengths or None) →
+# (y (time, batch, D·H_out), h_n, c_n or None), arrays in the network's compute dtype.
+Runner = Callable[[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None],
+                  tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+
+
+def cpu_only(device: Any) -> str:
+    """The device of an engine that runs on the CPU alone."""
+    if device is None or (isinstance(device, str) and device.lower() == "cpu"):
+        return "cpu"
+    raise DeviceError(f"device={device!r}; expected None or 'cpu' (this engine runs on the CPU "
+                      "only). Pass device=None, or pick an engine that runs on other devices.")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A framework that runs the networks its format writes, for ``forward(engine=name)``.
+
+    ``build(model, device)`` writes one network (an ``RNN``, never a ``Stack``) as the
+    framework's runnable object, once per network and device, and returns its
+    :data:`Runner`; it raises UnsupportedFeatureError for a network the framework would
+    compute differently (then ``forward`` runs NumPy, with a warning saying why).
+    ``device(device)`` normalizes ``forward``'s ``device`` or raises DeviceError."""
+
+    name: str
+    modules: tuple[str, ...]  # what it imports, all needed: ("onnxruntime", "onnx")
+    extra: str  # the pip extra that installs them
+    build: Callable[[RNN, str], Runner]
+    device: Callable[[Any], str] = cpu_only
 
 
 def no_options(spec: Spec) -> dict[str, Any]:
@@ -140,6 +171,7 @@ class Format:
     fixed_input: Callable[[Any], tuple[int, int] | None] | None = None
     cells: frozenset[str] = frozenset({"lstm", "gru", "rnn"})
     drops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    engines: tuple[Engine, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted((self.features | set(self.names) | set(self.drops))

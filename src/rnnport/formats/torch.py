@@ -38,10 +38,17 @@ checkpoint (``{"state_dict": ...}``, ``{"model_state_dict": ...}``) is unwrapped
 The framework check (``framework_forward``, ``convert --verify``) has PyTorch itself load
 such a file (``torch.load(weights_only=True)``, ``safetensors.torch``), put the tensors into
 a module built for the network with ``load_state_dict(strict=True)``, and run it.
+
+The ``torch`` engine (``forward(engine="torch", device=None | "cuda" | …)``) writes a
+network once as a module on the device and runs it under ``torch.no_grad()``: ``lengths``
+as packed sequences (``enforce_sorted=False``), cuDNN on a CUDA device with TF32 off.
+float16 weights run in float32, as rnnport computes them; anything ``write`` refuses (a
+reset-before GRU, peepholes …) runs in NumPy instead, with a warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import re
@@ -53,15 +60,21 @@ from typing import Any
 import numpy as np
 
 from .. import budget
-from ..errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
+from ..errors import (
+    AmbiguousSourceError,
+    DeviceError,
+    FormatError,
+    RnnportError,
+    UnsupportedFeatureError,
+)
 from ..io.archive import open_zip
 from ..io.atomic import atomic_write
 from ..model import RNN, Model, Stack, exported, stack
 from ..spec import Spec
 from ._common import MAX_LISTED, describe, is_path, layer_number, listed, require, to_numpy
-from ._protocol import Choices, Format, Suffix
+from ._protocol import Choices, Engine, Format, Runner, Suffix
 
-__all__ = ["FORMAT", "load", "new_module", "save", "to_module"]
+__all__ = ["ENGINE", "FORMAT", "load", "new_module", "save", "to_module"]
 
 READ_OPTIONS = frozenset({"nonlinearity", "prefix"})
 WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part", "as_cell"})
@@ -701,10 +714,78 @@ def _run(module: Any, x: np.ndarray) -> np.ndarray:
     return to_numpy(y)
 
 
+# -- the torch engine: forward(engine="torch") ------------------------------------------------
+
+
+def engine_device(device: Any) -> str:
+    """``forward``'s ``device`` as PyTorch names it (``cpu``, ``cuda``, ``cuda:1`` …), checked
+    to be one PyTorch can put a tensor on here."""
+    torch = require("torch", extra="torch", purpose="forward(engine='torch')")
+    try:
+        named = torch.device("cpu" if device is None else device)
+        torch.empty(0, device=named)
+    except Exception as error:  # PyTorch says "not compiled with CUDA" with several classes
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise DeviceError(f"device={device!r}; expected 'cpu' or a device PyTorch can use "
+                          f"here, and PyTorch refuses it ({first}). Pass device=None for the "
+                          "CPU.") from None
+    return str(named)
+
+
+def build_engine(model: RNN, device: str) -> Runner:
+    """``model`` written once as an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` on ``device``, and
+    how to run it: time-major tensors sharing the NumPy arrays' memory on the CPU, packed
+    sequences for ``lengths``, cuDNN on a CUDA device (with TF32 off, so float32 stays
+    float32)."""
+    torch = require("torch", extra="torch", purpose="forward(engine='torch')")
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    module = write(model, module=True, batch_first=False)
+    if model.dtype == np.float16:  # rnnport computes float16 weights in float32: exact upcast
+        module = module.float()
+    target = torch.device(device)
+    module = module.to(target).requires_grad_(False)
+    cudnn = torch.backends.cudnn
+    lstm = model.spec.cell == "lstm"
+
+    def tensor(array: np.ndarray) -> Any:
+        # torch.from_numpy takes no negative strides and warns about read-only memory.
+        if not array.flags.writeable or any(stride < 0 for stride in array.strides):
+            array = np.array(array, copy=True)
+        value = torch.from_numpy(array)
+        return value if target.type == "cpu" else value.to(target)
+
+    def runner(inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
+               lengths: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        flags = (cudnn.flags(enabled=True, benchmark=cudnn.benchmark,
+                             deterministic=cudnn.deterministic, allow_tf32=False)
+                 if target.type == "cuda" else contextlib.nullcontext())
+        with torch.no_grad(), flags:
+            x = tensor(inputs)
+            hx = (tensor(h0), tensor(c0)) if lstm and c0 is not None else tensor(h0)
+            if lengths is None:
+                y, final = module(x, hx)
+            else:  # packed needs every length ≥ 1; a length-0 sequence is fixed up after
+                packed = pack_padded_sequence(x, torch.from_numpy(np.maximum(lengths, 1)),
+                                              enforce_sorted=False)
+                out, final = module(packed, hx)
+                y = pad_packed_sequence(out, total_length=inputs.shape[0])[0]
+        h_n, c_n = final if lstm else (final, None)
+        return (y.cpu().numpy(), h_n.cpu().numpy(),
+                None if c_n is None else c_n.cpu().numpy())
+
+    return runner
+
+
+ENGINE = Engine("torch", modules=("torch",), extra="torch", build=build_engine,
+                device=engine_device)
+
+
 FORMAT = Format(
     "torch", sniff=sniff, reader=read, writer=write, read_options=READ_OPTIONS,
     write_options=WRITE_OPTIONS, features=frozenset({"projection"}), extra="torch",
     modules=("torch", "safetensors.numpy"),
     suffixes=SUFFIXES,
     read_options_for=read_options_for, framework_forward=framework_forward, networks=choices,
-    names={"projection": "proj_size", "reset_after": "nn.GRU"}, notes=notes)
+    names={"projection": "proj_size", "reset_after": "nn.GRU"}, notes=notes,
+    engines=(ENGINE,))

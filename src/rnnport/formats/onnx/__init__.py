@@ -56,6 +56,8 @@ Running: ``framework_forward`` (``convert --verify`` from an ``.onnx`` file) run
 file in ONNX Runtime, feeding ``x`` in the layout its declared shape names, full lengths to
 an integer ``(batch,)`` input and zeros to rnnport's state inputs; a graph that computes
 more than the network (a head, a second network) or takes other inputs is not checked.
+The ``onnxruntime`` engine (:mod:`.engine`, ``forward(engine="onnxruntime")``) runs any
+network this format holds in an ONNX Runtime session written once.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from typing import Any
 
 from .._common import is_path
 from .._protocol import Choices, Format, NamedArray, Suffix
+from .engine import ENGINE
 from .graph import external_files, is_proto, load, scopes
 from .layout import OPS
 from .reader import networks, notes, read
@@ -112,7 +115,7 @@ FORMAT = Format(
     input_files=external_files,
     gate_names={"g": "c", "n": "h"},
     explain_arrays=explain_arrays, notes=notes, framework_forward=framework_forward,
-    networks=choices,
+    networks=choices, engines=(ENGINE,),
     names={"peepholes": "P", "gate_clip": "clip", "input_forget": "input_forget=1",
            "reverse": "direction=reverse",
            "activations": "activations", "reset_before": "linear_before_reset=0",

@@ -1,0 +1,654 @@
+"""Batch inference: one model run over many feature files, in parallel, resumably.
+
+>>> from rnnport import corpus
+>>> summary = corpus.run("model.pt", ["features/"], "out/", jobs=4)   # doctest: +SKIP
+>>> summary.done, summary.skipped, summary.failed, summary.frames_per_second  # doctest: +SKIP
+
+**Inputs** are ``.npy`` files and ``.npz`` archives (:data:`FEATURE_SUFFIXES`), and
+folders, which stand for the feature files inside them (recursively, in sorted order;
+hidden names, the model's own files and anything under ``out_dir`` left out):
+
+* a ``.npy`` file holds one array: ``(time, I)`` for one sequence, or ``(batch, time, I)``
+  (``(time, batch, I)`` with ``time_major=True``). Its output, at the same relative name
+  under ``out_dir``, is ``y`` alone: ``(time, D·H_out)``, or ``(batch, time, D·H_out)`` in
+  the input's major order.
+* an archive holds several arrays, each run on its own; its output is an archive with the
+  same keys, each holding that array's ``y``. A member named ``lengths`` (:data:`LENGTHS`,
+  one integer per sequence) is not run: it gives the valid lengths of every other member
+  of that archive (each then has that many sequences), and is copied to the output as it
+  is, so the output says which frames are valid. Outputs past a sequence's length are
+  zero, as :meth:`rnnport.RNN.forward` makes them.
+* ``lengths=`` applies to every array of every input that has no ``lengths`` member of its
+  own, as ``rnnport run --lengths`` does for one input; 3-D input whose lengths fit only
+  its time axis is refused as a sign of time-major input, unless ``time_major`` is given.
+
+A file given by name goes to ``out_dir / its name``; a file found in a folder goes to
+``out_dir / its path relative to that folder``. Two inputs that would share an output, or
+an output that is an input, are refused before any work.
+
+**Resuming**: every output is written atomically (:mod:`rnnport.io.atomic`: a temporary
+beside it, then a rename), so an output that exists is complete. It is skipped, unless
+``force=True`` (then it is replaced). A run that is interrupted, even killed, leaves each
+output either complete or absent (a killed writer may leave a hidden ``.NAME.*.partial``
+temporary, which the next write of that output removes); running the same command again
+does the rest.
+
+**Parallelism**: ``jobs`` worker processes (default: the CPUs this process may use),
+started with ``spawn`` and with ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` and
+``MKL_NUM_THREADS`` set to 1 (:data:`ONE_BLAS_THREAD`) before NumPy loads in them: one
+process per core scales better than one process whose BLAS spreads small recurrent
+products over every core. Each worker reads the model once. ``jobs=0`` runs everything in
+the calling process, with its BLAS as it is.
+
+**Dask**: ``dask="local"`` starts a ``distributed.LocalCluster`` of ``jobs`` worker
+processes with one thread each; ``dask="tcp://host:8786"`` uses the scheduler there. Each
+file is one task (``Client.map``); each worker process reads the model once (a cache per
+process, keyed by the model's path and read options) and writes its outputs itself, so
+the model, the inputs and ``out_dir`` must be on a file system every worker sees at the
+same absolute paths. Dask's nannies start worker processes with one BLAS thread
+(``distributed.nanny.pre-spawn-environ``, set for the local cluster, and the default of
+any cluster). Needs the ``dask`` extra (``pip install 'rnnport[dask]'``).
+
+**Failures**: a file that cannot be read or run (a bad shape, a damaged file) is reported
+with its name and the reason, and the others go on; :attr:`Summary.failed` counts them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import numpy as np
+
+from . import api, budget, formats
+from .errors import FormatError, MissingDependencyError, RnnportError, ShapeError
+from .io.archive import load_npy, open_zip, read_member, read_npy
+from .io.atomic import NUMPY_ARCHIVE, replacing, save_archive, save_npy, shown
+from .model import Model
+
+__all__ = ["FEATURE_SUFFIXES", "LENGTHS", "ONE_BLAS_THREAD", "FileResult", "Summary",
+           "default_jobs", "plan", "run"]
+
+FEATURE_SUFFIXES = (".npy", NUMPY_ARCHIVE)
+LENGTHS = "lengths"  # the archive member that holds the valid length of each sequence
+ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+Status = Literal["done", "skipped", "failed"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One input file and where its output goes (absolute paths); ``name`` is how
+    messages show it."""
+
+    source: str
+    output: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """What happened to one input: ``status`` is ``"done"``, ``"skipped"`` (its output
+    existed) or ``"failed"`` (``error`` says why). ``sequences`` and ``frames`` count what
+    was run (frames: valid time steps, summed over sequences). ``worker`` is the process
+    that ran it and ``loads`` how many times that process had read the model by then."""
+
+    name: str
+    source: str
+    output: str
+    status: Status
+    sequences: int = 0
+    frames: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    worker: int = 0
+    loads: int = 0
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The outcome of :func:`run`: one :class:`FileResult` per input, in input order, and
+    the run's wall-clock ``elapsed`` seconds."""
+
+    results: tuple[FileResult, ...]
+    elapsed: float
+
+    def _count(self, status: Status) -> int:
+        return sum(result.status == status for result in self.results)
+
+    @property
+    def done(self) -> int:
+        return self._count("done")
+
+    @property
+    def skipped(self) -> int:
+        return self._count("skipped")
+
+    @property
+    def failed(self) -> int:
+        return self._count("failed")
+
+    @property
+    def failures(self) -> list[FileResult]:
+        return [result for result in self.results if result.status == "failed"]
+
+    @property
+    def sequences(self) -> int:
+        return sum(result.sequences for result in self.results)
+
+    @property
+    def frames(self) -> int:
+        return sum(result.frames for result in self.results)
+
+    @property
+    def frames_per_second(self) -> float:
+        return self.frames / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No input failed."""
+        return self.failed == 0
+
+    def lines(self, redo: str = "force=True") -> list[str]:
+        """The summary as text: counts, then each failure; ``redo`` says how to redo the
+        skipped files (``--force`` on the command line)."""
+        skipped = f"{self.skipped} skipped (their outputs exist; {redo} redoes them)" \
+            if self.skipped else "0 skipped"
+        lines = [f"{len(self.results)} files: {self.done} done, {skipped}, {self.failed} failed",
+                 f"{self.sequences:,} sequences, {self.frames:,} frames in {self.elapsed:.2f} s"
+                 f" ({self.frames_per_second:,.0f} frames/s)"]
+        lines += [f"failed: {result.name}: {result.error}" for result in self.failures]
+        return lines
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every worker needs to run a file: the model to read and how to run it."""
+
+    model_path: str
+    fmt: str | None
+    options: Mapping[str, Any]
+    time_major: bool | None
+    lengths: np.ndarray | None
+    force: bool
+    limits: Mapping[str, float] = field(default_factory=dict)
+    version: tuple[tuple[str, int, int], ...] = ()  # the model's files: name, size, mtime
+
+    @property
+    def key(self) -> tuple[str, str | None, str, tuple[tuple[str, int, int], ...]]:
+        """What a cached model is kept under: a changed model file is read again."""
+        return self.model_path, self.fmt, repr(sorted(self.options.items())), self.version
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+
+def _is_feature_file(name: str) -> bool:
+    return name.lower().endswith(FEATURE_SUFFIXES)
+
+
+def plan(inputs: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
+         exclude: Iterable[str | os.PathLike[str]] = ()) -> list[Task]:
+    """The tasks for ``inputs`` (files and folders, see the module docstring) writing under
+    ``out_dir``; ``exclude`` are files a folder's expansion leaves out (the model's own).
+    Raises :class:`~rnnport.errors.FormatError` when no input is found, when two inputs
+    would write one output, or when an output would be an input."""
+    out = Path(out_dir).absolute()
+    skip = {os.path.realpath(path) for path in exclude}
+    tasks: list[Task] = []
+    for given in inputs:
+        path = Path(given)
+        if path.is_dir():
+            found = _folder_files(path, out, skip)
+            tasks += [Task(str(file.absolute()), str(out / relative), str(path / relative))
+                      for relative, file in found]
+        else:  # a missing or unreadable file fails on its own, with its name
+            tasks.append(Task(str(path.absolute()), str(out / path.name), str(path)))
+    unique = list(dict.fromkeys(tasks))
+    if not unique:
+        raise FormatError(f"run: no input files found; expected {' or '.join(FEATURE_SUFFIXES)} "
+                          "files, or folders that hold some.")
+    _check_outputs(unique)
+    return unique
+
+
+def _folder_files(folder: Path, out: Path, skip: set[str]) -> list[tuple[Path, Path]]:
+    """(path relative to ``folder``, path) of each feature file under it, sorted."""
+    found = []
+    out_real = os.path.realpath(out)
+    for root, folders, files in os.walk(folder):
+        if os.path.realpath(root) == out_real:
+            folders[:] = []
+            continue
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        for name in files:
+            path = Path(root) / name
+            if name.startswith(".") or not _is_feature_file(name) \
+                    or os.path.realpath(path) in skip:
+                continue
+            found.append((path.relative_to(folder), path))
+    return sorted(found, key=lambda item: item[0].parts)
+
+
+def _check_outputs(tasks: Sequence[Task]) -> None:
+    by_output: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_output.setdefault(os.path.realpath(task.output), []).append(task)
+    shared = [group for group in by_output.values() if len(group) > 1]
+    if shared:
+        listed = "; ".join(" and ".join(task.name for task in group[:3]) + f" → {group[0].output}"
+                           for group in shared[:3])
+        raise FormatError(f"run: {len(shared)} output(s) would be written by more than "
+                          f"one input ({listed}); expected one input per output name. Give those "
+                          "inputs in separate runs, or their folders rather than the files. "
+                          "Nothing was written.")
+    sources = {os.path.realpath(task.source) for task in tasks}
+    clashing = [task for task in tasks if os.path.realpath(task.output) in sources]
+    if clashing:
+        raise FormatError(f"{shown(clashing[0].output)}: is an input file; rnnport never writes "
+                          "over its input. Choose another output folder. Nothing was written.")
+
+
+# -- one file ----------------------------------------------------------------------------------
+
+_MODELS: dict[tuple[Any, ...], Model] = {}  # this process's models
+_READS = {"count": 0}  # how many times this process has read a model
+_WORKER: dict[str, _Job] = {}
+
+
+def _model(job: _Job) -> tuple[Model, int]:
+    """The model of ``job``, read once per process; and how many models this process has
+    read so far."""
+    model = _MODELS.get(job.key)
+    if model is None:
+        with budget.limits(**job.limits):
+            model = _MODELS[job.key] = api.read(job.model_path, job.fmt, **job.options)
+        _READS["count"] += 1
+    return model, _READS["count"]
+
+
+def _read_arrays(source: str, where: str) -> dict[str | None, np.ndarray]:
+    """The arrays of an input file: ``{None: x}`` for ``.npy``, member → array for an archive."""
+    if source.lower().endswith(NUMPY_ARCHIVE):
+        if not os.path.isfile(source):
+            raise FormatError(f"{where}: no such file.")
+        arrays: dict[str | None, np.ndarray] = {}
+        with open_zip(source, "NumPy archive") as archive:
+            for name in archive.namelist():
+                if not name.endswith(".npy"):
+                    raise FormatError(f"{where}: member {name!r} is not a .npy array; expected an "
+                                      "archive written by numpy.savez.")
+                arrays[name[:-len(".npy")]] = read_npy(read_member(archive, name, where),
+                                                       f"{where}, array {name[:-4]!r}")
+        if not arrays:
+            raise FormatError(f"{where}: the archive holds no arrays.")
+        return arrays
+    if source.lower().endswith(".npy"):
+        return {None: load_npy(source, where)}
+    raise FormatError(f"{where}: not a feature file; expected a name ending in "
+                      f"{' or '.join(FEATURE_SUFFIXES)}.")
+
+
+def _run_array(model: Model, x: np.ndarray, lengths: np.ndarray | None,
+               time_major: bool | None, where: str) -> tuple[np.ndarray, int, int]:
+    """``y`` for one array, and the sequences and frames it held."""
+    if x.ndim == 2:
+        if lengths is not None and lengths.shape != (1,):
+            raise ShapeError(f"{where}: one sequence {x.shape} (time, input); expected one "
+                             f"length for it, got lengths of shape {lengths.shape}.")
+        y, _ = model.forward(x[None], lengths=lengths)
+        frames = x.shape[0] if lengths is None else int(min(int(lengths[0]), x.shape[0]))
+        return y[0], 1, frames
+    if x.ndim != 3:
+        raise ShapeError(f"{where}: shape {x.shape}; expected (time, input) for one sequence or "
+                         "(batch, time, input).")
+    if time_major is None and lengths is not None and lengths.ndim == 1 \
+            and lengths.shape[0] == x.shape[1] != x.shape[0]:
+        raise ShapeError(f"{where}: shape {x.shape} reads as (batch {x.shape[0]}, time "
+                         f"{x.shape[1]}, input {x.shape[2]}), but the lengths have "
+                         f"{lengths.shape[0]} entries, the size of axis 1: it looks time-major. "
+                         "Say which it is: --time-major or --batch-first (time_major=True "
+                         "or False).")
+    major = bool(time_major)
+    y, _ = model.forward(x, lengths=lengths, time_major=major)
+    batch, steps = (x.shape[1], x.shape[0]) if major else (x.shape[0], x.shape[1])
+    frames = batch * steps if lengths is None else int(
+        np.minimum(np.asarray(lengths, np.int64), steps).sum())
+    return y, batch, frames
+
+
+def _process(task: Task, job: _Job) -> FileResult:
+    """Run one file and write its output; every failure becomes a failed result."""
+    start = time.perf_counter()
+    pid = os.getpid()
+    if not job.force and os.path.lexists(task.output):
+        return FileResult(task.name, task.source, task.output, "skipped", worker=pid)
+    loads = 0
+    try:
+        model, loads = _model(job)
+        with budget.limits(**job.limits):
+            sequences, frames = _compute_and_write(model, task, job)
+    except Exception as error:  # one file's failure, whatever it is, must not stop the rest
+        if not job.force and os.path.lexists(task.output):
+            # A failed write removes what it made, so another writer finished this output.
+            return FileResult(task.name, task.source, task.output, "skipped", worker=pid,
+                              loads=loads)
+        return FileResult(task.name, task.source, task.output, "failed",
+                          seconds=time.perf_counter() - start, error=_describe(error),
+                          worker=pid, loads=loads)
+    return FileResult(task.name, task.source, task.output, "done", sequences, frames,
+                      time.perf_counter() - start, worker=pid, loads=loads)
+
+
+def _compute_and_write(model: Model, task: Task, job: _Job) -> tuple[int, int]:
+    arrays = _read_arrays(task.source, task.name)
+    own = arrays.pop(LENGTHS, None) if None not in arrays else None
+    lengths = own if own is not None else job.lengths
+    outputs: dict[str, np.ndarray] = {}
+    sequences = frames = 0
+    for key, x in arrays.items():
+        where = task.name if key is None else f"{task.name}, array {key!r}"
+        y, count, valid = _run_array(model, x, lengths, job.time_major, where)
+        outputs["" if key is None else key] = y
+        sequences += count
+        frames += valid
+    if not outputs:
+        raise FormatError(f"{task.name}: the archive holds only {LENGTHS!r}; expected feature "
+                          "arrays beside it.")
+    Path(task.output).parent.mkdir(parents=True, exist_ok=True)
+    with replacing(job.force, "pass --force"):
+        if None in arrays:
+            save_npy(task.output, outputs[""])
+        else:
+            if own is not None:
+                outputs[LENGTHS] = own
+            save_archive(task.output, outputs, task.name)
+    return sequences, frames
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, (RnnportError, OSError)):
+        return " ".join(str(error).split())
+    if isinstance(error, MemoryError):
+        return "ran out of memory"
+    return f"internal error ({type(error).__name__}: {' '.join(str(error).split())[:300]})"
+
+
+# -- local process pool --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` for the block: processes started in it inherit them."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _start_worker(job: _Job, parent: int) -> None:
+    """A pool worker's start: Ctrl-C is the parent's to handle (it lets the files in
+    progress finish), the worker ends when its parent is gone, and the model is read."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER["job"] = job
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    _model(job)
+
+
+def _watch_parent(parent: int) -> None:
+    # A killed parent cannot stop its pool; its idle workers would wait forever.
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def _pool_task(task: Task) -> FileResult:
+    return _process(task, _WORKER["job"])
+
+
+def _pool(job: _Job, jobs: int) -> ProcessPoolExecutor:
+    """A pool of ``jobs`` spawned workers; they start while the first ``jobs`` tasks are
+    submitted, which must happen inside :func:`_environment` (``ONE_BLAS_THREAD``)."""
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_start_worker, initargs=(job, os.getpid()))
+
+
+def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
+               report: Callable[[FileResult], None]) -> list[FileResult]:
+    with _environment(ONE_BLAS_THREAD):
+        executor = _pool(job, jobs)
+        futures = {executor.submit(_pool_task, task): task for task in tasks}
+    results = []
+    try:
+        for future in as_completed(futures):
+            result = _result(future, futures[future])
+            report(result)
+            results.append(result)
+    except BaseException:
+        executor.shutdown(wait=True, cancel_futures=True)  # the files in progress finish
+        raise
+    executor.shutdown(wait=True)
+    return results
+
+
+def _result(future: Future[FileResult], task: Task) -> FileResult:
+    try:
+        return future.result()
+    except Exception as error:  # the worker itself died (killed, out of memory)
+        return FileResult(task.name, task.source, task.output, "failed",
+                          error=f"its worker process died ({type(error).__name__}: "
+                                f"{' '.join(str(error).split())[:200]})")
+
+
+# -- Dask ----------------------------------------------------------------------------------------
+
+
+def _dask_task(task: Task, job: _Job) -> FileResult:
+    return _process(task, job)
+
+
+def _require_dask(address: str) -> None:
+    try:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"running on Dask ({address}) needs the packages dask and distributed, which are "
+            f"not installed ({error}); install the 'dask' extra: pip install 'rnnport[dask]' "
+            "(pip install -e '.[dask]' in a clone). Nothing was run.") from None
+
+
+def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
+              report: Callable[[FileResult], None]) -> list[FileResult]:
+    import dask
+    from distributed import Client, LocalCluster
+    from distributed import as_completed as completed
+
+    with contextlib.ExitStack() as stack:
+        if address == "local":
+            environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+            with dask.config.set({"distributed.nanny.pre-spawn-environ":
+                                  {**environ, **ONE_BLAS_THREAD}}):
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=jobs, threads_per_worker=1, processes=True,
+                    dashboard_address=None, silence_logs=40))
+                client = stack.enter_context(Client(cluster))
+        else:
+            client = stack.enter_context(Client(address))
+        futures = client.map(_dask_task, list(tasks), job=job, pure=False)
+        by_key = {future.key: task for future, task in zip(futures, tasks, strict=True)}
+        results = []
+        try:
+            for future in completed(futures):
+                result = _result(future, by_key[future.key])
+                report(result)
+                results.append(result)
+        except BaseException:
+            client.cancel(futures)
+            raise
+        return results
+
+
+# -- progress ------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """Progress on ``stream``: one line redrawn in place on a terminal, else a line per file."""
+
+    def __init__(self, stream: TextIO | None, total: int) -> None:
+        self.stream, self.total = stream, total
+        self.tty = bool(stream is not None and stream.isatty())
+        self.count = self.failed = self.frames = 0
+        self.start = time.perf_counter()
+
+    def say(self, text: str) -> None:
+        if self.stream is not None:
+            self._clear()
+            print(text, file=self.stream, flush=True)
+
+    def __call__(self, result: FileResult) -> None:
+        self.count += 1
+        self.frames += result.frames
+        self.failed += result.status == "failed"
+        if self.stream is None:
+            return
+        if result.status == "failed" or not self.tty:
+            what = {"done": f"{_plural(result.sequences, 'sequence')}, "
+                            f"{_plural(result.frames, 'frame')}",
+                    "skipped": "skipped, its output exists",
+                    "failed": f"FAILED: {result.error}"}[result.status]
+            self.say(f"[{self.count}/{self.total}] {result.name}: {what}")
+        if self.tty:
+            self._draw()
+
+    def _draw(self) -> None:
+        if self.stream is None:
+            return
+        width = 24
+        filled = width * self.count // max(self.total, 1)
+        rate = self.frames / max(time.perf_counter() - self.start, 1e-9)
+        failed = f", {self.failed} failed" if self.failed else ""
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.count}/{self.total} "
+                          f"files{failed}, {rate:,.0f} frames/s\x1b[K")
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty and self.stream is not None and self.count:
+            self.stream.write("\r\x1b[K")
+
+    def close(self) -> None:
+        if self.tty and self.stream is not None and self.count:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _version(model_file: str) -> tuple[tuple[str, int, int], ...]:
+    found = []
+    for path in formats.input_files(model_file):
+        with contextlib.suppress(OSError):
+            status = path.stat()
+            found.append((str(path), status.st_size, status.st_mtime_ns))
+    return tuple(found)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]],
+        out_dir: str | os.PathLike[str], *, fmt: str | None = None,
+        options: Mapping[str, Any] | None = None, jobs: int | None = None,
+        dask: str | None = None, force: bool = False, time_major: bool | None = None,
+        lengths: Any = None, progress: TextIO | None = None) -> Summary:
+    """Run the model at ``model_path`` over every input and write one output per input
+    under ``out_dir`` (see the module docstring for inputs, outputs and resuming).
+
+    ``fmt`` and ``options`` read the model as :func:`rnnport.read` does (each worker reads
+    it again). ``jobs``: worker processes (default :func:`default_jobs`; 0 runs in this
+    process); ``dask``: ``"local"`` or a scheduler's address, to run on Dask instead.
+    ``force`` redoes inputs whose outputs exist. ``time_major`` reads 3-D inputs as
+    ``(time, batch, I)`` (None: ``(batch, time, I)``, refusing lengths that fit only the
+    time axis); ``lengths`` (one per sequence) applies to inputs without their own.
+    ``progress``: where progress goes (``sys.stderr``; None: nowhere).
+
+    Returns a :class:`Summary`; a file that fails is counted there, not raised. Raises
+    before any work when the model cannot be read or the inputs cannot be planned, and
+    :class:`~rnnport.errors.MissingDependencyError` for ``dask`` without the ``dask`` extra.
+    """
+    start = time.perf_counter()
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0):
+        raise FormatError(f"run: jobs={jobs!r}; expected a whole number of worker "
+                          "processes, 1 or more (0: in this process).")
+    jobs = default_jobs() if jobs is None else jobs
+    if dask is not None:
+        if jobs == 0:
+            raise FormatError("run: dask with jobs=0; expected 1 or more Dask workers.")
+        _require_dask(dask)
+    model_file = os.path.abspath(model_path)
+    tasks = plan(inputs, out_dir, exclude=formats.input_files(model_file))
+    job = _Job(model_file, fmt, dict(options or {}), time_major,
+               None if lengths is None else np.asarray(lengths), force, budget.current(),
+               _version(model_file))
+    api.read(model_file, fmt, **job.options)  # a model that cannot be read stops everything
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    todo = [task for task in tasks if force or not os.path.lexists(task.output)]
+    waiting = set(todo)
+    done: dict[Task, FileResult] = {
+        task: FileResult(task.name, task.source, task.output, "skipped")
+        for task in tasks if task not in waiting}
+    reporter = _Progress(progress, len(todo))
+    if done:
+        reporter.say(f"skipping {len(done)} of {len(tasks)} files: their outputs exist in "
+                     f"{out_dir}")
+    by_source = {(task.source, task.output): task for task in todo}
+    try:
+        if not todo:
+            results: list[FileResult] = []
+        elif dask is not None:
+            reporter.say(f"running {len(todo)} files on Dask ({dask}) …")
+            results = _run_dask(todo, job, dask, min(jobs, len(todo)), reporter)
+        elif jobs == 0:
+            results = []
+            try:
+                for task in todo:
+                    result = _process(task, job)
+                    reporter(result)
+                    results.append(result)
+            finally:
+                _MODELS.pop(job.key, None)
+        else:
+            workers = min(jobs, len(todo))
+            reporter.say(f"running {len(todo)} files in {workers} worker process"
+                         f"{'es' if workers > 1 else ''} …")
+            results = _run_local(todo, job, workers, reporter)
+    finally:
+        reporter.close()
+    for result in results:
+        done[by_source[(result.source, result.output)]] = result
+    return Summary(tuple(done[task] for task in tasks), time.perf_counter() - start)
+

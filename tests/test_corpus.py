@@ -1,0 +1,320 @@
+"""Batch runs over many feature files: ``rnnport.corpus.run`` and ``rnnport run INPUTS --out``.
+
+Every output is checked against ``model.forward`` of its input, computed here in the test
+process: the same NumPy engine, so the numbers must agree bit for bit."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rnnport
+from rnnport import RNN, Spec, corpus
+from rnnport.cli import main
+
+RNG = np.random.default_rng(7)
+
+
+def _model_file(folder: Path, spec: Spec) -> Path:
+    path = folder / "model.npz"
+    rnnport.write(RNN.random(spec, seed=3), "npz", path=path)
+    return path
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Path:
+    return _model_file(tmp_path, Spec("lstm", 5, 6, num_layers=2, bidirectional=True))
+
+
+def _features(shape: tuple[int, ...]) -> np.ndarray:
+    return RNG.uniform(-1, 1, shape).astype(np.float32)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    """A folder of feature files: one sequence, a batch, archives (one with lengths), nested."""
+    folder = tmp_path / "data"
+    (folder / "deep" / "er").mkdir(parents=True)
+    np.save(folder / "one.npy", _features((9, 5)))
+    np.save(folder / "batch.npy", _features((3, 7, 5)))
+    np.savez(folder / "pair.npz", left=_features((2, 4, 5)), right=_features((6, 5)))
+    np.savez(folder / "deep" / "padded.npz", x=_features((3, 8, 5)), lengths=np.array([8, 2, 5]))
+    np.save(folder / "deep" / "er" / "last.npy", _features((1, 3, 5)))
+    (folder / "notes.txt").write_text("not a feature file")
+    np.save(folder / ".hidden.npy", _features((2, 5)))
+    return folder
+
+
+def _expected(model: rnnport.Model, source: Path) -> dict[str, np.ndarray]:
+    """What an input's output must hold, from forward() in this process."""
+    if source.suffix == ".npy":
+        x = np.load(source)
+        y = model.forward(x[None] if x.ndim == 2 else x)[0]
+        return {"": y[0] if x.ndim == 2 else y}
+    with np.load(source) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    lengths = arrays.pop("lengths", None)
+    out = {key: (model.forward(x[None], lengths=lengths)[0][0] if x.ndim == 2
+                 else model.forward(x, lengths=lengths)[0]) for key, x in arrays.items()}
+    return out if lengths is None else {**out, "lengths": lengths}
+
+
+def _saved(path: Path) -> dict[str, np.ndarray]:
+    if path.suffix == ".npy":
+        return {"": np.load(path)}
+    with np.load(path) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def _assert_matches(model_path: Path, inputs: Path, out: Path) -> None:
+    model = rnnport.read(model_path)
+    sources = sorted(path for path in inputs.rglob("*") if path.suffix in (".npy", ".npz")
+                     and not path.name.startswith("."))
+    assert sources
+    for source in sources:
+        want, got = _expected(model, source), _saved(out / source.relative_to(inputs))
+        assert got.keys() == want.keys(), source
+        for key in want:
+            assert got[key].dtype == want[key].dtype
+            np.testing.assert_array_equal(got[key], want[key], err_msg=f"{source} {key}")
+
+
+def _stats(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(path.relative_to(folder)): (path.stat().st_ino, path.stat().st_mtime_ns)
+            for path in folder.rglob("*") if path.is_file()}
+
+
+def test_a_pool_run_writes_forward_of_every_input_then_a_second_run_skips_all(
+        model_file: Path, data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = corpus.run(model_file, [data], out, jobs=2)
+    assert (summary.done, summary.skipped, summary.failed) == (5, 0, 0), summary.lines()
+    assert [result.name for result in summary.results] == [
+        str(data / name) for name in ("batch.npy", "deep/er/last.npy", "deep/padded.npz",
+                                      "one.npy", "pair.npz")]
+    assert summary.sequences == 3 + 1 + 3 + 1 + 3 and summary.frames == 21 + 3 + 15 + 9 + 14
+    assert all(result.loads == 1 for result in summary.results)  # the model, once per worker
+    assert len({result.worker for result in summary.results}) <= 2
+    assert os.getpid() not in {result.worker for result in summary.results}
+    _assert_matches(model_file, data, out)
+    assert not (out / "notes.txt").exists() and not (out / ".hidden.npy").exists()
+    before = _stats(out)
+    again = corpus.run(model_file, [data], out, jobs=2)
+    assert (again.done, again.skipped, again.failed) == (0, 5, 0)
+    assert again.frames == 0 and _stats(out) == before  # nothing rewritten
+    forced = corpus.run(model_file, [data / "one.npy"], out, jobs=0, force=True)
+    assert forced.done == 1 and _stats(out)["one.npy"] != before["one.npy"]
+
+
+def test_pool_workers_start_with_one_blas_thread(model_file: Path) -> None:
+    job = corpus._Job(str(model_file), None, {}, None, None, False)
+    outside = {name: os.environ.get(name) for name in corpus.ONE_BLAS_THREAD}
+    with corpus._environment(corpus.ONE_BLAS_THREAD):
+        pool = corpus._pool(job, 1)
+        futures = [pool.submit(os.getenv, name) for name in corpus.ONE_BLAS_THREAD]
+    with pool:
+        assert [future.result() for future in futures] == ["1", "1", "1"]
+    assert {name: os.environ.get(name) for name in corpus.ONE_BLAS_THREAD} == outside
+
+
+def test_the_command_line_runs_files_and_folders_and_reports_a_summary(
+        capsys: pytest.CaptureFixture[str], model_file: Path, data: Path,
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(model_file), str(data / "one.npy"), str(data / "deep"), "--out",
+                 str(out), "--jobs", "1"]) == 0
+    captured = capsys.readouterr()
+    assert sorted(_stats(out)) == ["er/last.npy", "one.npy", "padded.npz"]
+    assert "3 files: 3 done, 0 skipped, 0 failed" in captured.out
+    assert "5 sequences, 27 frames in" in captured.out and "frames/s" in captured.out
+    assert f"[1/3] {data / 'one.npy'}: 1 sequence, 9 frames" in captured.err  # not a terminal
+    assert main(["run", str(model_file), str(data / "deep"), str(data / "one.npy"), "--out",
+                 str(out), "-q"]) == 0
+    captured = capsys.readouterr()
+    assert "3 skipped (their outputs exist; --force redoes them)" in captured.out
+    assert captured.err == ""
+
+
+def test_a_bad_file_is_reported_by_name_and_the_others_are_done(
+        capsys: pytest.CaptureFixture[str], model_file: Path, data: Path,
+        tmp_path: Path) -> None:
+    np.save(data / "wide.npy", _features((2, 4, 9)))       # the wrong input size
+    (data / "cut.npy").write_bytes(np.lib.format.magic(1, 0) + b"\x10\x00{'descr'")  # damaged
+    np.save(data / "flat.npy", _features((12,)))            # 1-D
+    np.savez(data / "only.npz", lengths=np.array([3]))       # lengths and nothing else
+    out = tmp_path / "out"
+    assert main(["run", str(model_file), str(data), str(tmp_path / "absent.npy"), "--out",
+                 str(out), "--jobs", "0", "-q"]) == 1
+    text = capsys.readouterr().out
+    assert "10 files: 5 done, 0 skipped, 5 failed" in text
+    failed = {line.split(": ")[1] for line in text.splitlines() if line.startswith("failed: ")}
+    assert failed == {str(data / name) for name in ("wide.npy", "cut.npy", "flat.npy",
+                                                    "only.npz")} | {str(tmp_path / "absent.npy")}
+    assert "input_size is 5" in text
+    assert "expected (time, input) for one sequence or (batch, time, input)" in text
+    assert "not a readable .npy array" in text and "no such file" in text
+    for name in ("wide.npy", "cut.npy", "flat.npy", "only.npz"):
+        assert not (out / name).exists()
+    for name in ("wide.npy", "cut.npy", "flat.npy", "only.npz"):
+        (data / name).unlink()
+    _assert_matches(model_file, data, out)
+
+
+def test_a_run_interrupted_mid_write_leaves_no_partial_output_and_a_rerun_completes(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, data: Path, tmp_path: Path) -> None:
+    from rnnport.io.atomic import atomic_write
+
+    writes = []
+
+    def save_half_then_interrupt(path: str, array: np.ndarray) -> Path:
+        def write(file: object) -> None:
+            writes.append(path)
+            if len(writes) == 2:
+                file.write(b"\x93NUMPY half of it")  # type: ignore[attr-defined]
+                raise KeyboardInterrupt
+            np.save(file, array, allow_pickle=False)  # type: ignore[arg-type]
+
+        return atomic_write(path, write)
+
+    monkeypatch.setattr(corpus, "save_npy", save_half_then_interrupt)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        corpus.run(model_file, [data], out, jobs=0)
+    assert sorted(_stats(out)) == ["batch.npy"]  # the first file; the second was cut short
+    monkeypatch.undo()
+    summary = corpus.run(model_file, [data], out, jobs=0)
+    assert (summary.done, summary.skipped) == (4, 1)
+    _assert_matches(model_file, data, out)
+    assert not [path for path in out.rglob("*") if path.name.startswith(".")]
+
+
+def test_a_killed_run_leaves_complete_outputs_only_and_a_rerun_does_the_rest(
+        tmp_path: Path) -> None:
+    model_file = _model_file(tmp_path, Spec("gru", 16, 48, num_layers=2, bidirectional=True))
+    data = tmp_path / "data"
+    data.mkdir()
+    count = 24
+    for index in range(count):
+        np.save(data / f"{index:02}.npy", RNG.uniform(-1, 1, (2, 80, 16)).astype(np.float32))
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "rnnport", "run", str(model_file),
+                                str(data), "--out", str(out), "--jobs", "1", "-q"],
+                               start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        while len(list(out.glob("*.npy"))) < 2 and process.poll() is None:
+            time.sleep(0.01)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the command and its worker, wherever they are
+        process.wait()
+    finished = sorted(path.name for path in out.glob("*.npy"))
+    assert 2 <= len(finished) < count
+    summary = corpus.run(model_file, [data], out, jobs=0)
+    assert (summary.done, summary.skipped, summary.failed) == (count - len(finished),
+                                                               len(finished), 0)
+    _assert_matches(model_file, data, out)  # those written before the kill are whole too
+    assert not [path for path in out.iterdir() if path.name.startswith(".")]
+
+
+def test_lengths_and_layout_flags_apply_as_in_the_one_file_form(
+        capsys: pytest.CaptureFixture[str], model_file: Path, tmp_path: Path) -> None:
+    model = rnnport.read(model_file)
+    data = tmp_path / "data"
+    data.mkdir()
+    x = _features((6, 2, 5))  # (time, batch, input)
+    np.save(data / "x.npy", x)
+    np.save(tmp_path / "lengths.npy", np.array([6, 3]))
+    out = tmp_path / "out"
+    assert main(["run", str(model_file), str(data), "--out", str(out), "--lengths",
+                 str(tmp_path / "lengths.npy"), "--jobs", "0", "-q"]) == 1
+    assert "it looks time-major" in capsys.readouterr().out
+    assert main(["run", str(model_file), str(data), "--out", str(out), "--lengths",
+                 str(tmp_path / "lengths.npy"), "--time-major", "--jobs", "0", "-q"]) == 0
+    want, _ = model.forward(x, lengths=np.array([6, 3]), time_major=True)
+    np.testing.assert_array_equal(np.load(out / "x.npy"), want)
+    assert "2 sequences, 9 frames" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--out", "o"], "--out DIR needs INPUTS"),
+    (["a.npy", "--input", "x.npy"], "INPUTS go with --out DIR, not --input"),
+    (["--input", "x.npy", "--jobs", "2"], "--jobs go with --out DIR"),
+    (["a.npy", "--out", "o", "--output", "y.npy"], "--output goes with --input"),
+])
+def test_the_two_forms_of_run_do_not_mix(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                         message: str) -> None:
+    assert main(["run", "m.npz", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plans_refuse_shared_outputs_and_writing_over_inputs(data: Path, tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    np.save(tmp_path / "other" / "one.npy", _features((2, 5)))
+    with pytest.raises(rnnport.FormatError, match="more than one input"):
+        corpus.plan([data / "one.npy", tmp_path / "other" / "one.npy"], tmp_path / "out")
+    with pytest.raises(rnnport.FormatError, match="is an input file"):
+        corpus.plan([data / "one.npy"], data)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(rnnport.FormatError, match="no input files found"):
+        corpus.plan([tmp_path / "empty"], tmp_path / "out")
+    # An output folder inside the input folder is not searched for inputs.
+    tasks = corpus.plan([data], data / "out")
+    assert [Path(task.output).relative_to(data / "out").as_posix() for task in tasks] == [
+        "batch.npy", "deep/er/last.npy", "deep/padded.npz", "one.npy", "pair.npz"]
+
+
+def test_dask_without_dask_installed_names_the_extra(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, model_file: Path,
+        data: Path, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "dask", None)
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(rnnport.MissingDependencyError, match=r"'dask' extra.*rnnport\[dask\]"):
+        corpus.run(model_file, [data], tmp_path / "out", dask="local")
+    assert main(["run", str(model_file), str(data), "--out", str(tmp_path / "out"), "--dask",
+                 "local"]) == 1
+    assert "pip install 'rnnport[dask]'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dask_local_cluster_writes_every_output_once(model_file: Path, data: Path,
+                                                       tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    summary = corpus.run(model_file, [data], out, jobs=2, dask="local")
+    assert (summary.done, summary.skipped, summary.failed) == (5, 0, 0), summary.lines()
+    assert sorted(result.output for result in summary.results) == sorted(
+        {result.output for result in summary.results})
+    assert all(result.loads == 1 for result in summary.results)  # one model read per worker
+    assert len({result.worker for result in summary.results}) <= 2
+    assert os.getpid() not in {result.worker for result in summary.results}
+    _assert_matches(model_file, data, out)
+    before = _stats(out)
+    again = corpus.run(model_file, [data], out, jobs=2, dask="local")
+    assert (again.done, again.skipped) == (0, 5) and _stats(out) == before
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_one_line_redrawn_on_a_terminal_with_failures_on_their_own_lines() -> None:
+    screen = _Terminal()
+    progress = corpus._Progress(screen, 3)
+    progress(corpus.FileResult("a.npy", "a.npy", "o/a.npy", "done", 2, 10))
+    progress(corpus.FileResult("b.npy", "b.npy", "o/b.npy", "failed", error="a bad shape"))
+    progress(corpus.FileResult("c.npy", "c.npy", "o/c.npy", "done", 1, 5))
+    progress.close()
+    text = screen.getvalue()
+    assert "\r\x1b[K[2/3] b.npy: FAILED: a bad shape\n" in text  # the bar cleared first
+    assert "\r[################........] 2/3 files, 1 failed" in text
+    assert "\r[########################] 3/3 files, 1 failed" in text
+    assert text.count("\n") == 2 and text.endswith("\x1b[K\n")
