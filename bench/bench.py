@@ -16,22 +16,34 @@ Workloads::
     D  conversion of a ~100M-parameter stacked LSTM: Keras weights -> cuDNN buffer ->
        PyTorch state_dict, against a plain NumPy copy of the same bytes
     E  `import rnnport` in a fresh interpreter (no framework may be imported)
+    S  streaming: an LSTM 128->128, batch 1, one step per call, the state carried
+    F  corpus throughput: `rnnport run` over many feature files, one worker against two
+       (a process pool, and Dask workers on a local cluster started beforehand)
+
+Each forward workload (A, B, C) times rnnport's NumPy engine, rnnport's ``onnxruntime``
+and ``torch`` engines (``forward(engine=...)``) and the two runtimes called directly: an
+engine's overhead is its time over its runtime's, called directly on the same network.
+Then (unless ``--no-contention``) every engine runs again beside one competing CPU-bound
+process, and the slowdown against its idle time is reported.
 
 Usage: ``make bench``, or ``python bench/bench.py [--repeat N] [--only A,B] [--json PATH]
-[--compare OLD.json] [--markdown]``. The results go to ``bench/results/`` as JSON.
+[--compare OLD.json] [--markdown] [--no-contention]``. The results go to
+``bench/results/`` as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +55,10 @@ import rnnport
 
 HERE = Path(__file__).resolve().parent
 TOLERANCE = 1e-4  # float32 engines summing in different orders over hundreds of steps
-TARGETS = {"A": 2.0, "B": 1.25, "C": 1.25}  # rnnport time / ONNX Runtime time, at most
+TARGETS = {"A": 1.5, "B": 1.25, "C": 1.25}  # rnnport time / ONNX Runtime time, at most
+ENGINE_OVERHEAD_TARGET = 0.10  # an engine through rnnport, over its runtime called directly
+CONTENTION_TARGET = 2.0  # time beside one competing process / idle time, at most
+CORPUS_TARGET = 1.8  # two workers' throughput / one worker's, at least
 COPY_TARGET = 0.5  # conversion bandwidth / plain copy bandwidth, at least
 IMPORT_TARGET_MS = 150.0
 FRAMEWORKS = ("torch", "tensorflow", "keras", "onnx", "onnxruntime", "jax", "h5py")
@@ -141,18 +156,35 @@ def onnxruntime_runner(rnn: rnnport.RNN, x: np.ndarray) -> tuple[Callable[[], An
     return call, lambda: call()[0]
 
 
-def rnnport_runner(rnn: rnnport.RNN, x: np.ndarray) -> tuple[Callable[[], Any],
-                                                             Callable[[], np.ndarray]]:
+def rnnport_runner(rnn: rnnport.RNN, x: np.ndarray, engine: str = "numpy"
+                   ) -> tuple[Callable[[], Any], Callable[[], np.ndarray]]:
     def call() -> Any:
-        return rnn.forward(x)
+        return rnn.forward(x, engine=engine)
 
     return call, lambda: call()[0]
 
 
-ENGINES = {"rnnport": rnnport_runner, "torch": torch_runner, "onnxruntime": onnxruntime_runner}
+ENGINES = {"rnnport": rnnport_runner, "torch": torch_runner, "onnxruntime": onnxruntime_runner,
+           "rnnport:onnxruntime": lambda rnn, x: rnnport_runner(rnn, x, "onnxruntime"),
+           "rnnport:torch": lambda rnn, x: rnnport_runner(rnn, x, "torch")}
+# Each engine through rnnport, and its runtime called directly.
+THROUGH = {"rnnport:onnxruntime": "onnxruntime", "rnnport:torch": "torch"}
 
 
-def run_forward(workload: Forward, repeat: int, rounds: int, ceiling: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def competing_process() -> Iterator[None]:
+    """One CPU-bound process beside the block (a busy machine, as users have)."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # scheduled and spinning
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def run_forward(workload: Forward, repeat: int, rounds: int, ceiling: float,
+                contention: bool = False) -> dict[str, Any]:
     rnn = rnnport.RNN.random(workload.spec, seed=1)
     x = np.random.default_rng(2).standard_normal(
         (workload.batch, workload.steps, workload.spec.input_size), dtype=np.float32)
@@ -178,11 +210,149 @@ def run_forward(workload: Forward, repeat: int, rounds: int, ceiling: float) -> 
     reference_time = times["onnxruntime"]["median_s"]
     for entry in times.values():
         entry["vs_onnxruntime"] = entry["median_s"] / reference_time
+    for name, direct in THROUGH.items():
+        times[name]["overhead"] = times[name]["median_s"] / times[direct]["median_s"] - 1.0
+    if contention:
+        with competing_process():
+            for name, (call, _) in runners.items():
+                busy = statistics.median(timed(call, repeat))
+                times[name]["busy_s"] = busy
+                times[name]["slowdown"] = busy / times[name]["median_s"]
     ratio = times["rnnport"]["vs_onnxruntime"]
     return {"title": workload.title, "spec": workload.spec.describe(), "batch": workload.batch,
             "steps": workload.steps, "gflop": flops / 1e9, "max_abs_diff_vs_torch": agreement,
             "engines": times, "target_vs_onnxruntime": TARGETS[workload.name],
             "met": ratio <= TARGETS[workload.name]}
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+STREAMING = rnnport.Spec(cell="lstm", input_size=128, hidden_size=128)
+
+
+def run_streaming(steps: int, rounds: int) -> dict[str, Any]:
+    """Microseconds per step, one step per call with the state carried, for rnnport's
+    engines and the runtimes called directly; every engine must end in the same state."""
+    import onnxruntime
+    import torch
+
+    rnn = rnnport.RNN.random(STREAMING, seed=5)
+    xs = np.random.default_rng(6).standard_normal((steps, 1, 1, STREAMING.input_size),
+                                                  dtype=np.float32)
+    zeros = np.zeros((1, 1, STREAMING.hidden_size), np.float32)
+
+    def through(engine: str) -> Callable[[], Any]:
+        def call() -> Any:
+            state: Any = (zeros, zeros)
+            for x in xs:
+                _, state = rnn.forward(x, state=state, engine=engine)
+            return state[0]
+        return call
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1  # one step of a small network: threads only cost
+    session = onnxruntime.InferenceSession(
+        rnnport.write(rnn, "onnx", initial_state=True, time_major=True).SerializeToString(),
+        options, providers=["CPUExecutionProvider"])
+    names = [entry.name for entry in session.get_inputs()]
+    outputs = [entry.name for entry in session.get_outputs()]
+
+    def direct_onnxruntime() -> Any:
+        h = c = zeros
+        for x in xs:
+            _, h, c = session.run(outputs, dict(zip(names, (x, h, c), strict=True)))
+        return h
+
+    module = rnnport.write(rnn, "torch", module=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as for ONNX Runtime (the engine shares the setting)
+
+    def direct_torch() -> Any:
+        state = (torch.from_numpy(zeros), torch.from_numpy(zeros))
+        with torch.inference_mode():
+            for x in xs:
+                _, state = module(torch.from_numpy(x), state)
+        return state[0].numpy()
+
+    calls = {"rnnport": through("numpy"), "rnnport:onnxruntime": through("onnxruntime"),
+             "rnnport:torch": through("torch"), "onnxruntime": direct_onnxruntime,
+             "torch": direct_torch}
+    finals = {name: np.asarray(call()) for name, call in calls.items()}
+    worst = max(float(np.max(np.abs(final - finals["rnnport"]))) for final in finals.values())
+    if not worst <= TOLERANCE:
+        raise SystemExit(f"bench S: the engines' final states disagree by {worst}; expected at "
+                         f"most {TOLERANCE}. Not timing a wrong answer.")
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    try:
+        for _ in range(rounds):
+            for name, call in calls.items():
+                samples[name] += timed(call, 1, warmup=0)
+    finally:
+        torch.set_num_threads(threads)
+    per_step = {name: statistics.median(taken) / steps * 1e6 for name, taken in samples.items()}
+    return {"title": f"LSTM {STREAMING.input_size}→{STREAMING.hidden_size}, batch 1, one step "
+                     "per call", "steps": steps, "us_per_step": per_step,
+            "vs_onnxruntime": per_step["rnnport"] / per_step["onnxruntime"]}
+
+
+# -- corpus throughput ---------------------------------------------------------------------------
+
+CORPUS = rnnport.Spec(cell="lstm", input_size=120, hidden_size=320, num_layers=2,
+                      bidirectional=True)
+
+
+def run_corpus(files: int, rounds: int, spec: rnnport.Spec = CORPUS,
+               frames: tuple[int, int] = (8, 200)) -> dict[str, Any]:
+    """Frames per second of ``rnnport run`` over ``files`` feature files: in a pool of one
+    and of two worker processes (start-up included), and on Dask workers of a local cluster
+    started beforehand (one, then two; one BLAS thread each)."""
+    import tempfile
+
+    import dask
+    from distributed import LocalCluster
+
+    from rnnport import corpus
+
+    rng = np.random.default_rng(7)
+    results: dict[str, Any] = {"title": f"{files} files of {frames[0]} × {frames[1]} frames, "
+                                        f"{spec.describe()}", "files": files}
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        rnnport.write(rnnport.RNN.random(spec, seed=8), "npz", path=root / "model.npz")
+        (root / "in").mkdir()
+        for index in range(files):
+            np.save(root / "in" / f"f{index:03d}.npy",
+                    rng.standard_normal((*frames, spec.input_size), dtype=np.float32))
+
+        def once(label: str, **how: Any) -> float:
+            best = math.inf
+            for round_ in range(rounds):
+                out = root / f"out-{label}-{round_}"
+                start = time.perf_counter()
+                summary = corpus.run(root / "model.npz", [root / "in"], out, **how)
+                elapsed = time.perf_counter() - start
+                if summary.done != files:
+                    raise SystemExit(f"bench F ({label}): {summary.done} of {files} files done.")
+                best = min(best, elapsed)
+                frames = summary.frames
+            results[label] = {"seconds": best, "frames_per_second": frames / best}
+            return frames / best
+
+        once("pool-1", jobs=1)
+        once("pool-2", jobs=2)
+        single = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        for workers in (1, 2):
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": single}), \
+                    LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                 dashboard_address=None, silence_logs=40) as cluster:
+                once(f"dask-{workers}", dask=cluster.scheduler_address)
+    results["pool_speedup"] = (results["pool-2"]["frames_per_second"]
+                               / results["pool-1"]["frames_per_second"])
+    results["dask_speedup"] = (results["dask-2"]["frames_per_second"]
+                               / results["dask-1"]["frames_per_second"])
+    results["target_speedup"] = CORPUS_TARGET
+    results["met"] = results["dask_speedup"] >= CORPUS_TARGET
+    return results
 
 
 # -- conversion -------------------------------------------------------------------------------
@@ -286,6 +456,11 @@ def table(results: dict[str, Any]) -> str:
                  for e in ("rnnport", "torch", "onnxruntime")]
         lines.append(f"| {name}: {entry['title']} | {' | '.join(cells)} | "
                      f"{engines['rnnport']['vs_onnxruntime']:.2f}× (≤ {entry['target_vs_onnxruntime']}×) |")
+    if "streaming" in results:
+        s = results["streaming"]["us_per_step"]
+        lines.append(f"| S: {results['streaming']['title']} | {s['rnnport']:.0f} µs/step | "
+                     f"{s['torch']:.0f} µs/step | {s['onnxruntime']:.0f} µs/step | "
+                     f"{results['streaming']['vs_onnxruntime']:.2f}× |")
     if "conversion" in results:
         d = results["conversion"]
         lines.append(f"| D: {d['title']}, {d['params'] / 1e6:.0f}M params | "
@@ -296,12 +471,51 @@ def table(results: dict[str, Any]) -> str:
         e = results["import"]
         lines.append(f"| E: `import rnnport` | {e['median_ms']:.0f} ms | | | "
                      f"≤ {e['target_ms']:.0f} ms |")
+    lines += _engine_lines(results)
+    if "corpus" in results:
+        f = results["corpus"]
+        lines += ["", f"Corpus (F: {f['title']}), frames per second, best of the rounds:",
+                  f"  pool of 1: {f['pool-1']['frames_per_second']:,.0f}; pool of 2: "
+                  f"{f['pool-2']['frames_per_second']:,.0f} ({f['pool_speedup']:.2f}×, start-up "
+                  "included)",
+                  f"  Dask, 1 worker: {f['dask-1']['frames_per_second']:,.0f}; 2 workers: "
+                  f"{f['dask-2']['frames_per_second']:,.0f} ({f['dask_speedup']:.2f}×, target "
+                  f"≥ {f['target_speedup']}×)"]
     ceiling = results["ceiling"]
     lines.append("")
     lines.append(f"Ceiling: a {ceiling['size']}² float32 NumPy matrix product ran at "
                  f"{ceiling['gflops']:.0f} GFLOP/s on {results['machine']['cpus']} cores "
                  f"({results['machine']['processor']}).")
     return "\n".join(lines)
+
+
+def _engine_lines(results: dict[str, Any]) -> list[str]:
+    """rnnport's engines against their runtimes called directly, and every engine's
+    slowdown beside a competing process."""
+    forward = results["forward"]
+    if not forward and "streaming" not in results:
+        return []
+    lines = ["", f"Engines through rnnport against the runtime called directly (overhead, "
+                 f"target < {ENGINE_OVERHEAD_TARGET:.0%}):"]
+    for name, entry in forward.items():
+        engines = entry["engines"]
+        parts = [f"{engine} {engines[engine]['median_s'] * 1e3:.0f} ms "
+                 f"({engines[engine]['overhead']:+.0%})" for engine in THROUGH if engine in engines]
+        lines.append(f"  {name}: " + "; ".join(parts))
+    if "streaming" in results:
+        s = results["streaming"]["us_per_step"]
+        lines.append("  S: " + "; ".join(f"{engine} {s[engine]:.0f} µs/step "
+                                         f"({s[engine] / s[direct] - 1:+.0%})"
+                                         for engine, direct in THROUGH.items()))
+    if any("slowdown" in engine for entry in forward.values()
+           for engine in entry["engines"].values()):
+        lines += ["", f"Beside one competing CPU-bound process (time / idle time, target ≤ "
+                      f"{CONTENTION_TARGET}×):"]
+        for name, entry in forward.items():
+            lines.append(f"  {name}: " + "; ".join(
+                f"{engine} {timing['slowdown']:.2f}×"
+                for engine, timing in entry["engines"].items() if "slowdown" in timing))
+    return lines
 
 
 def compare(results: dict[str, Any], old: dict[str, Any]) -> str:
@@ -329,16 +543,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="timed calls per engine and round, after one warm-up (default 5)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds over all engines; medians pool every round (default 3)")
-    parser.add_argument("--only", default="A,B,C,D,E", help="workloads to run, e.g. A,C")
+    parser.add_argument("--only", default="A,B,C,D,E,S,F", help="workloads to run, e.g. A,C")
+    parser.add_argument("--no-contention", dest="contention", action="store_false",
+                        help="skip timing the forward workloads beside a competing process")
+    parser.add_argument("--files", type=int, default=32,
+                        help="feature files in the corpus workload F (default 32)")
     parser.add_argument("--json", type=Path, help="where to write the results "
                         "(default bench/results/<time>.json)")
     parser.add_argument("--compare", type=Path, help="an earlier results file to set these against")
     parser.add_argument("--markdown", action="store_true", help="print only the Markdown table")
     args = parser.parse_args(argv)
     chosen = [name.strip().upper() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(chosen) - {*FORWARDS, "D", "E"})
+    unknown = sorted(set(chosen) - {*FORWARDS, "D", "E", "S", "F"})
     if unknown:
-        parser.error(f"--only: unknown workload(s) {', '.join(unknown)}; expected some of A,B,C,D,E")
+        parser.error(f"--only: unknown workload(s) {', '.join(unknown)}; expected some of "
+                     "A,B,C,D,E,S,F")
     if args.repeat < 1 or args.rounds < 1:
         parser.error("--repeat and --rounds: expected at least 1")
 
@@ -354,10 +573,16 @@ def main(argv: list[str] | None = None) -> int:
         if name in FORWARDS:
             print(f"running {name}: {FORWARDS[name].title} …", file=sys.stderr, flush=True)
             results["forward"][name] = run_forward(FORWARDS[name], args.repeat, args.rounds,
-                                                   results["ceiling"]["gflops"])
+                                                   results["ceiling"]["gflops"], args.contention)
+    if "S" in chosen:
+        print("running S: streaming …", file=sys.stderr, flush=True)
+        results["streaming"] = run_streaming(500, args.rounds * args.repeat)
     if "D" in chosen:
         print("running D: conversion …", file=sys.stderr, flush=True)
         results["conversion"] = run_conversion(args.repeat, args.rounds)
+    if "F" in chosen:
+        print("running F: corpus …", file=sys.stderr, flush=True)
+        results["corpus"] = run_corpus(args.files, min(args.rounds, 2))
 
     path = args.json or HERE / "results" / f"{results['when'].replace(':', '')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -367,8 +592,16 @@ def main(argv: list[str] | None = None) -> int:
         print(compare(results, json.loads(args.compare.read_text())))
     if not args.markdown:
         missed = [name for name, entry in {**results["forward"],
-                                           **{k: results[k] for k in ("conversion", "import")
+                                           **{k: results[k] for k in ("conversion", "import",
+                                                                      "corpus")
                                               if k in results}}.items() if not entry["met"]]
+        missed += [f"{name} {engine} overhead" for name, entry in results["forward"].items()
+                   for engine in THROUGH
+                   if entry["engines"][engine]["overhead"] > ENGINE_OVERHEAD_TARGET]
+        missed += [f"{name} {engine} under contention"
+                   for name, entry in results["forward"].items()
+                   for engine, timing in entry["engines"].items()
+                   if timing.get("slowdown", 0.0) > CONTENTION_TARGET]
         print(f"\nResults: {path}")
         print("Targets missed: " + (", ".join(missed) if missed else "none"))
     return 0

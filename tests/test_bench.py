@@ -29,8 +29,14 @@ def test_forward_workload_checks_agreement_and_reports_ratios(bench) -> None:
     tiny = bench.Forward("A", "tiny", rnnport.Spec("lstm", 3, 4, num_layers=2, bidirectional=True),
                          2, 5)
     result = bench.run_forward(tiny, repeat=1, rounds=1, ceiling=100.0)
-    assert set(result["engines"]) == {"rnnport", "torch", "onnxruntime"}
+    assert set(result["engines"]) == {"rnnport", "torch", "onnxruntime", "rnnport:onnxruntime",
+                                      "rnnport:torch"}
     assert result["engines"]["onnxruntime"]["vs_onnxruntime"] == 1.0
+    engines = result["engines"]
+    for engine, direct in bench.THROUGH.items():
+        assert engines[engine]["overhead"] == pytest.approx(
+            engines[engine]["median_s"] / engines[direct]["median_s"] - 1)
+    assert not any("slowdown" in timing for timing in engines.values())
     assert max(result["max_abs_diff_vs_torch"].values()) <= bench.TOLERANCE
     assert tiny.flops() == 2 * 2 * 5 * 2 * 16 * ((3 + 4) + (8 + 4))
 
@@ -52,3 +58,40 @@ def test_main_writes_json_with_the_import_time(bench, tmp_path: Path, capsys) ->
     assert results["import"]["frameworks_imported"] == []
     assert np.isfinite(results["import"]["median_ms"])
     assert "E: `import rnnport`" in capsys.readouterr().out
+
+
+def test_contention_times_every_engine_beside_a_busy_process(bench, monkeypatch) -> None:
+    started = []
+    real = bench.subprocess.Popen
+
+    def spy(command, *args, **kwargs):
+        started.append(command)
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(bench.subprocess, "Popen", spy)
+    tiny = bench.Forward("C", "tiny", rnnport.Spec("gru", 3, 4), 2, 5)
+    result = bench.run_forward(tiny, repeat=1, rounds=1, ceiling=100.0, contention=True)
+    assert len(started) == 1 and "while True" in started[0][-1]
+    for timing in result["engines"].values():
+        assert timing["slowdown"] == pytest.approx(timing["busy_s"] / timing["median_s"])
+    lines = "\n".join(bench._engine_lines({"forward": {"C": result}}))
+    assert "competing CPU-bound process" in lines and "rnnport:torch" in lines
+
+
+def test_streaming_checks_the_final_states_and_reports_per_step_times(bench) -> None:
+    result = bench.run_streaming(steps=3, rounds=1)
+    assert set(result["us_per_step"]) == {"rnnport", "rnnport:onnxruntime", "rnnport:torch",
+                                          "onnxruntime", "torch"}
+    assert all(value > 0 for value in result["us_per_step"].values())
+
+
+def test_corpus_throughput_runs_one_and_two_workers(bench) -> None:
+    result = bench.run_corpus(files=2, rounds=1, spec=rnnport.Spec("gru", 3, 4),
+                              frames=(2, 5))
+    for label in ("pool-1", "pool-2", "dask-1", "dask-2"):
+        assert result[label]["frames_per_second"] > 0
+    assert result["dask_speedup"] == pytest.approx(
+        result["dask-2"]["frames_per_second"] / result["dask-1"]["frames_per_second"])
+    assert "Dask, 1 worker" in bench.table({"forward": {}, "corpus": result,
+                                            "ceiling": {"size": 1, "gflops": 1.0},
+                                            "machine": {"cpus": 2, "processor": "x"}})

@@ -44,7 +44,12 @@ def build(model: RNN, device: str) -> Runner:
     session = onnxruntime.InferenceSession(proto.SerializeToString(), sess_options=settings,
                                            providers=["CPUExecutionProvider"])
     lstm = model.spec.cell == "lstm"
-    run = session.run
+    names = [output.name for output in session.get_outputs()]
+    # The session's own run, without the Python wrapper's checks of every feed's name and
+    # type on each call (the feeds are built here, always the same names and types).
+    inner = getattr(session, "_sess", None)
+    run = (lambda feeds: inner.run(names, feeds, None)) if inner is not None and hasattr(
+        inner, "run") else (lambda feeds: session.run(names, feeds))
     full_lengths = np.zeros(0, np.int32)  # the last full-length sequence_lens fed
 
     def runner(inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
@@ -64,9 +69,9 @@ def build(model: RNN, device: str) -> Runner:
         }
         if lstm:
             feeds["initial_c"] = np.ascontiguousarray(c0)
-            y, h_n, c_n = run(None, feeds)
+            y, h_n, c_n = run(feeds)
             return y, h_n, c_n
-        y, h_n = run(None, feeds)
+        y, h_n = run(feeds)
         return y, h_n, None
 
     return runner
