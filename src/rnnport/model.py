@@ -195,6 +195,7 @@ class RNN:
         *,
         engine: str = "numpy",
         device: Any = None,
+        threads: int | None = None,
     ) -> tuple[np.ndarray, Any]:
         """Run the network on ``x``.
 
@@ -215,11 +216,27 @@ class RNN:
         than the CPU (e.g. ``"cuda"``). Every engine returns the same structure, shapes and
         dtypes; a network an engine cannot compute exactly runs in NumPy, with an
         ``EngineFallbackWarning`` saying why.
+
+        ``threads`` (``engine="numpy"`` with no ``device`` only; other engines, and the
+        NumPy fallback of another engine, keep their own settings and ignore it): the BLAS
+        threads the products may use. The per-step products always use one (they are
+        small and latency-bound, and a product split over threads may split its sums).
+        ``None``: rnnport chooses, within the BLAS's own count — a large enough layer runs
+        its two directions (or, with one direction and a large batch, two halves of the
+        batch) at once, one core each, or else its two directions' input projections;
+        other input projections use every BLAS thread. ``1``: one thread throughout, the
+        pieces in turn. ``n ≥ 2``: pieces at once as for ``None``, and ``n`` BLAS threads
+        for the other input projections. The numbers do not depend on ``threads``. The
+        counts are set through the optional ``threadpoolctl`` (``pip install
+        rnnport[threads]``); without it ``threads`` has no effect and everything runs as
+        the BLAS is configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. The BLAS's
+        count is process-wide: it is switched during the call and put back after it.
         """
         if isinstance(engine, str) and engine == "numpy" and device is None:
             from .runtime import run
 
-            return run(self, x, state=state, lengths=lengths, time_major=time_major)
+            return run(self, x, state=state, lengths=lengths, time_major=time_major,
+                       threads=threads)
         if _run_engine is None:
             raise FormatError(f"forward(engine={engine!r}): no engines are installed; "
                               "import rnnport first.")
@@ -441,9 +458,11 @@ class Stack:
     def forward(
         self, x: Any, state: Sequence[Any] | None = None, lengths: Any = None,
         time_major: bool = False, *, engine: str = "numpy", device: Any = None,
+        threads: int | None = None,
     ) -> tuple[np.ndarray, list[Any]]:
         """Like :meth:`RNN.forward`; ``state`` is a list with one entry per part (or None).
-        Each part runs in ``engine`` on ``device`` (``"auto"`` chooses per part)."""
+        Each part runs in ``engine`` on ``device`` (``"auto"`` chooses per part), with
+        ``threads`` for the parts that run in NumPy."""
         if state is not None and (not isinstance(state, Sequence) or len(state) != len(self._parts)):
             got = len(state) if isinstance(state, Sequence) else type(state).__name__
             raise StateError(f"Stack.forward: state must be a list with one entry per part "
@@ -452,7 +471,7 @@ class Stack:
         y = x
         for index, part in enumerate(self._parts):
             y, final = part.forward(y, None if state is None else state[index], lengths,
-                                    time_major, engine=engine, device=device)
+                                    time_major, engine=engine, device=device, threads=threads)
             states.append(final)
         return y, states
 

@@ -35,6 +35,22 @@ How it runs:
   and one set of elementwise operations for both. A reverse network's one direction runs
   as a backward direction does.
 * Every step writes into buffers allocated once per call, with in-place ufuncs.
+* Threads (``forward(threads=...)``, through the optional ``threadpoolctl``; see
+  :class:`_Plan`): the per-step products, small and latency-bound, run single-threaded (a
+  BLAS thread that waits for a busy core at every step is what makes a loaded machine
+  slow, and a threaded matrix-vector product may split its sums); an input projection,
+  one large product per layer and direction, may use every BLAS thread; and a layer
+  large enough to gain
+  runs in two pieces at once, one Python thread and one core each, with no
+  synchronization between steps: a bidirectional layer's two directions (each then with
+  its own product ``(1, B, H) @ (1, H, G·H)`` per step, the same per-direction BLAS call
+  the stacked product makes, so bit-identical to running them in turn), or a
+  one-direction layer's two halves of a large batch (split by shape alone, so one thread
+  runs the same halves in turn). Where the steps are too small for that (batch 1: the
+  threads would pass the interpreter lock back and forth at every elementwise operation),
+  a bidirectional layer's two input projections still run at once, and its steps
+  together. Without ``threadpoolctl`` the thread counts cannot be set: everything runs
+  as the BLAS is configured (``OPENBLAS_NUM_THREADS`` …), in one Python thread.
 * Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
   Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``; an LSTM candidate's
   tanh(x) = 2σ(2x) − 1 takes ``−2x``) is folded into the weights and biases once, so one
@@ -48,6 +64,9 @@ How it runs:
 
 from __future__ import annotations
 
+import importlib
+import os
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -88,7 +107,7 @@ class _Layer:
 
     __slots__ = ("act_f", "act_g", "act_h", "backward", "bias_n", "blocks", "cell", "cell_clip",
                  "clip", "directions", "hidden", "input_bias", "input_forget", "input_weights",
-                 "layer_norm", "out_size", "peephole", "projection", "projection_bias",
+                 "layer_norm", "one_way", "out_size", "peephole", "projection", "projection_bias",
                  "recurrent", "recurrent_n", "width")
 
     def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
@@ -167,6 +186,35 @@ class _Layer:
                                      for p in directions]) if spec.proj_size else None)
         self.projection_bias = (np.stack([np.asarray(p["bias_hr"], dtype=dtype)[None, :]
                                           for p in directions]) if spec.proj_bias else None)
+        self.one_way: list[_Layer] | None = None
+
+    def direction(self, index: int) -> _Layer:
+        """This layer's direction ``index`` alone, as a one-direction layer whose arrays are
+        views of this one's (made once, kept)."""
+        if self.one_way is None:
+            self.one_way = [self._one(d) for d in range(self.directions)]
+        return self.one_way[index]
+
+    def _one(self, d: int) -> _Layer:
+        one = object.__new__(_Layer)
+        for name in _Layer.__slots__:
+            setattr(one, name, getattr(self, name))
+        part = slice(d, d + 1)
+
+        def cut(array: np.ndarray | None) -> np.ndarray | None:
+            return None if array is None else array[part]
+
+        one.directions, one.backward, one.one_way = 1, (self.backward[d],), None
+        one.input_weights = self.input_weights[part]
+        one.input_bias, one.recurrent = self.input_bias[part], self.recurrent[part]
+        one.recurrent_n, one.bias_n = cut(self.recurrent_n), cut(self.bias_n)
+        one.projection, one.projection_bias = cut(self.projection), cut(self.projection_bias)
+        if self.peephole is not None:
+            one.peephole = {gate: weights[part] for gate, weights in self.peephole.items()}
+        if self.layer_norm is not None:
+            one.layer_norm = {gate: (coefficients[part], bias[part], epsilon)
+                              for gate, (coefficients, bias, epsilon) in self.layer_norm.items()}
+        return one
 
 
 class Network(Protocol):
@@ -203,11 +251,12 @@ def _prepared(network: Network) -> list[_Layer]:
 
 def run(
     network: Network, x: Any, *, state: Any = None, lengths: Any = None,
-    time_major: bool = False,
+    time_major: bool = False, threads: int | None = None,
 ) -> tuple[np.ndarray, Any]:
-    """``forward`` of :class:`rnnport.RNN`; see there for shapes."""
+    """``forward`` of :class:`rnnport.RNN`; see there for shapes and ``threads``."""
     spec = network.spec
     dtype = compute_dtype(network.dtype)
+    _check_threads(threads)
     inputs = _check_input(x, spec.input_size, dtype)
     if not time_major:
         inputs = inputs.transpose(1, 0, 2)
@@ -226,15 +275,19 @@ def run(
     h_n = np.empty((spec.num_layers * directions, batch, spec.output_size), dtype=dtype)
     c_n = np.empty((spec.num_layers * directions, batch, spec.hidden_size), dtype=dtype) \
         if is_lstm else None
-    with np.errstate(over="ignore"):
-        for index, layer in enumerate(_prepared(network)):
-            rows = slice(index * directions, (index + 1) * directions)
-            cell = None if c0 is None else np.array(c0[rows], copy=True)
-            history = _run_layer(layer, layer_input, packed, h0[rows], cell)
-            layer_input = _layer_output(history, packed, layer.backward)
-            h_n[rows] = _final_state(history, packed)
-            if c_n is not None:
-                c_n[rows] = cell
+    plan = _Plan(threads)
+    try:
+        with np.errstate(over="ignore"):
+            for index, layer in enumerate(_prepared(network)):
+                rows = slice(index * directions, (index + 1) * directions)
+                cell = None if c0 is None else np.array(c0[rows], copy=True)
+                history = _run_layer(layer, layer_input, packed, h0[rows], cell, plan)
+                layer_input = _layer_output(history, packed, layer.backward)
+                h_n[rows] = _final_state(history, packed)
+                if c_n is not None:
+                    c_n[rows] = cell
+    finally:
+        plan.restore()
     y = layer_input
     if packed is not None:
         y, h_n = y[:, packed.restore], h_n[:, packed.restore]
@@ -261,25 +314,240 @@ class _Packing:
         self.columns = np.arange(batch)[None, :]                      # with reverse: (T, B)
 
 
-def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: np.ndarray,
-               cell: np.ndarray | None) -> np.ndarray:
-    """Run both directions over ``inputs`` (T, B, I); returns the h history
-    ``(T+1, D, B, H_out)`` in step order (backward steps run from the end). ``cell``
-    (D, B, H) is updated in place and ends as the final cell state."""
+# -- threads -------------------------------------------------------------------------------
+
+# A layer's two pieces (its directions, or the halves of its batch) run at once when its
+# per-step product has at least this many multiply-adds per direction (B·H_out·G·H): below
+# it, passing the interpreter lock between the two threads costs more than the second core
+# gains.
+CONCURRENT_MIN_STEP_WORK = 1 << 20
+# Below it, a bidirectional layer's two input projections still run at once when each has
+# at least this many multiply-adds (T·B·I·G·H): one large product per thread, no lock
+# passed between steps.
+CONCURRENT_MIN_PROJECTION = 1 << 24
+# A one-direction layer runs as two halves of its batch (sequences are independent) when its
+# per-step product has at least this many multiply-adds and each half at least
+# SPLIT_MIN_BATCH sequences. The split depends on the shapes alone, never on the threads:
+# with one thread the halves run in turn, so the numbers are the same for every count.
+SPLIT_MIN_STEP_WORK = 1 << 22
+SPLIT_MIN_BATCH = 16
+
+_BLAS: tuple[Any, ...] | None = None  # threadpoolctl's controllers of the loaded BLAS libraries
+_BLAS_LOCK = threading.Lock()
+_RUNNING = 0  # forward calls between their first switch of the BLAS count and the put-back
+_FOUND: list[int] = []  # the count each BLAS library had before the first of them
+
+
+def _blas() -> tuple[Any, ...]:
+    """The BLAS libraries' thread controllers, found once per process (a scan of the loaded
+    libraries takes about a millisecond; a switch through a kept controller, a microsecond);
+    ``()`` without ``threadpoolctl``."""
+    global _BLAS
+    if _BLAS is None:
+        with _BLAS_LOCK:
+            if _BLAS is None:
+                try:  # optional (the ``threads`` extra), and untyped: looked up by name
+                    threadpoolctl = importlib.import_module("threadpoolctl")
+                except ImportError:
+                    _BLAS = ()
+                else:
+                    controller = threadpoolctl.ThreadpoolController().select(user_api="blas")
+                    _BLAS = tuple(controller.lib_controllers)
+    return _BLAS
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _check_threads(threads: Any) -> None:
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise StateError(f"forward: threads={threads!r}; expected None (rnnport chooses) or a "
+                         "whole number ≥ 1, the BLAS threads the products may use.")
+
+
+class _Plan:
+    """How one ``forward`` call uses threads: the BLAS threads of the input projections
+    (``wide``), whether a layer's two pieces (see :func:`_pieces`) may run at once, and the
+    switch between counts (only when the count changes).
+
+    The per-step products, and everything in pieces running at once, use one BLAS thread
+    whatever ``threads`` says: the steps are latency-bound, and a matrix-vector product
+    split over threads splits its sums too (OpenBLAS does, for a batch of 1), which would
+    make the numbers depend on the count. A projection is one matrix-matrix product of
+    ``T·B ≥ 2`` rows, whose threads split rows and columns, never a sum (with one row it
+    runs on one thread too).
+
+    ``None`` spends what the BLAS is set to (``OPENBLAS_NUM_THREADS``; a Dask worker's one
+    thread): with one BLAS thread, no second Python thread either. The count is the
+    process's: calls running at once in several threads share it (their speed, never their
+    numbers, depends on each other), and the count found before the first of them is put
+    back when the last one ends."""
+
+    __slots__ = ("concurrent", "current", "libraries", "step", "wide")
+
+    def __init__(self, threads: int | None) -> None:
+        global _RUNNING, _FOUND
+        self.libraries = _blas()
+        self.current: int | None = None
+        if not self.libraries:  # no control: as the BLAS is set, the pieces in turn
+            self.wide = self.step = 0
+            self.concurrent = False
+            return
+        with _BLAS_LOCK:
+            if _RUNNING == 0:
+                _FOUND = [library.get_num_threads() for library in self.libraries]
+            _RUNNING += 1
+            found = max(_FOUND)
+        self.step = 1
+        if threads is None:
+            self.wide = found
+            self.concurrent = found >= 2 and _cores() >= 2
+        else:
+            self.wide = int(threads)
+            self.concurrent = self.wide >= 2
+
+    def use(self, count: int) -> None:
+        if count and count != self.current:
+            for library in self.libraries:
+                library.set_num_threads(count)
+            self.current = count
+
+    def restore(self) -> None:
+        global _RUNNING
+        if not self.libraries:
+            return
+        with _BLAS_LOCK:
+            _RUNNING -= 1
+            if _RUNNING == 0:
+                for library, count in zip(self.libraries, _FOUND, strict=True):
+                    library.set_num_threads(count)
+        self.current = None
+
+    def runs_concurrently(self, layer: _Layer, batch: int, steps: int) -> bool:
+        return (self.concurrent and steps > 1
+                and batch * layer.out_size * layer.width >= CONCURRENT_MIN_STEP_WORK)
+
+    def projects_concurrently(self, layer: _Layer, batch: int, steps: int) -> bool:
+        return (self.concurrent and layer.directions == 2
+                and steps * batch * layer.input_weights[0].size >= CONCURRENT_MIN_PROJECTION)
+
+
+def _splits_batch(layer: _Layer, batch: int) -> bool:
+    return (layer.directions == 1 and batch >= 2 * SPLIT_MIN_BATCH
+            and batch * layer.out_size * layer.width >= SPLIT_MIN_STEP_WORK)
+
+
+def _pieces(layer: _Layer, batch: int, by_direction: bool) -> list[tuple[slice, slice]]:
+    """The layer's recurrence in independent pieces, as (directions, batch rows): each
+    direction apart (``by_direction``), two halves of the batch (:func:`_splits_batch`), or
+    one piece."""
+    everything = slice(0, batch)
+    if layer.directions == 2 and by_direction:
+        return [(slice(d, d + 1), everything) for d in range(2)]
+    if not _splits_batch(layer, batch):
+        return [(slice(0, layer.directions), everything)]
+    half = batch // 2
+    return [(slice(0, 1), slice(0, half)), (slice(0, 1), slice(half, batch))]
+
+
+def _project(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, directions: slice,
+             rows: slice, out: np.ndarray | None = None) -> np.ndarray:
+    """The input side ``W x + bW + bR`` of ``directions`` for the sequences ``rows`` of
+    ``inputs`` (T, B, I), all steps at once: ``(d, T, b, G·H)`` (into ``out`` if given),
+    backward directions in their step order."""
     steps, batch, width = inputs.shape
-    projected = np.empty((layer.directions, steps, batch, layer.width), dtype=inputs.dtype)
-    for direction, weights in enumerate(layer.input_weights):
+    count = rows.stop - rows.start
+    projected = np.empty((directions.stop - directions.start, steps, count, layer.width),
+                         dtype=inputs.dtype) if out is None else out
+    for index, direction in enumerate(range(directions.start, directions.stop)):
         source = inputs
         if layer.backward[direction]:
             source = inputs[::-1] if packed is None else inputs[packed.reverse, packed.columns]
-        flat = np.ascontiguousarray(source).reshape(steps * batch, width)
-        np.matmul(flat, weights, out=projected[direction].reshape(steps * batch, layer.width))
-    projected += layer.input_bias[:, None]
+        if count != batch:
+            source = source[:, rows]
+        flat = np.ascontiguousarray(source).reshape(steps * count, width)
+        np.matmul(flat, layer.input_weights[direction],
+                  out=projected[index].reshape(steps * count, layer.width))
+    projected += layer.input_bias[directions, None]
+    return projected
+
+
+def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: np.ndarray,
+               cell: np.ndarray | None, plan: _Plan) -> np.ndarray:
+    """Run both directions over ``inputs`` (T, B, I); returns the h history
+    ``(T+1, D, B, H_out)`` in step order (backward steps run from the end). ``cell``
+    (D, B, H) is updated in place and ends as the final cell state.
+
+    Each piece (:func:`_pieces`) projects its own inputs and runs its own steps, so that
+    pieces running at once share nothing but the arrays they write apart."""
+    steps, batch, _ = inputs.shape
     history = np.empty((steps + 1, layer.directions, batch, layer.out_size), dtype=inputs.dtype)
     history[0] = h0
-    _LOOPS[layer.cell](layer, projected, history, cell,
-                       None if packed is None else packed.active)
+    loop = _LOOPS[layer.cell]
+    active = None if packed is None else packed.active
+    concurrent = plan.runs_concurrently(layer, batch, steps)
+    pieces = _pieces(layer, batch, by_direction=concurrent)
+
+    def run_piece(directions: slice, rows: slice, wide: int = 0, step: int = 0,
+                  projected: np.ndarray | None = None) -> None:
+        if projected is None:
+            plan.use(wide)
+            projected = _project(layer, inputs, packed, directions, rows)
+        plan.use(step)
+        one = layer if directions.stop - directions.start == layer.directions \
+            else layer.direction(directions.start)
+        running = active
+        if active is not None and rows.stop - rows.start != batch:
+            # Sorted longest first, the sequences running at a step are a prefix of each part.
+            running = [min(max(n - rows.start, 0), rows.stop - rows.start) for n in active]
+        loop(one, projected, history[:, directions, rows],
+             None if cell is None else cell[directions, rows], running)
+
+    if concurrent and len(pieces) == 2:
+        plan.use(plan.step)  # before the threads start: both share the process's count
+        _both(run_piece, pieces[0], pieces[1])
+    elif plan.projects_concurrently(layer, batch, steps):
+        # Steps too small to gain from a second thread; the two projections, one large
+        # product each, run at once, and the directions' steps together.
+        projected = np.empty((2, steps, batch, layer.width), dtype=inputs.dtype)
+        everything = slice(0, batch)
+        plan.use(plan.step)
+        _both(lambda d: _project(layer, inputs, packed, slice(d, d + 1), everything,
+                                 out=projected[d:d + 1]), (0,), (1,))
+        run_piece(slice(0, 2), everything, step=plan.step, projected=projected)
+    else:
+        for directions, rows in pieces:
+            # One row makes the product a matrix-vector one (see _Plan): one thread.
+            wide = plan.wide if steps * (rows.stop - rows.start) > 1 else plan.step
+            run_piece(directions, rows, wide, plan.step)
     return history
+
+
+def _both(work: Callable[..., object], first: tuple[Any, ...], second: tuple[Any, ...]) -> None:
+    """``work(*first)`` here and ``work(*second)`` in a second thread, at once; an exception
+    in either is raised here (the first one's if both fail)."""
+    failures: list[BaseException] = []
+
+    def guarded(arguments: tuple[Any, ...]) -> None:
+        try:  # NumPy's error state is per thread: a new thread starts with the default
+            with np.errstate(over="ignore"):
+                work(*arguments)
+        except BaseException as error:  # handed to the calling thread, raised there
+            failures.append(error)
+
+    other = threading.Thread(target=guarded, args=(second,), name="rnnport-recurrence",
+                             daemon=True)
+    other.start()
+    guarded(first)
+    other.join()
+    if failures:
+        raise failures[0]
 
 
 def _layer_output(history: np.ndarray, packed: _Packing | None,
@@ -336,6 +604,10 @@ def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
     batch = projected.shape[2]
     by_step = projected.transpose(1, 0, 2, 3)  # (T, D, B, G·H)
     full = None if scratch is None else scratch.views(batch)
+    if active is None:  # the common case, its views made by iteration in C
+        for step_input, h, h_next in zip(by_step, history[:-1], history[1:], strict=True):
+            yield step_input, h, h_next, cell, full
+        return
     for s in range(by_step.shape[0]):
         n = batch if active is None else active[s]
         if n == batch:

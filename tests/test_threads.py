@@ -1,0 +1,235 @@
+"""``forward(threads=...)``: the BLAS thread counts in effect, and numbers that do not depend
+on them, nor on whether a bidirectional layer's directions run at once or in turn."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rnnport import RNN, Spec, runtime
+from rnnport.errors import StateError
+from rnnport.model import stack
+
+SPECS = [
+    Spec("lstm", 5, 6, num_layers=2, bidirectional=True),
+    Spec("lstm", 5, 6, proj_size=3, bidirectional=True),
+    Spec("lstm", 5, 6, peepholes=True, cell_clip=0.3, gate_clip=0.6, bidirectional=True),
+    Spec("lstm", 5, 6, layer_norm=True, bidirectional=True),
+    Spec("gru", 5, 6, num_layers=2, bidirectional=True),
+    Spec("gru", 5, 6, reset_after=False, bidirectional=True),
+    Spec("rnn_relu", 5, 6, bidirectional=True),
+    Spec("lstm", 5, 6, num_layers=2),
+]
+
+
+def _data(batch: int = 4, steps: int = 7, size: int = 5) -> np.ndarray:
+    return np.random.default_rng(8).uniform(-1, 1, (batch, steps, size)).astype(np.float32)
+
+
+def _same(a: Any, b: Any) -> None:
+    for left, right in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,),
+                           strict=True):
+        np.testing.assert_array_equal(left, right)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe())
+@pytest.mark.parametrize("lengths", [None, np.array([7, 3, 0, 5])], ids=["full", "lengths"])
+def test_numbers_do_not_depend_on_threads_or_concurrency(
+        spec: Spec, lengths: np.ndarray | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    rnn = RNN.random(spec, seed=2, scale=0.7)
+    x = _data()
+    y, state = rnn.forward(x, lengths=lengths, threads=1)  # everything in one thread
+    # The projections of both directions at once, then the steps of both at once.
+    for projection, step in ((0, 10**12), (10**12, 0)):
+        monkeypatch.setattr(runtime, "CONCURRENT_MIN_PROJECTION", projection)
+        monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", step)
+        for threads in (1, 2, 3, None):
+            y_t, state_t = rnn.forward(x, lengths=lengths, threads=threads)
+            np.testing.assert_array_equal(y_t, y)
+            _same(state_t, state)
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if not s.bidirectional]
+                         + [Spec("gru", 5, 6, reset_after=False), Spec("rnn_tanh", 5, 6)],
+                         ids=lambda s: s.describe())
+@pytest.mark.parametrize("lengths", [None, np.array([7, 3, 0, 5, 1])], ids=["full", "lengths"])
+def test_a_batch_run_in_two_halves_gives_the_whole_batch_numbers(
+        spec: Spec, lengths: np.ndarray | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    rnn = RNN.random(spec, seed=5, scale=0.7)
+    x = _data(batch=5)
+    y, _ = rnn.forward(x, lengths=lengths, threads=1)
+    monkeypatch.setattr(runtime, "SPLIT_MIN_STEP_WORK", 0)
+    monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 1)
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    y_1, state_1 = rnn.forward(x, lengths=lengths, threads=1)  # the halves in turn
+    # Sequences are independent; rows of a product are the same sums whatever the batch.
+    np.testing.assert_allclose(y_1, y, rtol=1e-6, atol=1e-7)
+    for threads in (2, None):  # the halves at once
+        y_t, state_t = rnn.forward(x, lengths=lengths, threads=threads)
+        np.testing.assert_array_equal(y_t, y_1)
+        _same(state_t, state_1)
+
+
+def test_a_stack_passes_threads_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = stack([RNN.random(Spec("lstm", 5, 6, bidirectional=True), seed=1),
+                   RNN.random(Spec("gru", 12, 4), seed=2)])
+    x = _data()
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    y, _ = model.forward(x, threads=1)
+    np.testing.assert_array_equal(model.forward(x, threads=2)[0], y)
+
+
+class _Spy:
+    """``numpy.matmul`` that records, for each product, its operands' dimensions, the BLAS
+    thread count in effect and the Python thread it ran in."""
+
+    def __init__(self, matmul: Any, library: Any) -> None:
+        self.matmul, self.library = matmul, library
+        self.calls: list[tuple[int, int, str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            self.calls.append((np.ndim(args[0]), self.library.get_num_threads(),
+                               threading.current_thread().name))
+        return self.matmul(*args, **kwargs)
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
+    pytest.importorskip("threadpoolctl")
+    libraries = runtime._blas()
+    if not libraries:
+        pytest.skip("threadpoolctl finds no BLAS library in this process")
+    found = _Spy(np.matmul, libraries[0])
+    monkeypatch.setattr(np, "matmul", found)
+    return found
+
+
+def test_the_requested_count_is_in_effect_during_the_products(
+        spy: _Spy, monkeypatch: pytest.MonkeyPatch) -> None:
+    library = spy.library
+    before = library.get_num_threads()
+    bidirectional = RNN.random(Spec("lstm", 5, 6, num_layers=2, bidirectional=True), seed=3)
+    one_way = RNN.random(Spec("gru", 5, 6, num_layers=2), seed=3)
+    x = _data()
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    for threads in (1, 2, 3):
+        spy.calls.clear()
+        one_way.forward(x, threads=threads)
+        # The input projections (2-D) take the count; the per-step products (3-D) one.
+        assert {count for ndim, count, _ in spy.calls if ndim == 2} == {threads}
+        assert {count for ndim, count, _ in spy.calls if ndim == 3} == {1}
+        assert library.get_num_threads() == before  # put back after the call
+    # Directions at once, one in a second Python thread, one BLAS thread each.
+    spy.calls.clear()
+    bidirectional.forward(x, threads=4)
+    assert {count for _, count, _ in spy.calls} == {1}
+    for ndim in (2, 3):
+        assert {name for n, _, name in spy.calls if n == ndim} == {
+            threading.current_thread().name, "rnnport-recurrence"}
+    spy.calls.clear()
+    bidirectional.forward(x, threads=1)
+    assert {count for _, count, _ in spy.calls} == {1}
+    assert {name for _, _, name in spy.calls} == {threading.current_thread().name}
+    # One row (one step of one sequence): the projection is a matrix-vector product.
+    spy.calls.clear()
+    one_way.forward(x[:1, :1], threads=2)
+    assert {count for _, count, _ in spy.calls} == {1}
+    # rnnport's choice: per-step products single-threaded, projections as the BLAS is set.
+    library.set_num_threads(2)
+    try:
+        spy.calls.clear()
+        one_way.forward(x)
+        assert {count for ndim, count, _ in spy.calls if ndim == 2} == {2}
+        assert {count for ndim, count, _ in spy.calls if ndim == 3} == {1}
+        assert library.get_num_threads() == 2
+    finally:
+        library.set_num_threads(before)
+
+
+def test_a_blas_set_to_one_thread_keeps_rnnport_in_one_thread(
+        spy: _Spy, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    before = spy.library.get_num_threads()
+    spy.library.set_num_threads(1)  # as OPENBLAS_NUM_THREADS=1, or a Dask worker, sets it
+    try:
+        RNN.random(Spec("lstm", 5, 6, bidirectional=True), seed=3).forward(_data())
+        assert {count for _, count, _ in spy.calls} == {1}
+        assert {name for _, _, name in spy.calls} == {threading.current_thread().name}
+    finally:
+        spy.library.set_num_threads(before)
+
+
+def test_large_projections_run_at_once_before_steps_in_one_thread(
+        spy: _Spy, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_PROJECTION", 0)
+    RNN.random(Spec("lstm", 5, 6, bidirectional=True), seed=3).forward(_data(), threads=2)
+    main, other = threading.current_thread().name, "rnnport-recurrence"
+    assert {(name, count) for ndim, count, name in spy.calls if ndim == 2} == {
+        (main, 1), (other, 1)}
+    assert {(name, count) for ndim, count, name in spy.calls if ndim == 3} == {(main, 1)}
+
+
+def test_small_layers_keep_their_directions_in_one_thread(spy: _Spy) -> None:
+    RNN.random(Spec("lstm", 5, 6, bidirectional=True), seed=3).forward(_data(), threads=2)
+    assert {name for _, _, name in spy.calls} == {threading.current_thread().name}
+
+
+def test_an_error_in_the_second_direction_reaches_the_caller(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    monkeypatch.setattr(runtime, "_cores", lambda: 2)
+    monkeypatch.setattr(runtime, "_blas", lambda: (_FakeLibrary(),))
+    loop = runtime._LOOPS["lstm"]
+
+    def failing(layer: Any, *args: Any) -> None:
+        if layer.backward == (True,):
+            raise FloatingPointError("the backward direction failed")
+        loop(layer, *args)
+
+    monkeypatch.setitem(runtime._LOOPS, "lstm", failing)
+    rnn = RNN.random(Spec("lstm", 5, 6, bidirectional=True), seed=3)
+    with pytest.raises(FloatingPointError, match="backward direction"):
+        rnn.forward(_data())
+
+
+class _FakeLibrary:
+    def __init__(self) -> None:
+        self.count = 2
+
+    def get_num_threads(self) -> int:
+        return self.count
+
+    def set_num_threads(self, count: int) -> None:
+        self.count = count
+
+
+def test_without_threadpoolctl_threads_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    rnn = RNN.random(Spec("lstm", 5, 6, num_layers=2, bidirectional=True), seed=4)
+    x = _data()
+    y, _ = rnn.forward(x, threads=1)
+    monkeypatch.setattr(runtime, "_blas", lambda: ())
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    for threads in (None, 1, 2):
+        np.testing.assert_array_equal(rnn.forward(x, threads=threads)[0], y)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, "2", True])
+def test_a_bad_thread_count_is_refused(threads: Any) -> None:
+    rnn = RNN.random(Spec("gru", 5, 6), seed=4)
+    with pytest.raises(StateError, match=r"threads=.*expected None \(rnnport chooses\) or a whole"):
+        rnn.forward(_data(), threads=threads)
+
+
+def test_a_large_matrix_vector_step_gives_the_same_numbers_for_every_count() -> None:
+    # Batch 1: each step is a matrix-vector product, which a threaded BLAS may split along
+    # its sums (OpenBLAS does at this size); the steps therefore always use one thread.
+    rnn = RNN.random(Spec("rnn_tanh", 30, 700), seed=1, scale=0.5)
+    x = np.random.default_rng(1).standard_normal((1, 20, 30)).astype(np.float32)
+    y, _ = rnn.forward(x, threads=1)
+    for threads in (2, 4, None):
+        np.testing.assert_array_equal(rnn.forward(x, threads=threads)[0], y)
