@@ -221,6 +221,8 @@ def test_device_errors() -> None:
             model.forward(x, engine=engine, device="cuda")
     with pytest.raises(DeviceError, match="PyTorch refuses it"):
         model.forward(x, engine="torch", device="no-such-device")
+    with pytest.raises(DeviceError, match="meta device holds shapes, not values"):
+        model.forward(x, engine="torch", device="meta")
     if torch.cuda.is_available():
         _agrees(model.forward(x, engine="torch", device="cuda", lengths=np.array([6, 1, 0, 2])),
                 model.forward(x, lengths=np.array([6, 1, 0, 2])))

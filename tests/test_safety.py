@@ -5,6 +5,8 @@ a file that breaks the HDF5 library breaks only the child process that reads it.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -385,3 +387,44 @@ def test_the_network_a_file_describes_is_bounded_by_the_file_size(tmp_path: Path
     assert error.value.limit == "expansion"
     with rnnport.limits(expansion=64):
         assert rnnport.read(tmp_path / "zeros.npz") == zeros
+
+
+def _suggested(error: BaseException) -> float:
+    found = re.search(r"rnnport\.limits\(expansion=([0-9.e+]+)\)", str(error))
+    assert found, str(error)
+    return float(found[1])
+
+
+@pytest.mark.parametrize("fmt", ["keras", "npz"])
+def test_the_value_a_refusal_suggests_allows_the_file(tmp_path: Path, fmt: str) -> None:
+    """A deflated archive of zeros claiming a large network: refused, and the limit the
+    message suggests reads it at the first retry."""
+    zeros = rnnport.RNN.random(rnnport.Spec("lstm", 8, 1500), scale=0.0)
+    plain = tmp_path / ("plain.keras" if fmt == "keras" else "plain.npz")
+    rnnport.write(zeros, fmt, path=plain)
+    packed = tmp_path / ("packed.keras" if fmt == "keras" else "packed.npz")
+    with zipfile.ZipFile(plain) as source, \
+            zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            target.writestr(info.filename, source.read(info.filename))
+    with pytest.raises(rnnport.LimitError) as error:
+        rnnport.read(packed)
+    with rnnport.limits(expansion=_suggested(error.value)):
+        assert rnnport.read(packed) == rnnport.read(plain)
+
+
+def test_a_limit_raised_beyond_any_size_allows_everything(tmp_path: Path) -> None:
+    rnnport.write(MODEL, "npz", path=tmp_path / "m.npz")
+    with rnnport.limits(expansion=1e308, work=1e308, elements=1e308, seconds=1e308):
+        assert rnnport.read(tmp_path / "m.npz") == MODEL
+
+
+@pytest.mark.parametrize("name", ["fifo.tflite", "fifo.msgpack", "fifo.npz", "fifo.onnx"])
+def test_a_fifo_named_like_a_model_is_refused_without_blocking(tmp_path: Path,
+                                                               name: str) -> None:
+    os.mkfifo(tmp_path / name)
+    done = subprocess.run([sys.executable, "-c", "import sys, rnnport\n"
+                           "try:\n    rnnport.read(sys.argv[1])\n"
+                           "except rnnport.RnnportError as error:\n    print('refused', error)\n",
+                           str(tmp_path / name)], capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith("refused"), done.stdout + done.stderr

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -89,9 +90,8 @@ def allowance(name: str, size: int = 0) -> int:
     """What limit ``name`` allows for a file of ``size`` bytes: value × (size + slack) for
     the limits relative to a size; the value itself for the others."""
     limit = LIMITS[name]
-    if not limit.per_size:
-        return int(value(name))
-    return int(value(name) * (max(size, 0) + limit.slack))
+    allowed = value(name) if not limit.per_size else value(name) * (max(size, 0) + limit.slack)
+    return int(min(allowed, sys.maxsize))  # a limit raised out of sight allows everything
 
 
 def exceeded(where: str, what: str, name: str, size: int | None = None,
@@ -107,6 +107,7 @@ def exceeded(where: str, what: str, name: str, size: int | None = None,
     if needed is not None:
         base = max(size or 0, 0) + limit.slack if limit.per_size else 1
         suggestion = max(suggestion, _round_up(needed / max(base, 1)))
+    suggestion = min(suggestion, 1e18)
     number = f"{suggestion:g}" if suggestion < 1e6 else str(int(suggestion))
     why = ("A damaged or hostile file can claim any size, so nothing was read. If you trust "
            "it, raise the limit" if limit.per_size else "Nothing was done. To allow it, raise "

@@ -402,6 +402,8 @@ def _tree(source: Any, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
         path = Path(source)
         try:
+            if not path.is_file():  # a FIFO or a device would block or never end
+                raise FormatError(f"{path}: not a regular file; expected a .msgpack checkpoint.")
             data = path.read_bytes()
         except OSError as error:
             raise FormatError(f"{path}: cannot be read ({error.strerror or error}).") from None

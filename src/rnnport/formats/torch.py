@@ -499,7 +499,7 @@ def _check_expansion(state: Mapping[str, Any], where: str, size: int | None) -> 
             raise budget.exceeded(
                 where, f"the lists under {key!r} would expand to {expanded:,} bytes of "
                 f"arrays{before}, from {held:,} bytes of distinct lists that repeat one another "
-                "by reference", "expansion", held if size is None else size)
+                "by reference", "expansion", held if size is None else size, total)
 
 
 def _array_bytes(value: list[Any] | tuple[Any, ...], where: str) -> tuple[int, int]:
@@ -723,6 +723,8 @@ def engine_device(device: Any) -> str:
     torch = require("torch", extra="torch", purpose="forward(engine='torch')")
     try:
         named = torch.device("cpu" if device is None else device)
+        if named.type == "meta":  # tensors without data: nothing would be computed
+            raise ValueError("a meta device holds shapes, not values")
         torch.empty(0, device=named)
     except Exception as error:  # PyTorch says "not compiled with CUDA" with several classes
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -642,6 +642,8 @@ def read_model(path: str | os.PathLike[str]) -> Model:
     """Read and decode a ``.tflite`` file."""
     path = Path(path)
     try:
+        if not path.is_file():  # a FIFO or a device would block or never end
+            raise FormatError(f"{path}: not a regular file; expected a .tflite file.")
         data = path.read_bytes()
     except OSError as error:
         raise FormatError(f"{path}: cannot be read ({error.strerror or error})") from None

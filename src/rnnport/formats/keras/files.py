@@ -201,7 +201,7 @@ def _check_parameters(path: Path, chosen: Sequence[FileLayer]) -> None:
     if total > budget.allowance("expansion", size):
         raise budget.exceeded(
             str(path), f"the network read ({len(chosen)} layer(s)) has {total:,} bytes of "
-            "parameters", "expansion", size)
+            "parameters", "expansion", size, total)
 
 
 def stacks(source: Any) -> list[tuple[str, str]]:

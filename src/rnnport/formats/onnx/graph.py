@@ -674,7 +674,8 @@ class _Call:
                                   "malformed.")
             count *= dim
         if count * dtype.itemsize > self.limit:
-            raise exhausted(self.where, f"the result would be {shape} of {dtype}")
+            raise exhausted(self.where, f"the result would be {shape} of {dtype}",
+                            needed=count * dtype.itemsize)
         return shape
 
 

@@ -658,7 +658,7 @@ def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, 
         try:
             with np.errstate(all="ignore"):
                 outputs = _compute(scope, node, arguments, where, scope.label(node), budget)
-        except BudgetError:
+        except (BudgetError, TooManyPieces):
             raise
         except RnnportError:
             continue
@@ -670,9 +670,13 @@ def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, 
             budget -= sum(int(item.nbytes) for item in _items(value))
             if budget < 0:
                 raise exhausted(where, "running the graph to check the network it computes "
-                                "takes")
+                                "takes", scope.loaded.stored, scope.loaded.limit - budget)
             values[name] = value
     return values
+
+
+class TooManyPieces(FormatError):
+    """A sequence split into more pieces than any recurrent network has steps."""
 
 
 def _items(value: Any) -> Iterable[np.ndarray]:
@@ -700,7 +704,7 @@ def _fits(shape: tuple[int, ...], budget: int, where: str) -> None:
     """Refuse, before computing it, a result larger than the run may still take."""
     if math.prod(shape) * 8 > budget:
         raise exhausted(where, f"running the graph to check the network it computes would "
-                        f"make a value of shape {shape}")
+                        f"make a value of shape {shape}", needed=math.prod(shape) * 8)
 
 
 def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any],
@@ -715,7 +719,9 @@ def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any],
     else:
         count = len(split)
     if count > MAX_PIECES:
-        raise exhausted(where, f"SplitToSequence into {count:,} pieces would take")
+        raise TooManyPieces(f"{where}: SplitToSequence into {count:,} pieces; expected at most "
+                          f"{MAX_PIECES:,} (a recurrent network's steps), so the graph is built "
+                          "to exhaust the reader. Nothing was read.")
     if split is None:
         pieces = np.split(data, data.shape[axis], axis=axis)
         return pieces if attributes.get("keepdims", 1) else [np.squeeze(p, axis) for p in pieces]

@@ -1104,7 +1104,7 @@ def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple
         if total > budget.allowance("expansion", file.size):
             raise budget.exceeded(
                 file.where, f"the network's first {len(layers)} layer(s) hold {total:,} bytes "
-                "of parameters", "expansion", file.size)
+                "of parameters", "expansion", file.size, total)
     takes, gives = _majors(file, chain)
     if takes or gives:
         reading.remarks.append(
