@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
@@ -402,7 +403,7 @@ def _tree(source: Any, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
         path = Path(source)
         try:
-            if not path.is_file():  # a FIFO or a device would block or never end
+            if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block
                 raise FormatError(f"{path}: not a regular file; expected a .msgpack checkpoint.")
             data = path.read_bytes()
         except OSError as error:

@@ -85,6 +85,7 @@ act(W x + R h + b)``.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -642,8 +643,8 @@ def read_model(path: str | os.PathLike[str]) -> Model:
     """Read and decode a ``.tflite`` file."""
     path = Path(path)
     try:
-        if not path.is_file():  # a FIFO or a device would block or never end
-            raise FormatError(f"{path}: not a regular file; expected a .tflite file.")
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block or not end
+            raise FormatError(f"{path}: not a regular file; expected a FlatBuffer model file.")
         data = path.read_bytes()
     except OSError as error:
         raise FormatError(f"{path}: cannot be read ({error.strerror or error})") from None
