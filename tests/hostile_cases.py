@@ -707,7 +707,8 @@ case("limit-expansion-flax", _large("flax", "big.msgpack"), _lowered("big.msgpac
 # -- the child --------------------------------------------------------------------------------
 
 
-def _mentions_memory(error: BaseException) -> bool:
+def mentions_memory(error: BaseException) -> bool:
+    """Whether ``error``, or an error it was raised from or during, is a MemoryError."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -732,7 +733,7 @@ def child(name: str) -> None:
         result = {"outcome": "returned", "type": type(value).__name__, "message": repr(value)}
     except rnnport.RnnportError as error:
         result = {"outcome": "rnnport", "type": type(error).__name__,
-                  "message": str(error), "memory": _mentions_memory(error),
+                  "message": str(error), "memory": mentions_memory(error),
                   "limit": getattr(error, "limit", None)}
     except BaseException as error:
         result = {"outcome": "other", "type": type(error).__name__, "message": str(error)[:2000],

@@ -788,17 +788,6 @@ def _alarm(signum: int, frame: Any) -> None:
     raise Hang()
 
 
-def _mentions_memory(error: BaseException) -> bool:
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, MemoryError):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
-
-
 def structured(seed_value: int, case: int, share: float) -> bool:
     """Whether case ``case`` gets a structure-aware mutation (drawn apart from the case's
     own generator, so that the byte-level cases stay what they were)."""
@@ -835,7 +824,9 @@ def run_case(seeds: list[Seed], seed_value: int, case: int, scratch: Path,
     except Hang:
         result.update(outcome="FAIL", detail=f"no answer within {timeout:g} s")
     except rnnport.RnnportError as error:
-        if _mentions_memory(error):
+        from hostile_cases import mentions_memory
+
+        if mentions_memory(error):
             result.update(outcome="FAIL", detail=f"a MemoryError became {error!r}")
         else:
             result.update(outcome="error", error=type(error).__name__)

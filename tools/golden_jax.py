@@ -88,9 +88,7 @@ Files, per case ``<name>``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import hashlib
 import json
 import sys
 import zlib
@@ -98,6 +96,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import golden_manifest
 import numpy as np
 
 BATCH, TIME, INPUT, HIDDEN = 2, 5, 3, 4
@@ -550,34 +549,20 @@ def check_case(name: str, out: Path) -> None:
         raise SystemExit(f"{name}: " + "; ".join(problems))
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _made(name: str, out: Path) -> golden_manifest.Made:
+    meta, files = make_case(name, out)
+    check_case(name, out)
+    line = (f"{meta['library']} {'+'.join(c['class'] for c in meta['cells'])} "
+            f"y{tuple(meta['y_shape'])} {len(meta['params'])} params  ({', '.join(files)})")
+    return ({"description": meta["description"], "library": meta["library"]}, files, line,
+            _versions())
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--case", action="append", choices=sorted(CASES))
-    parser.add_argument("--list", action="store_true")
-    args = parser.parse_args(argv)
-    if args.list:
-        for name, (_, description) in CASES.items():
-            print(f"{name}: {description}")
-        return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    manifest_path = args.out / "MANIFEST.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"cases": {}}
-    for name in args.case or list(CASES):
-        meta, files = make_case(name, args.out)
-        check_case(name, args.out)
-        manifest["cases"][name] = {"description": meta["description"], "library": meta["library"],
-                                   "files": {f: _sha256(args.out / f) for f in files}}
-        print(f"{name}: {meta['library']} {'+'.join(c['class'] for c in meta['cells'])} "
-              f"y{tuple(meta['y_shape'])} {len(meta['params'])} params  ({', '.join(files)})")
-    manifest["generator"] = "tools/golden_jax.py"
-    manifest["versions"] = _versions()
-    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return 0
+    return golden_manifest.main(argv, description=__doc__.splitlines()[0],
+                                default_out=DEFAULT_OUT,
+                                cases={name: text for name, (_, text) in CASES.items()},
+                                generator="tools/golden_jax.py", make=_made)
 
 
 if __name__ == "__main__":

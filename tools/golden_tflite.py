@@ -59,8 +59,6 @@ Files, per case ``<name>``
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import os
 import sys
@@ -72,6 +70,7 @@ from typing import Any
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import golden_manifest
 import numpy as np
 
 BATCH, INPUT = 2, 3
@@ -158,11 +157,17 @@ def _bi_gru(tf: Any) -> Any:
     return keras.Model(inputs, layer(inputs))
 
 
-def _stacked_lstm(tf: Any) -> Any:
+def _stacked(tf: Any, cell: str) -> Any:
+    """Two layers of ``cell`` ("LSTM", "GRU"), 5 then 4 units, named ``lstm_1``, ``lstm_2`` …"""
     keras = tf.keras
+    layer = getattr(keras.layers, cell)
     inputs = keras.Input(shape=(5, INPUT), batch_size=BATCH, name="x")
-    hidden = keras.layers.LSTM(5, return_sequences=True, name="lstm_1")(inputs)
-    return keras.Model(inputs, keras.layers.LSTM(4, return_sequences=True, name="lstm_2")(hidden))
+    hidden = layer(5, return_sequences=True, name=f"{cell.lower()}_1")(inputs)
+    return keras.Model(inputs, layer(4, return_sequences=True, name=f"{cell.lower()}_2")(hidden))
+
+
+def _stacked_lstm(tf: Any) -> Any:
+    return _stacked(tf, "LSTM")
 
 
 def _float16(tf: Any) -> Any:
@@ -170,10 +175,7 @@ def _float16(tf: Any) -> Any:
 
 
 def _stacked_gru(tf: Any) -> Any:
-    keras = tf.keras
-    inputs = keras.Input(shape=(5, INPUT), batch_size=BATCH, name="x")
-    hidden = keras.layers.GRU(5, return_sequences=True, name="gru_1")(inputs)
-    return keras.Model(inputs, keras.layers.GRU(4, return_sequences=True, name="gru_2")(hidden))
+    return _stacked(tf, "GRU")
 
 
 def _gru_go_backwards(tf: Any) -> Any:
@@ -357,33 +359,19 @@ def _convert_keras(tf: Any, model: Any, quantize: str, rng: np.random.Generator,
     return bytes(converter.convert())
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _made(name: str, out: Path) -> golden_manifest.Made:
+    meta = make_case(name, out)
+    return ({"description": meta["description"], "ops": meta["ops"]},
+            [f"{name}.tflite", f"{name}.npz"],
+            f"{' '.join(meta['ops'])}  (LiteRT vs Keras {meta['max_litert_keras_difference']:.2g})",
+            meta["versions"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--case", action="append", choices=sorted(CASES))
-    parser.add_argument("--list", action="store_true")
-    args = parser.parse_args(argv)
-    if args.list:
-        for name, (_, description, _) in CASES.items():
-            print(f"{name}: {description}")
-        return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    manifest_path = args.out / "MANIFEST.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"cases": {}}
-    for name in args.case or list(CASES):
-        meta = make_case(name, args.out)
-        files = [f"{name}.tflite", f"{name}.npz"]
-        manifest["cases"][name] = {"description": meta["description"], "ops": meta["ops"],
-                                   "files": {f: _sha256(args.out / f) for f in files}}
-        print(f"{name}: {' '.join(meta['ops'])}  (LiteRT vs Keras {meta['max_litert_keras_difference']:.2g})")
-    manifest["generator"] = "tools/golden_tflite.py"
-    manifest["versions"] = meta["versions"]
-    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return 0
+    return golden_manifest.main(argv, description=__doc__.splitlines()[0],
+                                default_out=DEFAULT_OUT,
+                                cases={name: text for name, (_, text, _) in CASES.items()},
+                                generator="tools/golden_tflite.py", make=_made)
 
 
 if __name__ == "__main__":
