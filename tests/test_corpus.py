@@ -318,3 +318,41 @@ def test_progress_is_one_line_redrawn_on_a_terminal_with_failures_on_their_own_l
     assert "\r[################........] 2/3 files, 1 failed" in text
     assert "\r[########################] 3/3 files, 1 failed" in text
     assert text.count("\n") == 2 and text.endswith("\x1b[K\n")
+
+
+def test_an_output_that_would_be_the_model_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    model = tmp_path / "out" / "m.npz"
+    rnnport.write(rnnport.RNN.random(rnnport.Spec("gru", 3, 4)), "npz", path=model)
+    before = model.read_bytes()
+    np.savez(tmp_path / "in" / "m.npz", x=np.zeros((1, 2, 3), np.float32))
+    with pytest.raises(rnnport.FormatError, match="is an input file \\(or the model's\\)"):
+        corpus.run(model, [tmp_path / "in" / "m.npz"], tmp_path / "out", jobs=0, force=True)
+    assert model.read_bytes() == before
+
+
+def test_a_run_sweeps_each_output_folder_once_for_killed_writers_leftovers(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, data: Path, tmp_path: Path) -> None:
+    """What a killed run's writers left is removed, with one look through each output folder
+    rather than one per file written."""
+    from rnnport.io import atomic
+
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = out / ".one.npy.abcdefgh.partial"
+    stale.write_bytes(b"half")
+    other = out / ".notes.txt.abcdefgh.partial"  # no output of this run: left alone
+    other.write_bytes(b"half")
+    looks = []
+    real = atomic.os.scandir
+
+    def counting(path: object) -> object:
+        looks.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(atomic.os, "scandir", counting)
+    summary = corpus.run(model_file, [data], out, jobs=0)
+    assert summary.done == 5 and not stale.exists() and other.exists()
+    outputs = [look for look in looks if look.startswith(str(out))]
+    assert len(outputs) == len(set(outputs)) == 3  # out, out/deep, out/deep/er: once each

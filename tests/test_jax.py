@@ -296,3 +296,35 @@ def test_compact_scope_names_are_ordered_by_how_the_sizes_chain() -> None:
     numbered = {f"RNN_{k}": {"cell": rnnport.write(square, "flax")["params"]["cell"]}
                 for k in (0, 1, 10, 2)}  # 10 after 2: numbers compare as numbers
     assert rnnport.read({"params": numbered}, "flax").spec.num_layers == 4
+
+
+def test_a_tree_sharing_subtrees_is_converted_once_per_subtree() -> None:
+    """Sixty levels of one subtree referenced twice: 2⁶⁰ paths, sixty conversions."""
+    from rnnport.formats import flax as flax_format
+
+    converted = []
+    real = flax_format.to_numpy
+
+    def counting(value: object, where: str) -> np.ndarray:
+        converted.append(where)
+        return real(value, where)
+
+    tree: dict[str, object] = {"kernel": np.zeros(2, np.float32)}
+    for _ in range(60):
+        tree = {"a": tree, "b": tree}
+    import unittest.mock
+
+    with unittest.mock.patch.object(flax_format, "to_numpy", counting):
+        plain = flax_format._plain(tree, "tree")
+    assert len(converted) == 1 and plain["a"] is plain["b"]
+
+
+def test_a_written_module_gives_each_layer_its_own_functions() -> None:
+    import jax
+
+    first = rnnport.RNN.random(rnnport.Spec("gru", 3, 4), seed=1)
+    second = rnnport.RNN.random(rnnport.Spec("gru", 4, 4, activations=(("HardSigmoid", 1 / 6, 0.5),
+                                                       ("Tanh", 0.0, 0.0))), seed=2)
+    module = rnnport.write(rnnport.stack([first, second]), "flax", module=True)
+    assert module.layers[0].cell.gate_fn is jax.nn.sigmoid
+    assert module.layers[1].cell.gate_fn is jax.nn.hard_sigmoid

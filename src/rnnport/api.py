@@ -46,7 +46,8 @@ def _within_limits(model: Model, source: Any) -> Model:
     if not isinstance(source, (str, os.PathLike)):
         return model
     try:
-        size = sum(path.stat().st_size for path in input_files(source) if path.is_file())
+        files = {path.resolve() for path in input_files(source)}  # formats may name one twice
+        size = sum(path.stat().st_size for path in files if path.is_file())
     except (OSError, ValueError):
         return model
     needed = model.num_params() * np.dtype(model.dtype).itemsize

@@ -24,7 +24,14 @@ import numpy as np
 from . import api, budget, formats
 from ._version import package_version
 from .errors import FormatError, LimitError, RnnportError
-from .io.atomic import NUMPY_ARCHIVE, atomic_write, check_outputs, replacing, save_archive
+from .io.atomic import (
+    NUMPY_ARCHIVE,
+    atomic_write,
+    check_outputs,
+    replacing,
+    save_archive,
+    save_npy,
+)
 from .model import Model, Stack
 from .spec import Spec
 
@@ -575,7 +582,7 @@ def _run(args: argparse.Namespace, out: TextIO, progress: _Progress) -> int:
     if args.output:
         with replacing(args.force, "pass --force"):
             if Path(args.output).suffix.lower() == ".npy":
-                atomic_write(args.output, lambda file: np.save(file, y, allow_pickle=False))
+                save_npy(args.output, y)
             else:
                 save_archive(args.output, arrays, "rnnport run --output")
         print(f"wrote {args.output}", file=out)

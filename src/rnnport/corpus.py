@@ -72,7 +72,15 @@ import numpy as np
 from . import api, budget, formats
 from .errors import FormatError, MissingDependencyError, RnnportError, ShapeError
 from .io.archive import load_npy, open_zip, read_member, read_npy
-from .io.atomic import NUMPY_ARCHIVE, replacing, save_archive, save_npy, shown
+from .io.atomic import (
+    NUMPY_ARCHIVE,
+    remove_stale_temporaries_in,
+    replacing,
+    save_archive,
+    save_npy,
+    shown,
+    swept,
+)
 from .model import Model
 
 __all__ = ["FEATURE_SUFFIXES", "LENGTHS", "ONE_BLAS_THREAD", "FileResult", "Summary",
@@ -224,7 +232,7 @@ def plan(inputs: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[st
     if not unique:
         raise FormatError(f"run: no input files found; expected {' or '.join(FEATURE_SUFFIXES)} "
                           "files, or folders that hold some.")
-    _check_outputs(unique)
+    _check_outputs(unique, skip)
     return unique
 
 
@@ -246,7 +254,9 @@ def _folder_files(folder: Path, out: Path, skip: set[str]) -> list[tuple[Path, P
     return sorted(found, key=lambda item: item[0].parts)
 
 
-def _check_outputs(tasks: Sequence[Task]) -> None:
+def _check_outputs(tasks: Sequence[Task], protected: set[str]) -> None:
+    """Each output written by one input, and none of them an input or a ``protected`` file
+    (the model's own; resolved paths)."""
     by_output: dict[str, list[Task]] = {}
     for task in tasks:
         by_output.setdefault(os.path.realpath(task.output), []).append(task)
@@ -258,11 +268,12 @@ def _check_outputs(tasks: Sequence[Task]) -> None:
                           f"one input ({listed}); expected one input per output name. Give those "
                           "inputs in separate runs, or their folders rather than the files. "
                           "Nothing was written.")
-    sources = {os.path.realpath(task.source) for task in tasks}
+    sources = {os.path.realpath(task.source) for task in tasks} | protected
     clashing = [task for task in tasks if os.path.realpath(task.output) in sources]
     if clashing:
-        raise FormatError(f"{shown(clashing[0].output)}: is an input file; rnnport never writes "
-                          "over its input. Choose another output folder. Nothing was written.")
+        raise FormatError(f"{shown(clashing[0].output)}: is an input file (or the model's); "
+                          "rnnport never writes over its input. Choose another output folder. "
+                          "Nothing was written.")
 
 
 # -- one file ----------------------------------------------------------------------------------
@@ -372,7 +383,7 @@ def _compute_and_write(model: Model, task: Task, job: _Job) -> tuple[int, int]:
         raise FormatError(f"{task.name}: the archive holds only {LENGTHS!r}; expected feature "
                           "arrays beside it.")
     Path(task.output).parent.mkdir(parents=True, exist_ok=True)
-    with replacing(job.force, "pass --force"):
+    with replacing(job.force, "pass --force"), swept():  # run() swept the folders once
         if None in arrays:
             save_npy(task.output, outputs[""])
         else:
@@ -380,6 +391,16 @@ def _compute_and_write(model: Model, task: Task, job: _Job) -> tuple[int, int]:
                 outputs[LENGTHS] = own
             save_archive(task.output, outputs, task.name)
     return sequences, frames
+
+
+def _sweep(tasks: Sequence[Task]) -> None:
+    """Remove what killed writers left for these outputs: one look through each folder
+    (the writes themselves then skip theirs, which would look through it once per file)."""
+    by_folder: dict[str, set[str]] = {}
+    for task in tasks:
+        by_folder.setdefault(os.path.dirname(task.output), set()).add(os.path.basename(task.output))
+    for folder, names in by_folder.items():
+        remove_stale_temporaries_in(folder, names)
 
 
 def _describe(error: BaseException) -> str:
@@ -617,6 +638,7 @@ def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[s
     api.read(model_file, fmt, **job.options)  # a model that cannot be read stops everything
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     todo = [task for task in tasks if force or not os.path.lexists(task.output)]
+    _sweep(todo)
     waiting = set(todo)
     done: dict[Task, FileResult] = {
         task: FileResult(task.name, task.source, task.output, "skipped")

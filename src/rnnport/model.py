@@ -27,8 +27,6 @@ from .spec import Spec
 
 __all__ = ["RNN", "Model", "Stack", "install_engines", "stack"]
 
-# The most parameters RNN.random draws (2**31: 8 GiB in float32).
-
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 DIRECTION_NAMES = ("forward", "backward")
 

@@ -336,6 +336,7 @@ _BLAS: tuple[Any, ...] | None = None  # threadpoolctl's controllers of the loade
 _BLAS_LOCK = threading.Lock()
 _RUNNING = 0  # forward calls between their first switch of the BLAS count and the put-back
 _FOUND: list[int] = []  # the count each BLAS library had before the first of them
+_SWITCHED = False  # whether a call since then changed a count
 
 
 def _blas() -> tuple[Any, ...]:
@@ -385,9 +386,12 @@ class _Plan:
 
     ``None`` spends what the BLAS is set to (``OPENBLAS_NUM_THREADS``; a Dask worker's one
     thread): with one BLAS thread, no second Python thread either. The count is the
-    process's: calls running at once in several threads share it (their speed, never their
-    numbers, depends on each other), and the count found before the first of them is put
-    back when the last one ends."""
+    process's: calls running at once in several threads share it, and the count found before
+    the first of them is put back when the last one ends (if any call changed it). One call's
+    projections may then raise the count while another's steps run, which can change that
+    call's last bits; concurrent calls that must not depend on each other run with
+    ``threads=1`` (or a BLAS of one thread). A call finding the count already what it needs
+    switches nothing."""
 
     __slots__ = ("concurrent", "current", "libraries", "step", "wide")
 
@@ -402,6 +406,8 @@ class _Plan:
         with _BLAS_LOCK:
             if _RUNNING == 0:
                 _FOUND = [library.get_num_threads() for library in self.libraries]
+                if len(set(_FOUND)) == 1:  # alone, so the count is still the one found
+                    self.current = _FOUND[0]
             _RUNNING += 1
             found = max(_FOUND)
         self.step = 1
@@ -413,20 +419,23 @@ class _Plan:
             self.concurrent = self.wide >= 2
 
     def use(self, count: int) -> None:
+        global _SWITCHED
         if count and count != self.current:
             for library in self.libraries:
                 library.set_num_threads(count)
             self.current = count
+            _SWITCHED = True
 
     def restore(self) -> None:
-        global _RUNNING
+        global _RUNNING, _SWITCHED
         if not self.libraries:
             return
         with _BLAS_LOCK:
             _RUNNING -= 1
-            if _RUNNING == 0:
+            if _RUNNING == 0 and _SWITCHED:
                 for library, count in zip(self.libraries, _FOUND, strict=True):
                     library.set_num_threads(count)
+                _SWITCHED = False
         self.current = None
 
     def runs_concurrently(self, layer: _Layer, batch: int, steps: int) -> bool:
@@ -609,7 +618,7 @@ def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
             yield step_input, h, h_next, cell, full
         return
     for s in range(by_step.shape[0]):
-        n = batch if active is None else active[s]
+        n = active[s]
         if n == batch:
             yield by_step[s], history[s], history[s + 1], cell, full
         elif n == 0:

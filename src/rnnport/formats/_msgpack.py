@@ -144,7 +144,7 @@ def decode(data: Bytes, *, source: str = "<bytes>", flax: bool = True) -> Any:
     reader = _Reader(memoryview(raw), 0, len(raw), source, budget, flax=flax, raw_strings=False,
                      context="", size=len(raw))
     value = reader.read()
-    if flax:
+    if flax and reader.chunked_at:  # a walk of the whole tree only when something is chunked
         value = _unchunk_tree(value, reader.chunked_at, source)
     return value
 

@@ -97,9 +97,15 @@ MAX_DEPTH = 64
 # -- what a tree holds -----------------------------------------------------------------------
 
 
-def _plain(value: Any, where: str, depth: int = 0) -> Any:
+def _plain(value: Any, where: str, depth: int = 0,
+           done: dict[int, tuple[Any, Any]] | None = None) -> Any:
     """A nested mapping of arrays as plain dicts of NumPy arrays: FrozenDicts, NNX States
-    (Variables' ``.value``) and jax arrays included; lists become dicts keyed by index."""
+    (Variables' ``.value``) and jax arrays included; lists become dicts keyed by index. A
+    subtree reached twice (shared) is converted once."""
+    done = {} if done is None else done  # id → (the subtree, kept alive; its conversion)
+    if id(value) in done:
+        return done[id(value)][1]
+    original = value
     if depth > MAX_DEPTH:
         raise FormatError(f"{where}: nested more than {MAX_DEPTH} levels; expected a Flax "
                           "parameter tree.")
@@ -107,11 +113,12 @@ def _plain(value: Any, where: str, depth: int = 0) -> Any:
         from flax import nnx  # an NNX State: flax is installed
 
         value = nnx.to_pure_dict(value)
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item, f"{where}/{key}", depth + 1) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return {str(index): _plain(item, f"{where}/{index}", depth + 1)
-                for index, item in enumerate(value)}
+    if isinstance(value, (Mapping, list, tuple)):
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        converted = {str(key): _plain(item, f"{where}/{key}", depth + 1, done)
+                     for key, item in items}
+        done[id(original)] = (original, converted)
+        return converted
     if hasattr(value, "value") and not isinstance(value, np.ndarray) and \
             type(value).__module__.startswith("flax"):
         value = value.value
@@ -412,7 +419,7 @@ def _tree(source: Any, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
     if isinstance(source, (bytes, bytearray, memoryview)):
         from . import _msgpack as msgpack
 
-        return _plain(msgpack.decode(bytes(source), source="Flax msgpack bytes"),
+        return _plain(msgpack.decode(source, source="Flax msgpack bytes"),
                       "msgpack"), "Flax msgpack bytes"
     if _is_module(source):
         return _plain(_module_tree(source, options), "module"), f"a {type(source).__name__}"
@@ -661,19 +668,22 @@ def _module(model: Model, tree: Mapping[str, Any], api: str, lstm_cell: str) -> 
 
     layers = model.layers()
     first = layers[0].spec
-    functions = {"gate_fn": jax.nn.sigmoid, "activation_fn": jnp.tanh}
-    if first.activations:
-        names = [NAMES[a] for a in first.activations]
-        functions = {"gate_fn": getattr(jax.nn, names[0]), "activation_fn": getattr(jax.nn, names[1])}
+
+    def functions(spec: Spec) -> dict[str, Any]:
+        """The cell's own gate and activation functions (each layer of a stack its own)."""
+        if not spec.activations:
+            return {"gate_fn": jax.nn.sigmoid, "activation_fn": jnp.tanh}
+        names = [NAMES[a] for a in spec.activations]
+        return {"gate_fn": getattr(jax.nn, names[0]), "activation_fn": getattr(jax.nn, names[1])}
     if api == "linen":
         import flax.linen as nn
 
         def linen_cell(spec: Spec) -> Any:
             if spec.cell == "lstm":
                 kind = nn.OptimizedLSTMCell if lstm_cell == "OptimizedLSTMCell" else nn.LSTMCell
-                return kind(spec.hidden_size, **functions)
+                return kind(spec.hidden_size, **functions(spec))
             if spec.cell == "gru":
-                return nn.GRUCell(spec.hidden_size, **functions)
+                return nn.GRUCell(spec.hidden_size, **functions(spec))
             return nn.SimpleCell(spec.hidden_size, activation_fn=getattr(jax.nn, spec.nonlinearity))
 
         def linen_layer(spec: Spec) -> Any:
@@ -691,9 +701,9 @@ def _module(model: Model, tree: Mapping[str, Any], api: str, lstm_cell: str) -> 
     def nnx_cell(spec: Spec, inputs: int) -> Any:
         if spec.cell == "lstm":
             kind = nnx.OptimizedLSTMCell if lstm_cell == "OptimizedLSTMCell" else nnx.LSTMCell
-            return kind(inputs, spec.hidden_size, rngs=rngs, **functions)
+            return kind(inputs, spec.hidden_size, rngs=rngs, **functions(spec))
         if spec.cell == "gru":
-            return nnx.GRUCell(inputs, spec.hidden_size, rngs=rngs, **functions)
+            return nnx.GRUCell(inputs, spec.hidden_size, rngs=rngs, **functions(spec))
         return nnx.SimpleCell(inputs, spec.hidden_size, rngs=rngs,
                               activation_fn=getattr(jax.nn, spec.nonlinearity))
 

@@ -152,9 +152,10 @@ class _Prepared:
         self.zeros: tuple[int, np.ndarray, np.ndarray | None] | None = None
 
     def zero_state(self, spec: Any, batch: int) -> tuple[np.ndarray, np.ndarray | None]:
-        if self.zeros is None or self.zeros[0] != batch:
-            self.zeros = (batch, *_check_state(None, spec, batch, self.dtype))
-        return self.zeros[1], self.zeros[2]
+        zeros = self.zeros  # one read: another thread may replace it meanwhile
+        if zeros is None or zeros[0] != batch:
+            zeros = self.zeros = (batch, *_check_state(None, spec, batch, self.dtype))
+        return zeros[1], zeros[2]
 
 
 def _call(prepared: _Prepared, network: RNN, x: Any, state: Any, lengths: Any,
@@ -187,7 +188,10 @@ def _auto(network: RNN, x: Any, state: Any, lengths: Any, time_major: bool, devi
           declared: Callable[[], Mapping[str, tuple[Format, Engine]]]) -> tuple[np.ndarray, Any]:
     """The fastest engine for this network and shape class, timed on this call's input the
     first time and remembered."""
-    shape = np.shape(x)
+    try:
+        shape = np.shape(x)
+    except (ValueError, TypeError):  # ragged: the NumPy path says what is wrong with it
+        shape = ()
     if len(shape) != 3:  # the NumPy path says what is wrong with it
         return run(network, x, state=state, lengths=lengths, time_major=time_major)
     steps, batch = (shape[0], shape[1]) if time_major else (shape[1], shape[0])

@@ -35,7 +35,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +51,9 @@ except ImportError:  # pragma: no cover - a system without flock
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["NUMPY_ARCHIVE", "STALE_AFTER", "atomic_write", "atomic_write_all", "check_outputs",
-           "check_target", "file_mode", "folder_lock", "overwrite_setting",
-           "remove_stale_temporaries", "replaces", "replacing", "save_archive", "save_npy",
-           "shown", "system_error"]
+           "check_target", "folder_lock", "overwrite_setting", "remove_stale_temporaries",
+           "remove_stale_temporaries_in", "replaces", "replacing", "save_archive", "save_npy",
+           "shown", "swept", "system_error"]
 
 NUMPY_ARCHIVE = ".npz"  # the suffix of numpy.savez's archives, by which readers tell them
 STALE_AFTER = 3600.0  # seconds: a temporary this old is abandoned, where flock is missing
@@ -73,6 +73,7 @@ class _Replacing:
 
 
 _REPLACING: ContextVar[_Replacing | None] = ContextVar("rnnport_replacing", default=None)
+_SWEPT: ContextVar[bool] = ContextVar("rnnport_swept", default=False)  # see swept()
 
 
 @contextlib.contextmanager
@@ -195,7 +196,9 @@ def atomic_write_all(
 ) -> list[Path]:
     """Write several files that belong together: each to a temporary file first, in order,
     then rename them all in the same order (``replace``: for each, whether its rename may
-    replace a file; ``None``: as :func:`replacing` says).
+    replace a file; ``None``: as :func:`replacing` says). The targets' stale temporaries
+    are removed first (:func:`remove_stale_temporaries`, a look through the folder), unless
+    the caller swept the folder itself (:func:`swept`).
 
     A failure removes every temporary file, and every file this call had already created;
     a file it had already *replaced* stays replaced (a caller whose files must change
@@ -207,7 +210,8 @@ def atomic_write_all(
     created: list[tuple[Path, os.stat_result]] = []
     try:
         for target, (_, write) in zip(targets, files, strict=True):
-            remove_stale_temporaries(target)
+            if not _SWEPT.get():
+                remove_stale_temporaries(target)
             temporary = _Temporary.create(target)
             temporaries.append(temporary)
             temporary.fill(write)
@@ -391,15 +395,36 @@ def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
     locked (where ``flock`` is missing: older than :data:`STALE_AFTER`). Returns those
     removed; anything that cannot be looked at is left alone."""
     target = Path(target)
-    folder = target.parent if str(target.parent) else Path(".")
-    pattern = re.compile(re.escape(f".{target.name}.") + f"[{_LETTERS}]{{{_RANDOM}}}"
-                         + re.escape(_SUFFIX))
+    return remove_stale_temporaries_in(target.parent if str(target.parent) else Path("."),
+                                       {target.name})
+
+
+@contextlib.contextmanager
+def swept() -> Iterator[None]:
+    """Writes in the block skip looking for stale temporaries: the caller, writing many
+    files into one folder, removed them with :func:`remove_stale_temporaries_in` first (a
+    look through the folder for each file would make many files cost their square)."""
+    token = _SWEPT.set(True)
+    try:
+        yield
+    finally:
+        _SWEPT.reset(token)
+
+
+def remove_stale_temporaries_in(folder: str | os.PathLike[str],
+                                names: Iterable[str]) -> list[Path]:
+    """:func:`remove_stale_temporaries` for every target of ``names`` in ``folder``, in one
+    look through the folder."""
+    folder = Path(folder)
+    wanted = set(names)
+    pattern = re.compile(r"\.(.+)\." + f"[{_LETTERS}]{{{_RANDOM}}}" + re.escape(_SUFFIX))
     removed: list[Path] = []
     try:
-        names = [entry.name for entry in os.scandir(folder) if pattern.fullmatch(entry.name)]
+        stale = [entry.name for entry in os.scandir(folder)
+                 if (found := pattern.fullmatch(entry.name)) and found[1] in wanted]
     except OSError:
         return removed
-    for name in names:
+    for name in stale:
         if _remove_if_abandoned(folder / name):
             removed.append(folder / name)
     return removed
@@ -474,13 +499,6 @@ def folder_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
     finally:
         if descriptor >= 0:
             os.close(descriptor)
-
-
-def file_mode() -> int:
-    """The mode ``open()`` would give a new file (0o666 less the umask)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> Path:

@@ -764,7 +764,11 @@ def write_bundle(prefix: str | os.PathLike[str], arrays: Mapping[str, np.ndarray
         setting = overwrite_setting()
         replace_index = replaces(index_path)
         current = _shard_count(index_path)
-        if setting is not False:
+        if current is None and index_path.exists() and _layout(prefix, 1)[0].exists():
+            current = 1  # an index that cannot be read: its data may be the one-shard files
+        if setting is not False and (current is not None or not index_path.exists()):
+            # Leftovers the current index does not name; with an index that cannot be read
+            # and no one-shard data, nothing is certain: all stays until the new index is in.
             _remove_data_files(prefix, keep=_layout(prefix, current))
         shards = 2 if current == 1 else 1
         data_paths = _layout(prefix, shards)

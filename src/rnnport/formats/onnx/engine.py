@@ -57,9 +57,9 @@ def build(model: RNN, device: str) -> Runner:
         nonlocal full_lengths
         steps, batch = inputs.shape[:2]
         if lengths is None:
-            if full_lengths.shape[0] != batch or full_lengths[0] != steps:
-                full_lengths = np.full(batch, steps, np.int32)
-            sequence_lens = full_lengths
+            sequence_lens = full_lengths  # one read: another thread may replace it meanwhile
+            if sequence_lens.shape[0] != batch or sequence_lens[0] != steps:
+                sequence_lens = full_lengths = np.full(batch, steps, np.int32)
         else:
             sequence_lens = lengths.astype(np.int32)
         feeds: dict[str, Any] = {

@@ -511,12 +511,13 @@ class Recogniser:
         return self.model.subgraphs[subgraph].operators[writers[-1]] if writers else None
 
     def ancestors(self, subgraph: int, tensor: int) -> set[int]:
-        """``tensor`` and every tensor it is computed from in ``subgraph`` (at most 4096)."""
+        """``tensor`` and every tensor it is computed from in ``subgraph`` (each visit charged
+        to the work budget)."""
         key = (subgraph, tensor)
         if key not in self.ancestry:
             found: set[int] = set()
             pending = [tensor]
-            while pending and len(found) < 4096:
+            while pending:
                 self.charge(1)
                 current = pending.pop()
                 if current in found:
