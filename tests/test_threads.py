@@ -233,3 +233,12 @@ def test_a_large_matrix_vector_step_gives_the_same_numbers_for_every_count() -> 
     y, _ = rnn.forward(x, threads=1)
     for threads in (2, 4, None):
         np.testing.assert_array_equal(rnn.forward(x, threads=threads)[0], y)
+
+
+def test_threads_reach_the_numpy_engine_on_the_cpu_device_too() -> None:
+    model = RNN.random(Spec("gru", 3, 4))
+    x = np.zeros((2, 3, 3), np.float32)
+    for device in (None, "cpu"):
+        with pytest.raises(StateError, match="threads=0"):
+            model.forward(x, device=device, threads=0)
+        assert np.array_equal(model.forward(x, device=device, threads=1)[0], model.forward(x)[0])

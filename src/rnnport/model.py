@@ -215,7 +215,7 @@ class RNN:
         dtypes; a network an engine cannot compute exactly runs in NumPy, with an
         ``EngineFallbackWarning`` saying why.
 
-        ``threads`` (``engine="numpy"`` with no ``device`` only; other engines, and the
+        ``threads`` (``engine="numpy"`` on the CPU only; other engines, and the
         NumPy fallback of another engine, keep their own settings and ignore it): the BLAS
         threads the products may use. The per-step products always use one (they are
         small and latency-bound, and a product split over threads may split its sums).
@@ -230,7 +230,8 @@ class RNN:
         the BLAS is configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. The BLAS's
         count is process-wide: it is switched during the call and put back after it.
         """
-        if isinstance(engine, str) and engine == "numpy" and device is None:
+        if isinstance(engine, str) and engine == "numpy" and (
+                device is None or (isinstance(device, str) and device.lower() == "cpu")):
             from .runtime import run
 
             return run(self, x, state=state, lengths=lengths, time_major=time_major,
