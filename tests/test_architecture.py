@@ -17,7 +17,7 @@ PACKAGE = Path(rnnport.__file__).resolve().parent
 NOT_A_FORMAT = {("io/atomic.py", '".npz"')}
 # Layers that sit under the model and the formats: they import only among themselves.
 LOWER = ("rnnport.errors", "rnnport.budget", "rnnport.copying", "rnnport.activations",
-         "rnnport.gates", "rnnport.spec", "rnnport.runtime", "rnnport.io")
+         "rnnport.gates", "rnnport.spec", "rnnport.runtime", "rnnport.helper", "rnnport.io")
 
 
 def _modules() -> dict[str, Path]:

@@ -83,19 +83,27 @@ def test_a_stack_passes_threads_on(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class _Spy:
-    """``numpy.matmul`` that records, for each product, its operands' dimensions, the BLAS
-    thread count in effect and the Python thread it ran in."""
+    """Records, for each product, whether it is an input projection (a 2-D ``numpy.matmul``)
+    or a per-step product (``numpy.dot`` per direction, or a stacked ``numpy.matmul``), the
+    BLAS thread count in effect and the Python thread it ran in."""
 
-    def __init__(self, matmul: Any, library: Any) -> None:
-        self.matmul, self.library = matmul, library
-        self.calls: list[tuple[int, int, str]] = []
+    def __init__(self, matmul: Any, dot: Any, library: Any) -> None:
+        self.matmul, self.dot, self.library = matmul, dot, library
+        self.calls: list[tuple[str, int, str]] = []
         self.lock = threading.Lock()
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def record(self, kind: str) -> None:
         with self.lock:
-            self.calls.append((np.ndim(args[0]), self.library.get_num_threads(),
+            self.calls.append((kind, self.library.get_num_threads(),
                                threading.current_thread().name))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.record("projection" if np.ndim(args[0]) == 2 else "step")
         return self.matmul(*args, **kwargs)
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        self.record("step")
+        return self.dot(*args, **kwargs)
 
 
 @pytest.fixture
@@ -104,8 +112,9 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     libraries = runtime._blas()
     if not libraries:
         pytest.skip("threadpoolctl finds no BLAS library in this process")
-    found = _Spy(np.matmul, libraries[0])
+    found = _Spy(np.matmul, np.dot, libraries[0])
     monkeypatch.setattr(np, "matmul", found)
+    monkeypatch.setattr(np, "dot", found.step)
     return found
 
 
@@ -121,15 +130,15 @@ def test_the_requested_count_is_in_effect_during_the_products(
         spy.calls.clear()
         one_way.forward(x, threads=threads)
         # The input projections (2-D) take the count; the per-step products (3-D) one.
-        assert {count for ndim, count, _ in spy.calls if ndim == 2} == {threads}
-        assert {count for ndim, count, _ in spy.calls if ndim == 3} == {1}
+        assert {count for kind, count, _ in spy.calls if kind == "projection"} == {threads}
+        assert {count for kind, count, _ in spy.calls if kind == "step"} == {1}
         assert library.get_num_threads() == before  # put back after the call
     # Directions at once, one in a second Python thread, one BLAS thread each.
     spy.calls.clear()
     bidirectional.forward(x, threads=4)
     assert {count for _, count, _ in spy.calls} == {1}
-    for ndim in (2, 3):
-        assert {name for n, _, name in spy.calls if n == ndim} == {
+    for kind in ("projection", "step"):
+        assert {name for n, _, name in spy.calls if n == kind} == {
             threading.current_thread().name, "rnnport-recurrence"}
     spy.calls.clear()
     bidirectional.forward(x, threads=1)
@@ -144,8 +153,8 @@ def test_the_requested_count_is_in_effect_during_the_products(
     try:
         spy.calls.clear()
         one_way.forward(x)
-        assert {count for ndim, count, _ in spy.calls if ndim == 2} == {2}
-        assert {count for ndim, count, _ in spy.calls if ndim == 3} == {1}
+        assert {count for kind, count, _ in spy.calls if kind == "projection"} == {2}
+        assert {count for kind, count, _ in spy.calls if kind == "step"} == {1}
         assert library.get_num_threads() == 2
     finally:
         library.set_num_threads(before)
@@ -169,9 +178,9 @@ def test_large_projections_run_at_once_before_steps_in_one_thread(
     monkeypatch.setattr(runtime, "CONCURRENT_MIN_PROJECTION", 0)
     RNN.random(Spec("lstm", 5, 6, bidirectional=True), seed=3).forward(_data(), threads=2)
     main, other = threading.current_thread().name, "rnnport-recurrence"
-    assert {(name, count) for ndim, count, name in spy.calls if ndim == 2} == {
+    assert {(name, count) for kind, count, name in spy.calls if kind == "projection"} == {
         (main, 1), (other, 1)}
-    assert {(name, count) for ndim, count, name in spy.calls if ndim == 3} == {(main, 1)}
+    assert {(name, count) for kind, count, name in spy.calls if kind == "step"} == {(main, 1)}
 
 
 def test_small_layers_keep_their_directions_in_one_thread(spy: _Spy) -> None:

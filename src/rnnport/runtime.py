@@ -34,7 +34,11 @@ How it runs:
   once per layer), so each step is one stacked matrix product ``(D, B, H) @ (D, H, G·H)``
   and one set of elementwise operations for both. A reverse network's one direction runs
   as a backward direction does.
-* Every step writes into buffers allocated once per call, with in-place ufuncs.
+* Every step writes into buffers allocated once per call, with in-place ufuncs. The
+  recurrent product is ``np.dot`` per direction (the BLAS call a stacked ``np.matmul``
+  makes, at less cost per call), and its sum with the step's input lands gate-major,
+  ``(D, G, B, H)``, so that each gate's block is contiguous for the elementwise work
+  (see :class:`_Scratch`).
 * Threads (``forward(threads=...)``, through the optional ``threadpoolctl``; see
   :class:`_Plan`): the per-step products, small and latency-bound, run single-threaded (a
   BLAS thread that waits for a busy core at every step is what makes a loaded machine
@@ -49,7 +53,10 @@ How it runs:
   runs the same halves in turn). Where the steps are too small for that (batch 1: the
   threads would pass the interpreter lock back and forth at every elementwise operation),
   a bidirectional layer's two input projections still run at once, and its steps
-  together. Without ``threadpoolctl`` the thread counts cannot be set: everything runs
+  together. On Linux a large enough bidirectional layer instead runs its backward direction
+  in a helper process (:mod:`rnnport.helper`), first step to last, while this process runs
+  the forward one: no interpreter lock between them, one meeting per layer, the same
+  numbers. Without ``threadpoolctl`` the thread counts cannot be set: everything runs
   as the BLAS is configured (``OPENBLAS_NUM_THREADS`` …), in one Python thread.
 * Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
   Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``; an LSTM candidate's
@@ -105,21 +112,22 @@ class _Layer:
                        leaves input_bias (it comes after the normalization)
     """
 
-    __slots__ = ("act_f", "act_g", "act_h", "backward", "bias_n", "blocks", "cell", "cell_clip",
-                 "clip", "directions", "hidden", "input_bias", "input_forget", "input_weights",
-                 "layer_norm", "one_way", "out_size", "peephole", "projection", "projection_bias",
-                 "recurrent", "recurrent_n", "width")
+    __slots__ = ("__weakref__", "act_f", "act_g", "act_h", "backward", "bias_n", "blocks", "cell",
+                 "cell_clip", "clip", "directions", "hidden", "input_bias", "input_forget",
+                 "input_weights", "layer_norm", "one_way", "out_size", "peephole", "projection",
+                 "projection_bias", "recurrent", "recurrent_n", "source", "width")
 
     def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
-                 dtype: np.dtype) -> None:
+                 dtype: np.dtype, backward: tuple[bool, ...] | None = None) -> None:
         family = gate_family(spec.cell)
+        self.source = (spec, directions, dtype)  # what it was prepared from (the helper's copy)
         order = ORDER[family]
         hidden = spec.hidden_size
         self.cell, self.hidden, self.out_size = spec.cell, hidden, spec.output_size
         self.directions = len(directions)
         # Which directions run from each sequence's end: a bidirectional layer's second, or
         # the one direction of a reverse network.
-        self.backward = (False, True) if spec.bidirectional else (spec.reverse,)
+        self.backward = backward or ((False, True) if spec.bidirectional else (spec.reverse,))
         self.width = spec.gate_count * hidden
         self.input_forget, self.cell_clip = spec.input_forget, spec.cell_clip
         if family == "rnn":
@@ -197,7 +205,7 @@ class _Layer:
 
     def _one(self, d: int) -> _Layer:
         one = object.__new__(_Layer)
-        for name in _Layer.__slots__:
+        for name in _Layer.__slots__[1:]:  # all but __weakref__
             setattr(one, name, getattr(self, name))
         part = slice(d, d + 1)
 
@@ -330,6 +338,10 @@ CONCURRENT_MIN_PROJECTION = 1 << 24
 # SPLIT_MIN_BATCH sequences. The split depends on the shapes alone, never on the threads:
 # with one thread the halves run in turn, so the numbers are the same for every count.
 SPLIT_MIN_STEP_WORK = 1 << 22
+# A bidirectional layer's backward direction runs in the helper process when its steps
+# hold at least this many multiply-adds in all (T·B·H_out·G·H): about 2 ms of work, against
+# the 0.1 ms of passing its input and outputs.
+HELPER_MIN_WORK = 1 << 25
 SPLIT_MIN_BATCH = 16
 
 _BLAS: tuple[Any, ...] | None = None  # threadpoolctl's controllers of the loaded BLAS libraries
@@ -442,6 +454,13 @@ class _Plan:
         return (self.concurrent and steps > 1
                 and batch * layer.out_size * layer.width >= CONCURRENT_MIN_STEP_WORK)
 
+    def uses_helper(self, layer: _Layer, batch: int, steps: int,
+                    packed: _Packing | None) -> bool:
+        """Whether a bidirectional layer's backward direction runs in the helper process
+        (:mod:`rnnport.helper`): enough work to pay for passing its input and output."""
+        return (self.concurrent and layer.directions == 2 and packed is None and steps > 1
+                and steps * batch * layer.out_size * layer.width >= HELPER_MIN_WORK)
+
     def projects_concurrently(self, layer: _Layer, batch: int, steps: int) -> bool:
         return (self.concurrent and layer.directions == 2
                 and steps * batch * layer.input_weights[0].size >= CONCURRENT_MIN_PROJECTION)
@@ -518,7 +537,23 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
         loop(one, projected, history[:, directions, rows],
              None if cell is None else cell[directions, rows], running)
 
-    if concurrent and len(pieces) == 2:
+    job = None
+    if plan.uses_helper(layer, batch, steps, packed):
+        from . import helper  # not at import: most calls never start one
+
+        job = helper.job(layer, inputs, h0[1], None if cell is None else cell[1])
+    if job is not None:
+        # The backward direction in the helper process, the forward one here, at once.
+        everything = slice(0, batch)
+        try:
+            plan.use(plan.step)
+            run_piece(slice(0, 1), everything)
+        except BaseException:
+            job.abandon()
+            raise
+        if not job.finish(history[:, 1], None if cell is None else cell[1]):
+            run_piece(slice(1, 2), everything)  # the helper failed: here, same numbers
+    elif concurrent and len(pieces) == 2:
         plan.use(plan.step)  # before the threads start: both share the process's count
         _both(run_piece, pieces[0], pieces[1])
     elif plan.projects_concurrently(layer, batch, steps):
@@ -536,6 +571,29 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
             wide = plan.wide if steps * (rows.stop - rows.start) > 1 else plan.step
             run_piece(directions, rows, wide, plan.step)
     return history
+
+
+def helper_layer(spec: Spec, params: Mapping[str, np.ndarray], dtype: np.dtype) -> _Layer:
+    """A bidirectional layer's backward direction alone, prepared from its canonical
+    ``params`` as :func:`_prepared` prepares it here (:mod:`rnnport.helper`'s copy)."""
+    return _Layer(spec, [params], dtype, backward=(True,))
+
+
+def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
+                  cell: np.ndarray | None) -> None:
+    """One-direction ``layer`` over ``inputs`` (T, B, I), as one piece of :func:`_run_layer`
+    runs it: ``history`` (T+1, 1, B, H_out) holds h0 in its first row, ``cell`` (1, B, H)
+    the initial cell state (updated in place). One BLAS thread is the caller's to set."""
+    projected = _project(layer, inputs, None, slice(0, 1), slice(0, inputs.shape[1]))
+    with np.errstate(over="ignore"):
+        _LOOPS[layer.cell](layer, projected, history, cell, None)
+
+
+def serve_helper(fd: int) -> None:
+    """The helper process's entry point (:mod:`rnnport.helper`)."""
+    from . import helper
+
+    helper.serve(fd, helper_layer, run_direction)
 
 
 def _both(work: Callable[..., object], first: tuple[Any, ...], second: tuple[Any, ...]) -> None:
@@ -587,32 +645,52 @@ def _final_state(history: np.ndarray, packed: _Packing | None) -> np.ndarray:
 
 
 class _Scratch:
-    """Per-step buffers (``(D, B, width)`` each; the first holds the gates), and views of
-    them for the first ``n`` sequences of the batch."""
+    """Per-step buffers, and views of them for the first ``n`` sequences of the batch.
 
-    def __init__(self, layer: _Layer, batch: int, dtype: np.dtype, *extra: int) -> None:
-        self.buffers = [np.empty((layer.directions, batch, width), dtype=dtype)
-                        for width in (layer.width, *extra)]
-        self.blocks = layer.blocks
+    ``raw`` (D, B, width) receives the recurrent product, laid out as BLAS writes it: each
+    sequence's row holds all gate blocks side by side. The step input is added to it into
+    ``gates`` (D, G, B, H), gate-major, so that every gate block the elementwise operations
+    read is contiguous (NumPy's ufuncs take about three times as long over column slices of
+    (B, G·H) rows). Further buffers are (D, B, width) each."""
+
+    def __init__(self, layer: _Layer, batch: int, dtype: np.dtype, *extra: int,
+                 product_width: int | None = None) -> None:
+        directions, hidden = layer.directions, layer.hidden
+        self.raw = np.empty((directions, batch, product_width or layer.width), dtype=dtype)
+        self.gates = np.empty((directions, len(layer.blocks), batch, hidden), dtype=dtype)
+        self.extra = [np.empty((directions, batch, width), dtype=dtype) for width in extra]
+        self.order = list(layer.blocks)
         self._cache: dict[int, tuple[Any, ...]] = {}
 
     def views(self, n: int) -> tuple[Any, ...]:
+        """(raw, raw by gate (D, G_raw, n, H), gates (D, G, n, H), {gate: (D, n, H)},
+        *extra) for the first ``n`` sequences."""
         found = self._cache.get(n)
         if found is None:
-            gates = self.buffers[0][:, :n]
-            found = (gates, {g: gates[..., s] for g, s in self.blocks.items()},
-                     *(buffer[:, :n] for buffer in self.buffers[1:]))
+            raw, gates = self.raw[:, :n], self.gates[:, :, :n]
+            hidden = gates.shape[-1]
+            by_gate = raw.reshape(raw.shape[0], n, raw.shape[-1] // hidden, hidden
+                                  ).transpose(0, 2, 1, 3)
+            found = (raw, by_gate, gates, {g: gates[:, k] for k, g in enumerate(self.order)},
+                     *(buffer[:, :n] for buffer in self.extra))
             self._cache[n] = found
         return found
 
 
 def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
            active: list[int] | None, scratch: _Scratch | None) -> Iterator[tuple[Any, ...]]:
-    """For each step ``s``: its input projection, h, the slot for h', the cell state and
-    the scratch views, cut to the sequences still running (all of them without lengths)."""
-    batch = projected.shape[2]
-    by_step = projected.transpose(1, 0, 2, 3)  # (T, D, B, G·H)
-    full = None if scratch is None else scratch.views(batch)
+    """For each step ``s``: its input projection (gate-major, (D, G, n, H), with a scratch;
+    else (D, n, width)), h, the slot for h', the cell state and the scratch views, cut to
+    the sequences still running (all of them without lengths)."""
+    directions, steps, batch, width = projected.shape
+    if scratch is None:
+        by_step = projected.transpose(1, 0, 2, 3)  # (T, D, B, G·H)
+        full = None
+    else:  # (T, D, G, B, H)
+        hidden = scratch.gates.shape[-1]
+        by_step = projected.reshape(directions, steps, batch, width // hidden, hidden
+                                    ).transpose(1, 0, 3, 2, 4)
+        full = scratch.views(batch)
     if active is None:  # the common case, its views made by iteration in C
         for step_input, h, h_next in zip(by_step, history[:-1], history[1:], strict=True):
             yield step_input, h, h_next, cell, full
@@ -624,9 +702,18 @@ def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
         elif n == 0:
             return
         else:
-            yield (by_step[s, :, :n], history[s, :, :n], history[s + 1, :, :n],
+            yield (by_step[s, ..., :n, :], history[s, :, :n], history[s + 1, :, :n],
                    None if cell is None else cell[:, :n],
                    None if scratch is None else scratch.views(n))
+
+
+def _product(h: np.ndarray, weights: Sequence[np.ndarray], out: np.ndarray) -> None:
+    """``out = h @ weights`` for ``h`` (D, B, K), one (K, N) matrix per direction, ``out``
+    (D, B, N) with C-contiguous rows: ``np.dot`` per direction, the BLAS call the stacked
+    ``np.matmul`` makes for each, at less cost per call (a step at batch 1 is mostly that
+    cost)."""
+    for d, matrix in enumerate(weights):
+        np.dot(h[d], matrix, out=out[d])
 
 
 def _clip(layer: _Layer, gates: dict[str, np.ndarray], which: str) -> None:
@@ -653,16 +740,16 @@ def _normalize(gate: np.ndarray, norm: tuple[np.ndarray, np.ndarray, float],
 def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
                active: list[int] | None) -> None:
     scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden)
-    blocks = layer.blocks
-    sigmoid_gates = slice(blocks["i"].start, blocks["o"].stop)
+    order = list(layer.blocks)
+    sigmoid_gates = slice(order.index("i"), order.index("o") + 1)
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
     # One pass of the shared core over all four gates, then each kernel's own post.
     shared = act_f.core is act_g.core and layer.peephole is None
-    peephole, projection, recurrent = layer.peephole, layer.projection, layer.recurrent
-    for step_input, h, h_next, c, (buf, gates, tmp) in _steps(projected, history, cell, active,
-                                                               scratch):
-        np.matmul(h, recurrent, out=buf)
-        buf += step_input
+    peephole, projection, recurrent = layer.peephole, layer.projection, list(layer.recurrent)
+    for step_input, h, h_next, c, (raw, raw_gates, buf, gates, tmp) in _steps(
+            projected, history, cell, active, scratch):
+        _product(h, recurrent, raw)
+        np.add(raw_gates, step_input, out=buf)
         if peephole is not None:
             for gate in "if":
                 np.multiply(peephole[gate], c, out=tmp)
@@ -675,12 +762,12 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
         if shared:
             act_f.core(buf)
             if act_f.post is not None:
-                act_f.post(buf[..., sigmoid_gates])
+                act_f.post(buf[:, sigmoid_gates])
             if act_g.post is not None:
                 act_g.post(gates["g"])
         else:
             if peephole is None:
-                act_f.prescaled(buf[..., sigmoid_gates])
+                act_f.prescaled(buf[:, sigmoid_gates])
             else:
                 act_f.prescaled(gates["i"])
                 act_f.prescaled(gates["f"])
@@ -714,31 +801,33 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None) -> None:
-    scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden)
-    blocks = layer.blocks
-    update_gates = slice(blocks["r"].start, blocks["z"].stop)
-    act_f, act_g = layer.act_f, layer.act_g
     recurrent, recurrent_n, bias_n = layer.recurrent, layer.recurrent_n, layer.bias_n
-    for step_input, h, h_next, _, (buf, gates, tmp) in _steps(projected, history, None, active,
-                                                               scratch):
-        rz = buf[..., update_gates]
-        if recurrent_n is None:  # reset after: n = g(W_n x + bW_n + r∘(R_n h + bR_n))
-            np.matmul(h, recurrent, out=buf)
-        else:                    # reset before: n = g(W_n x + bW_n + R_n (r∘h) + bR_n)
-            np.matmul(h, recurrent, out=rz)
-        rz += step_input[..., update_gates]
+    # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
+    scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden,
+                       product_width=recurrent.shape[-1])
+    update_gates = slice(0, 2)  # r z, then n (ORDER)
+    act_f, act_g = layer.act_f, layer.act_g
+    per_direction = list(recurrent)
+    per_direction_n = None if recurrent_n is None else list(recurrent_n)
+    for step_input, h, h_next, _, (raw, raw_gates, buf, gates, tmp) in _steps(
+            projected, history, None, active, scratch):
+        _product(h, per_direction, raw)
+        rz = buf[:, update_gates]
+        np.add(raw_gates[:, update_gates], step_input[:, update_gates], out=rz)
         if layer.clip is not None:
             _clip(layer, gates, "rz")
         act_f.prescaled(rz)
         candidate = gates["n"]
-        if recurrent_n is None:
+        if per_direction_n is None:  # reset after: n = g(W_n x + bW_n + r∘(R_n h + bR_n))
             if bias_n is not None:
-                candidate += bias_n
-            candidate *= gates["r"]
-        else:
+                np.add(raw_gates[:, 2], bias_n, out=candidate)
+                candidate *= gates["r"]
+            else:
+                np.multiply(raw_gates[:, 2], gates["r"], out=candidate)
+        else:                        # reset before: n = g(W_n x + bW_n + R_n (r∘h) + bR_n)
             np.multiply(gates["r"], h, out=tmp)
-            np.matmul(tmp, recurrent_n, out=candidate)
-        candidate += step_input[..., blocks["n"]]
+            _product(tmp, per_direction_n, candidate)
+        candidate += step_input[:, 2]
         if layer.clip is not None:
             _clip(layer, gates, "n")
         act_g.prescaled(candidate)
@@ -750,9 +839,9 @@ def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
 
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None) -> None:
-    act, recurrent = layer.act_g, layer.recurrent
+    act, recurrent = layer.act_g, list(layer.recurrent)
     for step_input, h, h_next, _, _ in _steps(projected, history, None, active, None):
-        np.matmul(h, recurrent, out=h_next)
+        _product(h, recurrent, h_next)
         h_next += step_input
         if layer.clip is not None:
             np.clip(h_next, -layer.clip["h"], layer.clip["h"], out=h_next)

@@ -1,0 +1,178 @@
+"""The helper process that runs bidirectional layers' backward directions: it gives the
+numbers of ``threads=1`` bit for bit, and a helper that dies, fails or is interrupted
+costs nothing but its speed."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rnnport import RNN, Spec, helper, runtime
+
+pytestmark = pytest.mark.skipif(not helper.available(), reason="the helper needs Linux")
+
+
+@pytest.fixture
+def used(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every layer qualifies for the helper; the outcome of each helper job is recorded."""
+    monkeypatch.setattr(runtime, "HELPER_MIN_WORK", 0)
+    monkeypatch.setattr(runtime, "_cores", lambda: 2)
+    outcomes: list[bool] = []
+    finish = helper.Job.finish
+
+    def recorded(self: helper.Job, *args: Any) -> bool:
+        outcomes.append(finish(self, *args))
+        return outcomes[-1]
+
+    monkeypatch.setattr(helper.Job, "finish", recorded)
+    assert helper.wait_until_ready(60), "the helper process did not start"
+    return outcomes
+
+
+SPECS = {
+    "LSTM": Spec("lstm", 7, 9, num_layers=2, bidirectional=True),
+    "LSTM peepholes and projection": Spec("lstm", 7, 9, num_layers=2, bidirectional=True,
+                                          peepholes=True, proj_size=4),
+    "GRU reset after": Spec("gru", 7, 9, num_layers=2, bidirectional=True),
+    "GRU reset before": Spec("gru", 7, 9, num_layers=2, bidirectional=True,
+                             reset_after=False),
+    "RNN": Spec("rnn_tanh", 7, 9, num_layers=3, bidirectional=True),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", list(SPECS))
+def test_the_helper_gives_the_numbers_of_one_thread(used: list[bool], name: str,
+                                                    dtype: type) -> None:
+    net = RNN.random(SPECS[name], seed=5, dtype=dtype)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 11, 7)).astype(dtype)
+    state = net.forward(x[:, :4], threads=1)[1]  # a state that is not zeros
+    alone = net.forward(x, state=state, threads=1)
+    assert not used  # threads=1 never uses it
+    beside = net.forward(x, state=state, threads=2)
+    assert used and all(used)
+    np.testing.assert_array_equal(beside[0], alone[0])
+    for got, expected in zip(beside[1] if isinstance(beside[1], tuple) else [beside[1]],
+                             alone[1] if isinstance(alone[1], tuple) else [alone[1]],
+                             strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_lengths_and_one_direction_stay_here(used: list[bool]) -> None:
+    net = RNN.random(SPECS["LSTM"], seed=1)
+    x = np.random.default_rng(2).standard_normal((3, 8, 7)).astype(np.float32)
+    net.forward(x, lengths=[8, 5, 2], threads=2)
+    RNN.random(Spec("gru", 7, 9, num_layers=2), seed=1).forward(x, threads=2)
+    assert not used
+
+
+def test_a_killed_helper_costs_only_speed(used: list[bool]) -> None:
+    net = RNN.random(SPECS["GRU reset after"], seed=3)
+    x = np.random.default_rng(4).standard_normal((2, 9, 7)).astype(np.float32)
+    expected = net.forward(x, threads=1)[0]
+    running = helper._HELPER
+    assert running is not None
+    running.process.kill()
+    running.process.wait()
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert not any(used)  # no job succeeded: the directions ran here
+    assert helper._HELPER is not running  # shut down; this call or a later one starts another
+    assert helper.wait_until_ready(60)
+    used.clear()
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used == [True, True]
+
+
+def _lstm_case(steps: int) -> tuple[RNN, np.ndarray, np.ndarray]:
+    """A bidirectional LSTM, an input of ``steps`` steps and its output with one thread."""
+    net = RNN.random(SPECS["LSTM"], seed=3)
+    x = np.random.default_rng(4).standard_normal((2, steps, 7)).astype(np.float32)
+    return net, x, net.forward(x, threads=1)[0]
+
+
+def test_an_error_here_during_a_job_shuts_the_helper_down(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, expected = _lstm_case(9)
+    loop = runtime._LOOPS["lstm"]
+
+    def interrupted(*args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(runtime._LOOPS, "lstm", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        net.forward(x, threads=2)
+    assert helper._HELPER is None  # its reply would be read by the next call: not reused
+    monkeypatch.setitem(runtime._LOOPS, "lstm", loop)
+    assert helper.wait_until_ready(60)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+
+
+def test_a_collected_network_is_forgotten(used: list[bool]) -> None:
+    x = np.random.default_rng(4).standard_normal((1, 6, 7)).astype(np.float32)
+    net = RNN.random(SPECS["RNN"], seed=3)
+    net.forward(x, threads=2)
+    running = helper._HELPER
+    assert running is not None
+    sent = len(running.tokens)
+    assert sent >= 3  # one per layer
+    del net
+    gc.collect()
+    assert len(running.tokens) == sent - 3 and len(running.forgotten) == 3
+    other = RNN.random(SPECS["RNN"], seed=4)
+    other.forward(x, threads=2)
+    assert running.forgotten == []  # told to the helper with the next job
+    assert all(used)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_starts_its_own_helper(used: list[bool]) -> None:
+    net = RNN.random(SPECS["LSTM"], seed=8)
+    x = np.random.default_rng(9).standard_normal((2, 7, 7)).astype(np.float32)
+    expected = net.forward(x, threads=1)[0]
+    net.forward(x, threads=2)
+    parent_helper = helper._HELPER
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: must not talk to the parent's helper
+        code = 1
+        try:
+            os.close(read)
+            first = net.forward(x, threads=2)[0]
+            ok = helper._HELPER is not parent_helper and np.array_equal(first, expected)
+            code = 0 if ok else 1
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        assert answer.read() == b"\x00"
+    os.waitpid(pid, 0)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)  # still usable here
+
+
+def test_the_helper_starts_from_a_plain_interpreter() -> None:
+    """The helper finds rnnport wherever this process found it (no installation needed)."""
+    assert helper.available()
+    assert sys.executable
+    assert helper.wait_until_ready(60)
+
+
+def test_a_helper_killed_during_a_job_costs_only_speed(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, expected = _lstm_case(40)
+    loop = runtime._LOOPS["lstm"]
+
+    def killing(*args: Any) -> None:
+        running = helper._HELPER
+        if running is not None:
+            running.process.kill()
+        loop(*args)
+
+    monkeypatch.setitem(runtime._LOOPS, "lstm", killing)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
