@@ -1,6 +1,6 @@
-"""The helper process that runs bidirectional layers' backward directions: it gives the
-numbers of ``threads=1`` bit for bit, and a helper that dies, fails or is interrupted
-costs nothing but its speed."""
+"""The helper process that runs one of a layer's two pieces (a backward direction, or half
+of a one-way layer's batch): it gives the numbers of ``threads=1`` bit for bit, and a
+helper that dies, fails or is interrupted costs nothing but its speed."""
 
 from __future__ import annotations
 
@@ -19,8 +19,11 @@ pytestmark = pytest.mark.skipif(not helper.available(), reason="the helper needs
 
 @pytest.fixture
 def used(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Every layer qualifies for the helper; the outcome of each helper job is recorded."""
+    """Every layer qualifies for the helper (a one-way layer's batch of 2 or more splits in
+    halves); the outcome of each helper job is recorded."""
     monkeypatch.setattr(runtime, "HELPER_MIN_WORK", 0)
+    monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 1)
+    monkeypatch.setattr(runtime, "SPLIT_MIN_STEP_WORK", 0)
     monkeypatch.setattr(runtime, "_cores", lambda: 2)
     outcomes: list[bool] = []
     finish = helper.Job.finish
@@ -42,6 +45,8 @@ SPECS = {
     "GRU reset before": Spec("gru", 7, 9, num_layers=2, bidirectional=True,
                              reset_after=False),
     "RNN": Spec("rnn_tanh", 7, 9, num_layers=3, bidirectional=True),
+    "one-way LSTM, batch halves": Spec("lstm", 7, 9, num_layers=2, proj_size=4),
+    "one-way reverse GRU, batch halves": Spec("gru", 7, 9, num_layers=2, reverse=True),
 }
 
 
@@ -64,11 +69,11 @@ def test_the_helper_gives_the_numbers_of_one_thread(used: list[bool], name: str,
         np.testing.assert_array_equal(got, expected)
 
 
-def test_lengths_and_one_direction_stay_here(used: list[bool]) -> None:
+def test_lengths_and_a_single_piece_stay_here(used: list[bool]) -> None:
     net = RNN.random(SPECS["LSTM"], seed=1)
     x = np.random.default_rng(2).standard_normal((3, 8, 7)).astype(np.float32)
     net.forward(x, lengths=[8, 5, 2], threads=2)
-    RNN.random(Spec("gru", 7, 9, num_layers=2), seed=1).forward(x, threads=2)
+    RNN.random(Spec("gru", 7, 9, num_layers=2), seed=1).forward(x[:1], threads=2)
     assert not used
 
 

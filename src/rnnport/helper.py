@@ -1,23 +1,24 @@
-"""A helper process that runs the backward direction of bidirectional layers beside the
+"""A helper process that runs one of a layer's two independent pieces (a bidirectional
+layer's backward direction, or the second half of a one-way layer's batch) beside the
 calling process (Linux).
 
-At batch 1 a layer's step is one matrix-vector product and a dozen small elementwise
-operations. Two Python threads, one per direction, pass the interpreter lock at each of
-them, so the second core waits more than it works. A second process shares no lock with
-this one: the backward direction of a layer runs there, first step to last, while the
-forward direction runs here, and the two meet once per layer.
+A layer's step is one matrix product and a dozen elementwise operations. Two Python
+threads, one per piece, pass the interpreter lock between them at each operation, so at
+batch 1 the second core waits more than it works, and at larger batches each operation
+waits its turn. A second process shares no lock with this one: the second piece runs
+there, first step to last, while the first runs here, and the two meet once per layer.
 
 * One helper per process, started by the first call that would use it. It starts in the
   background: that call runs its directions in threads, and the calls after it use the
   helper once it has said it is ready. It is ``python -c`` running :func:`serve`, with
-  one BLAS thread, and talks to this process over a socket pair. A layer's input and its
-  backward direction's outputs pass through one shared memory file (``memfd``) mapped by
-  both, replaced by a larger one when a call needs more.
-* It receives a layer's parameters once (that direction's canonical arrays, which it
+  one BLAS thread, and talks to this process over a socket pair. A piece's input and its
+  outputs pass through one shared memory file (``memfd``) mapped by both, replaced by a
+  larger one when a call needs more.
+* It receives a layer direction's parameters once (its canonical arrays, which it
   prepares exactly as :mod:`rnnport.runtime` does here) and forgets them when the
   network is collected.
 * It computes with the same code and the same BLAS calls as the thread that would run
-  that direction here, so the numbers are bit for bit those of ``forward(threads=1)``.
+  that piece here, so the numbers are bit for bit those of ``forward(threads=1)``.
 * It ends when this process closes its end of the socket (at exit, or when it is
   killed). If it fails, is killed, or this call is interrupted, the direction is computed
   here (or the call ends) and the helper is shut down; a helper that failed to start is
@@ -132,7 +133,8 @@ class _Helper:
         self.pid = os.getpid()
         self.ready = False
         self.lock = threading.Lock()
-        self.tokens: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.tokens: weakref.WeakKeyDictionary[Any, dict[int, int]] = \
+            weakref.WeakKeyDictionary()
         self.forgotten: list[int] = []
         self.arena: _Arena | None = None
         mine, theirs = socket.socketpair()
@@ -163,15 +165,19 @@ class _Helper:
             return self.is_ready()
         return self.ready
 
-    def token(self, layer: Any) -> int:
-        """The helper's name for ``layer``'s backward direction, its parameters sent once."""
-        token = self.tokens.get(layer)
+    def token(self, layer: Any, direction: int) -> int:
+        """The helper's name for ``layer``'s ``direction``, its parameters sent once."""
+        tokens = self.tokens.get(layer)
+        if tokens is None:
+            tokens = self.tokens[layer] = {}
+            weakref.finalize(layer, self.forgotten.extend, tokens.values())
+        token = tokens.get(direction)
         if token is None:
             token = next(_TOKENS)
             spec, directions, dtype = layer.source
-            _send(self.sock, ("layer", token, spec, dict(directions[1]), dtype.str))
-            self.tokens[layer] = token
-            weakref.finalize(layer, self.forgotten.append, token)
+            _send(self.sock, ("layer", token, spec, dict(directions[direction]), dtype.str,
+                              layer.backward[direction]))
+            tokens[direction] = token
         return token
 
     def arena_for(self, size: int) -> _Arena:
@@ -247,14 +253,14 @@ def wait_until_ready(timeout: float = 30.0) -> bool:
 
 
 class Job:
-    """The backward direction of one layer, running in the helper."""
+    """One piece of a layer, running in the helper."""
 
     def __init__(self, helper: _Helper, arrays: list[np.ndarray]) -> None:
         self.helper, self.arrays = helper, arrays
 
     def finish(self, history: np.ndarray, cell: np.ndarray | None) -> bool:
-        """Wait for the helper; copy its h history ``(T+1, B, H_out)`` and final cell
-        ``(B, H)`` into ``history`` and ``cell``. False if it failed (the helper is then
+        """Wait for the helper; copy its h history ``(T+1, b, H_out)`` and final cell
+        ``(b, H)`` into ``history`` and ``cell``. False if it failed (the helper is then
         shut down, and the caller computes the direction itself)."""
         helper = self.helper
         try:
@@ -282,17 +288,18 @@ class Job:
         shut_down()
 
 
-def job(layer: Any, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray | None) -> Job | None:
-    """Start ``layer``'s backward direction (``layer.directions == 2``) in the helper over
-    ``inputs`` (T, B, I) from ``h0`` (B, H_out) and ``c0`` (B, H) or None; None when no
-    helper is ready or it is busy with another call (the caller computes it itself)."""
+def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
+        c0: np.ndarray | None) -> Job | None:
+    """Start ``layer``'s ``direction`` in the helper over ``inputs`` (T, b, I), the piece's
+    sequences, from ``h0`` (b, H_out) and ``c0`` (b, H) or None; None when no helper is
+    ready or it is busy with another call (the caller computes the piece itself)."""
     helper = _current()
     if helper is None or not helper.lock.acquire(blocking=False):
         return None
     try:
         steps, batch, width = inputs.shape
         shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, c0 is not None)
-        token = helper.token(layer)
+        token = helper.token(layer, direction)
         if helper.forgotten:
             forgotten, helper.forgotten[:] = list(helper.forgotten), []
             _send(helper.sock, ("forget", forgotten))
@@ -317,10 +324,10 @@ def job(layer: Any, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray | None) -
 # -- the helper's side ---------------------------------------------------------------------
 
 
-def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype], Any],
+def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype, bool], Any],
           run: Callable[[Any, np.ndarray, np.ndarray, np.ndarray | None], None]) -> None:
     """The helper's loop: layers, arenas and runs from the socket ``fd`` until it closes.
-    ``prepare(spec, params, dtype)`` makes a layer's backward direction from its canonical
+    ``prepare(spec, params, dtype, backward)`` makes a layer direction from its canonical
     parameters; ``run(layer, inputs, history, cell)`` runs it (the runtime's
     :func:`~rnnport.runtime.helper_layer` and :func:`~rnnport.runtime.run_direction`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is the caller's
@@ -335,8 +342,8 @@ def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype], Any
             return
         kind = message[0]
         if kind == "layer":
-            _, token, spec, params, dtype = message
-            layers[token] = prepare(spec, params, np.dtype(dtype))
+            _, token, spec, params, dtype, backward = message
+            layers[token] = prepare(spec, params, np.dtype(dtype), backward)
         elif kind == "forget":
             for token in message[1]:
                 layers.pop(token, None)

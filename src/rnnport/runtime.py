@@ -113,9 +113,9 @@ class _Layer:
     """
 
     __slots__ = ("__weakref__", "act_f", "act_g", "act_h", "backward", "bias_n", "blocks", "cell",
-                 "cell_clip", "clip", "directions", "hidden", "input_bias", "input_forget",
-                 "input_weights", "layer_norm", "one_way", "out_size", "peephole", "projection",
-                 "projection_bias", "recurrent", "recurrent_n", "source", "width")
+                 "cell_clip", "chunked", "clip", "directions", "hidden", "input_bias",
+                 "input_forget", "input_weights", "layer_norm", "one_way", "out_size", "peephole",
+                 "projection", "projection_bias", "recurrent", "recurrent_n", "source", "width")
 
     def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
                  dtype: np.dtype, backward: tuple[bool, ...] | None = None) -> None:
@@ -195,6 +195,19 @@ class _Layer:
         self.projection_bias = (np.stack([np.asarray(p["bias_hr"], dtype=dtype)[None, :]
                                           for p in directions]) if spec.proj_bias else None)
         self.one_way: list[_Layer] | None = None
+        self.chunked: dict[int, list[list[np.ndarray]]] = {}
+
+    def chunks(self, width: int) -> list[list[np.ndarray]]:
+        """The recurrent weights, per direction, as contiguous blocks of ``width`` columns
+        (one block, the weights themselves, when ``width`` is all of them); made once."""
+        found = self.chunked.get(width)
+        if found is None:
+            found = [[matrix] if width >= matrix.shape[1] else
+                     [np.ascontiguousarray(matrix[:, j:j + width])
+                      for j in range(0, matrix.shape[1], width)]
+                     for matrix in self.recurrent]
+            self.chunked[width] = found
+        return found
 
     def direction(self, index: int) -> _Layer:
         """This layer's direction ``index`` alone, as a one-direction layer whose arrays are
@@ -212,7 +225,7 @@ class _Layer:
         def cut(array: np.ndarray | None) -> np.ndarray | None:
             return None if array is None else array[part]
 
-        one.directions, one.backward, one.one_way = 1, (self.backward[d],), None
+        one.directions, one.backward, one.one_way, one.chunked = 1, (self.backward[d],), None, {}
         one.input_weights = self.input_weights[part]
         one.input_bias, one.recurrent = self.input_bias[part], self.recurrent[part]
         one.recurrent_n, one.bias_n = cut(self.recurrent_n), cut(self.bias_n)
@@ -338,9 +351,9 @@ CONCURRENT_MIN_PROJECTION = 1 << 24
 # SPLIT_MIN_BATCH sequences. The split depends on the shapes alone, never on the threads:
 # with one thread the halves run in turn, so the numbers are the same for every count.
 SPLIT_MIN_STEP_WORK = 1 << 22
-# A bidirectional layer's backward direction runs in the helper process when its steps
-# hold at least this many multiply-adds in all (T·B·H_out·G·H): about 2 ms of work, against
-# the 0.1 ms of passing its input and outputs.
+# One of a layer's two pieces runs in the helper process when the steps of a direction hold
+# at least this many multiply-adds in all (T·B·H_out·G·H): about 2 ms of work, against the
+# 0.1 ms of passing its input and outputs.
 HELPER_MIN_WORK = 1 << 25
 SPLIT_MIN_BATCH = 16
 
@@ -456,9 +469,11 @@ class _Plan:
 
     def uses_helper(self, layer: _Layer, batch: int, steps: int,
                     packed: _Packing | None) -> bool:
-        """Whether a bidirectional layer's backward direction runs in the helper process
-        (:mod:`rnnport.helper`): enough work to pay for passing its input and output."""
-        return (self.concurrent and layer.directions == 2 and packed is None and steps > 1
+        """Whether one of the layer's two pieces (its backward direction, or the second half
+        of its batch; see :func:`_pieces`) runs in the helper process
+        (:mod:`rnnport.helper`): enough work to pay for passing its input and outputs."""
+        return (self.concurrent and packed is None and steps > 1
+                and (layer.directions == 2 or _splits_batch(layer, batch))
                 and steps * batch * layer.out_size * layer.width >= HELPER_MIN_WORK)
 
     def projects_concurrently(self, layer: _Layer, batch: int, steps: int) -> bool:
@@ -520,7 +535,8 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
     loop = _LOOPS[layer.cell]
     active = None if packed is None else packed.active
     concurrent = plan.runs_concurrently(layer, batch, steps)
-    pieces = _pieces(layer, batch, by_direction=concurrent)
+    helped = plan.uses_helper(layer, batch, steps, packed)
+    pieces = _pieces(layer, batch, by_direction=concurrent or helped)
 
     def run_piece(directions: slice, rows: slice, wide: int = 0, step: int = 0,
                   projected: np.ndarray | None = None) -> None:
@@ -538,21 +554,23 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
              None if cell is None else cell[directions, rows], running)
 
     job = None
-    if plan.uses_helper(layer, batch, steps, packed):
+    if helped and len(pieces) == 2:
         from . import helper  # not at import: most calls never start one
 
-        job = helper.job(layer, inputs, h0[1], None if cell is None else cell[1])
+        direction, rows = pieces[1][0].start, pieces[1][1]
+        job = helper.job(layer, direction, inputs[:, rows], h0[direction, rows],
+                         None if cell is None else cell[direction, rows])
     if job is not None:
-        # The backward direction in the helper process, the forward one here, at once.
-        everything = slice(0, batch)
+        # The second piece in the helper process, the first here, at once.
         try:
             plan.use(plan.step)
-            run_piece(slice(0, 1), everything)
+            run_piece(*pieces[0])
         except BaseException:
             job.abandon()
             raise
-        if not job.finish(history[:, 1], None if cell is None else cell[1]):
-            run_piece(slice(1, 2), everything)  # the helper failed: here, same numbers
+        if not job.finish(history[:, direction, rows],
+                          None if cell is None else cell[direction, rows]):
+            run_piece(*pieces[1])  # the helper failed: here, the same numbers
     elif concurrent and len(pieces) == 2:
         plan.use(plan.step)  # before the threads start: both share the process's count
         _both(run_piece, pieces[0], pieces[1])
@@ -573,10 +591,11 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
     return history
 
 
-def helper_layer(spec: Spec, params: Mapping[str, np.ndarray], dtype: np.dtype) -> _Layer:
-    """A bidirectional layer's backward direction alone, prepared from its canonical
-    ``params`` as :func:`_prepared` prepares it here (:mod:`rnnport.helper`'s copy)."""
-    return _Layer(spec, [params], dtype, backward=(True,))
+def helper_layer(spec: Spec, params: Mapping[str, np.ndarray], dtype: np.dtype,
+                 backward: bool) -> _Layer:
+    """One direction of a layer alone, prepared from its canonical ``params`` as
+    :func:`_prepared` prepares it here (:mod:`rnnport.helper`'s copy)."""
+    return _Layer(spec, [params], dtype, backward=(backward,))
 
 
 def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
@@ -647,49 +666,93 @@ def _final_state(history: np.ndarray, packed: _Packing | None) -> np.ndarray:
 class _Scratch:
     """Per-step buffers, and views of them for the first ``n`` sequences of the batch.
 
-    ``raw`` (D, B, width) receives the recurrent product, laid out as BLAS writes it: each
-    sequence's row holds all gate blocks side by side. The step input is added to it into
+    ``raw`` receives the recurrent product ``h @ R`` (``R`` of N columns, ``G_R`` gate
+    blocks), in blocks of ``chunk`` columns, ``(D, N / chunk, B, chunk)``: OpenBLAS runs a
+    product of at most :data:`SMALL_PRODUCT` multiply-adds with its small-matrix kernels,
+    which do not repack the weights (a larger one repacks them at every step, about a third
+    of its time at 16 rows). ``chunk`` is all of N, or a divisor of H (see
+    :func:`_chunk_width`), chosen by shape alone. The step input is added to it into
     ``gates`` (D, G, B, H), gate-major, so that every gate block the elementwise operations
     read is contiguous (NumPy's ufuncs take about three times as long over column slices of
-    (B, G·H) rows). Further buffers are (D, B, width) each."""
+    (B, G·H) rows). The sum runs over 5-D views ``(D, G, B, H / c, c)`` of both (``c`` the
+    chunk, or H). Further buffers are (D, B, width) each."""
 
-    def __init__(self, layer: _Layer, batch: int, dtype: np.dtype, *extra: int,
-                 product_width: int | None = None) -> None:
+    def __init__(self, layer: _Layer, batch: int, dtype: np.dtype, *extra: int) -> None:
         directions, hidden = layer.directions, layer.hidden
-        self.raw = np.empty((directions, batch, product_width or layer.width), dtype=dtype)
+        depth, width = layer.recurrent.shape[1:]
+        self.chunk = _chunk_width(hidden, batch, depth) or width
+        self.weights = layer.chunks(self.chunk)
+        self.raw = np.empty((directions, width // self.chunk, batch, self.chunk), dtype=dtype)
         self.gates = np.empty((directions, len(layer.blocks), batch, hidden), dtype=dtype)
-        self.extra = [np.empty((directions, batch, width), dtype=dtype) for width in extra]
+        self.extra = [np.empty((directions, batch, size), dtype=dtype) for size in extra]
         self.order = list(layer.blocks)
+        # The 5-D split of a gate's H units: (H / c, c) for chunks of c ≤ H, else (1, H).
+        self.split = (hidden // self.chunk, self.chunk) if self.chunk <= hidden else (1, hidden)
         self._cache: dict[int, tuple[Any, ...]] = {}
 
     def views(self, n: int) -> tuple[Any, ...]:
-        """(raw, raw by gate (D, G_raw, n, H), gates (D, G, n, H), {gate: (D, n, H)},
-        *extra) for the first ``n`` sequences."""
+        """(raw, raw as (D, G_R, n, H / c, c), gates (D, G, n, H), gates as (D, G, n, H / c,
+        c), {gate: (D, n, H)}, *extra) for the first ``n`` sequences."""
         found = self._cache.get(n)
         if found is None:
-            raw, gates = self.raw[:, :n], self.gates[:, :, :n]
-            hidden = gates.shape[-1]
-            by_gate = raw.reshape(raw.shape[0], n, raw.shape[-1] // hidden, hidden
-                                  ).transpose(0, 2, 1, 3)
-            found = (raw, by_gate, gates, {g: gates[:, k] for k, g in enumerate(self.order)},
+            raw, gates = self.raw[:, :, :n], self.gates[:, :, :n]
+            directions, hidden = raw.shape[0], gates.shape[-1]
+            if self.chunk <= hidden:
+                raw_gates = raw.reshape(directions, raw.shape[1] // self.split[0],
+                                        self.split[0], n, self.chunk).transpose(0, 1, 3, 2, 4)
+            else:
+                raw_gates = raw.reshape(directions, n, self.chunk // hidden, hidden
+                                        ).transpose(0, 2, 1, 3)[..., None, :]
+            found = (raw, raw_gates, gates, gates.reshape(*gates.shape[:3], *self.split),
+                     {g: gates[:, k] for k, g in enumerate(self.order)},
                      *(buffer[:, :n] for buffer in self.extra))
             self._cache[n] = found
         return found
 
+    def product(self, h: np.ndarray, raw: np.ndarray) -> None:
+        """``raw = h @ R`` per direction and block: ``np.dot``, the BLAS call a stacked
+        ``np.matmul`` makes for each direction, at less cost per call."""
+        for d, blocks in enumerate(self.weights):
+            rows, out = h[d], raw[d]
+            for j, matrix in enumerate(blocks):
+                np.dot(rows, matrix, out=out[j])
+
+
+# OpenBLAS's bound on M·N·K for its small-matrix kernels (SkylakeX and later CPUs), and
+# what a block must hold to be worth a call: at least CHUNK_MIN_ROWS rows (below, the
+# product is matrix-vector or as fast whole) and CHUNK_MIN_WIDTH columns.
+SMALL_PRODUCT = 1_000_000
+CHUNK_MIN_ROWS = 4
+CHUNK_MIN_WIDTH = 32
+
+
+def _chunk_width(hidden: int, rows: int, depth: int) -> int | None:
+    """The widest divisor of ``hidden`` (at least :data:`CHUNK_MIN_WIDTH`) whose product
+    ``(rows, depth) @ (depth, width)`` stays within :data:`SMALL_PRODUCT`; None for one
+    product of all the columns."""
+    if rows < CHUNK_MIN_ROWS:
+        return None
+    widest = min(hidden, SMALL_PRODUCT // max(rows * depth, 1))
+    for width in range(widest, CHUNK_MIN_WIDTH - 1, -1):
+        if hidden % width == 0:
+            return width
+    return None
+
 
 def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
            active: list[int] | None, scratch: _Scratch | None) -> Iterator[tuple[Any, ...]]:
-    """For each step ``s``: its input projection (gate-major, (D, G, n, H), with a scratch;
-    else (D, n, width)), h, the slot for h', the cell state and the scratch views, cut to
-    the sequences still running (all of them without lengths)."""
+    """For each step ``s``: its input projection (with a scratch, gate-major and split as
+    its 5-D views, (D, G, n, H / c, c); else (D, n, width)), h, the slot for h', the cell
+    state and the scratch views, cut to the sequences still running (all of them without
+    lengths)."""
     directions, steps, batch, width = projected.shape
     if scratch is None:
         by_step = projected.transpose(1, 0, 2, 3)  # (T, D, B, G·H)
         full = None
-    else:  # (T, D, G, B, H)
-        hidden = scratch.gates.shape[-1]
-        by_step = projected.reshape(directions, steps, batch, width // hidden, hidden
-                                    ).transpose(1, 0, 3, 2, 4)
+    else:  # (T, D, G, B, H / c, c)
+        parts, size = scratch.split
+        by_step = projected.reshape(directions, steps, batch, width // (parts * size), parts,
+                                    size).transpose(1, 0, 3, 2, 4, 5)
         full = scratch.views(batch)
     if active is None:  # the common case, its views made by iteration in C
         for step_input, h, h_next in zip(by_step, history[:-1], history[1:], strict=True):
@@ -701,17 +764,16 @@ def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
             yield by_step[s], history[s], history[s + 1], cell, full
         elif n == 0:
             return
+        elif scratch is None:
+            yield (by_step[s, :, :n], history[s, :, :n], history[s + 1, :, :n], None, None)
         else:
-            yield (by_step[s, ..., :n, :], history[s, :, :n], history[s + 1, :, :n],
-                   None if cell is None else cell[:, :n],
-                   None if scratch is None else scratch.views(n))
+            yield (by_step[s, :, :, :n], history[s, :, :n], history[s + 1, :, :n],
+                   None if cell is None else cell[:, :n], scratch.views(n))
 
 
-def _product(h: np.ndarray, weights: Sequence[np.ndarray], out: np.ndarray) -> None:
+def _dot(h: np.ndarray, weights: Sequence[np.ndarray], out: np.ndarray) -> None:
     """``out = h @ weights`` for ``h`` (D, B, K), one (K, N) matrix per direction, ``out``
-    (D, B, N) with C-contiguous rows: ``np.dot`` per direction, the BLAS call the stacked
-    ``np.matmul`` makes for each, at less cost per call (a step at batch 1 is mostly that
-    cost)."""
+    (D, B, N) with C-contiguous rows: ``np.dot`` per direction."""
     for d, matrix in enumerate(weights):
         np.dot(h[d], matrix, out=out[d])
 
@@ -745,11 +807,11 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
     # One pass of the shared core over all four gates, then each kernel's own post.
     shared = act_f.core is act_g.core and layer.peephole is None
-    peephole, projection, recurrent = layer.peephole, layer.projection, list(layer.recurrent)
-    for step_input, h, h_next, c, (raw, raw_gates, buf, gates, tmp) in _steps(
+    peephole, projection = layer.peephole, layer.projection
+    for step_input, h, h_next, c, (raw, raw_gates, buf, split, gates, tmp) in _steps(
             projected, history, cell, active, scratch):
-        _product(h, recurrent, raw)
-        np.add(raw_gates, step_input, out=buf)
+        scratch.product(h, raw)
+        np.add(raw_gates, step_input, out=split)
         if peephole is not None:
             for gate in "if":
                 np.multiply(peephole[gate], c, out=tmp)
@@ -801,33 +863,32 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None) -> None:
-    recurrent, recurrent_n, bias_n = layer.recurrent, layer.recurrent_n, layer.bias_n
     # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
-    scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden,
-                       product_width=recurrent.shape[-1])
-    update_gates = slice(0, 2)  # r z, then n (ORDER)
-    act_f, act_g = layer.act_f, layer.act_g
-    per_direction = list(recurrent)
-    per_direction_n = None if recurrent_n is None else list(recurrent_n)
-    for step_input, h, h_next, _, (raw, raw_gates, buf, gates, tmp) in _steps(
+    scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden)
+    act_f, act_g, bias_n = layer.act_f, layer.act_g, layer.bias_n
+    per_direction_n = None if layer.recurrent_n is None else list(layer.recurrent_n)
+    if bias_n is not None:
+        bias_n = bias_n.reshape(bias_n.shape[0], 1, *scratch.split)
+    for step_input, h, h_next, _, (raw, raw_gates, buf, split, gates, tmp) in _steps(
             projected, history, None, active, scratch):
-        _product(h, per_direction, raw)
-        rz = buf[:, update_gates]
-        np.add(raw_gates[:, update_gates], step_input[:, update_gates], out=rz)
+        scratch.product(h, raw)
+        # Gates r z n (ORDER): r and z from the product and the input together.
+        np.add(raw_gates[:, :2], step_input[:, :2], out=split[:, :2])
+        rz = buf[:, :2]
         if layer.clip is not None:
             _clip(layer, gates, "rz")
         act_f.prescaled(rz)
         candidate = gates["n"]
         if per_direction_n is None:  # reset after: n = g(W_n x + bW_n + r∘(R_n h + bR_n))
             if bias_n is not None:
-                np.add(raw_gates[:, 2], bias_n, out=candidate)
+                np.add(raw_gates[:, 2], bias_n, out=split[:, 2])
                 candidate *= gates["r"]
             else:
-                np.multiply(raw_gates[:, 2], gates["r"], out=candidate)
+                np.multiply(raw_gates[:, 2], split[:, 0], out=split[:, 2])
         else:                        # reset before: n = g(W_n x + bW_n + R_n (r∘h) + bR_n)
             np.multiply(gates["r"], h, out=tmp)
-            _product(tmp, per_direction_n, candidate)
-        candidate += step_input[:, 2]
+            _dot(tmp, per_direction_n, candidate)
+        np.add(split[:, 2], step_input[:, 2], out=split[:, 2])
         if layer.clip is not None:
             _clip(layer, gates, "n")
         act_g.prescaled(candidate)
@@ -841,7 +902,7 @@ def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
               active: list[int] | None) -> None:
     act, recurrent = layer.act_g, list(layer.recurrent)
     for step_input, h, h_next, _, _ in _steps(projected, history, None, active, None):
-        _product(h, recurrent, h_next)
+        _dot(h, recurrent, h_next)
         h_next += step_input
         if layer.clip is not None:
             np.clip(h_next, -layer.clip["h"], layer.clip["h"], out=h_next)

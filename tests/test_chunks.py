@@ -1,0 +1,79 @@
+"""The per-step product in blocks of columns (OpenBLAS's small-matrix kernels) computes the
+same network as one product of all the columns, for every cell and option, with lengths,
+in threads and in the helper process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rnnport import RNN, Spec, runtime
+
+SPECS = {
+    "LSTM": Spec("lstm", 6, 12, num_layers=2, bidirectional=True),
+    "LSTM peepholes, projection": Spec("lstm", 6, 12, num_layers=2, peepholes=True,
+                                       proj_size=5),
+    "LSTM layer norm, clips": Spec("lstm", 6, 12, layer_norm=True, cell_clip=0.5),
+    "GRU reset after": Spec("gru", 6, 12, num_layers=2, bidirectional=True),
+    "GRU reset before": Spec("gru", 6, 12, num_layers=2, reset_after=False),
+    "GRU no bias": Spec("gru", 6, 12, bias=False),
+}
+
+
+def _forward(net: RNN, x: np.ndarray, **options: object) -> np.ndarray:
+    return net.forward(x, **options)[0]  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Products of 12 units in blocks of 4 columns; the widths chosen are recorded."""
+    monkeypatch.setattr(runtime, "CHUNK_MIN_WIDTH", 1)
+    monkeypatch.setattr(runtime, "SMALL_PRODUCT", 4 * 12 * 4)  # rows·depth·4 at 4 rows
+    chosen: list[int] = []
+    width = runtime._chunk_width
+
+    def recorded(hidden: int, rows: int, depth: int) -> int | None:
+        chosen.append(width(hidden, rows, depth) or 0)
+        return chosen[-1] or None
+
+    monkeypatch.setattr(runtime, "_chunk_width", recorded)
+    return chosen
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", list(SPECS))
+def test_blocks_compute_the_same_network(blocks: list[int], monkeypatch: pytest.MonkeyPatch,
+                                         name: str, dtype: type) -> None:
+    net = RNN.random(SPECS[name], seed=11, dtype=dtype)
+    x = np.random.default_rng(12).standard_normal((4, 9, 6)).astype(dtype)
+    lengths = np.array([9, 6, 6, 1])
+    in_blocks = [_forward(net, x, threads=1), _forward(net, x, lengths=lengths, threads=1)]
+    assert blocks and all(0 < width < 12 and 12 % width == 0 for width in blocks)
+    monkeypatch.setattr(runtime, "CHUNK_MIN_ROWS", 1 << 30)  # one product of all columns
+    whole = [_forward(net, x, threads=1), _forward(net, x, lengths=lengths, threads=1)]
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    for got, expected in zip(in_blocks, whole, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_blocks_give_the_same_bits_in_threads_and_alone(blocks: list[int],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    monkeypatch.setattr(runtime, "HELPER_MIN_WORK", 1 << 62)  # threads, not the helper
+    net = RNN.random(SPECS["LSTM"], seed=13)
+    x = np.random.default_rng(14).standard_normal((4, 9, 6)).astype(np.float32)
+    np.testing.assert_array_equal(_forward(net, x, threads=2), _forward(net, x, threads=1))
+    assert blocks
+
+
+@pytest.mark.parametrize(("hidden", "rows", "depth", "expected"), [
+    (320, 16, 320, 160),   # 16·320·160 = 819,200 multiply-adds
+    (512, 16, 512, 64),    # 128 and 256 would pass 1,000,000
+    (128, 16, 128, 128),   # the whole gate fits
+    (320, 1, 320, None),   # a matrix-vector product: whole
+    (320, 3, 320, None),
+    (97, 16, 97, 97),      # a prime: a block per gate
+    (320, 512, 320, None),  # no block of 32 columns fits
+])
+def test_the_block_width(hidden: int, rows: int, depth: int, expected: int | None) -> None:
+    assert runtime._chunk_width(hidden, rows, depth) == expected
