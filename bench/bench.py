@@ -341,8 +341,7 @@ def run_corpus(files: int, rounds: int, spec: rnnport.Spec = CORPUS,
         once("pool-1", jobs=1)
         once("pool-2", jobs=2)
         for workers in (1, 2):
-            with dask.config.set({"distributed.nanny.pre-spawn-environ":
-                                  corpus.ONE_BLAS_THREAD}), \
+            with dask.config.set(corpus.DASK_WORKER_CONFIG), \
                     LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                  dashboard_address=None, silence_logs=40) as cluster:
                 once(f"dask-{workers}", dask=cluster.scheduler_address)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -299,6 +300,30 @@ def test_a_dask_local_cluster_writes_every_output_once(model_file: Path, data: P
     before = _stats(out)
     again = corpus.run(model_file, [data], out, jobs=2, dask="local")
     assert (again.done, again.skipped) == (0, 5) and _stats(out) == before
+
+
+def test_a_dask_task_that_dies_is_a_failed_file_and_the_rest_run(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, data: Path, tmp_path: Path) -> None:
+    """A task that ends in an error of Dask's (here: raised outside rnnport's own handling,
+    as a worker's death is) fails its file alone, with what Dask reported."""
+    distributed = pytest.importorskip("distributed")
+    task = corpus._dask_task
+    victim = "batch.npy"
+
+    def dying(one: corpus.Task, job: Any) -> corpus.FileResult:
+        if Path(one.source).name == victim:
+            raise RuntimeError("the worker was killed")
+        return task(one, job)
+
+    monkeypatch.setattr(corpus, "_dask_task", dying)  # in-process workers see it
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None, silence_logs=40) as cluster:
+        summary = corpus.run(model_file, [data], tmp_path / "out",
+                             dask=cluster.scheduler_address)
+    assert (summary.done, summary.failed) == (4, 1), summary.lines()
+    (failure,) = summary.failures
+    assert Path(failure.source).name == victim
+    assert failure.error == "its worker process died (RuntimeError: the worker was killed)"
 
 
 class _Terminal(io.StringIO):

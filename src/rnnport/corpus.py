@@ -83,12 +83,17 @@ from .io.atomic import (
 )
 from .model import Model
 
-__all__ = ["FEATURE_SUFFIXES", "LENGTHS", "ONE_BLAS_THREAD", "FileResult", "Summary",
-           "default_jobs", "plan", "run"]
+__all__ = ["DASK_WORKER_CONFIG", "FEATURE_SUFFIXES", "LENGTHS", "ONE_BLAS_THREAD", "FileResult",
+           "Summary", "default_jobs", "plan", "run"]
 
 FEATURE_SUFFIXES = (".npy", NUMPY_ARCHIVE)
 LENGTHS = "lengths"  # the archive member that holds the valid length of each sequence
 ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# Dask settings for workers that run files: one BLAS thread each (set before NumPy loads),
+# and no statistical profiler (a thread that samples the running task's stack every 10 ms,
+# taking the interpreter lock from it; a few per cent of a busy core).
+DASK_WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ": ONE_BLAS_THREAD,
+                      "distributed.worker.profile.enabled": False}
 Status = Literal["done", "skipped", "failed"]
 
 
@@ -478,9 +483,13 @@ def _result(future: Future[FileResult], task: Task) -> FileResult:
     try:
         return future.result()
     except Exception as error:  # the worker itself died (killed, out of memory)
-        return FileResult(task.name, task.source, task.output, "failed",
-                          error=f"its worker process died ({type(error).__name__}: "
-                                f"{' '.join(str(error).split())[:200]})")
+        return _died(task, error)
+
+
+def _died(task: Task, error: BaseException) -> FileResult:
+    return FileResult(task.name, task.source, task.output, "failed",
+                      error=f"its worker process died ({type(error).__name__}: "
+                            f"{' '.join(str(error).split())[:200]})")
 
 
 # -- Dask ----------------------------------------------------------------------------------------
@@ -510,7 +519,7 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
     with contextlib.ExitStack() as stack:
         if address == "local":
             environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
-            with dask.config.set({"distributed.nanny.pre-spawn-environ":
+            with dask.config.set({**DASK_WORKER_CONFIG, "distributed.nanny.pre-spawn-environ":
                                   {**environ, **ONE_BLAS_THREAD}}):
                 cluster = stack.enter_context(LocalCluster(
                     n_workers=jobs, threads_per_worker=1, processes=True,
@@ -522,8 +531,13 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
         by_key = {future.key: task for future, task in zip(futures, tasks, strict=True)}
         results = []
         try:
-            for future in completed(futures):
-                result = _result(future, by_key[future.key])
+            # Results come with their futures: no round trip to the scheduler per file.
+            for future, outcome in completed(futures, with_results=True, raise_errors=False):
+                if isinstance(outcome, FileResult):
+                    result = outcome
+                else:  # a worker that died: (type, error, traceback), or the cancellation
+                    error = outcome[1] if isinstance(outcome, tuple) else outcome
+                    result = _died(by_key[future.key], error)
                 report(result)
                 results.append(result)
         except BaseException:
