@@ -682,6 +682,8 @@ class _Scratch:
         depth, width = layer.recurrent.shape[1:]
         self.chunk = _chunk_width(hidden, batch, depth) or width
         self.weights = layer.chunks(self.chunk)
+        self.single = self.weights[0][0] if len(self.weights) == len(self.weights[0]) == 1 \
+            else None
         self.raw = np.empty((directions, width // self.chunk, batch, self.chunk), dtype=dtype)
         self.gates = np.empty((directions, len(layer.blocks), batch, hidden), dtype=dtype)
         self.extra = [np.empty((directions, batch, size), dtype=dtype) for size in extra]
@@ -712,6 +714,9 @@ class _Scratch:
     def product(self, h: np.ndarray, raw: np.ndarray) -> None:
         """``raw = h @ R`` per direction and block: ``np.dot``, the BLAS call a stacked
         ``np.matmul`` makes for each direction, at less cost per call."""
+        if self.single is not None:  # one direction, one block: the batch-1 case, kept short
+            np.dot(h[0], self.single, out=raw[0, 0])
+            return
         for d, blocks in enumerate(self.weights):
             rows, out = h[d], raw[d]
             for j, matrix in enumerate(blocks):
@@ -807,26 +812,31 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
     # One pass of the shared core over all four gates, then each kernel's own post.
     shared = act_f.core is act_g.core and layer.peephole is None
-    peephole, projection = layer.peephole, layer.projection
+    core, post_f, post_g = act_f.core, act_f.post, act_g.post
+    into_h = act_h.direct or act_h.into  # tanh(c') straight into h' (or the output slot)
+    # Options read once: a step at batch 1 takes about 8 µs besides its product.
+    peephole, projection, layer_norm = layer.peephole, layer.projection, layer.layer_norm
+    clip, cell_clip, input_forget = layer.clip, layer.cell_clip, layer.input_forget
+    product = scratch.product
     for step_input, h, h_next, c, (raw, raw_gates, buf, split, gates, tmp) in _steps(
             projected, history, cell, active, scratch):
-        scratch.product(h, raw)
+        product(h, raw)
         np.add(raw_gates, step_input, out=split)
         if peephole is not None:
             for gate in "if":
                 np.multiply(peephole[gate], c, out=tmp)
                 gates[gate] += tmp
-        if layer.layer_norm is not None:
+        if layer_norm is not None:
             for gate in ("ifg" if peephole is not None else "ifog"):
-                _normalize(gates[gate], layer.layer_norm[gate], tmp)
-        if layer.clip is not None:
+                _normalize(gates[gate], layer_norm[gate], tmp)
+        if clip is not None:
             _clip(layer, gates, "ifg" if peephole is not None else "ifog")
         if shared:
-            act_f.core(buf)
-            if act_f.post is not None:
-                act_f.post(buf[:, sigmoid_gates])
-            if act_g.post is not None:
-                act_g.post(gates["g"])
+            core(buf)
+            if post_f is not None:
+                post_f(buf[:, sigmoid_gates])
+            if post_g is not None:
+                post_g(gates["g"])
         else:
             if peephole is None:
                 act_f.prescaled(buf[:, sigmoid_gates])
@@ -834,27 +844,27 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
                 act_f.prescaled(gates["i"])
                 act_f.prescaled(gates["f"])
             act_g.prescaled(gates["g"])
-        if layer.input_forget:
+        if input_forget:
             np.subtract(1.0, gates["i"], out=gates["f"])
         c *= gates["f"]
         np.multiply(gates["i"], gates["g"], out=tmp)
         c += tmp
-        if layer.cell_clip is not None:
-            np.clip(c, -layer.cell_clip, layer.cell_clip, out=c)
+        if cell_clip is not None:
+            np.clip(c, -cell_clip, cell_clip, out=c)
         if peephole is not None:
             # o's peephole sees the new cell state.
             np.multiply(peephole["o"], c, out=tmp)
             gates["o"] += tmp
-            if layer.layer_norm is not None:
-                _normalize(gates["o"], layer.layer_norm["o"], tmp)
-            if layer.clip is not None:
+            if layer_norm is not None:
+                _normalize(gates["o"], layer_norm["o"], tmp)
+            if clip is not None:
                 _clip(layer, gates, "o")
             act_f.prescaled(gates["o"])
         if projection is None:
-            act_h.into(c, h_next)
+            into_h(c, h_next)
             h_next *= gates["o"]
         else:
-            act_h.into(c, tmp)
+            into_h(c, tmp)
             tmp *= gates["o"]
             np.matmul(tmp, projection, out=h_next)
             if layer.projection_bias is not None:
