@@ -45,9 +45,11 @@ processes with one thread each; ``dask="tcp://host:8786"`` uses the scheduler th
 file is one task (``Client.map``); each worker process reads the model once (a cache per
 process, keyed by the model's path and read options) and writes its outputs itself, so
 the model, the inputs and ``out_dir`` must be on a file system every worker sees at the
-same absolute paths. Dask's nannies start worker processes with one BLAS thread
-(``distributed.nanny.pre-spawn-environ``, set for the local cluster, and the default of
-any cluster). Needs the ``dask`` extra (``pip install 'rnnport[dask]'``).
+same absolute paths. The local cluster's workers get :data:`DASK_WORKER_CONFIG`: one BLAS
+thread (``distributed.nanny.pre-spawn-environ``, before NumPy loads; also Dask's default
+for any cluster) and no statistical profiler. Results come back with their futures
+(``as_completed(..., with_results=True)``), no round trip per file. Needs the ``dask``
+extra (``pip install 'rnnport[dask]'``).
 
 **Failures**: a file that cannot be read or run (a bad shape, a damaged file) is reported
 with its name and the reason, and the others go on; :attr:`Summary.failed` counts them.
