@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +29,8 @@ def used(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 1)
     monkeypatch.setattr(runtime, "SPLIT_MIN_STEP_WORK", 0)
     monkeypatch.setattr(runtime, "_cores", lambda: 2)
+    monkeypatch.setattr(helper, "_FAILED", False)  # each test may end helpers of its own
+    monkeypatch.setattr(helper, "_ENDS", 0)
     outcomes: list[bool] = []
     finish = helper.Job.finish
 
@@ -181,3 +187,121 @@ def test_a_helper_killed_during_a_job_costs_only_speed(
 
     monkeypatch.setitem(runtime._LOOPS, "lstm", killing)
     np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+
+
+def test_threads_calling_as_the_helper_becomes_ready_agree(used: list[bool]) -> None:
+    """The first calls after a start read its "ready" one at a time (under its lock)."""
+    net = RNN.random(SPECS["LSTM"], seed=21)
+    x = np.random.default_rng(22).standard_normal((2, 12, 7)).astype(np.float32)
+    expected = net.forward(x, threads=1)[0]
+    helper.shut_down()
+    outcomes: list[Any] = []
+
+    def call() -> None:
+        try:
+            outcomes.append(np.array_equal(net.forward(x, threads=2)[0], expected))
+        except BaseException as error:  # reported below
+            outcomes.append(error)
+
+    for _ in range(3):
+        threads = [threading.Thread(target=call) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads), "a call hangs"
+    assert outcomes == [True] * 24
+
+
+def test_a_process_with_many_open_files_still_uses_it(used: list[bool]) -> None:
+    """Descriptors above 1023 (where select() stops) are polled."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"at most {hard} open files here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    helper.shut_down()  # a new one, its socket above 1023
+    spare = [os.open(os.devnull, os.O_RDONLY)]
+    while spare[-1] < 1030:  # every number below taken: the next socket lands above
+        spare.append(os.open(os.devnull, os.O_RDONLY))
+    try:
+        assert helper.wait_until_ready(60)
+        running = helper._HELPER
+        assert running is not None and running.sock.fileno() > 1023
+        net, x, expected = _lstm_case(9)
+        np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+        assert used and all(used)
+    finally:
+        for descriptor in spare:
+            os.close(descriptor)
+        helper.shut_down()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_helper_never_imports_from_the_working_directory(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    (tmp_path / "pickle.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                        "raise ImportError('planted')\n")
+    monkeypatch.chdir(tmp_path)
+    helper.shut_down()
+    assert helper.wait_until_ready(60)
+    net, x, expected = _lstm_case(9)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used and all(used)
+    assert not marker.exists()
+
+
+@dataclass(frozen=True)
+class _ElsewhereSpec(Spec):
+    """A Spec the helper cannot rebuild: its class lives in this test module, which the
+    helper process cannot import."""
+
+
+def test_a_layer_the_helper_cannot_take_runs_here_and_the_helper_stays(
+        used: list[bool]) -> None:
+    def local_spec() -> Spec:
+        @dataclass(frozen=True)
+        class LocalSpec(Spec):  # cannot even be pickled here
+            pass
+        return LocalSpec("lstm", 7, 9, num_layers=2, bidirectional=True)
+
+    x = np.random.default_rng(4).standard_normal((2, 9, 7)).astype(np.float32)
+    running = helper._HELPER
+    for spec in (local_spec(), _ElsewhereSpec("lstm", 7, 9, num_layers=2, bidirectional=True)):
+        net = RNN.random(spec, seed=3)
+        expected = net.forward(x, threads=1)[0]
+        used.clear()
+        for _ in range(3):
+            np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+        assert not any(used)  # at most an error reply, then never sent again
+        assert helper._HELPER is running and running is not None and not running.broken
+    used.clear()
+    net, x, expected = _lstm_case(9)  # other layers still use it
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used and all(used)
+
+
+def test_a_large_arena_is_given_up_after_its_call(used: list[bool],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(helper, "ARENA_KEPT", 1 << 10)
+    net, x, expected = _lstm_case(30)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    running = helper._HELPER
+    assert used and all(used) and running is not None and running.arena is None
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)  # and a new one
+
+
+def test_helpers_that_keep_dying_are_given_up(used: list[bool]) -> None:
+    net, x, expected = _lstm_case(9)
+    for _ in range(helper.GIVE_UP_AFTER):
+        assert helper.wait_until_ready(60)
+        running = helper._HELPER
+        assert running is not None
+        running.process.kill()
+        running.process.wait()
+        np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert helper._FAILED and helper._HELPER is None
+    assert not helper.wait_until_ready(1)
+    used.clear()
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert not used

@@ -9,20 +9,26 @@ waits its turn. A second process shares no lock with this one: the second piece 
 there, first step to last, while the first runs here, and the two meet once per layer.
 
 * One helper per process, started by the first call that would use it. It starts in the
-  background: that call runs its directions in threads, and the calls after it use the
-  helper once it has said it is ready. It is ``python -c`` running :func:`serve`, with
-  one BLAS thread, and talks to this process over a socket pair. A piece's input and its
-  outputs pass through one shared memory file (``memfd``) mapped by both, replaced by a
-  larger one when a call needs more.
+  background: that call runs its pieces in threads, and the calls after it use the
+  helper once it has said it is ready. It is ``python -c`` running :func:`serve` in its
+  own session (a terminal's Ctrl-C is this process's), with one BLAS thread and rnnport's
+  own folder first on its path (never the working directory). It talks to this process
+  over a socket pair; a piece's input and outputs pass through one shared memory file
+  (``memfd``) mapped by both, replaced by a larger one when a call needs more and given
+  up after a call that needed more than :data:`ARENA_KEPT`.
 * It receives a layer direction's parameters once (its canonical arrays, which it
-  prepares exactly as :mod:`rnnport.runtime` does here) and forgets them when the
-  network is collected.
+  prepares exactly as :mod:`rnnport.runtime` does here). When the network is collected,
+  the next job tells it to forget them.
 * It computes with the same code and the same BLAS calls as the thread that would run
   that piece here, so the numbers are bit for bit those of ``forward(threads=1)``.
-* It ends when this process closes its end of the socket (at exit, or when it is
-  killed). If it fails, is killed, or this call is interrupted, the direction is computed
-  here (or the call ends) and the helper is shut down; a helper that failed to start is
-  not started again in this process.
+* One call at a time uses it (a lock; a call finding it busy runs its pieces itself).
+* What goes wrong costs speed, never numbers: a layer the helper cannot take (parameters
+  that do not pickle, an error it reports) runs here from then on; a helper that dies or
+  stops answering, or a call interrupted while it works, makes the helper shut down (it is
+  killed) before anyone else can use it, and the piece runs here; after
+  :data:`GIVE_UP_AFTER` such ends, or a failed start, no helper starts again in this
+  process. It ends when this process shuts it down or exits (it reads the end of its
+  socket); a child made by ``fork()`` drops its copy of it and starts its own if needed.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from itertools import count
@@ -47,7 +54,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Job", "available", "job", "serve", "shut_down", "wait_until_ready"]
+__all__ = ["ARENA_KEPT", "GIVE_UP_AFTER", "Job", "available", "job", "serve", "shut_down",
+           "wait_until_ready"]
 
 _HEADER = struct.Struct("<Q")
 _ALIGN = 64
@@ -125,78 +133,116 @@ def _bytes(dtype: np.dtype, shapes: list[tuple[int, ...]]) -> int:
 
 # -- this process's side -------------------------------------------------------------------
 
+# A call whose arena exceeded this many bytes gives it up afterwards: a long input's shared
+# memory is not kept for the life of the process.
+ARENA_KEPT = 64 << 20
+# Helpers that died or were shut down on an error, after which none starts again.
+GIVE_UP_AFTER = 3
+_UNUSABLE = -1  # a layer direction the helper cannot take: it runs here
+
 
 class _Helper:
-    """The running helper process, seen from here."""
+    """The running helper process, seen from here. ``lock`` is held by the one call using
+    it; everything that reads or writes the socket holds it."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.ready = False
+        self.broken = False
         self.lock = threading.Lock()
         self.tokens: weakref.WeakKeyDictionary[Any, dict[int, int]] = \
             weakref.WeakKeyDictionary()
         self.forgotten: list[int] = []
         self.arena: _Arena | None = None
         mine, theirs = socket.socketpair()
-        self.sock = mine
-        package = str(Path(__file__).resolve().parent.parent)
-        # The runtime's entry point hands serve() the two functions it runs.
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+        # The helper imports rnnport from where this process did, ahead of everything else
+        # (``-c`` would put the working directory first); the runtime's entry point hands
+        # serve() the two functions it runs.
+        code = ("import sys; sys.path[0] = sys.argv[1]; "
                 "from rnnport.runtime import serve_helper; serve_helper(int(sys.argv[2]))")
         environment = {**os.environ, **dict.fromkeys(_SINGLE_THREADED, "1")}
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", code, package, str(theirs.fileno())],
+                [sys.executable, "-c", code, str(Path(__file__).resolve().parent.parent),
+                 str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), env=environment, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        except BaseException:
+            mine.close()
+            raise
         finally:
             theirs.close()
+        self.sock = mine
 
-    def is_ready(self) -> bool:
-        """Whether the helper has said it is ready (a look, never a wait)."""
-        if not self.ready and select.select([self.sock], [], [], 0)[0]:
+    def poll(self, timeout: float) -> bool:
+        """Whether a message is waiting (``poll``: any descriptor number works)."""
+        waiting = select.poll()
+        waiting.register(self.sock, select.POLLIN)
+        return bool(waiting.poll(max(0, int(timeout * 1000))))
+
+    def is_ready(self, timeout: float = 0.0) -> bool:
+        """Whether the helper has said it is ready, waiting at most ``timeout`` seconds.
+        The caller holds ``lock``."""
+        if not self.ready and self.poll(timeout):
             if _receive(self.sock) != ("ready",):
                 raise EOFError("the helper did not start")
             self.ready = True
         return self.ready
 
-    def wait_ready(self, timeout: float) -> bool:
-        if not self.ready and select.select([self.sock], [], [], timeout)[0]:
-            return self.is_ready()
-        return self.ready
-
     def token(self, layer: Any, direction: int) -> int:
-        """The helper's name for ``layer``'s ``direction``, its parameters sent once."""
+        """The helper's name for ``layer``'s ``direction``, its parameters sent once;
+        :data:`_UNUSABLE` for a direction it cannot take."""
         tokens = self.tokens.get(layer)
         if tokens is None:
             tokens = self.tokens[layer] = {}
             weakref.finalize(layer, self.forgotten.extend, tokens.values())
         token = tokens.get(direction)
         if token is None:
-            token = next(_TOKENS)
             spec, directions, dtype = layer.source
-            _send(self.sock, ("layer", token, spec, dict(directions[direction]), dtype.str,
-                              layer.backward[direction]))
+            token = next(_TOKENS)
+            message = ("layer", token, spec, dict(directions[direction]), dtype.str,
+                       layer.backward[direction])
+            try:
+                data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # e.g. a Spec of a class defined in a function: runs here
+                token = _UNUSABLE
+            else:
+                self.sock.sendall(_HEADER.pack(len(data)) + data)
             tokens[direction] = token
         return token
 
+    def mark_unusable(self, layer: Any, direction: int) -> None:
+        tokens = self.tokens.get(layer)
+        if tokens is not None:
+            tokens[direction] = _UNUSABLE
+
     def arena_for(self, size: int) -> _Arena:
         if self.arena is None or self.arena.size < size:
-            if self.arena is not None:
-                self.arena.close()
-            self.arena = _Arena(1 << max(size - 1, 1 << 16).bit_length())
-            _send(self.sock, ("arena", self.arena.size))
-            socket.send_fds(self.sock, [b"F"], [self.arena.fd])
+            self.drop_arena()
+            arena = _Arena(1 << max(size - 1, 1 << 16).bit_length())
+            try:
+                _send(self.sock, ("arena", arena.size))
+                socket.send_fds(self.sock, [b"F"], [arena.fd])
+            except BaseException:
+                arena.close()
+                raise
+            self.arena = arena
         return self.arena
 
+    def drop_arena(self) -> None:
+        """Unmap the arena here and tell the helper to unmap it too (its memory is freed)."""
+        if self.arena is not None:
+            arena, self.arena = self.arena, None
+            arena.close()
+            _send(self.sock, ("arena", 0))
+
     def close(self) -> None:
+        """End the helper now (it may be in the middle of a job nobody will read)."""
         with contextlib.suppress(OSError):
             self.sock.close()
-        try:
-            self.process.wait(timeout=2)
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
             self.process.kill()
-            self.process.wait()
+        self.process.wait()
         if self.arena is not None:
             self.arena.close()
             self.arena = None
@@ -205,104 +251,173 @@ class _Helper:
 _TOKENS = count(1)
 _STATE_LOCK = threading.Lock()
 _HELPER: _Helper | None = None
-_FAILED = False  # a helper failed to start in this process: none is started again
+_ENDS = 0  # helpers shut down after a failure
+_FAILED = False  # no helper starts again in this process
 
 
 def _current() -> _Helper | None:
-    """The ready helper of this process, or None (starting one if there is none)."""
+    """This process's helper, started if there is none (None where none can run)."""
     global _HELPER, _FAILED
     with _STATE_LOCK:
-        helper = _HELPER
-        if helper is not None and helper.pid != os.getpid():  # inherited through fork()
-            helper = _HELPER = None
-        if helper is None:
-            if _FAILED or not available():
-                return None
-            try:
-                helper = _HELPER = _Helper()
-            except OSError:
-                _FAILED = True
-                return None
-            return None  # ready from a later call on
+        if _HELPER is not None or _FAILED or not available():
+            return _HELPER
     try:
-        return helper if helper.is_ready() else None
-    except (OSError, EOFError, pickle.UnpicklingError):
+        started = _Helper()  # not under the lock: a fork() meanwhile must not inherit it
+    except (OSError, ValueError):
         _FAILED = True
-        shut_down()
         return None
+    spare: _Helper | None = started
+    with _STATE_LOCK:
+        if _HELPER is None and not _FAILED:
+            _HELPER, spare = started, None
+        helper = _HELPER
+    if spare is not None:  # another thread started one first
+        spare.close()
+    return helper
+
+
+def _end(helper: _Helper, failed: bool) -> None:
+    """Shut ``helper`` down: called with its lock held, so that no other call uses it in
+    between; ``failed`` counts towards :data:`GIVE_UP_AFTER`."""
+    global _HELPER, _ENDS, _FAILED
+    helper.broken = True
+    with _STATE_LOCK:
+        if _HELPER is helper:
+            _HELPER = None
+        if failed:
+            _ENDS += 1
+            _FAILED = _FAILED or _ENDS >= GIVE_UP_AFTER
+    helper.close()
 
 
 def shut_down() -> None:
-    """End this process's helper, if any (a new one may start on a later call)."""
+    """End this process's helper, if any (a later call may start another)."""
     global _HELPER
     with _STATE_LOCK:
         helper, _HELPER = _HELPER, None
     if helper is not None and helper.pid == os.getpid():
-        helper.close()
+        # After the call using it, if any (not for ever: a call interrupted at the wrong
+        # moment may have left the lock taken).
+        taken = helper.lock.acquire(timeout=5)
+        try:
+            helper.broken = True
+            helper.close()
+        finally:
+            if taken:
+                helper.lock.release()
+
+
+def _after_fork_in_child() -> None:
+    """A child of ``fork()`` drops its copy of the parent's helper (closing its copy of the
+    socket, so the helper still sees the parent's end close) and gets fresh locks."""
+    global _HELPER, _STATE_LOCK
+    _STATE_LOCK = threading.Lock()
+    helper, _HELPER = _HELPER, None
+    if helper is not None:
+        helper.lock = threading.Lock()
+        helper.broken = True
+        with contextlib.suppress(OSError):
+            helper.sock.close()
 
 
 atexit.register(shut_down)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def wait_until_ready(timeout: float = 30.0) -> bool:
-    """Start this process's helper if needed and wait for it (tests, benchmarks)."""
-    if _current() is not None:
-        return True
-    helper = _HELPER
-    return helper is not None and helper.wait_ready(timeout) and _current() is not None
+    """Start this process's helper if needed and wait until one is ready (tests,
+    benchmarks); False if none can run. A helper that dies before it is ready is replaced,
+    up to :data:`GIVE_UP_AFTER` times."""
+    deadline = time.monotonic() + timeout
+    while True:
+        helper = _current()
+        left = deadline - time.monotonic()
+        if helper is None or left <= 0 or not helper.lock.acquire(timeout=left):
+            return False
+        try:
+            if not helper.broken and helper.is_ready(max(deadline - time.monotonic(), 0)):
+                return True
+            if not helper.broken:  # still starting at the deadline
+                return False
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+            _end(helper, failed=True)  # died before it was ready: another may start
+        finally:
+            helper.lock.release()
 
 
 class Job:
-    """One piece of a layer, running in the helper."""
+    """One piece of a layer, running in the helper; the helper's lock is held until
+    :meth:`finish` or :meth:`abandon`."""
 
-    def __init__(self, helper: _Helper, arrays: list[np.ndarray]) -> None:
-        self.helper, self.arrays = helper, arrays
+    def __init__(self, helper: _Helper, layer: Any, direction: int,
+                 arrays: list[np.ndarray]) -> None:
+        self.helper, self.layer, self.direction, self.arrays = helper, layer, direction, arrays
 
     def finish(self, history: np.ndarray, cell: np.ndarray | None) -> bool:
         """Wait for the helper; copy its h history ``(T+1, b, H_out)`` and final cell
-        ``(b, H)`` into ``history`` and ``cell``. False if it failed (the helper is then
-        shut down, and the caller computes the direction itself)."""
+        ``(b, H)`` into ``history`` and ``cell``. False if it failed (the caller then
+        computes the piece itself)."""
         helper = self.helper
         try:
             reply = _receive(helper.sock)
-            if reply != ("done",):
-                raise EOFError(f"the helper failed: {reply!r}")
-            history[...] = self.arrays[3][:, 0]
-            if cell is not None:
-                cell[...] = self.arrays[4][0]
-            return True
-        except (OSError, EOFError, pickle.UnpicklingError):
-            shut_down()
+            if reply == ("done",):
+                history[...] = self.arrays[3][:, 0]
+                if cell is not None:
+                    cell[...] = self.arrays[4][0]
+                self.arrays = []
+                if helper.arena is not None and helper.arena.size > ARENA_KEPT:
+                    helper.drop_arena()
+                return True
+            # An error it reported (its memory, a layer it could not rebuild): this layer
+            # direction runs here from now on; the helper stays.
+            self.arrays = []
+            helper.mark_unusable(self.layer, self.direction)
             return False
-        except BaseException:  # interrupted while the helper works: it cannot be reused
-            shut_down()
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+            self.arrays = []
+            _end(helper, failed=True)
+            return False
+        except BaseException:  # interrupted while it works: its reply would be read late
+            self.arrays = []
+            _end(helper, failed=False)
             raise
         finally:
-            self.arrays = []
             helper.lock.release()
 
     def abandon(self) -> None:
-        """This call ends without waiting (an exception here): the helper is shut down."""
+        """The call ends without waiting (an exception here): the helper is shut down."""
         self.arrays = []
-        self.helper.lock.release()
-        shut_down()
+        try:
+            _end(self.helper, failed=False)
+        finally:
+            self.helper.lock.release()
 
 
 def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
         c0: np.ndarray | None) -> Job | None:
     """Start ``layer``'s ``direction`` in the helper over ``inputs`` (T, b, I), the piece's
-    sequences, from ``h0`` (b, H_out) and ``c0`` (b, H) or None; None when no helper is
-    ready or it is busy with another call (the caller computes the piece itself)."""
+    sequences, from ``h0`` (b, H_out) and ``c0`` (b, H) or None. None when there is no
+    ready helper, another call is using it, or it cannot take this layer: the caller
+    computes the piece itself. Only an interrupt (``KeyboardInterrupt`` …) is raised."""
     helper = _current()
     if helper is None or not helper.lock.acquire(blocking=False):
         return None
     try:
+        if helper.broken or not helper.is_ready():
+            helper.lock.release()
+            return None
+        token = helper.token(layer, direction)
+        if token == _UNUSABLE:
+            helper.lock.release()
+            return None
+        forgotten = []
+        while helper.forgotten:  # pop by pop: a finalizer may add to it meanwhile
+            forgotten.append(helper.forgotten.pop())
+        if forgotten:
+            _send(helper.sock, ("forget", forgotten))
         steps, batch, width = inputs.shape
         shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, c0 is not None)
-        token = helper.token(layer, direction)
-        if helper.forgotten:
-            forgotten, helper.forgotten[:] = list(helper.forgotten), []
-            _send(helper.sock, ("forget", forgotten))
         arena = helper.arena_for(_bytes(inputs.dtype, shapes))
         arrays = arena.arrays(inputs.dtype, *shapes)
         arrays[0][...] = inputs
@@ -310,15 +425,19 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
         if c0 is not None:
             arrays[2][0] = c0
         _send(helper.sock, ("run", token, steps, batch, width, inputs.dtype.str, c0 is not None))
-    except (OSError, EOFError):
-        helper.lock.release()
-        shut_down()
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+        try:
+            _end(helper, failed=True)
+        finally:
+            helper.lock.release()
         return None
     except BaseException:
-        helper.lock.release()
-        shut_down()
+        try:
+            _end(helper, failed=False)
+        finally:
+            helper.lock.release()
         raise
-    return Job(helper, arrays)
+    return Job(helper, layer, direction, arrays)
 
 
 # -- the helper's side ---------------------------------------------------------------------
@@ -340,30 +459,45 @@ def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype, bool
             message = _receive(sock)
         except (EOFError, OSError):
             return
+        except Exception:  # a layer whose parameters this process cannot rebuild: skipped,
+            continue       # and its runs answer with an error
         kind = message[0]
         if kind == "layer":
             _, token, spec, params, dtype, backward = message
-            layers[token] = prepare(spec, params, np.dtype(dtype), backward)
+            try:
+                layers[token] = prepare(spec, params, np.dtype(dtype), backward)
+            except Exception:  # its runs answer with an error
+                layers.pop(token, None)
         elif kind == "forget":
             for token in message[1]:
                 layers.pop(token, None)
         elif kind == "arena":
-            _, fds, _, _ = socket.recv_fds(sock, 1, 1)
             if arena is not None:
                 arena.close()
-            arena = _Arena(message[1], fds[0])
+                arena = None
+            if message[1]:  # a new one (0: only give up the old)
+                _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+                arena = _Arena(message[1], fds[0])
         elif kind == "run":
-            _, token, steps, batch, width, dtype, has_cell = message
-            try:
-                layer = layers[token]
-                assert arena is not None
-                shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, has_cell)
-                inputs, h0, c0, history, cell = arena.arrays(np.dtype(dtype), *shapes)
-                history[0] = h0
-                if has_cell:
-                    cell[...] = c0
-                run(layer, inputs, history, cell if has_cell else None)
-            except Exception as error:  # reported; the caller computes the direction
-                _send(sock, ("error", f"{type(error).__name__}: {error}"))
-            else:
-                _send(sock, ("done",))
+            _send(sock, _run_one(message, layers, arena, run))
+
+
+def _run_one(message: tuple[Any, ...], layers: dict[int, Any], arena: _Arena | None,
+             run: Callable[[Any, np.ndarray, np.ndarray, np.ndarray | None], None]
+             ) -> tuple[str, ...]:
+    """One "run" message's reply; its views of the arena end here, so that the arena can
+    be unmapped when it is replaced."""
+    _, token, steps, batch, width, dtype, has_cell = message
+    try:
+        layer = layers[token]
+        if arena is None:
+            raise RuntimeError("no arena was sent")
+        shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, has_cell)
+        inputs, h0, c0, history, cell = arena.arrays(np.dtype(dtype), *shapes)
+        history[0] = h0
+        if has_cell:
+            cell[...] = c0
+        run(layer, inputs, history, cell if has_cell else None)
+    except Exception as error:  # reported; the caller computes the piece
+        return ("error", f"{type(error).__name__}: {error}")
+    return ("done",)

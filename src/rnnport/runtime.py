@@ -53,11 +53,12 @@ How it runs:
   runs the same halves in turn). Where the steps are too small for that (batch 1: the
   threads would pass the interpreter lock back and forth at every elementwise operation),
   a bidirectional layer's two input projections still run at once, and its steps
-  together. On Linux a large enough bidirectional layer instead runs its backward direction
-  in a helper process (:mod:`rnnport.helper`), first step to last, while this process runs
-  the forward one: no interpreter lock between them, one meeting per layer, the same
-  numbers. Without ``threadpoolctl`` the thread counts cannot be set: everything runs
-  as the BLAS is configured (``OPENBLAS_NUM_THREADS`` …), in one Python thread.
+  together. On Linux a large enough layer instead runs its second piece (a bidirectional
+  layer's backward direction, a one-way layer's second half of the batch) in a helper
+  process (:mod:`rnnport.helper`), first step to last, while this process runs the first:
+  no interpreter lock between them, one meeting per layer, the same numbers. Without
+  ``threadpoolctl`` the thread counts cannot be set: everything runs as the BLAS is
+  configured (``OPENBLAS_NUM_THREADS`` …), in one Python thread.
 * Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
   Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``; an LSTM candidate's
   tanh(x) = 2σ(2x) − 1 takes ``−2x``) is folded into the weights and biases once, so one
@@ -351,9 +352,10 @@ CONCURRENT_MIN_PROJECTION = 1 << 24
 # SPLIT_MIN_BATCH sequences. The split depends on the shapes alone, never on the threads:
 # with one thread the halves run in turn, so the numbers are the same for every count.
 SPLIT_MIN_STEP_WORK = 1 << 22
-# One of a layer's two pieces runs in the helper process when the steps of a direction hold
-# at least this many multiply-adds in all (T·B·H_out·G·H): about 2 ms of work, against the
-# 0.1 ms of passing its input and outputs.
+# One of a layer's two pieces runs in the helper process when the layer's steps hold at
+# least this many multiply-adds per direction (T·B·H_out·G·H, the whole batch; a piece is
+# a direction, or half the batch of a one-way layer): a piece of about 2 ms or more of
+# work, against the 0.1 ms of passing its input and outputs.
 HELPER_MIN_WORK = 1 << 25
 SPLIT_MIN_BATCH = 16
 
@@ -554,23 +556,25 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
              None if cell is None else cell[directions, rows], running)
 
     job = None
-    if helped and len(pieces) == 2:
-        from . import helper  # not at import: most calls never start one
+    direction, rows = pieces[-1][0].start, pieces[-1][1]
+    try:
+        if helped and len(pieces) == 2:
+            from . import helper  # not at import: most calls never start one
 
-        direction, rows = pieces[1][0].start, pieces[1][1]
-        job = helper.job(layer, direction, inputs[:, rows], h0[direction, rows],
-                         None if cell is None else cell[direction, rows])
-    if job is not None:
-        # The second piece in the helper process, the first here, at once.
-        try:
+            job = helper.job(layer, direction, inputs[:, rows], h0[direction, rows],
+                             None if cell is None else cell[direction, rows])
+        if job is not None:
+            # The second piece in the helper process, the first here, at once.
             plan.use(plan.step)
             run_piece(*pieces[0])
-        except BaseException:
+    except BaseException:
+        if job is not None:
             job.abandon()
-            raise
+        raise
+    if job is not None:
         if not job.finish(history[:, direction, rows],
                           None if cell is None else cell[direction, rows]):
-            run_piece(*pieces[1])  # the helper failed: here, the same numbers
+            run_piece(*pieces[1])  # the helper could not: here, the same numbers
     elif concurrent and len(pieces) == 2:
         plan.use(plan.step)  # before the threads start: both share the process's count
         _both(run_piece, pieces[0], pieces[1])
