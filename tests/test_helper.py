@@ -305,3 +305,71 @@ def test_helpers_that_keep_dying_are_given_up(used: list[bool]) -> None:
     used.clear()
     np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
     assert not used
+
+
+def test_an_interrupt_as_a_job_starts_leaves_no_lock_held(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, expected = _lstm_case(9)
+    start = helper.Job.__init__
+
+    def interrupted(self: helper.Job, *args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(helper.Job, "__init__", interrupted)
+    with pytest.raises(KeyboardInterrupt):  # not a RuntimeError about the lock
+        net.forward(x, threads=2)
+    monkeypatch.setattr(helper.Job, "__init__", start)
+    assert helper._HELPER is None  # shut down, its lock let go
+    assert helper.wait_until_ready(60)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+
+
+def test_a_job_dropped_unfinished_lets_the_helper_go(used: list[bool]) -> None:
+    net, x, expected = _lstm_case(9)
+    layer = runtime._prepared(net)[0]
+    inputs = np.ascontiguousarray(x.transpose(1, 0, 2))
+    running = helper._HELPER
+    started = helper.job(layer, 1, inputs, np.zeros((2, 9), np.float32),
+                         np.zeros((2, 9), np.float32))
+    assert started is not None and running is not None and running.lock.locked()
+    del started  # as an interrupt between starting it and waiting for it does
+    gc.collect()
+    assert not running.lock.locked() and running.broken and helper._HELPER is None
+    assert helper.wait_until_ready(60)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+
+
+def test_an_error_reply_gives_up_a_large_arena_too(used: list[bool],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(helper, "ARENA_KEPT", 1 << 10)
+    net = RNN.random(_ElsewhereSpec("lstm", 7, 9, bidirectional=True), seed=3)
+    x = np.random.default_rng(4).standard_normal((2, 30, 7)).astype(np.float32)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], net.forward(x, threads=1)[0])
+    running = helper._HELPER
+    assert used == [False] and running is not None and running.arena is None
+
+
+def test_threads_racing_to_start_it_start_one(used: list[bool],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    helper.shut_down()
+    starts: list[int] = []
+    spawn = helper.subprocess.Popen
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        starts.append(1)
+        return spawn(*args, **kwargs)
+
+    monkeypatch.setattr(helper.subprocess, "Popen", counted)
+    barrier = threading.Barrier(8)
+
+    def start() -> None:
+        barrier.wait()
+        helper._current()
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert starts == [1]
+    assert helper.wait_until_ready(60)

@@ -58,6 +58,7 @@ __all__ = ["ARENA_KEPT", "GIVE_UP_AFTER", "Job", "available", "job", "serve", "s
            "wait_until_ready"]
 
 _HEADER = struct.Struct("<Q")
+_LARGEST_MESSAGE = 1 << 34  # a layer direction's parameters: far below
 _ALIGN = 64
 _SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                     "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -91,6 +92,8 @@ def _receive_exactly(sock: socket.socket, size: int) -> bytes:
 
 def _receive(sock: socket.socket) -> Any:
     (size,) = _HEADER.unpack(_receive_exactly(sock, _HEADER.size))
+    if size > _LARGEST_MESSAGE:  # out of step (a read cut short): the helper is unusable
+        raise EOFError(f"the helper's socket is out of step (a message of {size} bytes)")
     # Only this process and its helper hold the two ends of the socket pair.
     return pickle.loads(_receive_exactly(sock, size))
 
@@ -150,6 +153,7 @@ class _Helper:
         self.ready = False
         self.broken = False
         self.lock = threading.Lock()
+        self.closing = threading.Lock()  # close() from two threads closes once
         self.tokens: weakref.WeakKeyDictionary[Any, dict[int, int]] = \
             weakref.WeakKeyDictionary()
         self.forgotten: list[int] = []
@@ -158,7 +162,9 @@ class _Helper:
         # The helper imports rnnport from where this process did, ahead of everything else
         # (``-c`` would put the working directory first); the runtime's entry point hands
         # serve() the two functions it runs.
-        code = ("import sys; sys.path[0] = sys.argv[1]; "
+        code = ("import sys\n"
+                "if getattr(sys.flags, 'safe_path', False): sys.path.insert(0, sys.argv[1])\n"
+                "else: sys.path[0] = sys.argv[1]\n"
                 "from rnnport.runtime import serve_helper; serve_helper(int(sys.argv[2]))")
         environment = {**os.environ, **dict.fromkeys(_SINGLE_THREADED, "1")}
         try:
@@ -236,16 +242,21 @@ class _Helper:
             arena.close()
             _send(self.sock, ("arena", 0))
 
-    def close(self) -> None:
-        """End the helper now (it may be in the middle of a job nobody will read)."""
-        with contextlib.suppress(OSError):
-            self.sock.close()
+    def kill(self) -> None:
         with contextlib.suppress(OSError):
             self.process.kill()
-        self.process.wait()
-        if self.arena is not None:
-            self.arena.close()
-            self.arena = None
+
+    def close(self) -> None:
+        """End the helper now (it may be in the middle of a job nobody will read)."""
+        with self.closing:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.kill()
+            self.process.wait()
+            arena, self.arena = self.arena, None
+            if arena is not None:
+                with contextlib.suppress(OSError):
+                    arena.close()
 
 
 _TOKENS = count(1)
@@ -253,25 +264,31 @@ _STATE_LOCK = threading.Lock()
 _HELPER: _Helper | None = None
 _ENDS = 0  # helpers shut down after a failure
 _FAILED = False  # no helper starts again in this process
+_STARTING = False  # a thread is starting one
 
 
 def _current() -> _Helper | None:
-    """This process's helper, started if there is none (None where none can run)."""
-    global _HELPER, _FAILED
+    """This process's helper, started if there is none (None where none can run, or while
+    another thread starts one)."""
+    global _HELPER, _FAILED, _STARTING
     with _STATE_LOCK:
-        if _HELPER is not None or _FAILED or not available():
+        if _HELPER is not None or _FAILED or _STARTING or not available():
             return _HELPER
+        _STARTING = True
     try:
         started = _Helper()  # not under the lock: a fork() meanwhile must not inherit it
-    except (OSError, ValueError):
-        _FAILED = True
+    except Exception:
+        with _STATE_LOCK:
+            _FAILED, _STARTING = True, False
         return None
-    spare: _Helper | None = started
     with _STATE_LOCK:
-        if _HELPER is None and not _FAILED:
+        _STARTING = False
+        if _FAILED:
+            spare: _Helper | None = started
+        else:
             _HELPER, spare = started, None
         helper = _HELPER
-    if spare is not None:  # another thread started one first
+    if spare is not None:
         spare.close()
     return helper
 
@@ -280,6 +297,7 @@ def _end(helper: _Helper, failed: bool) -> None:
     """Shut ``helper`` down: called with its lock held, so that no other call uses it in
     between; ``failed`` counts towards :data:`GIVE_UP_AFTER`."""
     global _HELPER, _ENDS, _FAILED
+    failed = failed and not helper.broken  # counted once
     helper.broken = True
     with _STATE_LOCK:
         if _HELPER is helper:
@@ -299,25 +317,32 @@ def shut_down() -> None:
         # After the call using it, if any (not for ever: a call interrupted at the wrong
         # moment may have left the lock taken).
         taken = helper.lock.acquire(timeout=5)
+        helper.broken = True
+        if not taken:  # the call using it fails over to running its piece itself
+            helper.kill()
+            return
         try:
-            helper.broken = True
             helper.close()
         finally:
-            if taken:
-                helper.lock.release()
+            helper.lock.release()
 
 
 def _after_fork_in_child() -> None:
     """A child of ``fork()`` drops its copy of the parent's helper (closing its copy of the
     socket, so the helper still sees the parent's end close) and gets fresh locks."""
-    global _HELPER, _STATE_LOCK
+    global _HELPER, _STATE_LOCK, _STARTING
     _STATE_LOCK = threading.Lock()
+    _STARTING = False
     helper, _HELPER = _HELPER, None
     if helper is not None:
         helper.lock = threading.Lock()
         helper.broken = True
         with contextlib.suppress(OSError):
             helper.sock.close()
+        arena, helper.arena = helper.arena, None
+        if arena is not None:
+            with contextlib.suppress(OSError):
+                arena.close()
 
 
 atexit.register(shut_down)
@@ -342,38 +367,52 @@ def wait_until_ready(timeout: float = 30.0) -> bool:
                 return False
         except (OSError, EOFError, pickle.UnpicklingError, ValueError):
             _end(helper, failed=True)  # died before it was ready: another may start
+        except BaseException:  # interrupted mid-message: the stream is out of step
+            _end(helper, failed=False)
+            raise
         finally:
             helper.lock.release()
 
 
+def _dropped(helper: _Helper, failed: bool = False) -> None:
+    """Shut ``helper`` down and let its lock go: a job abandoned, or collected without
+    :meth:`Job.finish` or :meth:`Job.abandon` (an interrupt at the wrong moment)."""
+    try:
+        _end(helper, failed)
+    finally:
+        helper.lock.release()
+
+
 class Job:
     """One piece of a layer, running in the helper; the helper's lock is held until
-    :meth:`finish` or :meth:`abandon`."""
+    :meth:`finish` or :meth:`abandon`, or until the job is collected unfinished."""
 
     def __init__(self, helper: _Helper, layer: Any, direction: int,
                  arrays: list[np.ndarray]) -> None:
         self.helper, self.layer, self.direction, self.arrays = helper, layer, direction, arrays
+        self.unfinished = weakref.finalize(self, _dropped, helper)
 
     def finish(self, history: np.ndarray, cell: np.ndarray | None) -> bool:
         """Wait for the helper; copy its h history ``(T+1, b, H_out)`` and final cell
         ``(b, H)`` into ``history`` and ``cell``. False if it failed (the caller then
         computes the piece itself)."""
         helper = self.helper
+        if not self.unfinished.detach():  # already ended
+            return False
         try:
             reply = _receive(helper.sock)
-            if reply == ("done",):
+            done = reply == ("done",)
+            if done:
                 history[...] = self.arrays[3][:, 0]
                 if cell is not None:
                     cell[...] = self.arrays[4][0]
-                self.arrays = []
-                if helper.arena is not None and helper.arena.size > ARENA_KEPT:
-                    helper.drop_arena()
-                return True
-            # An error it reported (its memory, a layer it could not rebuild): this layer
-            # direction runs here from now on; the helper stays.
+            else:  # an error it reported (its memory, a layer it could not rebuild):
+                # this layer direction runs here from now on; the helper stays.
+                helper.mark_unusable(self.layer, self.direction)
             self.arrays = []
-            helper.mark_unusable(self.layer, self.direction)
-            return False
+            if helper.arena is not None and helper.arena.size > ARENA_KEPT:
+                helper.drop_arena()
+            return done
         except (OSError, EOFError, pickle.UnpicklingError, ValueError):
             self.arrays = []
             _end(helper, failed=True)
@@ -387,11 +426,9 @@ class Job:
 
     def abandon(self) -> None:
         """The call ends without waiting (an exception here): the helper is shut down."""
-        self.arrays = []
-        try:
-            _end(self.helper, failed=False)
-        finally:
-            self.helper.lock.release()
+        if self.unfinished.detach():
+            self.arrays = []
+            _dropped(self.helper)
 
 
 def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
@@ -403,41 +440,40 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
     helper = _current()
     if helper is None or not helper.lock.acquire(blocking=False):
         return None
+    started: Job | None = None
     try:
-        if helper.broken or not helper.is_ready():
-            helper.lock.release()
-            return None
-        token = helper.token(layer, direction)
-        if token == _UNUSABLE:
-            helper.lock.release()
-            return None
-        forgotten = []
-        while helper.forgotten:  # pop by pop: a finalizer may add to it meanwhile
-            forgotten.append(helper.forgotten.pop())
-        if forgotten:
-            _send(helper.sock, ("forget", forgotten))
-        steps, batch, width = inputs.shape
-        shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, c0 is not None)
-        arena = helper.arena_for(_bytes(inputs.dtype, shapes))
-        arrays = arena.arrays(inputs.dtype, *shapes)
-        arrays[0][...] = inputs
-        arrays[1][0] = h0
-        if c0 is not None:
-            arrays[2][0] = c0
-        _send(helper.sock, ("run", token, steps, batch, width, inputs.dtype.str, c0 is not None))
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError):
-        try:
-            _end(helper, failed=True)
-        finally:
-            helper.lock.release()
+        if not helper.broken and helper.is_ready():
+            token = helper.token(layer, direction)
+            if token != _UNUSABLE:
+                forgotten = []
+                while helper.forgotten:  # pop by pop: a finalizer may add to it meanwhile
+                    forgotten.append(helper.forgotten.pop())
+                if forgotten:
+                    _send(helper.sock, ("forget", forgotten))
+                steps, batch, width = inputs.shape
+                shapes = _layout(steps, batch, width, layer.out_size, layer.hidden,
+                                 c0 is not None)
+                arena = helper.arena_for(_bytes(inputs.dtype, shapes))
+                arrays = arena.arrays(inputs.dtype, *shapes)
+                arrays[0][...] = inputs
+                arrays[1][0] = h0
+                if c0 is not None:
+                    arrays[2][0] = c0
+                _send(helper.sock, ("run", token, steps, batch, width, inputs.dtype.str,
+                                    c0 is not None))
+                started = Job(helper, layer, direction, arrays)  # holds the lock from here
+    except Exception:  # a dead helper (OSError, EOFError …) or anything unexpected
+        _dropped(helper, failed=True)
         return None
-    except BaseException:
-        try:
-            _end(helper, failed=False)
-        finally:
-            helper.lock.release()
+    except BaseException:  # interrupted: whatever was sent, the helper cannot be trusted
+        if started is None:
+            _dropped(helper)
+        else:
+            started.abandon()
         raise
-    return Job(helper, layer, direction, arrays)
+    if started is None:
+        helper.lock.release()
+    return started
 
 
 # -- the helper's side ---------------------------------------------------------------------
