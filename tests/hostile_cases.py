@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from rnnport.io.crc32c import _apply as _gf2_apply  # a GF(2) matrix times a vector
+
 BOMB_SIZE = 3_000_000_000  # what each bomb inflates to: past the children's memory cap
 MEMORY_CAP = 3 << 30       # RLIMIT_DATA of a child: the interpreter, its imports and the read
 TIMEOUT = 60.0             # seconds a child may take
@@ -118,29 +120,19 @@ def _lzma_encoder() -> tuple[Any, bytes]:
 # -- bombs ------------------------------------------------------------------------------------
 
 
-def _gf2_times(matrix: list[int], vector: int) -> int:
-    total, row = 0, 0
-    while vector:
-        if vector & 1:
-            total ^= matrix[row]
-        vector >>= 1
-        row += 1
-    return total
-
-
 def crc32_zeros(crc: int, count: int) -> int:
     """``zlib.crc32(bytes(count), crc)`` in log(count) steps (zlib's crc32_combine): the
     register times x^(8·count) modulo the CRC polynomial, by repeated squaring."""
     register = crc ^ 0xFFFFFFFF
     operator = [0xEDB88320] + [1 << row for row in range(31)]  # one zero bit
     for _ in range(3):  # eight zero bits: one byte
-        operator = [_gf2_times(operator, operator[row]) for row in range(32)]
+        operator = [_gf2_apply(operator, operator[row]) for row in range(32)]
     while count:
         if count & 1:
-            register = _gf2_times(operator, register)
+            register = _gf2_apply(operator, register)
         count >>= 1
         if count:
-            operator = [_gf2_times(operator, operator[row]) for row in range(32)]
+            operator = [_gf2_apply(operator, operator[row]) for row in range(32)]
     return register ^ 0xFFFFFFFF
 
 

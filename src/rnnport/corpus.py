@@ -71,7 +71,7 @@ from typing import Any, Literal, TextIO
 
 import numpy as np
 
-from . import api, budget, formats
+from . import api, budget, formats, runtime
 from .errors import FormatError, MissingDependencyError, RnnportError, ShapeError
 from .io.archive import load_npy, open_zip, read_member, read_npy
 from .io.atomic import (
@@ -204,11 +204,8 @@ class _Job:
 
 
 def default_jobs() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    """The CPUs this process may run on (as the runtime counts them)."""
+    return runtime._cores()
 
 
 # -- planning ----------------------------------------------------------------------------------

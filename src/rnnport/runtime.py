@@ -385,10 +385,11 @@ def _blas() -> tuple[Any, ...]:
 
 
 def _cores() -> int:
+    """The CPUs this process may run on."""
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _check_threads(threads: Any) -> None:
