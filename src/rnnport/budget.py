@@ -30,6 +30,7 @@ Limits are kept per thread and per task (a :mod:`contextvars` variable): raising
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
 import sys
@@ -71,6 +72,8 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "how long a reader run in its own process may take", per_size=False),
 )}
 
+_COMMAND_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "rnnport_command_line", default=False)
 _VALUES: contextvars.ContextVar[Mapping[str, float]] = contextvars.ContextVar(
     "rnnport_limits", default=MappingProxyType({}))
 
@@ -112,10 +115,22 @@ def exceeded(where: str, what: str, name: str, size: int | None = None,
     why = ("A damaged or hostile file can claim any size, so nothing was read. If you trust "
            "it, raise the limit" if limit.per_size else "Nothing was done. To allow it, raise "
            "the limit")
+    how = (f"--limit {name}={number}" if _COMMAND_LINE.get() else
+           f"with rnnport.limits({name}={number}): … in Python, or --limit {name}={number} on "
+           "the command line")
     return LimitError(
         f"{where}: {what}; that is past the limit {name!r}, {limit.describe(now)}{allowed}, "
-        f"which bounds {limit.meaning}. {why}: with rnnport.limits({name}={number}): … in "
-        f"Python, or --limit {name}={number} on the command line.", name)
+        f"which bounds {limit.meaning}. {why}: {how}.", name)
+
+
+@contextlib.contextmanager
+def command_line() -> Iterator[None]:
+    """Refusals within say how to raise a limit on the command line alone (``--limit``)."""
+    token = _COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
 
 
 def _round_up(number: float) -> float:

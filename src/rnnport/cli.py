@@ -833,7 +833,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     debug, quiet = getattr(args, "debug", False), getattr(args, "quiet", False)
     try:
-        with budget.limits(**dict(getattr(args, "limit", []))):
+        with budget.command_line(), budget.limits(**dict(getattr(args, "limit", []))):
             return _command(args, sys.stdout, _Progress(quiet))
     except BrokenPipeError:  # e.g. `rnnport explain lstm … | head`: the reader has had enough
         sys.stderr.close()
@@ -867,9 +867,6 @@ def _failure(error: BaseException, args: argparse.Namespace) -> tuple[int, str]:
                    "take. Run it with more memory, or on smaller pieces of the input.")
     if isinstance(error, RnnportError):
         text = _cli_error(str(error).replace("\n", " "), args)
-        if isinstance(error, LimitError):  # only the command line's way to raise it
-            text = re.sub(r"with rnnport\.limits\([^)]*\): … in Python, or (--limit \S+) on "
-                          r"the command line", r"\1", text)
         return (3 if isinstance(error, LimitError) else 1), text
     if isinstance(error, OSError):
         return 1, " ".join(str(error).split("\n")[0].split())
