@@ -373,3 +373,22 @@ def test_threads_racing_to_start_it_start_one(used: list[bool],
         thread.join(60)
     assert starts == [1]
     assert helper.wait_until_ready(60)
+
+
+def test_without_a_ready_helper_small_steps_run_together(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer that would use the helper but finds none runs as it would without one: at
+    batch 1 both directions step together, one loop for both."""
+    monkeypatch.setattr(helper, "job", lambda *args: None)
+    loop = runtime._LOOPS["lstm"]
+    directions: list[int] = []
+
+    def recorded(layer: Any, projected: np.ndarray, *args: Any) -> None:
+        directions.append(projected.shape[0])
+        loop(layer, projected, *args)
+
+    monkeypatch.setitem(runtime._LOOPS, "lstm", recorded)
+    net = RNN.random(Spec("lstm", 7, 9, bidirectional=True), seed=3)
+    x = np.random.default_rng(4).standard_normal((1, 9, 7)).astype(np.float32)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], net.forward(x, threads=1)[0])
+    assert directions == [2, 2]

@@ -538,8 +538,7 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
     loop = _LOOPS[layer.cell]
     active = None if packed is None else packed.active
     concurrent = plan.runs_concurrently(layer, batch, steps)
-    helped = plan.uses_helper(layer, batch, steps, packed)
-    pieces = _pieces(layer, batch, by_direction=concurrent or helped)
+    pieces = _pieces(layer, batch, by_direction=concurrent)
 
     def run_piece(directions: slice, rows: slice, wide: int = 0, step: int = 0,
                   projected: np.ndarray | None = None) -> None:
@@ -557,26 +556,29 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
              None if cell is None else cell[directions, rows], running)
 
     job = None
-    direction, rows = pieces[-1][0].start, pieces[-1][1]
-    try:
-        if helped and len(pieces) == 2:
-            from . import helper  # not at import: most calls never start one
+    if plan.uses_helper(layer, batch, steps, packed):
+        from . import helper  # not at import: most calls never start one
 
+        # Two pieces (uses_helper says there are): the second in the helper process, the
+        # first here, at once. Without a helper ready, the pieces run as below.
+        halves = _pieces(layer, batch, by_direction=True)
+        direction, rows = halves[1][0].start, halves[1][1]
+        try:
             job = helper.job(layer, direction, inputs[:, rows], h0[direction, rows],
                              None if cell is None else cell[direction, rows])
+            if job is not None:
+                plan.use(plan.step)
+                run_piece(*halves[0])
+        except BaseException:
+            if job is not None:
+                job.abandon()
+            raise
+        if job is not None and not job.finish(history[:, direction, rows],
+                                              None if cell is None else cell[direction, rows]):
+            run_piece(*halves[1])  # the helper could not: here, the same numbers
         if job is not None:
-            # The second piece in the helper process, the first here, at once.
-            plan.use(plan.step)
-            run_piece(*pieces[0])
-    except BaseException:
-        if job is not None:
-            job.abandon()
-        raise
-    if job is not None:
-        if not job.finish(history[:, direction, rows],
-                          None if cell is None else cell[direction, rows]):
-            run_piece(*pieces[1])  # the helper could not: here, the same numbers
-    elif concurrent and len(pieces) == 2:
+            return history
+    if concurrent and len(pieces) == 2:
         plan.use(plan.step)  # before the threads start: both share the process's count
         _both(run_piece, pieces[0], pieces[1])
     elif plan.projects_concurrently(layer, batch, steps):
