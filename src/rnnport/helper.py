@@ -9,7 +9,8 @@ waits its turn. A second process shares no lock with this one: the second piece 
 there, first step to last, while the first runs here, and the two meet once per layer.
 
 * One helper per process, started by the first call that would use it. It starts in the
-  background: that call runs its pieces in threads, and the calls after it use the
+  background: that call runs its pieces as it would without a helper (in two threads
+  for large steps, else together in the calling thread), and the calls after it use the
   helper once it has said it is ready. It is ``python -c`` running :func:`serve` in its
   own session (a terminal's Ctrl-C is this process's), with one BLAS thread and rnnport's
   own folder first on its path (never the working directory). It talks to this process
@@ -74,9 +75,14 @@ def available() -> bool:
 # -- framing: one pickled message after its length ---------------------------------------
 
 
-def _send(sock: socket.socket, message: Any) -> None:
+def _frame(message: Any) -> bytes:
+    """``message`` pickled, after its length."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_HEADER.pack(len(data)) + data)
+    return _HEADER.pack(len(data)) + data
+
+
+def _send(sock: socket.socket, message: Any) -> None:
+    sock.sendall(_frame(message))
 
 
 def _receive_exactly(sock: socket.socket, size: int) -> bytes:
@@ -114,7 +120,7 @@ class _Arena:
             items = int(np.prod(shape))
             out.append(np.frombuffer(self.map, dtype=dtype, count=items,
                                      offset=offset).reshape(shape))
-            offset += -(-items * dtype.itemsize // _ALIGN) * _ALIGN
+            offset += _aligned(shape, dtype)
         return out
 
     def close(self) -> None:
@@ -131,7 +137,12 @@ def _layout(steps: int, batch: int, width: int, out_size: int, hidden: int,
 
 
 def _bytes(dtype: np.dtype, shapes: list[tuple[int, ...]]) -> int:
-    return sum(-(-int(np.prod(shape)) * dtype.itemsize // _ALIGN) * _ALIGN for shape in shapes)
+    return sum(_aligned(shape, dtype) for shape in shapes)
+
+
+def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """The bytes an array of ``shape`` takes in the arena, rounded up to 64."""
+    return -(-int(np.prod(shape)) * dtype.itemsize // _ALIGN) * _ALIGN
 
 
 # -- this process's side -------------------------------------------------------------------
@@ -209,11 +220,11 @@ class _Helper:
             message = ("layer", token, spec, dict(directions[direction]), dtype.str,
                        layer.backward[direction])
             try:
-                data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+                framed = _frame(message)
             except Exception:  # e.g. a Spec of a class defined in a function: runs here
                 token = _UNUSABLE
             else:
-                self.sock.sendall(_HEADER.pack(len(data)) + data)
+                self.sock.sendall(framed)
             tokens[direction] = token
         return token
 

@@ -31,26 +31,24 @@ How it runs:
   the recurrent product stays inside the time loop.
 * Both directions of a layer advance together: step ``s`` runs the forward direction at
   time ``s`` and the backward direction at time ``T−1−s`` (its input is reversed in time
-  once per layer), so each step is one stacked matrix product ``(D, B, H) @ (D, H, G·H)``
-  and one set of elementwise operations for both. A reverse network's one direction runs
-  as a backward direction does.
+  once per layer), so each step is one recurrent product per direction and one set of
+  elementwise operations for both. A reverse network's one direction runs as a backward
+  direction does.
 * Every step writes into buffers allocated once per call, with in-place ufuncs. The
-  recurrent product is ``np.dot`` per direction (the BLAS call a stacked ``np.matmul``
-  makes, at less cost per call), and its sum with the step's input lands gate-major,
-  ``(D, G, B, H)``, so that each gate's block is contiguous for the elementwise work
-  (see :class:`_Scratch`).
+  recurrent product is ``np.dot`` per direction, in blocks of columns small enough for
+  OpenBLAS's small-matrix kernels (chosen by shape alone), and its sum with the step's
+  input lands gate-major, ``(D, G, B, H)``, so that each gate's block is contiguous for
+  the elementwise work (see :class:`_Scratch`).
 * Threads (``forward(threads=...)``, through the optional ``threadpoolctl``; see
   :class:`_Plan`): the per-step products, small and latency-bound, run single-threaded (a
   BLAS thread that waits for a busy core at every step is what makes a loaded machine
   slow, and a threaded matrix-vector product may split its sums); an input projection,
   one large product per layer and direction, may use every BLAS thread; and a layer
-  large enough to gain
-  runs in two pieces at once, one Python thread and one core each, with no
-  synchronization between steps: a bidirectional layer's two directions (each then with
-  its own product ``(1, B, H) @ (1, H, G·H)`` per step, the same per-direction BLAS call
-  the stacked product makes, so bit-identical to running them in turn), or a
-  one-direction layer's two halves of a large batch (split by shape alone, so one thread
-  runs the same halves in turn). Where the steps are too small for that (batch 1: the
+  large enough to gain runs in two pieces at once, one Python thread and one core each,
+  with no synchronization between steps: a bidirectional layer's two directions (the same
+  per-direction ``np.dot`` calls as when they step together, so bit-identical to running
+  them in turn), or a one-direction layer's two halves of a large batch (split by shape
+  alone, so one thread runs the same halves in turn). Where the steps are too small for that (batch 1: the
   threads would pass the interpreter lock back and forth at every elementwise operation),
   a bidirectional layer's two input projections still run at once, and its steps
   together. On Linux a large enough layer instead runs its second piece (a bidirectional
@@ -119,7 +117,7 @@ class _Layer:
                  "projection", "projection_bias", "recurrent", "recurrent_n", "source", "width")
 
     def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
-                 dtype: np.dtype, backward: tuple[bool, ...] | None = None) -> None:
+                 dtype: np.dtype) -> None:
         family = gate_family(spec.cell)
         self.source = (spec, directions, dtype)  # what it was prepared from (the helper's copy)
         order = ORDER[family]
@@ -128,7 +126,7 @@ class _Layer:
         self.directions = len(directions)
         # Which directions run from each sequence's end: a bidirectional layer's second, or
         # the one direction of a reverse network.
-        self.backward = backward or ((False, True) if spec.bidirectional else (spec.reverse,))
+        self.backward = (False, True) if spec.bidirectional else (spec.reverse,)
         self.width = spec.gate_count * hidden
         self.input_forget, self.cell_clip = spec.input_forget, spec.cell_clip
         if family == "rnn":
@@ -219,8 +217,9 @@ class _Layer:
 
     def _one(self, d: int) -> _Layer:
         one = object.__new__(_Layer)
-        for name in _Layer.__slots__[1:]:  # all but __weakref__
-            setattr(one, name, getattr(self, name))
+        for name in _Layer.__slots__:
+            if name != "__weakref__":
+                setattr(one, name, getattr(self, name))
         part = slice(d, d + 1)
 
         def cut(array: np.ndarray | None) -> np.ndarray | None:
@@ -402,7 +401,8 @@ def _check_threads(threads: Any) -> None:
 
 class _Plan:
     """How one ``forward`` call uses threads: the BLAS threads of the input projections
-    (``wide``), whether a layer's two pieces (see :func:`_pieces`) may run at once, and the
+    (``wide``), whether a layer's two pieces (see :func:`_pieces`) may run at once (in a
+    second thread, or one of them in the helper process: :meth:`uses_helper`), and the
     switch between counts (only when the count changes).
 
     The per-step products, and everything in pieces running at once, use one BLAS thread
@@ -602,7 +602,9 @@ def helper_layer(spec: Spec, params: Mapping[str, np.ndarray], dtype: np.dtype,
                  backward: bool) -> _Layer:
     """One direction of a layer alone, prepared from its canonical ``params`` as
     :func:`_prepared` prepares it here (:mod:`rnnport.helper`'s copy)."""
-    return _Layer(spec, [params], dtype, backward=(backward,))
+    layer = _Layer(spec, [params], dtype)  # its one direction, running as ``backward`` says
+    layer.backward = (backward,)
+    return layer
 
 
 def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
@@ -682,9 +684,9 @@ class _Scratch:
     ``gates`` (D, G, B, H), gate-major, so that every gate block the elementwise operations
     read is contiguous (NumPy's ufuncs take about three times as long over column slices of
     (B, G·H) rows). The sum runs over 5-D views ``(D, G, B, H / c, c)`` of both (``c`` the
-    chunk, or H). Further buffers are (D, B, width) each."""
+    chunk, or H). ``tmp`` (D, B, H) holds intermediate products."""
 
-    def __init__(self, layer: _Layer, batch: int, dtype: np.dtype, *extra: int) -> None:
+    def __init__(self, layer: _Layer, batch: int, dtype: np.dtype) -> None:
         directions, hidden = layer.directions, layer.hidden
         depth, width = layer.recurrent.shape[1:]
         self.chunk = _chunk_width(hidden, batch, depth) or width
@@ -693,7 +695,7 @@ class _Scratch:
             else None
         self.raw = np.empty((directions, width // self.chunk, batch, self.chunk), dtype=dtype)
         self.gates = np.empty((directions, len(layer.blocks), batch, hidden), dtype=dtype)
-        self.extra = [np.empty((directions, batch, size), dtype=dtype) for size in extra]
+        self.tmp = np.empty((directions, batch, hidden), dtype=dtype)
         self.order = list(layer.blocks)
         # The 5-D split of a gate's H units: (H / c, c) for chunks of c ≤ H, else (1, H).
         self.split = (hidden // self.chunk, self.chunk) if self.chunk <= hidden else (1, hidden)
@@ -701,7 +703,7 @@ class _Scratch:
 
     def views(self, n: int) -> tuple[Any, ...]:
         """(raw, raw as (D, G_R, n, H / c, c), gates (D, G, n, H), gates as (D, G, n, H / c,
-        c), {gate: (D, n, H)}, *extra) for the first ``n`` sequences."""
+        c), {gate: (D, n, H)}, tmp) for the first ``n`` sequences."""
         found = self._cache.get(n)
         if found is None:
             raw, gates = self.raw[:, :, :n], self.gates[:, :, :n]
@@ -713,8 +715,7 @@ class _Scratch:
                 raw_gates = raw.reshape(directions, n, self.chunk // hidden, hidden
                                         ).transpose(0, 2, 1, 3)[..., None, :]
             found = (raw, raw_gates, gates, gates.reshape(*gates.shape[:3], *self.split),
-                     {g: gates[:, k] for k, g in enumerate(self.order)},
-                     *(buffer[:, :n] for buffer in self.extra))
+                     {g: gates[:, k] for k, g in enumerate(self.order)}, self.tmp[:, :n])
             self._cache[n] = found
         return found
 
@@ -813,7 +814,7 @@ def _normalize(gate: np.ndarray, norm: tuple[np.ndarray, np.ndarray, float],
 
 def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
                active: list[int] | None) -> None:
-    scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden)
+    scratch = _Scratch(layer, projected.shape[2], projected.dtype)
     order = list(layer.blocks)
     sigmoid_gates = slice(order.index("i"), order.index("o") + 1)
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
@@ -823,6 +824,7 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
     into_h = act_h.direct or act_h.into  # tanh(c') straight into h' (or the output slot)
     # Options read once: a step at batch 1 takes about 8 µs besides its product.
     peephole, projection, layer_norm = layer.peephole, layer.projection, layer.layer_norm
+    projection_bias = layer.projection_bias
     clip, cell_clip, input_forget = layer.clip, layer.cell_clip, layer.input_forget
     product = scratch.product
     for step_input, h, h_next, c, (raw, raw_gates, buf, split, gates, tmp) in _steps(
@@ -874,55 +876,60 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
             into_h(c, tmp)
             tmp *= gates["o"]
             np.matmul(tmp, projection, out=h_next)
-            if layer.projection_bias is not None:
-                h_next += layer.projection_bias
+            if projection_bias is not None:
+                h_next += projection_bias
 
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None) -> None:
     # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
-    scratch = _Scratch(layer, projected.shape[2], projected.dtype, layer.hidden)
-    act_f, act_g, bias_n = layer.act_f, layer.act_g, layer.bias_n
+    scratch = _Scratch(layer, projected.shape[2], projected.dtype)
+    act_f, act_g, bias_n, clip = layer.act_f, layer.act_g, layer.bias_n, layer.clip
     per_direction_n = None if layer.recurrent_n is None else list(layer.recurrent_n)
     if bias_n is not None:
         bias_n = bias_n.reshape(bias_n.shape[0], 1, *scratch.split)
-    for step_input, h, h_next, _, (raw, raw_gates, buf, split, gates, tmp) in _steps(
-            projected, history, None, active, scratch):
-        scratch.product(h, raw)
-        # Gates r z n (ORDER): r and z from the product and the input together.
-        np.add(raw_gates[:, :2], step_input[:, :2], out=split[:, :2])
-        rz = buf[:, :2]
-        if layer.clip is not None:
+    product, last = scratch.product, None
+    for step_input, h, h_next, _, views in _steps(projected, history, None, active, scratch):
+        if views is not last:  # the same views at every step, without lengths
+            last = views
+            raw, raw_gates, buf, split, gates, tmp = views
+            # Gates r z n (ORDER): r and z from the product and the input together.
+            rz_raw, rz_split, rz, n_split = raw_gates[:, :2], split[:, :2], buf[:, :2], split[:, 2]
+            n_raw = raw_gates[:, -1]  # n with reset after (reset before's product has no n)
+            r, z, candidate, r_split = gates["r"], gates["z"], gates["n"], split[:, 0]
+        product(h, raw)
+        np.add(rz_raw, step_input[:, :2], out=rz_split)
+        if clip is not None:
             _clip(layer, gates, "rz")
         act_f.prescaled(rz)
-        candidate = gates["n"]
         if per_direction_n is None:  # reset after: n = g(W_n x + bW_n + r∘(R_n h + bR_n))
             if bias_n is not None:
-                np.add(raw_gates[:, 2], bias_n, out=split[:, 2])
-                candidate *= gates["r"]
+                np.add(n_raw, bias_n, out=n_split)
+                candidate *= r
             else:
-                np.multiply(raw_gates[:, 2], split[:, 0], out=split[:, 2])
+                np.multiply(n_raw, r_split, out=n_split)
         else:                        # reset before: n = g(W_n x + bW_n + R_n (r∘h) + bR_n)
-            np.multiply(gates["r"], h, out=tmp)
+            np.multiply(r, h, out=tmp)
             _dot(tmp, per_direction_n, candidate)
-        np.add(split[:, 2], step_input[:, 2], out=split[:, 2])
-        if layer.clip is not None:
+        np.add(n_split, step_input[:, 2], out=n_split)
+        if clip is not None:
             _clip(layer, gates, "n")
         act_g.prescaled(candidate)
         # h' = (1 − z)∘n + z∘h = n + z∘(h − n)
         np.subtract(h, candidate, out=tmp)
-        tmp *= gates["z"]
+        tmp *= z
         np.add(candidate, tmp, out=h_next)
 
 
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None) -> None:
     act, recurrent = layer.act_g, list(layer.recurrent)
+    bound = None if layer.clip is None else layer.clip["h"]
     for step_input, h, h_next, _, _ in _steps(projected, history, None, active, None):
         _dot(h, recurrent, h_next)
         h_next += step_input
-        if layer.clip is not None:
-            np.clip(h_next, -layer.clip["h"], layer.clip["h"], out=h_next)
+        if bound is not None:
+            np.clip(h_next, -bound, bound, out=h_next)
         act.prescaled(h_next)
 
 
