@@ -232,3 +232,19 @@ def test_shapes_within_the_bounds_still_read(tmp_path: Path) -> None:
     np.testing.assert_array_equal(back["deep"].ravel(), [0, 1])
     assert back["deep"].ndim == 32
     assert back["wide_empty"].shape == (1 << 40, 0)
+
+
+def test_many_empty_strings_are_charged_as_the_objects_they_become(tmp_path: Path) -> None:
+    """A string tensor of a million empty strings is about a megabyte on disk and some
+    fifty as Python objects: refused under the default expansion limit, read under a
+    raised one."""
+    from rnnport import budget
+
+    value = np.empty(1_000_000, dtype=object)
+    value[:] = [b""] * value.size
+    tensorbundle.write_bundle(tmp_path / "b", {"s": value})
+    with pytest.raises(rnnport.LimitError, match="expansion") as refused:
+        tensorbundle.Bundle(tmp_path / "b").read("s")
+    assert "1,000,000 strings" in str(refused.value)
+    with budget.limits(expansion=64):
+        assert tensorbundle.Bundle(tmp_path / "b").read("s").shape == (1_000_000,)

@@ -43,6 +43,7 @@ from typing import BinaryIO, Literal
 
 import numpy as np
 
+from .. import budget
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
 from . import _proto, checkpoint_state
 from .atomic import atomic_write_all, check_target, folder_lock, overwrite_setting, replaces
@@ -443,12 +444,25 @@ def _shown(shape: tuple[int, ...]) -> str:
     return f"[{', '.join(map(str, shape[:8]))}, … ({len(shape)} dimensions)]"
 
 
+_STRING_OBJECT = 48  # a bytes object's header, and its slot in the object array
+
+
 def _strings(raw: bytearray, count: int, stored: int, where: str) -> np.ndarray:
     """Decode a string tensor: varint lengths, a masked CRC of them, then the bytes.
 
     Its CRC covers each length as a little-endian uint32 (uint64 past 4 GiB), not as the
-    varint written, then the length checksum and the bytes.
+    varint written, then the length checksum and the bytes. Each string becomes a Python
+    object of about :data:`_STRING_OBJECT` bytes beyond its text, which counts against
+    the ``expansion`` limit before any is made (empty strings cost one byte each here).
     """
+    if count > len(raw):  # each string takes at least its one-byte length
+        raise FormatError(f"{where}: the string tensor is malformed (its shape says {count:,} "
+                          f"strings, and its {len(raw):,} bytes cannot hold them).")
+    needed = count * _STRING_OBJECT + len(raw)
+    if needed > budget.allowance("expansion", len(raw)):
+        raise budget.exceeded(where, f"its {count:,} strings would take about {needed:,} bytes "
+                                     "as Python objects", "expansion", size=len(raw),
+                              needed=needed)
     try:
         position, lengths, crc = 0, [], 0
         for _ in range(count):
