@@ -107,18 +107,31 @@ class Kernel:
         return f"<Kernel {self.name}, scale {self.scale}>"
 
 
+# 1 as a 0-d array of each dtype the runtime computes in. A ufunc takes a 0-d array of
+# the array's own dtype about 0.3 µs faster than a Python float, which it must first
+# resolve to that dtype; the result is the same to the bit. A kernel runs several times at
+# every step, on a few hundred values at batch 1.
+_ONE = {np.float32: np.array(1.0, dtype=np.float32), np.float64: np.array(1.0, dtype=np.float64)}
+
+
+def _one(values: np.ndarray) -> Any:
+    return _ONE.get(values.dtype.type, 1.0)
+
+
 def _logistic(values: np.ndarray) -> None:
     """``values`` = −x in, σ(x) = 1 / (1 + e^−x) out. e^−x overflows to inf for x below
     about −88 (float32), which gives exactly 0; the runtime runs with overflow warnings off.
-    NumPy's exp is about twice as fast as its tanh, hence tanh through σ too."""
+    NumPy's exp is about twice as fast as its tanh, hence tanh through σ too. ``1 / v``
+    is ``np.divide`` by a 0-d one: the same bits as ``np.reciprocal``, in less time."""
+    one = _one(values)
     np.exp(values, out=values)
-    values += 1.0
-    np.reciprocal(values, out=values)
+    np.add(values, one, out=values)
+    np.divide(one, values, out=values)
 
 
 def _twice_minus_one(values: np.ndarray) -> None:
-    values *= 2.0
-    values -= 1.0
+    np.add(values, values, out=values)  # 2·v exactly, with no constant to resolve
+    np.subtract(values, _one(values), out=values)
 
 
 def _tanh(values: np.ndarray) -> None:

@@ -826,9 +826,12 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
     peephole, projection, layer_norm = layer.peephole, layer.projection, layer.layer_norm
     projection_bias = layer.projection_bias
     clip, cell_clip, input_forget = layer.clip, layer.cell_clip, layer.input_forget
-    product = scratch.product
-    for step_input, h, h_next, c, (raw, raw_gates, buf, split, gates, tmp) in _steps(
-            projected, history, cell, active, scratch):
+    product, last = scratch.product, None
+    for step_input, h, h_next, c, views in _steps(projected, history, cell, active, scratch):
+        if views is not last:  # the same views at every step, without lengths
+            last = views
+            raw, raw_gates, buf, split, gates, tmp = views
+            i, f, g, o = gates["i"], gates["f"], gates["g"], gates["o"]
         product(h, raw)
         np.add(raw_gates, step_input, out=split)
         if peephole is not None:
@@ -845,18 +848,18 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
             if post_f is not None:
                 post_f(buf[:, sigmoid_gates])
             if post_g is not None:
-                post_g(gates["g"])
+                post_g(g)
         else:
             if peephole is None:
                 act_f.prescaled(buf[:, sigmoid_gates])
             else:
                 act_f.prescaled(gates["i"])
                 act_f.prescaled(gates["f"])
-            act_g.prescaled(gates["g"])
+            act_g.prescaled(g)
         if input_forget:
-            np.subtract(1.0, gates["i"], out=gates["f"])
-        c *= gates["f"]
-        np.multiply(gates["i"], gates["g"], out=tmp)
+            np.subtract(1.0, i, out=f)
+        c *= f
+        np.multiply(i, g, out=tmp)
         c += tmp
         if cell_clip is not None:
             np.clip(c, -cell_clip, cell_clip, out=c)
@@ -871,10 +874,10 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
             act_f.prescaled(gates["o"])
         if projection is None:
             into_h(c, h_next)
-            h_next *= gates["o"]
+            h_next *= o
         else:
             into_h(c, tmp)
-            tmp *= gates["o"]
+            tmp *= o
             np.matmul(tmp, projection, out=h_next)
             if projection_bias is not None:
                 h_next += projection_bias
