@@ -329,7 +329,7 @@ def run_corpus(files: int, rounds: int, spec: rnnport.Spec = CORPUS,
             with dask.config.set(corpus.DASK_WORKER_CONFIG):
                 cluster = clusters.enter_context(LocalCluster(
                     n_workers=workers, threads_per_worker=1, processes=True,
-                    dashboard_address=None, silence_logs=40))
+                    dashboard_address=":0", silence_logs=40))
             settings[f"dask-{workers}"] = {"dask": cluster.scheduler_address}
         seconds: dict[str, list[float]] = {label: [] for label in settings}
         total = 0

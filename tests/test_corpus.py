@@ -5,12 +5,15 @@ process: the same NumPy engine, so the numbers must agree bit for bit."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -287,9 +290,17 @@ def test_dask_without_dask_installed_names_the_extra(
 
 def test_a_dask_local_cluster_writes_every_output_once(model_file: Path, data: Path,
                                                        tmp_path: Path) -> None:
+    """... and takes any free port, with no warning, where another cluster holds Dask's
+    default port 8787."""
     pytest.importorskip("distributed")
     out = tmp_path / "out"
-    summary = corpus.run(model_file, [data], out, jobs=2, dask="local")
+    with socket.socket() as taken, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with contextlib.suppress(OSError):  # already taken, by another cluster
+            taken.bind(("", 8787))
+            taken.listen()
+        summary = corpus.run(model_file, [data], out, jobs=2, dask="local")
+    assert not [str(warning.message) for warning in caught if "8787" in str(warning.message)]
     assert (summary.done, summary.skipped, summary.failed) == (5, 0, 0), summary.lines()
     assert sorted(result.output for result in summary.results) == sorted(
         {result.output for result in summary.results})
@@ -317,7 +328,7 @@ def test_a_dask_task_that_dies_is_a_failed_file_and_the_rest_run(
 
     monkeypatch.setattr(corpus, "_dask_task", dying)  # in-process workers see it
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None, silence_logs=40) as cluster:
+                                  dashboard_address=":0", silence_logs=40) as cluster:
         summary = corpus.run(model_file, [data], tmp_path / "out",
                              dask=cluster.scheduler_address)
     assert (summary.done, summary.failed) == (4, 1), summary.lines()
