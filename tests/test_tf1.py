@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -156,6 +157,20 @@ def test_a_missing_shard_is_named(checkpoint: Path) -> None:
     Path(f"{checkpoint}.data-00000-of-00001").unlink()
     with pytest.raises(FormatError, match=r"data file .*model\.ckpt\.data-00000-of-00001 is "
                                           r"missing \(shard 1 of 1\)"):
+        rnnport.read(checkpoint)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_shard_that_is_no_file_is_named_for_what_it_is(checkpoint: Path, kind: str) -> None:
+    shard = Path(f"{checkpoint}.data-00000-of-00001")
+    shard.unlink()
+    if kind == "folder":
+        shard.mkdir()
+    else:
+        os.mkfifo(shard)  # opened without blocking, then refused
+    what = "a folder" if kind == "folder" else r"a FIFO \(named pipe\)"
+    with pytest.raises(FormatError, match=rf"data file .*model\.ckpt\.data-00000-of-00001 is "
+                                          rf"{what}, not a file \(shard 1 of 1\)"):
         rnnport.read(checkpoint)
 
 

@@ -187,28 +187,39 @@ def _read_index(path: Path) -> tuple[tuple[int, ...], _Table]:
     return (status.st_ino, status.st_dev, status.st_mtime_ns, status.st_size), _Table(path, data)
 
 
-def _open_data(path: Path) -> io.FileIO | None:
-    """A data shard opened for reading; ``None`` when it is missing (told when a tensor in
-    it is read). Anything but a plain file is refused, unopened (a FIFO would block)."""
+# What a data shard's path holds when it is no plain file, by its file type.
+_NOT_A_FILE = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def _open_data(path: Path) -> io.FileIO | str:
+    """A data shard opened for reading, or what stands in its place when it cannot be read
+    ("missing", "a FIFO (named pipe)" …; told when a tensor in it is read). Anything but a
+    plain file is refused, unopened (a FIFO would block)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
                              | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        return None
+        return "missing"
     except OSError as error:
-        if error.errno in (errno.EISDIR, errno.ENOTDIR, errno.ELOOP):
-            return None
+        if error.errno == errno.EISDIR:
+            return "a folder"
+        if error.errno == errno.ENOTDIR:
+            return "missing"  # a file stands where a folder on its path should be
+        if error.errno == errno.ELOOP:
+            return "a loop of symbolic links"
         raise FormatError(f"{path}: cannot be opened ({error.strerror or error}); expected a "
                           "data shard rnnport can read. Check its permissions.") from None
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
         os.close(descriptor)
-        return None
+        return next((kind for test, kind in _NOT_A_FILE if test(mode)), "no plain file")
     return os.fdopen(descriptor, "rb", buffering=0)
 
 
-def _close_all(files: dict[int, io.FileIO | None]) -> None:
+def _close_all(files: dict[int, io.FileIO | str]) -> None:
     for file in files.values():
-        if file is not None:
+        if not isinstance(file, str):
             file.close()
     files.clear()
 
@@ -226,7 +237,7 @@ class Bundle(Mapping[str, Entry]):
                 f"{self.prefix}: no checkpoint here; expected the index file {self.index_path} "
                 "(a TensorFlow checkpoint is PREFIX.index plus PREFIX.data-*). Pass the prefix "
                 "(e.g. model.ckpt-1000), the .index file or the folder.")
-        self._files: dict[int, io.FileIO | None] = {}
+        self._files: dict[int, io.FileIO | str] = {}
         self._seen: tuple[int, ...] = ()
         self.generation = 0  # how many times the index was read again after a rewrite
         weakref.finalize(self, _close_all, self._files)
@@ -360,10 +371,11 @@ class Bundle(Mapping[str, Entry]):
 
     def _raw(self, entry: Entry, where: str, checked: bool) -> bytearray:
         path = self.data_path(entry.shard)
-        file = self._files.get(entry.shard)
-        if file is None:
+        file = self._files.get(entry.shard, "missing")
+        if isinstance(file, str):
+            found = "is missing" if file == "missing" else f"is {file}, not a file"
             raise FormatError(
-                f"{where}: its data file {path} is missing (shard {entry.shard + 1} of "
+                f"{where}: its data file {path} {found} (shard {entry.shard + 1} of "
                 f"{self.shards}); copy every {self.prefix.name}.data-* file with the index.")
         file_size = os.fstat(file.fileno()).st_size
         if entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > file_size:
