@@ -107,7 +107,7 @@ def _lstm_case(steps: int) -> tuple[RNN, np.ndarray, np.ndarray]:
     return net, x, net.forward(x, threads=1)[0]
 
 
-def test_an_error_here_during_a_job_shuts_the_helper_down(
+def test_an_interrupt_here_during_a_job_shuts_the_helper_down(
         used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
     net, x, expected = _lstm_case(9)
     loop = runtime._LOOPS["lstm"]
@@ -122,6 +122,52 @@ def test_an_error_here_during_a_job_shuts_the_helper_down(
     monkeypatch.setitem(runtime._LOOPS, "lstm", loop)
     assert helper.wait_until_ready(60)
     np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+
+
+def test_an_error_here_during_a_job_waits_for_the_helper_and_keeps_it(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, expected = _lstm_case(9)
+    loop = runtime._LOOPS["lstm"]
+
+    def failing(*args: Any) -> None:
+        raise MemoryError("no room for the step's buffers")
+
+    monkeypatch.setitem(runtime._LOOPS, "lstm", failing)  # here only: the helper has its own
+    running = helper._HELPER
+    with pytest.raises(MemoryError, match="no room"):
+        net.forward(x, threads=2)
+    assert used == [True]  # its piece was waited for (and not used)
+    assert helper._HELPER is running and not running.broken
+    monkeypatch.setitem(runtime._LOOPS, "lstm", loop)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used == [True, True, True]
+
+
+def test_the_callers_floating_point_settings_hold_in_the_helper(used: list[bool]) -> None:
+    """np.seterr's settings apply to the helper's piece as to the caller's: an infinite
+    input in the helper's half of the batch raises under invalid="raise" (the piece is run
+    again here, and raises here), and the helper stays for later calls. Saturated gates
+    (e^x overflowing or underflowing) never raise."""
+    net = RNN.random(SPECS["one-way LSTM, batch halves"], seed=3)
+    x = np.random.default_rng(4).standard_normal((4, 9, 7)).astype(np.float32)
+    expected = net.forward(x, threads=1)[0]
+    bad = x.copy()
+    bad[3, 4, 0] = np.inf  # the second half of the batch: the helper's
+    running = helper._HELPER
+    with np.errstate(invalid="raise"):
+        with pytest.raises(FloatingPointError, match="invalid value"):
+            net.forward(bad, threads=1)
+        with pytest.raises(FloatingPointError, match="invalid value"):
+            net.forward(bad, threads=2)
+    assert used == [False]  # the first layer's helper piece raised there, then here
+    assert helper._HELPER is running
+    used.clear()
+    with np.errstate(all="raise"):
+        saturated = x * 1e4
+        np.testing.assert_array_equal(net.forward(saturated, threads=2)[0],
+                                      net.forward(saturated, threads=1)[0])
+        np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used == [True, True, True, True]  # not marked as a layer it cannot take
 
 
 def test_a_collected_network_is_forgotten(used: list[bool]) -> None:

@@ -265,3 +265,16 @@ def test_a_flat_buffer_claiming_a_billion_layers_is_sized_without_listing_them()
     with pytest.raises(rnnport.ShapeError, match="999999999 × "):
         rnnport.read(buffer, "cudnn", cell="gru", input_size=3, hidden_size=4,
                      num_layers=10**9)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+def test_saturated_gates_run_whatever_np_seterr_says(cell: str) -> None:
+    """e^x overflowing to inf or underflowing to 0 gives a gate's exact limit: the runtime
+    runs through it even where the caller's np.seterr says raise, with the same numbers."""
+    net = RNN.random(Spec(cell, 5, 6, num_layers=2, bidirectional=True), seed=3)
+    x = np.random.default_rng(4).standard_normal((2, 7, 5)).astype(np.float32) * 1e4
+    quiet = net.forward(x, threads=1)
+    with np.errstate(all="raise"):
+        loud = net.forward(x, threads=1)
+    np.testing.assert_array_equal(loud[0], quiet[0])
+    assert np.isfinite(loud[0]).all()

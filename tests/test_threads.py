@@ -73,6 +73,33 @@ def test_a_batch_run_in_two_halves_gives_the_whole_batch_numbers(
         _same(state_t, state_1)
 
 
+def test_the_callers_floating_point_settings_hold_in_the_second_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """NumPy's error state is per thread: the half of the batch run in a second thread
+    raises under the caller's invalid="raise" as it does in one thread."""
+    monkeypatch.setattr(runtime, "SPLIT_MIN_STEP_WORK", 0)
+    monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 1)
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    monkeypatch.setattr(runtime, "_cores", lambda: 2)
+    rnn = RNN.random(Spec("lstm", 5, 6), seed=5)
+    x = _data(batch=4)
+    x[3, 2, 0] = np.inf  # in the second half of the batch
+    started = []
+    monkeypatch.setattr(threading.Thread, "start", _recording(threading.Thread.start, started))
+    for threads in (1, 2):
+        with np.errstate(invalid="raise"), pytest.raises(FloatingPointError, match="invalid"):
+            rnn.forward(x, threads=threads)
+    assert started  # the second half ran in a thread
+
+
+def _recording(start: Any, started: list[bool]) -> Any:
+    def recorded(self: threading.Thread) -> None:
+        started.append(True)
+        start(self)
+
+    return recorded
+
+
 def test_a_stack_passes_threads_on(monkeypatch: pytest.MonkeyPatch) -> None:
     model = stack([RNN.random(Spec("lstm", 5, 6, bidirectional=True), seed=1),
                    RNN.random(Spec("gru", 12, 4), seed=2)])

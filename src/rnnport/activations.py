@@ -120,7 +120,8 @@ def _one(values: np.ndarray) -> Any:
 
 def _logistic(values: np.ndarray) -> None:
     """``values`` = −x in, σ(x) = 1 / (1 + e^−x) out. e^−x overflows to inf for x below
-    about −88 (float32), which gives exactly 0; the runtime runs with overflow warnings off.
+    about −88 (float32), which gives exactly 0 (and underflows to 0 above about 88, which
+    gives 1); the runtime runs with overflow and underflow warnings off.
     NumPy's exp is about twice as fast as its tanh, hence tanh through σ too. ``1 / v``
     is ``np.divide`` by a 0-d one: the same bits as ``np.reciprocal``, in less time."""
     one = _one(values)

@@ -417,8 +417,10 @@ class Job:
                 history[...] = self.arrays[3][:, 0]
                 if cell is not None:
                     cell[...] = self.arrays[4][0]
-            else:  # an error it reported (its memory, a layer it could not rebuild):
-                # this layer direction runs here from now on; the helper stays.
+            elif not (isinstance(reply, tuple) and reply[:1] == ("raised",)):
+                # An error it reported (its memory, a layer it could not rebuild): this layer
+                # direction runs here from now on; the helper stays. ("raised": under the
+                # caller's np.seterr these inputs raise, as they will here; nothing to mark.)
                 helper.mark_unusable(self.layer, self.direction)
             self.arrays = []
             if helper.arena is not None and helper.arena.size > ARENA_KEPT:
@@ -471,7 +473,7 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
                 if c0 is not None:
                     arrays[2][0] = c0
                 _send(helper.sock, ("run", token, steps, batch, width, inputs.dtype.str,
-                                    c0 is not None))
+                                    c0 is not None, np.geterr()))
                 started = Job(helper, layer, direction, arrays)  # holds the lock from here
     except Exception:  # a dead helper (OSError, EOFError …) or anything unexpected
         _dropped(helper, failed=True)
@@ -534,7 +536,7 @@ def _run_one(message: tuple[Any, ...], layers: dict[int, Any], arena: _Arena | N
              ) -> tuple[str, ...]:
     """One "run" message's reply; its views of the arena end here, so that the arena can
     be unmapped when it is replaced."""
-    _, token, steps, batch, width, dtype, has_cell = message
+    _, token, steps, batch, width, dtype, has_cell, errors = message
     try:
         layer = layers[token]
         if arena is None:
@@ -544,7 +546,10 @@ def _run_one(message: tuple[Any, ...], layers: dict[int, Any], arena: _Arena | N
         history[0] = h0
         if has_cell:
             cell[...] = c0
-        run(layer, inputs, history, cell if has_cell else None)
+        with np.errstate(**errors):  # the caller's np.seterr, as its own piece runs under
+            run(layer, inputs, history, cell if has_cell else None)
+    except FloatingPointError as error:  # the caller's settings say raise: it computes the
+        return ("raised", str(error))    # piece and raises the same error there
     except Exception as error:  # reported; the caller computes the piece
         return ("error", f"{type(error).__name__}: {error}")
     return ("done",)

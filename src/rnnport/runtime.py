@@ -92,6 +92,13 @@ ORDER = {"lstm": "ifog", "gru": "rzn", "rnn": "h"}
 LAYER_NORM_EPSILON = 1e-8  # the layer-norm LSTM's 1 / sqrt(variance + 1e-8)
 
 
+def _quiet() -> Any:
+    """The floating-point conditions the runtime meets in normal work, ignored whatever
+    ``np.seterr`` says: e^x overflows to inf (a sigmoid's 0) and underflows to 0 (its 1) in
+    saturated gates, both the exact limits. The caller's settings hold for the rest."""
+    return np.errstate(over="ignore", under="ignore")
+
+
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
@@ -298,7 +305,7 @@ def run(
         if is_lstm else None
     plan = _Plan(threads)
     try:
-        with np.errstate(over="ignore"):
+        with _quiet():
             for index, layer in enumerate(_prepared(network)):
                 rows = slice(index * directions, (index + 1) * directions)
                 cell = None if c0 is None else np.array(c0[rows], copy=True)
@@ -569,7 +576,12 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
             if job is not None:
                 plan.use(plan.step)
                 run_piece(*halves[0])
-        except BaseException:
+        except Exception:  # raised by this piece (np.seterr, memory): the helper finishes its
+            if job is not None:  # own and stays for later calls; its result is not used
+                job.finish(history[:, direction, rows],
+                           None if cell is None else cell[direction, rows])
+            raise
+        except BaseException:  # interrupted: the helper is shut down, not waited for
             if job is not None:
                 job.abandon()
             raise
@@ -613,7 +625,7 @@ def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
     runs it: ``history`` (T+1, 1, B, H_out) holds h0 in its first row, ``cell`` (1, B, H)
     the initial cell state (updated in place). One BLAS thread is the caller's to set."""
     projected = _project(layer, inputs, None, slice(0, 1), slice(0, inputs.shape[1]))
-    with np.errstate(over="ignore"):
+    with _quiet():
         _LOOPS[layer.cell](layer, projected, history, cell, None)
 
 
@@ -628,10 +640,13 @@ def _both(work: Callable[..., object], first: tuple[Any, ...], second: tuple[Any
     """``work(*first)`` here and ``work(*second)`` in a second thread, at once; an exception
     in either is raised here (the first one's if both fail)."""
     failures: list[BaseException] = []
+    # NumPy's error state is per thread (a new one starts with the defaults): the caller's
+    # np.seterr holds in both, as in one thread.
+    settings = np.geterr()
 
     def guarded(arguments: tuple[Any, ...]) -> None:
-        try:  # NumPy's error state is per thread: a new thread starts with the default
-            with np.errstate(over="ignore"):
+        try:
+            with np.errstate(**settings), _quiet():
                 work(*arguments)
         except BaseException as error:  # handed to the calling thread, raised there
             failures.append(error)
