@@ -306,7 +306,8 @@ def run_corpus(files: int, rounds: int, spec: rnnport.Spec = CORPUS,
     and of two worker processes (start-up included), and on Dask workers of local clusters
     started beforehand (one worker, and two; one BLAS thread each). Each round runs every
     setting once, one after the other, so that a slow spell of a shared machine falls on
-    all of them; the best round of each counts."""
+    all of them; the best round of each counts. Both clusters stay up throughout, idle but
+    for their heartbeats while the other settings run."""
     import tempfile
 
     import dask
@@ -329,7 +330,8 @@ def run_corpus(files: int, rounds: int, spec: rnnport.Spec = CORPUS,
             with dask.config.set(corpus.DASK_WORKER_CONFIG):
                 cluster = clusters.enter_context(LocalCluster(
                     n_workers=workers, threads_per_worker=1, processes=True,
-                    dashboard_address=":0", silence_logs=40))
+                    dashboard_address=":0", scheduler_kwargs={"dashboard": False},
+                    silence_logs=40))
             settings[f"dask-{workers}"] = {"dask": cluster.scheduler_address}
         seconds: dict[str, list[float]] = {label: [] for label in settings}
         total = 0

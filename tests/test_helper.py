@@ -168,6 +168,24 @@ def test_the_callers_floating_point_settings_hold_in_the_helper(used: list[bool]
                                       net.forward(saturated, threads=1)[0])
         np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
     assert used == [True, True, True, True]  # not marked as a layer it cannot take
+    # Warnings and the np.seterrcall handler act here, where the helper's piece runs again.
+    used.clear()
+    with pytest.warns(RuntimeWarning, match="invalid value"):
+        warned = net.forward(bad, threads=2)[0]
+    with pytest.warns(RuntimeWarning, match="invalid value"):
+        np.testing.assert_array_equal(warned, net.forward(bad, threads=1)[0])
+    called: list[str] = []
+    previous = np.seterrcall(lambda kind, flag: called.append(kind))
+    try:
+        with np.errstate(invalid="call"):
+            net.forward(bad, threads=2)
+    finally:
+        np.seterrcall(previous)
+    assert called and set(called) == {"invalid value"}
+    assert False in used and helper._HELPER is running
+    used.clear()
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used == [True, True]
 
 
 def test_a_collected_network_is_forgotten(used: list[bool]) -> None:

@@ -278,3 +278,26 @@ def test_saturated_gates_run_whatever_np_seterr_says(cell: str) -> None:
         loud = net.forward(x, threads=1)
     np.testing.assert_array_equal(loud[0], quiet[0])
     assert np.isfinite(loud[0]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_sigmoid_kernels_give_the_bits_of_their_plain_formulas(dtype: type) -> None:
+    """The kernels' in-place passes (a 0-d one, division, doubling by adding) give, bit for
+    bit, 1 / (1 + e^v) and 2·v − 1, saturated and subnormal values included."""
+    from rnnport.activations import TANH_WITH_SIGMOID
+
+    info = np.finfo(dtype)
+    values = np.concatenate([
+        np.random.default_rng(1).uniform(-120, 120, 20_000),
+        np.random.default_rng(2).uniform(-800, 800, 20_000),
+        [0.0, -0.0, info.tiny, -info.tiny, info.smallest_subnormal, info.max, -info.max,
+         np.inf, -np.inf]]).astype(dtype)
+    with np.errstate(over="ignore", under="ignore"):
+        sigmoid = values.copy()
+        SIGMOID.prescaled(sigmoid)
+        np.testing.assert_array_equal(sigmoid, np.reciprocal(np.exp(values) + dtype(1)))
+        candidate = values.copy()
+        TANH_WITH_SIGMOID.prescaled(candidate)
+        plain = np.reciprocal(np.exp(values) + dtype(1)) * dtype(2) - dtype(1)
+        np.testing.assert_array_equal(candidate, plain)
+    assert sigmoid.dtype == candidate.dtype == dtype

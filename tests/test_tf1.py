@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -160,18 +162,24 @@ def test_a_missing_shard_is_named(checkpoint: Path) -> None:
         rnnport.read(checkpoint)
 
 
-@pytest.mark.parametrize("kind", ["folder", "fifo"])
+@pytest.mark.parametrize("kind", ["folder", "fifo", "socket"])
 def test_a_shard_that_is_no_file_is_named_for_what_it_is(checkpoint: Path, kind: str) -> None:
     shard = Path(f"{checkpoint}.data-00000-of-00001")
     shard.unlink()
-    if kind == "folder":
-        shard.mkdir()
-    else:
-        os.mkfifo(shard)  # opened without blocking, then refused
-    what = "a folder" if kind == "folder" else r"a FIFO \(named pipe\)"
-    with pytest.raises(FormatError, match=rf"data file .*model\.ckpt\.data-00000-of-00001 is "
-                                          rf"{what}, not a file \(shard 1 of 1\)"):
-        rnnport.read(checkpoint)
+    with contextlib.ExitStack() as stack:
+        if kind == "folder":
+            shard.mkdir()
+        elif kind == "fifo":
+            os.mkfifo(shard)  # opened without blocking, then refused
+        else:
+            if len(str(shard)) > 100:  # AF_UNIX paths are short
+                pytest.skip("the temporary path is too long for a socket")
+            listening = stack.enter_context(socket.socket(socket.AF_UNIX))
+            listening.bind(str(shard))  # cannot be opened at all (ENXIO)
+        what = {"folder": "a folder", "fifo": r"a FIFO \(named pipe\)", "socket": "a socket"}
+        with pytest.raises(FormatError, match=rf"data file .*model\.ckpt\.data-00000-of-00001 "
+                                              rf"is {what[kind]}, not a file \(shard 1 of 1\)"):
+            rnnport.read(checkpoint)
 
 
 def test_no_checkpoint_at_the_path(tmp_path: Path) -> None:

@@ -90,6 +90,19 @@ def test_the_callers_floating_point_settings_hold_in_the_second_thread(
         with np.errstate(invalid="raise"), pytest.raises(FloatingPointError, match="invalid"):
             rnn.forward(x, threads=threads)
     assert started  # the second half ran in a thread
+    for threads in (1, 2):  # the np.seterrcall handler too
+        called: list[str] = []
+        previous = np.seterrcall(_appending_to(called))
+        try:
+            with np.errstate(invalid="call"):
+                rnn.forward(x, threads=threads)
+        finally:
+            np.seterrcall(previous)
+        assert called and set(called) == {"invalid value"}
+
+
+def _appending_to(called: list[str]) -> Any:
+    return lambda kind, flag: called.append(kind)
 
 
 def _recording(start: Any, started: list[bool]) -> Any:

@@ -520,11 +520,12 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
             environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
             with dask.config.set({**DASK_WORKER_CONFIG, "distributed.nanny.pre-spawn-environ":
                                   {**environ, **ONE_BLAS_THREAD}}):
-                # Its HTTP server on any free port: Dask's default, 8787, held by another
-                # cluster, would move with a warning.
+                # Its HTTP server on any free port (Dask's default, 8787, held by another
+                # cluster, would move with a warning), and no dashboard.
                 cluster = stack.enter_context(LocalCluster(
                     n_workers=jobs, threads_per_worker=1, processes=True,
-                    dashboard_address=":0", silence_logs=40))
+                    dashboard_address=":0", scheduler_kwargs={"dashboard": False},
+                    silence_logs=40))
                 client = stack.enter_context(Client(cluster))
         else:
             client = stack.enter_context(Client(address))

@@ -419,8 +419,8 @@ class Job:
                     cell[...] = self.arrays[4][0]
             elif not (isinstance(reply, tuple) and reply[:1] == ("raised",)):
                 # An error it reported (its memory, a layer it could not rebuild): this layer
-                # direction runs here from now on; the helper stays. ("raised": under the
-                # caller's np.seterr these inputs raise, as they will here; nothing to mark.)
+                # direction runs here from now on; the helper stays. ("raised": these inputs
+                # meet a condition the caller's np.seterr acts on, here; nothing to mark.)
                 helper.mark_unusable(self.layer, self.direction)
             self.arrays = []
             if helper.arena is not None and helper.arena.size > ARENA_KEPT:
@@ -438,7 +438,7 @@ class Job:
             helper.lock.release()
 
     def abandon(self) -> None:
-        """The call ends without waiting (an exception here): the helper is shut down."""
+        """The call ends without waiting (an interrupt here): the helper is shut down."""
         if self.unfinished.detach():
             self.arrays = []
             _dropped(self.helper)
@@ -472,8 +472,13 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
                 arrays[1][0] = h0
                 if c0 is not None:
                     arrays[2][0] = c0
+                # The caller's np.seterr, every condition it does not ignore made "raise":
+                # the helper reports it, and the piece runs again here, where it warns,
+                # calls, logs or raises as the caller's settings say.
+                errors = {condition: "ignore" if action == "ignore" else "raise"
+                          for condition, action in np.geterr().items()}
                 _send(helper.sock, ("run", token, steps, batch, width, inputs.dtype.str,
-                                    c0 is not None, np.geterr()))
+                                    c0 is not None, errors))
                 started = Job(helper, layer, direction, arrays)  # holds the lock from here
     except Exception:  # a dead helper (OSError, EOFError …) or anything unexpected
         _dropped(helper, failed=True)
@@ -546,10 +551,10 @@ def _run_one(message: tuple[Any, ...], layers: dict[int, Any], arena: _Arena | N
         history[0] = h0
         if has_cell:
             cell[...] = c0
-        with np.errstate(**errors):  # the caller's np.seterr, as its own piece runs under
+        with np.errstate(**errors):  # what the caller does not ignore raises
             run(layer, inputs, history, cell if has_cell else None)
-    except FloatingPointError as error:  # the caller's settings say raise: it computes the
-        return ("raised", str(error))    # piece and raises the same error there
+    except FloatingPointError as error:  # the caller computes the piece: its settings act
+        return ("raised", str(error))    # there (a warning, a call, the error)
     except Exception as error:  # reported; the caller computes the piece
         return ("error", f"{type(error).__name__}: {error}")
     return ("done",)

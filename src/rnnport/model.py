@@ -206,9 +206,10 @@ class RNN:
         at the last valid step, and the backward direction starts there.
 
         Math runs in float32 for float16/float32 weights, float64 for float64 weights.
-        ``np.seterr`` applies as usual (an infinite input raises under
-        ``invalid="raise"``), except that overflow and underflow of ``exp`` in saturated
-        gates, which give the gates' exact limits, are always ignored.
+        ``np.seterr`` applies as usual to invalid operations and division by zero (an
+        infinite input raises under ``invalid="raise"``); overflow and underflow are
+        ignored throughout, as ``exp`` overflows and underflows in saturated gates in
+        normal work, giving the gates' exact limits.
 
         ``engine``: ``"numpy"`` (rnnport's own runtime), an engine a format declares
         (``rnnport.formats.engines()`` lists them; the network is written into it once and

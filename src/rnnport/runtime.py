@@ -93,9 +93,10 @@ LAYER_NORM_EPSILON = 1e-8  # the layer-norm LSTM's 1 / sqrt(variance + 1e-8)
 
 
 def _quiet() -> Any:
-    """The floating-point conditions the runtime meets in normal work, ignored whatever
-    ``np.seterr`` says: e^x overflows to inf (a sigmoid's 0) and underflows to 0 (its 1) in
-    saturated gates, both the exact limits. The caller's settings hold for the rest."""
+    """Overflow and underflow ignored throughout a forward call, whatever ``np.seterr``
+    says: in normal work e^x overflows to inf (a sigmoid's 0) and underflows to 0 (its 1)
+    in saturated gates, both the exact limits. The caller's settings hold for invalid
+    operations and division by zero."""
     return np.errstate(over="ignore", under="ignore")
 
 
@@ -641,12 +642,13 @@ def _both(work: Callable[..., object], first: tuple[Any, ...], second: tuple[Any
     in either is raised here (the first one's if both fail)."""
     failures: list[BaseException] = []
     # NumPy's error state is per thread (a new one starts with the defaults): the caller's
-    # np.seterr holds in both, as in one thread.
-    settings = np.geterr()
+    # np.seterr and np.seterrcall hold in both, as in one thread.
+    settings, handler = np.geterr(), np.geterrcall()
 
     def guarded(arguments: tuple[Any, ...]) -> None:
         try:
-            with np.errstate(**settings), _quiet():
+            with (np.errstate(**settings) if handler is None
+                  else np.errstate(call=handler, **settings)), _quiet():
                 work(*arguments)
         except BaseException as error:  # handed to the calling thread, raised there
             failures.append(error)

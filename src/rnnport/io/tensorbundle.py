@@ -208,13 +208,25 @@ def _open_data(path: Path) -> io.FileIO | str:
             return "missing"  # a file stands where a folder on its path should be
         if error.errno == errno.ELOOP:
             return "a loop of symbolic links"
+        if error.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
+            return _kind(path)
         raise FormatError(f"{path}: cannot be opened ({error.strerror or error}); expected a "
                           "data shard rnnport can read. Check its permissions.") from None
     mode = os.fstat(descriptor).st_mode
     if not stat.S_ISREG(mode):
         os.close(descriptor)
-        return next((kind for test, kind in _NOT_A_FILE if test(mode)), "no plain file")
+        return _kind(path, mode)
     return os.fdopen(descriptor, "rb", buffering=0)
+
+
+def _kind(path: Path, mode: int | None = None) -> str:
+    """What a path that is no plain file holds ("a FIFO (named pipe)" …)."""
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return "missing"
+    return next((kind for test, kind in _NOT_A_FILE if test(mode)), "no plain file")
 
 
 def _close_all(files: dict[int, io.FileIO | str]) -> None:
