@@ -313,28 +313,103 @@ def test_a_dask_local_cluster_writes_every_output_once(model_file: Path, data: P
     assert (again.done, again.skipped) == (0, 5) and _stats(out) == before
 
 
-def test_a_dask_task_that_dies_is_a_failed_file_and_the_rest_run(
-        monkeypatch: pytest.MonkeyPatch, model_file: Path, data: Path, tmp_path: Path) -> None:
-    """A task that ends in an error of Dask's (here: raised outside rnnport's own handling,
-    as a worker's death is) fails its file alone, with what Dask reported."""
-    distributed = pytest.importorskip("distributed")
+def _on_dask_in_process(distributed: Any, model_file: Path, inputs: Path,
+                        out: Path) -> corpus.Summary:
+    """``corpus.run`` on a one-worker Dask cluster in this process (its workers see what
+    the test patches)."""
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0", silence_logs=40) as cluster:
+        return corpus.run(model_file, [inputs], out, dask=cluster.scheduler_address)
+
+
+def _dies_on(monkeypatch: pytest.MonkeyPatch, victim: str) -> None:
+    """A Dask task raises, as a dying worker's does, on the file named ``victim`` (the
+    in-process workers of a ``processes=False`` cluster see the patch)."""
     task = corpus._dask_task
-    victim = "batch.npy"
 
     def dying(one: corpus.Task, job: Any) -> corpus.FileResult:
         if Path(one.source).name == victim:
             raise RuntimeError("the worker was killed")
         return task(one, job)
 
-    monkeypatch.setattr(corpus, "_dask_task", dying)  # in-process workers see it
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0", silence_logs=40) as cluster:
-        summary = corpus.run(model_file, [data], tmp_path / "out",
-                             dask=cluster.scheduler_address)
+    monkeypatch.setattr(corpus, "_dask_task", dying)
+
+
+def test_a_dask_task_that_dies_is_a_failed_file_and_the_rest_run(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, data: Path, tmp_path: Path) -> None:
+    """A task that ends in an error of Dask's (here: raised outside rnnport's own handling,
+    as a worker's death is) fails its file alone, with what Dask reported."""
+    distributed = pytest.importorskip("distributed")
+    victim = "batch.npy"
+    _dies_on(monkeypatch, victim)
+    summary = _on_dask_in_process(distributed, model_file, data, tmp_path / "out")
     assert (summary.done, summary.failed) == (4, 1), summary.lines()
     (failure,) = summary.failures
     assert Path(failure.source).name == victim
     assert failure.error == "its worker process died (RuntimeError: the worker was killed)"
+
+
+@pytest.fixture
+def many(tmp_path: Path) -> Path:
+    """A folder of 24 small feature files."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for index in range(24):
+        np.save(folder / f"f{index:02d}.npy", _features((2, 3, 5)))
+    return folder
+
+
+def _recording_groups(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The file names of every group handed to a Dask task."""
+    groups: list[list[str]] = []
+    cut = corpus._Groups.next
+
+    def recorded(self: Any) -> list[corpus.Task]:
+        group = cut(self)
+        if group:
+            groups.append([Path(task.source).name for task in group])
+        return group
+
+    monkeypatch.setattr(corpus._Groups, "next", recorded)
+    return groups
+
+
+def test_small_files_run_on_dask_in_groups_once_their_time_is_known(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    groups = _recording_groups(monkeypatch)
+    monkeypatch.setattr(corpus, "GROUP_SECONDS", 60.0)  # every file is small beside it
+    monkeypatch.setattr(corpus, "GROUP_FILES", 5)
+    summary = _on_dask_in_process(distributed, model_file, many, tmp_path / "out")
+    assert (summary.done, summary.failed) == (24, 0), summary.lines()
+    assert sorted(result.output for result in summary.results) == sorted(
+        {result.output for result in summary.results})
+    _assert_matches(model_file, many, tmp_path / "out")
+    # One file a task while no time is known (two in flight for the one worker), then
+    # groups of at most GROUP_FILES, never more than half of what is left per worker.
+    sizes = [len(group) for group in groups]
+    assert sizes[:2] == [1, 1] and sum(sizes) == 24
+    assert len(sizes) < 24 and max(sizes) == 5 and sizes[-1] == 1
+
+
+def test_a_dask_group_that_dies_fails_its_files_and_the_rest_run(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    groups = _recording_groups(monkeypatch)
+    monkeypatch.setattr(corpus, "GROUP_SECONDS", 60.0)
+    monkeypatch.setattr(corpus, "GROUP_FILES", 4)
+    victim = "f10.npy"
+    _dies_on(monkeypatch, victim)
+    summary = _on_dask_in_process(distributed, model_file, many, tmp_path / "out")
+    failed = sorted(Path(result.source).name for result in summary.failures)
+    (fated,) = [group for group in groups if victim in group]
+    assert failed == sorted(fated) and len(fated) > 1  # its whole group, and only that
+    assert summary.done == 24 - len(failed)
+    assert all(result.error == "its worker process died (RuntimeError: the worker was "
+               "killed)" for result in summary.failures)
+    assert not any((tmp_path / "out" / name).exists() for name in failed)
+    again = corpus.run(model_file, [many], tmp_path / "out", jobs=0)  # resumed: the rest
+    assert (again.done, again.skipped) == (len(failed), 24 - len(failed))
 
 
 class _Terminal(io.StringIO):

@@ -42,13 +42,14 @@ the calling process, with its BLAS as it is.
 
 **Dask**: ``dask="local"`` starts a ``distributed.LocalCluster`` of ``jobs`` worker
 processes with one thread each; ``dask="tcp://host:8786"`` uses the scheduler there. Each
-file is one task (``Client.map``); each worker process reads the model once (a cache per
-process, keyed by the model's path and read options) and writes its outputs itself, so
-the model, the inputs and ``out_dir`` must be on a file system every worker sees at the
-same absolute paths. The local cluster's workers get :data:`DASK_WORKER_CONFIG`: one BLAS
+file is a task at first; once finished files tell how long one takes, small files go in
+groups of about :data:`GROUP_SECONDS` a task. Each worker process reads the model once (a
+cache per process, keyed by the model's path and read options) and writes its outputs
+itself, so the model, the inputs and ``out_dir`` must be on a file system every worker
+sees at the same absolute paths. The local cluster's workers get :data:`DASK_WORKER_CONFIG`: one BLAS
 thread (``distributed.nanny.pre-spawn-environ``, before NumPy loads; also Dask's default
 for any cluster) and no statistical profiler. Results come back with their futures
-(``as_completed(..., with_results=True)``), no round trip per file. Needs the ``dask``
+(``as_completed(..., with_results=True)``), no round trip per task. Needs the ``dask``
 extra (``pip install 'rnnport[dask]'``).
 
 **Failures**: a file that cannot be read or run (a bad shape, a damaged file) is reported
@@ -494,8 +495,44 @@ def _died(task: Task, error: BaseException) -> FileResult:
 # -- Dask ----------------------------------------------------------------------------------------
 
 
+# A Dask task runs a group of files: one file each while their time is unknown, then as
+# many as take about GROUP_SECONDS (at most GROUP_FILES, and never so many that a worker
+# is left without two groups of what remains), so that each task's own cost to the
+# scheduler, the client and the worker (a few milliseconds on a busy machine) stays small
+# beside its computing even for many small files.
+GROUP_SECONDS = 0.25
+GROUP_FILES = 64
+
+
 def _dask_task(task: Task, job: _Job) -> FileResult:
     return _process(task, job)
+
+
+def _dask_group(tasks: list[Task], job: _Job) -> list[FileResult]:
+    return [_dask_task(task, job) for task in tasks]
+
+
+class _Groups:
+    """The files still to submit, cut into groups as the times of finished files say."""
+
+    def __init__(self, tasks: Sequence[Task], workers: int) -> None:
+        self.waiting = list(reversed(tasks))  # popped from the end: the first file first
+        self.workers = workers
+        self.seconds = 0.0
+        self.timed = 0
+
+    def timed_by(self, result: FileResult) -> None:
+        if result.status == "done":
+            self.seconds += result.seconds
+            self.timed += 1
+
+    def next(self) -> list[Task]:
+        size = 1
+        if self.timed:
+            each = self.seconds / self.timed
+            size = GROUP_FILES if each <= 0 else int(GROUP_SECONDS / each)
+            size = max(1, min(size, GROUP_FILES, len(self.waiting) // (2 * self.workers)))
+        return [self.waiting.pop() for _ in range(min(size, len(self.waiting)))]
 
 
 def _require_dask(address: str) -> None:
@@ -529,21 +566,42 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
                 client = stack.enter_context(Client(cluster))
         else:
             client = stack.enter_context(Client(address))
-        futures = client.map(_dask_task, list(tasks), job=job, pure=False)
-        by_key = {future.key: task for future, task in zip(futures, tasks, strict=True)}
+        # A scheduler elsewhere may have workers still to come: at least what it has now.
+        threads = jobs if address == "local" else max(sum(client.nthreads().values()), 1)
+        groups = _Groups(tasks, threads)
+        running: dict[str, tuple[Any, list[Task]]] = {}
+
+        def submit() -> Any:
+            group = groups.next()
+            if not group:
+                return None
+            future = client.submit(_dask_group, group, job, pure=False)
+            running[future.key] = (future, group)
+            return future
+
+        # Two groups per worker thread in flight: each worker has its next one at hand.
+        first = [future for future in (submit() for _ in range(2 * groups.workers))
+                 if future is not None]
         results = []
         try:
-            # Results come with their futures: no round trip to the scheduler per file.
-            for future, outcome in completed(futures, with_results=True, raise_errors=False):
-                if isinstance(outcome, FileResult):
-                    result = outcome
+            # Results come with their futures: no round trip to the scheduler per group.
+            finished = completed(first, with_results=True, raise_errors=False)
+            for future, outcome in finished:
+                _, group = running.pop(future.key)
+                if isinstance(outcome, list):
+                    done = outcome
                 else:  # a worker that died: (type, error, traceback), or the cancellation
                     error = outcome[1] if isinstance(outcome, tuple) else outcome
-                    result = _died(by_key[future.key], error)
-                report(result)
-                results.append(result)
+                    done = [_died(task, error) for task in group]
+                for result in done:
+                    groups.timed_by(result)
+                    report(result)
+                    results.append(result)
+                following = submit()
+                if following is not None:
+                    finished.add(following)
         except BaseException:
-            client.cancel(futures)
+            client.cancel([future for future, _ in running.values()])
             raise
         return results
 
