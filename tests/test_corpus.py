@@ -392,35 +392,6 @@ def test_small_files_run_on_dask_in_groups_once_their_time_is_known(
     assert len(sizes) < 24 and max(sizes) == 5 and sizes[-1] == 1
 
 
-def test_small_files_run_in_the_pool_in_groups_too(
-        monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
-    groups = _recording_groups(monkeypatch)
-    monkeypatch.setattr(corpus, "GROUP_SECONDS", 60.0)
-    monkeypatch.setattr(corpus, "GROUP_FILES", 3)
-    summary = corpus.run(model_file, [many], tmp_path / "out", jobs=2)
-    assert (summary.done, summary.failed) == (24, 0), summary.lines()
-    _assert_matches(model_file, many, tmp_path / "out")
-    sizes = [len(group) for group in groups]
-    assert sizes[:4] == [1, 1, 1, 1] and sum(sizes) == 24  # two a worker while untimed
-    assert len(sizes) < 24 and max(sizes) == 3
-    assert sorted(name for group in groups for name in group) == sorted(
-        path.name for path in many.iterdir())
-
-
-def test_a_pool_group_whose_worker_died_fails_each_of_its_files() -> None:
-    from concurrent.futures import Future
-    from concurrent.futures.process import BrokenProcessPool
-
-    group = [corpus.Task(f"/in/{name}.npy", f"/out/{name}.npy", f"{name}.npy")
-             for name in ("a", "b")]
-    future: Future[list[corpus.FileResult]] = Future()
-    future.set_exception(BrokenProcessPool("a worker was killed"))
-    results = corpus._results(future, group)
-    assert [(result.name, result.status) for result in results] == [("a.npy", "failed"),
-                                                                      ("b.npy", "failed")]
-    assert results[0].error == "its worker process died (BrokenProcessPool: a worker was killed)"
-
-
 def test_a_dask_group_that_dies_fails_its_files_and_the_rest_run(
         monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")

@@ -37,17 +37,16 @@ does the rest.
 started with ``spawn`` and with ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` and
 ``MKL_NUM_THREADS`` set to 1 (:data:`ONE_BLAS_THREAD`) before NumPy loads in them: one
 process per core scales better than one process whose BLAS spreads small recurrent
-products over every core. Each worker reads the model once. Each file is a task until
-finished files tell how long one takes; then small files go in groups of about
-:data:`GROUP_SECONDS` a task. ``jobs=0`` runs everything in the calling process, with its
-BLAS as it is.
+products over every core. Each worker reads the model once. ``jobs=0`` runs everything in
+the calling process, with its BLAS as it is.
 
 **Dask**: ``dask="local"`` starts a ``distributed.LocalCluster`` of ``jobs`` worker
-processes with one thread each; ``dask="tcp://host:8786"`` uses the scheduler there.
-Files go in groups as in a pool. Each worker process reads the model once (a cache per
-process, keyed by the model's path and read options) and writes its outputs itself, so
-the model, the inputs and ``out_dir`` must be on a file system every worker sees at the
-same absolute paths. The local cluster's workers get :data:`DASK_WORKER_CONFIG`: one BLAS
+processes with one thread each; ``dask="tcp://host:8786"`` uses the scheduler there. Each
+file is a task at first; once finished files tell how long one takes, small files go in
+groups of about :data:`GROUP_SECONDS` a task. Each worker process reads the model once (a
+cache per process, keyed by the model's path and read options) and writes its outputs
+itself, so the model, the inputs and ``out_dir`` must be on a file system every worker
+sees at the same absolute paths. The local cluster's workers get :data:`DASK_WORKER_CONFIG`: one BLAS
 thread (``distributed.nanny.pre-spawn-environ``, before NumPy loads; also Dask's default
 for any cluster) and no statistical profiler. Results come back with their futures
 (``as_completed(..., with_results=True)``), no round trip per task. Needs the ``dask``
@@ -66,7 +65,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -451,13 +450,66 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
-# A task, of the process pool or of Dask, runs a group of files: one file while their
-# time is unknown, then as many as take about GROUP_SECONDS (at most GROUP_FILES, and never
-# so many that a worker is left without two groups of what remains), so that each task's
-# own cost (a fraction of a millisecond in a pool, a few milliseconds on Dask on a busy
-# machine) stays small beside its computing even for many small files.
+def _pool_task(task: Task) -> FileResult:
+    return _process(task, _WORKER["job"])
+
+
+def _pool(job: _Job, jobs: int) -> ProcessPoolExecutor:
+    """A pool of ``jobs`` spawned workers; they start while the first ``jobs`` tasks are
+    submitted, which must happen inside :func:`_environment` (``ONE_BLAS_THREAD``)."""
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_start_worker, initargs=(job, os.getpid()))
+
+
+def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
+               report: Callable[[FileResult], None]) -> list[FileResult]:
+    with _environment(ONE_BLAS_THREAD):
+        executor = _pool(job, jobs)
+        futures = {executor.submit(_pool_task, task): task for task in tasks}
+    results = []
+    try:
+        for future in as_completed(futures):
+            result = _result(future, futures[future])
+            report(result)
+            results.append(result)
+    except BaseException:
+        executor.shutdown(wait=True, cancel_futures=True)  # the files in progress finish
+        raise
+    executor.shutdown(wait=True)
+    return results
+
+
+def _result(future: Future[FileResult], task: Task) -> FileResult:
+    try:
+        return future.result()
+    except Exception as error:  # the worker itself died (killed, out of memory)
+        return _died(task, error)
+
+
+def _died(task: Task, error: BaseException) -> FileResult:
+    return FileResult(task.name, task.source, task.output, "failed",
+                      error=f"its worker process died ({type(error).__name__}: "
+                            f"{' '.join(str(error).split())[:200]})")
+
+
+# -- Dask ----------------------------------------------------------------------------------------
+
+
+# A Dask task runs a group of files: one file each while their time is unknown, then as
+# many as take about GROUP_SECONDS (at most GROUP_FILES, and never so many that a worker
+# is left without two groups of what remains), so that each task's own cost to the
+# scheduler, the client and the worker (a few milliseconds on a busy machine) stays small
+# beside its computing even for many small files.
 GROUP_SECONDS = 0.25
 GROUP_FILES = 64
+
+
+def _dask_task(task: Task, job: _Job) -> FileResult:
+    return _process(task, job)
+
+
+def _dask_group(tasks: list[Task], job: _Job) -> list[FileResult]:
+    return [_dask_task(task, job) for task in tasks]
 
 
 class _Groups:
@@ -481,72 +533,6 @@ class _Groups:
             size = GROUP_FILES if each <= 0 else int(GROUP_SECONDS / each)
             size = max(1, min(size, GROUP_FILES, len(self.waiting) // (2 * self.workers)))
         return [self.waiting.pop() for _ in range(min(size, len(self.waiting)))]
-
-
-def _pool_group(tasks: list[Task]) -> list[FileResult]:
-    return [_process(task, _WORKER["job"]) for task in tasks]
-
-
-def _pool(job: _Job, jobs: int) -> ProcessPoolExecutor:
-    """A pool of ``jobs`` spawned workers; they start while the first ``jobs`` tasks are
-    submitted, which must happen inside :func:`_environment` (``ONE_BLAS_THREAD``)."""
-    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker, initargs=(job, os.getpid()))
-
-
-def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
-               report: Callable[[FileResult], None]) -> list[FileResult]:
-    groups = _Groups(tasks, jobs)
-    running: dict[Future[list[FileResult]], list[Task]] = {}
-
-    def submit(executor: ProcessPoolExecutor) -> None:
-        group = groups.next()
-        if group:
-            running[executor.submit(_pool_group, group)] = group
-
-    with _environment(ONE_BLAS_THREAD):
-        executor = _pool(job, jobs)
-        for _ in range(2 * jobs):  # two groups per worker in flight
-            submit(executor)
-    results = []
-    try:
-        while running:
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                for result in _results(future, running.pop(future)):
-                    groups.timed_by(result)
-                    report(result)
-                    results.append(result)
-                submit(executor)
-    except BaseException:
-        executor.shutdown(wait=True, cancel_futures=True)  # the files in progress finish
-        raise
-    executor.shutdown(wait=True)
-    return results
-
-
-def _results(future: Future[list[FileResult]], group: list[Task]) -> list[FileResult]:
-    try:
-        return future.result()
-    except Exception as error:  # the worker itself died (killed, out of memory)
-        return [_died(task, error) for task in group]
-
-
-def _died(task: Task, error: BaseException) -> FileResult:
-    return FileResult(task.name, task.source, task.output, "failed",
-                      error=f"its worker process died ({type(error).__name__}: "
-                            f"{' '.join(str(error).split())[:200]})")
-
-
-# -- Dask ----------------------------------------------------------------------------------------
-
-
-def _dask_task(task: Task, job: _Job) -> FileResult:
-    return _process(task, job)
-
-
-def _dask_group(tasks: list[Task], job: _Job) -> list[FileResult]:
-    return [_dask_task(task, job) for task in tasks]
 
 
 def _require_dask(address: str) -> None:
