@@ -43,14 +43,15 @@ the calling process, with its BLAS as it is.
 **Dask**: ``dask="local"`` starts a ``distributed.LocalCluster`` of ``jobs`` worker
 processes with one thread each; ``dask="tcp://host:8786"`` uses the scheduler there. Each
 file is a task at first; once finished files tell how long one takes, small files go in
-groups of about :data:`GROUP_SECONDS` a task. Each worker process reads the model once (a
-cache per process, keyed by the model's path and read options) and writes its outputs
-itself, so the model, the inputs and ``out_dir`` must be on a file system every worker
-sees at the same absolute paths. The local cluster's workers get :data:`DASK_WORKER_CONFIG`: one BLAS
-thread (``distributed.nanny.pre-spawn-environ``, before NumPy loads; also Dask's default
-for any cluster) and no statistical profiler. Results come back with their futures
-(``as_completed(..., with_results=True)``), no round trip per task. Needs the ``dask``
-extra (``pip install 'rnnport[dask]'``).
+groups of about :data:`GROUP_SECONDS` a task, two groups per worker thread in flight; a
+task whose worker dies has its files run again one a task. Each worker process reads the
+model once (a cache per process, keyed by the model's path and read options) and writes
+its outputs itself, so the model, the inputs and ``out_dir`` must be on a file system
+every worker sees at the same absolute paths. The local cluster's workers get
+:data:`DASK_WORKER_CONFIG`: one BLAS thread (``distributed.nanny.pre-spawn-environ``,
+before NumPy loads; also Dask's default for any cluster) and no statistical profiler.
+Results come back with their futures (``as_completed(..., with_results=True)``), no round
+trip per task. Needs the ``dask`` extra (``pip install 'rnnport[dask]'``).
 
 **Failures**: a file that cannot be read or run (a bad shape, a damaged file) is reported
 with its name and the reason, and the others go on; :attr:`Summary.failed` counts them.
@@ -59,11 +60,13 @@ with its name and the reason, and the others go on; :attr:`Summary.failed` count
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -358,6 +361,7 @@ def _process(task: Task, job: _Job) -> FileResult:
     loads = 0
     try:
         model, loads = _model(job)
+        start = time.perf_counter()  # the file's own time: a first file's excludes the read
         with budget.limits(**job.limits):
             sequences, frames = _compute_and_write(model, task, job)
     except Exception as error:  # one file's failure, whatever it is, must not stop the rest
@@ -496,12 +500,14 @@ def _died(task: Task, error: BaseException) -> FileResult:
 
 
 # A Dask task runs a group of files: one file each while their time is unknown, then as
-# many as take about GROUP_SECONDS (at most GROUP_FILES, and never so many that a worker
-# is left without two groups of what remains), so that each task's own cost to the
-# scheduler, the client and the worker (a few milliseconds on a busy machine) stays small
-# beside its computing even for many small files.
+# many as take about GROUP_SECONDS by the last RECENT files' times (at most GROUP_FILES,
+# and never so many that a worker is left without two groups of what remains), so that
+# each task's own cost to the scheduler, the client and the worker (a few milliseconds on
+# a busy machine) stays small beside its computing even for many small files. (A process
+# pool's cost per task is a fraction of a millisecond: a file a task there.)
 GROUP_SECONDS = 0.25
 GROUP_FILES = 64
+RECENT = 16  # finished files whose mean time sizes the next group
 
 
 def _dask_task(task: Task, job: _Job) -> FileResult:
@@ -513,23 +519,22 @@ def _dask_group(tasks: list[Task], job: _Job) -> list[FileResult]:
 
 
 class _Groups:
-    """The files still to submit, cut into groups as the times of finished files say."""
+    """The files still to submit, cut into groups as the times of the last
+    :data:`RECENT` finished files say."""
 
     def __init__(self, tasks: Sequence[Task], workers: int) -> None:
         self.waiting = list(reversed(tasks))  # popped from the end: the first file first
         self.workers = workers
-        self.seconds = 0.0
-        self.timed = 0
+        self.recent: deque[float] = deque(maxlen=RECENT)
 
     def timed_by(self, result: FileResult) -> None:
         if result.status == "done":
-            self.seconds += result.seconds
-            self.timed += 1
+            self.recent.append(result.seconds)
 
     def next(self) -> list[Task]:
         size = 1
-        if self.timed:
-            each = self.seconds / self.timed
+        if self.recent:
+            each = sum(self.recent) / len(self.recent)
             size = GROUP_FILES if each <= 0 else int(GROUP_SECONDS / each)
             size = max(1, min(size, GROUP_FILES, len(self.waiting) // (2 * self.workers)))
         return [self.waiting.pop() for _ in range(min(size, len(self.waiting)))]
@@ -566,39 +571,54 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
                 client = stack.enter_context(Client(cluster))
         else:
             client = stack.enter_context(Client(address))
-        # A scheduler elsewhere may have workers still to come: at least what it has now.
-        threads = jobs if address == "local" else max(sum(client.nthreads().values()), 1)
-        groups = _Groups(tasks, threads)
+        groups = _Groups(tasks, jobs)
         running: dict[str, tuple[Any, list[Task]]] = {}
+        # A task that dies (its worker killed, after Dask's own retries) has its files run
+        # again one a task: only a file that kills its worker fails. Those the dead task
+        # wrote are computed again, to be counted.
+        again = dataclasses.replace(job, force=True)
+        counted = [0.0]  # when a scheduler elsewhere was last asked for its workers
 
-        def submit() -> Any:
-            group = groups.next()
-            if not group:
-                return None
-            future = client.submit(_dask_group, group, job, pure=False)
+        def submit(group: list[Task], how: _Job = job) -> Any:
+            future = client.submit(_dask_group, group, how, pure=False)
             running[future.key] = (future, group)
             return future
 
-        # Two groups per worker thread in flight: each worker has its next one at hand.
-        first = [future for future in (submit() for _ in range(2 * groups.workers))
-                 if future is not None]
+        def top_up() -> list[Any]:
+            """Two groups per worker thread in flight: each worker has its next one at hand.
+            A scheduler elsewhere is asked for its threads now and then (workers come and
+            go)."""
+            if address != "local" and time.monotonic() - counted[0] > 1.0:
+                counted[0] = time.monotonic()
+                groups.workers = max(sum(client.nthreads().values()), 1)
+            added = []
+            while len(running) < 2 * groups.workers:
+                group = groups.next()
+                if not group:
+                    break
+                added.append(submit(group))
+            return added
+
         results = []
         try:
             # Results come with their futures: no round trip to the scheduler per group.
-            finished = completed(first, with_results=True, raise_errors=False)
+            finished = completed(top_up(), with_results=True, raise_errors=False)
             for future, outcome in finished:
                 _, group = running.pop(future.key)
+                done: list[FileResult] = []
                 if isinstance(outcome, list):
                     done = outcome
+                elif len(group) > 1:
+                    for task in group:
+                        finished.add(submit([task], again))
                 else:  # a worker that died: (type, error, traceback), or the cancellation
-                    error = outcome[1] if isinstance(outcome, tuple) else outcome
-                    done = [_died(task, error) for task in group]
+                    done = [_died(group[0], outcome[1] if isinstance(outcome, tuple)
+                                  else outcome)]
                 for result in done:
                     groups.timed_by(result)
                     report(result)
                     results.append(result)
-                following = submit()
-                if following is not None:
+                for following in top_up():
                     finished.add(following)
         except BaseException:
             client.cancel([future for future, _ in running.values()])
