@@ -121,12 +121,56 @@ def test_a_pool_run_writes_forward_of_every_input_then_a_second_run_skips_all(
 def test_pool_workers_start_with_one_blas_thread(model_file: Path) -> None:
     job = corpus._Job(str(model_file), None, {}, None, None, False)
     outside = {name: os.environ.get(name) for name in corpus.ONE_BLAS_THREAD}
-    with corpus._environment(corpus.ONE_BLAS_THREAD):
-        pool = corpus._pool(job, 1)
-        futures = [pool.submit(os.getenv, name) for name in corpus.ONE_BLAS_THREAD]
-    with pool:
-        assert [future.result() for future in futures] == ["1", "1", "1"]
+    with corpus._pool(job, 2) as pool:  # whenever the pool starts its workers
+        futures = [pool.submit(os.getenv, name) for name in list(corpus.ONE_BLAS_THREAD) * 4]
+        assert {future.result() for future in futures} == {"1"}
     assert {name: os.environ.get(name) for name in corpus.ONE_BLAS_THREAD} == outside
+
+
+def _poisoned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, victims: str) -> None:
+    """Pool workers (spawned, so no monkeypatch reaches them) die outright on the files
+    whose names match ``victims`` (a glob): a sitecustomize on their PYTHONPATH."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import fnmatch, os\n"
+        "from pathlib import Path\n"
+        "from rnnport import corpus\n"
+        "_compute = corpus._compute_and_write\n"
+        "def _dying(model, task, job):\n"
+        f"    if fnmatch.fnmatch(Path(task.source).name, {victims!r}):\n"
+        "        os._exit(9)\n"
+        "    return _compute(model, task, job)\n"
+        "corpus._compute_and_write = _dying\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(hook), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+def test_a_file_that_kills_its_pool_worker_fails_alone(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
+    _poisoned(monkeypatch, tmp_path, "f05.npy")
+    summary = corpus.run(model_file, [many], tmp_path / "out", jobs=2)
+    assert (summary.done, summary.failed) == (23, 1), summary.lines()
+    (failure,) = summary.failures
+    assert Path(failure.source).name == "f05.npy"
+    assert failure.error.startswith("its worker process died (BrokenProcessPool: ")
+    assert sorted(result.output for result in summary.results) == sorted(
+        {result.output for result in summary.results})
+    assert not (tmp_path / "out" / "f05.npy").exists()
+    (many / "f05.npy").unlink()
+    _assert_matches(model_file, many, tmp_path / "out")
+
+
+def test_pool_workers_that_keep_dying_alone_end_the_run(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
+    _poisoned(monkeypatch, tmp_path, "*")
+    started = []
+    pool = corpus._pool
+    monkeypatch.setattr(corpus, "_pool", lambda *args: started.append(1) or pool(*args))
+    summary = corpus.run(model_file, [many], tmp_path / "out", jobs=2)
+    assert (summary.done, summary.failed) == (0, 24)
+    assert len(started) == 1 + corpus.GIVE_UP_AFTER  # the first pool, then one a file
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_the_command_line_runs_files_and_folders_and_reports_a_summary(

@@ -54,7 +54,11 @@ Results come back with their futures (``as_completed(..., with_results=True)``),
 trip per task. Needs the ``dask`` extra (``pip install 'rnnport[dask]'``).
 
 **Failures**: a file that cannot be read or run (a bad shape, a damaged file) is reported
-with its name and the reason, and the others go on; :attr:`Summary.failed` counts them.
+with its name and the reason, and the others go on; :attr:`Summary.failed` counts them. A
+file that kills its worker process (out of memory, say) fails alone: the files in flight
+beside it run again one at a time, and the rest go on in a new pool (on Dask, a task
+whose worker dies has its files run again one a task). After :data:`GIVE_UP_AFTER` such
+files in a row with none done between them, the files left fail with the same error.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -458,29 +463,117 @@ def _pool_task(task: Task) -> FileResult:
     return _process(task, _WORKER["job"])
 
 
+class _OneBlasThreadProcess(multiprocessing.get_context("spawn").Process):  # type: ignore[misc]
+    """A spawned process started with :data:`ONE_BLAS_THREAD` in its environment, whenever
+    its pool starts it."""
+
+    def start(self) -> None:
+        with _environment(ONE_BLAS_THREAD):
+            super().start()
+
+
+class _OneBlasThreadContext(type(multiprocessing.get_context("spawn"))):  # type: ignore[misc]
+    Process = _OneBlasThreadProcess
+
+
 def _pool(job: _Job, jobs: int) -> ProcessPoolExecutor:
-    """A pool of ``jobs`` spawned workers; they start while the first ``jobs`` tasks are
-    submitted, which must happen inside :func:`_environment` (``ONE_BLAS_THREAD``)."""
-    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+    """A pool of ``jobs`` spawned workers, each started with one BLAS thread."""
+    return ProcessPoolExecutor(jobs, mp_context=_OneBlasThreadContext(),
                                initializer=_start_worker, initargs=(job, os.getpid()))
+
+
+# In a pool, two files per worker in flight: the next at hand for each. A worker that dies
+# (killed, out of memory) breaks its whole pool and fails every file in flight there;
+# those files run again one at a time in a pool of one worker, so that only a file that
+# kills its worker alone fails (the others, written before the death or not, are computed
+# again and counted done), and the rest go on in a new pool. After GIVE_UP_AFTER files in
+# a row that each killed their worker alone, with no file done between them (workers
+# that cannot start at all, say), every file left fails with the last one's error.
+GIVE_UP_AFTER = 3
 
 
 def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
                report: Callable[[FileResult], None]) -> list[FileResult]:
-    with _environment(ONE_BLAS_THREAD):
-        executor = _pool(job, jobs)
-        futures = {executor.submit(_pool_task, task): task for task in tasks}
-    results = []
+    results: list[FileResult] = []
+    waiting = list(reversed(tasks))  # popped from the end: the first file first
+    again = dataclasses.replace(job, force=True)
+    culprits = 0  # files in a row that killed their worker alone
+
+    def died(tasks: list[Task], error: BaseException) -> None:
+        for task in tasks:
+            _report(_died(task, error), report, results)
+
+    while waiting:
+        before = len(results)
+        broken = _run_pool(waiting, job, min(jobs, len(waiting)), 2, report, results)
+        culprits = 0 if len(results) > before else culprits
+        if broken is None:
+            break
+        suspects = broken[0][::-1]  # popped from the end: the first file first
+        while suspects:
+            before = len(results)
+            alone = _run_pool(suspects, again, 1, 1, report, results)
+            culprits = 0 if len(results) > before else culprits
+            if alone is not None:  # the one file in flight killed its worker
+                died(*alone)
+                culprits += 1
+                if culprits >= GIVE_UP_AFTER:
+                    died(suspects[::-1] + waiting[::-1], alone[1])
+                    return results
+    return results
+
+
+def _run_pool(waiting: list[Task], job: _Job, workers: int, ahead: int,
+              report: Callable[[FileResult], None], results: list[FileResult]
+              ) -> tuple[list[Task], BaseException] | None:
+    """Run files popped from ``waiting`` in a new pool of ``workers``, ``ahead`` a worker
+    in flight, until none is left (None) or the pool breaks: then the files in flight,
+    and the error."""
+    executor = _pool(job, workers)
     try:
-        for future in as_completed(futures):
-            result = _result(future, futures[future])
-            report(result)
-            results.append(result)
+        broken = _feed(executor, waiting, ahead * workers, report, results)
     except BaseException:
         executor.shutdown(wait=True, cancel_futures=True)  # the files in progress finish
         raise
     executor.shutdown(wait=True)
-    return results
+    return broken
+
+
+def _feed(executor: ProcessPoolExecutor, waiting: list[Task], ahead: int,
+          report: Callable[[FileResult], None], results: list[FileResult]
+          ) -> tuple[list[Task], BaseException] | None:
+    running: dict[Future[FileResult], Task] = {}
+    while waiting or running:
+        while waiting and len(running) < ahead:
+            task = waiting.pop()
+            try:
+                running[executor.submit(_pool_task, task)] = task
+            except BrokenProcessPool as broke:  # broke since the last look
+                if not running:
+                    return [task], broke
+                waiting.append(task)  # not started: it goes on in the next pool
+                break
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        breaks = [failure for failure in (future.exception() for future in finished)
+                  if isinstance(failure, BrokenProcessPool)]
+        if breaks:
+            wait(running)  # a broken pool fails every file in flight
+            lost = []
+            for future, task in running.items():
+                if isinstance(future.exception(), BrokenProcessPool):
+                    lost.append(task)
+                else:  # done before the break
+                    _report(_result(future, task), report, results)
+            return lost, breaks[0]
+        for future in finished:
+            _report(_result(future, running.pop(future)), report, results)
+    return None
+
+
+def _report(result: FileResult, report: Callable[[FileResult], None],
+            results: list[FileResult]) -> None:
+    report(result)
+    results.append(result)
 
 
 def _result(future: Future[FileResult], task: Task) -> FileResult:
