@@ -127,9 +127,10 @@ def test_pool_workers_start_with_one_blas_thread(model_file: Path) -> None:
     assert {name: os.environ.get(name) for name in corpus.ONE_BLAS_THREAD} == outside
 
 
-def _poisoned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, victims: str) -> None:
+def _poisoned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, victims: str | None) -> None:
     """Pool workers (spawned, so no monkeypatch reaches them) die outright on the files
-    whose names match ``victims`` (a glob): a sitecustomize on their PYTHONPATH."""
+    whose names match ``victims`` (a glob), or as they start (None): a sitecustomize on
+    their PYTHONPATH."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
@@ -141,35 +142,58 @@ def _poisoned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, victims: str) -> 
         f"    if fnmatch.fnmatch(Path(task.source).name, {victims!r}):\n"
         "        os._exit(9)\n"
         "    return _compute(model, task, job)\n"
-        "corpus._compute_and_write = _dying\n")
+        "corpus._compute_and_write = _dying\n"
+        + ("" if victims else "corpus._start_worker = lambda *args: os._exit(9)\n"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(hook), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
+def _reported(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every file the run reports, as it reports it."""
+    names: list[str] = []
+    report = corpus._Progress.__call__
+
+    def recorded(self: corpus._Progress, result: corpus.FileResult) -> None:
+        names.append(Path(result.source).name)
+        report(self, result)
+
+    monkeypatch.setattr(corpus._Progress, "__call__", recorded)
+    return names
+
+
+@pytest.mark.parametrize("victims", ["f05.npy", "f0[4-6].npy"])
 def test_a_file_that_kills_its_pool_worker_fails_alone(
-        monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
-    _poisoned(monkeypatch, tmp_path, "f05.npy")
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path,
+        victims: str) -> None:
+    """... also beside others that do (the files in flight run again one at a time), and
+    leaves no temporary of the writes its death cut short."""
+    _poisoned(monkeypatch, tmp_path, victims)
+    reported = _reported(monkeypatch)
     summary = corpus.run(model_file, [many], tmp_path / "out", jobs=2)
-    assert (summary.done, summary.failed) == (23, 1), summary.lines()
-    (failure,) = summary.failures
-    assert Path(failure.source).name == "f05.npy"
-    assert failure.error.startswith("its worker process died (BrokenProcessPool: ")
-    assert sorted(result.output for result in summary.results) == sorted(
-        {result.output for result in summary.results})
-    assert not (tmp_path / "out" / "f05.npy").exists()
-    (many / "f05.npy").unlink()
+    killers = sorted(path.name for path in many.glob(victims))
+    assert (summary.done, summary.failed) == (24 - len(killers), len(killers)), summary.lines()
+    assert sorted(Path(failure.source).name for failure in summary.failures) == killers
+    assert all(failure.error.startswith("its worker process died (BrokenProcessPool: ")
+               for failure in summary.failures)
+    assert sorted(reported) == sorted(path.name for path in many.iterdir())  # each once
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == sorted(
+        set(reported) - set(killers))  # no .partial left
+    for name in killers:
+        (many / name).unlink()
     _assert_matches(model_file, many, tmp_path / "out")
 
 
-def test_pool_workers_that_keep_dying_alone_end_the_run(
+def test_pool_workers_that_cannot_start_end_the_run(
         monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
-    _poisoned(monkeypatch, tmp_path, "*")
+    _poisoned(monkeypatch, tmp_path, None)
     started = []
     pool = corpus._pool
     monkeypatch.setattr(corpus, "_pool", lambda *args: started.append(1) or pool(*args))
     summary = corpus.run(model_file, [many], tmp_path / "out", jobs=2)
     assert (summary.done, summary.failed) == (0, 24)
-    assert len(started) == 1 + corpus.GIVE_UP_AFTER  # the first pool, then one a file
+    assert len(started) == 1 + corpus.GIVE_UP_AFTER  # the first pool, then pools of one
+    assert sum(failure.error.startswith("not run: worker processes could not start")
+               for failure in summary.failures) >= 24 - 4  # all but those in flight
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -56,9 +56,10 @@ trip per task. Needs the ``dask`` extra (``pip install 'rnnport[dask]'``).
 **Failures**: a file that cannot be read or run (a bad shape, a damaged file) is reported
 with its name and the reason, and the others go on; :attr:`Summary.failed` counts them. A
 file that kills its worker process (out of memory, say) fails alone: the files in flight
-beside it run again one at a time, and the rest go on in a new pool (on Dask, a task
-whose worker dies has its files run again one a task). After :data:`GIVE_UP_AFTER` such
-files in a row with none done between them, the files left fail with the same error.
+beside it run again one at a time (up to twice the workers, in series), and the rest go
+on in a new pool (on Dask, a task whose worker dies has its files run again one a task).
+Where workers cannot start at all, :data:`GIVE_UP_AFTER` tries end the run: the files
+left fail as not run.
 """
 
 from __future__ import annotations
@@ -468,8 +469,11 @@ class _OneBlasThreadProcess(multiprocessing.get_context("spawn").Process):  # ty
     its pool starts it."""
 
     def start(self) -> None:
-        with _environment(ONE_BLAS_THREAD):
+        with _STARTING, _environment(ONE_BLAS_THREAD):  # threads starting workers: in turn
             super().start()
+
+
+_STARTING = threading.Lock()
 
 
 class _OneBlasThreadContext(type(multiprocessing.get_context("spawn"))):  # type: ignore[misc]
@@ -486,10 +490,12 @@ def _pool(job: _Job, jobs: int) -> ProcessPoolExecutor:
 # (killed, out of memory) breaks its whole pool and fails every file in flight there;
 # those files run again one at a time in a pool of one worker, so that only a file that
 # kills its worker alone fails (the others, written before the death or not, are computed
-# again and counted done), and the rest go on in a new pool. After GIVE_UP_AFTER files in
-# a row that each killed their worker alone, with no file done between them (workers
-# that cannot start at all, say), every file left fails with the last one's error.
+# again and counted done), and the rest go on in a new pool. Each pool of one first runs
+# an empty task: a worker that cannot start at all (the model unreadable there, say) is
+# told apart from a file that kills it; after GIVE_UP_AFTER such pools the files left fail
+# as not run.
 GIVE_UP_AFTER = 3
+_BREAK_SETTLES = 10.0  # seconds for a broken pool's futures to fail, at most
 
 
 def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
@@ -497,40 +503,46 @@ def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
     results: list[FileResult] = []
     waiting = list(reversed(tasks))  # popped from the end: the first file first
     again = dataclasses.replace(job, force=True)
-    culprits = 0  # files in a row that killed their worker alone
-
-    def died(tasks: list[Task], error: BaseException) -> None:
-        for task in tasks:
-            _report(_died(task, error), report, results)
+    unstarted = 0  # pools of one whose worker could not start
 
     while waiting:
-        before = len(results)
         broken = _run_pool(waiting, job, min(jobs, len(waiting)), 2, report, results)
-        culprits = 0 if len(results) > before else culprits
         if broken is None:
             break
-        suspects = broken[0][::-1]  # popped from the end: the first file first
+        suspects = (broken[0] or [])[::-1]  # popped from the end: the first file first
+        _sweep(suspects)  # what the pool's killed writers left (its processes are gone)
         while suspects:
-            before = len(results)
-            alone = _run_pool(suspects, again, 1, 1, report, results)
-            culprits = 0 if len(results) > before else culprits
-            if alone is not None:  # the one file in flight killed its worker
-                died(*alone)
-                culprits += 1
-                if culprits >= GIVE_UP_AFTER:
-                    died(suspects[::-1] + waiting[::-1], alone[1])
+            alone = _run_pool(suspects, again, 1, 1, report, results, probe=True)
+            if alone is None:
+                continue
+            lost, error = alone
+            if lost is None:  # its worker could not even start
+                unstarted += 1
+                if unstarted >= GIVE_UP_AFTER:
+                    for task in suspects[::-1] + waiting[::-1]:
+                        _report(_not_run(task, error), report, results)
                     return results
+            for task in lost or ():  # the one file in flight killed its worker
+                _report(_died(task, error), report, results)
+            _sweep(lost or ())
     return results
 
 
 def _run_pool(waiting: list[Task], job: _Job, workers: int, ahead: int,
-              report: Callable[[FileResult], None], results: list[FileResult]
-              ) -> tuple[list[Task], BaseException] | None:
+              report: Callable[[FileResult], None], results: list[FileResult],
+              probe: bool = False) -> tuple[list[Task] | None, BaseException] | None:
     """Run files popped from ``waiting`` in a new pool of ``workers``, ``ahead`` a worker
-    in flight, until none is left (None) or the pool breaks: then the files in flight,
-    and the error."""
+    in flight, until none is left (None) or the pool breaks: then the files in flight, and
+    the error. With ``probe``, an empty task runs first: if it breaks the pool, the files
+    are None (the worker could not start)."""
     executor = _pool(job, workers)
     try:
+        if probe:
+            try:
+                executor.submit(int).result()
+            except BrokenProcessPool as error:
+                executor.shutdown(wait=True)
+                return None, error
         broken = _feed(executor, waiting, ahead * workers, report, results)
     except BaseException:
         executor.shutdown(wait=True, cancel_futures=True)  # the files in progress finish
@@ -541,7 +553,7 @@ def _run_pool(waiting: list[Task], job: _Job, workers: int, ahead: int,
 
 def _feed(executor: ProcessPoolExecutor, waiting: list[Task], ahead: int,
           report: Callable[[FileResult], None], results: list[FileResult]
-          ) -> tuple[list[Task], BaseException] | None:
+          ) -> tuple[list[Task] | None, BaseException] | None:
     running: dict[Future[FileResult], Task] = {}
     while waiting or running:
         while waiting and len(running) < ahead:
@@ -549,21 +561,23 @@ def _feed(executor: ProcessPoolExecutor, waiting: list[Task], ahead: int,
             try:
                 running[executor.submit(_pool_task, task)] = task
             except BrokenProcessPool as broke:  # broke since the last look
-                if not running:
-                    return [task], broke
                 waiting.append(task)  # not started: it goes on in the next pool
+                if not running:  # nothing of this pool's left to blame
+                    return [], broke
                 break
         finished, _ = wait(running, return_when=FIRST_COMPLETED)
         breaks = [failure for failure in (future.exception() for future in finished)
                   if isinstance(failure, BrokenProcessPool)]
         if breaks:
-            wait(running)  # a broken pool fails every file in flight
+            # A broken pool fails every file in flight (a future added as it broke might
+            # never end: after a while, it counts as lost with them).
+            wait(running, timeout=_BREAK_SETTLES)
             lost = []
             for future, task in running.items():
-                if isinstance(future.exception(), BrokenProcessPool):
+                if future.done() and not isinstance(future.exception(), BrokenProcessPool):
+                    _report(_result(future, task), report, results)  # done before the break
+                else:
                     lost.append(task)
-                else:  # done before the break
-                    _report(_result(future, task), report, results)
             return lost, breaks[0]
         for future in finished:
             _report(_result(future, running.pop(future)), report, results)
@@ -581,6 +595,12 @@ def _result(future: Future[FileResult], task: Task) -> FileResult:
         return future.result()
     except Exception as error:  # the worker itself died (killed, out of memory)
         return _died(task, error)
+
+
+def _not_run(task: Task, error: BaseException) -> FileResult:
+    return FileResult(task.name, task.source, task.output, "failed",
+                      error=f"not run: worker processes could not start, {GIVE_UP_AFTER} times "
+                            f"({type(error).__name__}: {' '.join(str(error).split())[:200]})")
 
 
 def _died(task: Task, error: BaseException) -> FileResult:
@@ -702,6 +722,7 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
                 if isinstance(outcome, list):
                     done = outcome
                 elif len(group) > 1:
+                    _sweep(group)  # what its killed writer left
                     for task in group:
                         finished.add(submit([task], again))
                 else:  # a worker that died: (type, error, traceback), or the cancellation
