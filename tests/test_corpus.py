@@ -183,6 +183,41 @@ def test_a_file_that_kills_its_pool_worker_fails_alone(
     _assert_matches(model_file, many, tmp_path / "out")
 
 
+def test_only_failed_starts_in_a_row_end_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pools scripted to fail to start twice, then run a file while another kills its
+    worker, then fail to start twice more: no three in a row, so every file is run."""
+    tasks = [corpus.Task(f"/in/{name}.npy", f"/out/{name}.npy", f"{name}.npy")
+             for name in "abcdef"]
+    error = corpus.BrokenProcessPool("a worker died")
+    calls: list[tuple[int, bool]] = []
+
+    def done(task: corpus.Task) -> corpus.FileResult:
+        return corpus.FileResult(task.name, task.source, task.output, "done", 1, 1, 0.1)
+
+    def scripted(waiting: list[corpus.Task], job: Any, workers: int, ahead: int,
+                 report: Any, results: list[corpus.FileResult], probe: bool = False) -> Any:
+        calls.append((workers, probe))
+        step = len(calls)
+        if step == 1:  # the first pool breaks with four files in flight
+            return [waiting.pop() for _ in range(4)], error
+        if step in (2, 3, 5, 6):
+            return None, error  # its worker could not start
+        if step == 4:  # runs a, then b kills its worker
+            corpus._report(done(waiting.pop()), report, results)
+            return [waiting.pop()], error
+        while waiting:  # the rest run
+            corpus._report(done(waiting.pop()), report, results)
+        return None
+
+    monkeypatch.setattr(corpus, "_run_pool", scripted)
+    job = corpus._Job("/m.npz", None, {}, None, None, False)
+    results = corpus._run_local(tasks, job, 2, lambda result: None)
+    assert sorted((result.name, result.status) for result in results) == [
+        ("a.npy", "done"), ("b.npy", "failed"), ("c.npy", "done"), ("d.npy", "done"),
+        ("e.npy", "done"), ("f.npy", "done")]
+    assert calls == [(2, False)] + [(1, True)] * 6 + [(2, False)]
+
+
 def test_pool_workers_that_cannot_start_end_the_run(
         monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
     _poisoned(monkeypatch, tmp_path, None)

@@ -58,8 +58,8 @@ with its name and the reason, and the others go on; :attr:`Summary.failed` count
 file that kills its worker process (out of memory, say) fails alone: the files in flight
 beside it run again one at a time (up to twice the workers, in series), and the rest go
 on in a new pool (on Dask, a task whose worker dies has its files run again one a task).
-Where workers cannot start at all, :data:`GIVE_UP_AFTER` tries end the run: the files
-left fail as not run.
+Where workers cannot start at all, :data:`GIVE_UP_AFTER` failed starts in a row end the
+run: the files left fail as not run.
 """
 
 from __future__ import annotations
@@ -492,8 +492,8 @@ def _pool(job: _Job, jobs: int) -> ProcessPoolExecutor:
 # kills its worker alone fails (the others, written before the death or not, are computed
 # again and counted done), and the rest go on in a new pool. Each pool of one first runs
 # an empty task: a worker that cannot start at all (the model unreadable there, say) is
-# told apart from a file that kills it; after GIVE_UP_AFTER such pools the files left fail
-# as not run.
+# told apart from a file that kills it; after GIVE_UP_AFTER such pools in a row the files
+# left fail as not run.
 GIVE_UP_AFTER = 3
 _BREAK_SETTLES = 10.0  # seconds for a broken pool's futures to fail, at most
 
@@ -503,7 +503,7 @@ def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
     results: list[FileResult] = []
     waiting = list(reversed(tasks))  # popped from the end: the first file first
     again = dataclasses.replace(job, force=True)
-    unstarted = 0  # pools of one whose worker could not start
+    unstarted = 0  # pools of one in a row whose worker could not start
 
     while waiting:
         broken = _run_pool(waiting, job, min(jobs, len(waiting)), 2, report, results)
@@ -513,7 +513,8 @@ def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
         _sweep(suspects)  # what the pool's killed writers left (its processes are gone)
         while suspects:
             alone = _run_pool(suspects, again, 1, 1, report, results, probe=True)
-            if alone is None:
+            if alone is None:  # the files ran
+                unstarted = 0
                 continue
             lost, error = alone
             if lost is None:  # its worker could not even start
@@ -522,9 +523,11 @@ def _run_local(tasks: Sequence[Task], job: _Job, jobs: int,
                     for task in suspects[::-1] + waiting[::-1]:
                         _report(_not_run(task, error), report, results)
                     return results
-            for task in lost or ():  # the one file in flight killed its worker
+                continue
+            unstarted = 0
+            for task in lost:  # the one file in flight killed its worker
                 _report(_died(task, error), report, results)
-            _sweep(lost or ())
+            _sweep(lost)
     return results
 
 
