@@ -327,7 +327,7 @@ def run_corpus(files: int, rounds: int, spec: rnnport.Spec = CORPUS,
                     rng.standard_normal((*frames, spec.input_size), dtype=np.float32))
         settings: dict[str, dict[str, Any]] = {"pool-1": {"jobs": 1}, "pool-2": {"jobs": 2}}
         for workers in (1, 2):
-            with dask.config.set(corpus.DASK_WORKER_CONFIG):
+            with dask.config.set(corpus.dask_worker_config()):
                 cluster = clusters.enter_context(LocalCluster(
                     n_workers=workers, threads_per_worker=1, processes=True,
                     dashboard_address=":0", scheduler_kwargs={"dashboard": False},

@@ -416,6 +416,15 @@ def test_a_dask_local_cluster_writes_every_output_once(model_file: Path, data: P
     assert (again.done, again.skipped) == (0, 5) and _stats(out) == before
 
 
+def test_the_dask_worker_config_adds_to_the_environment_in_effect() -> None:
+    dask = pytest.importorskip("dask")
+    key = "distributed.nanny.pre-spawn-environ"
+    with dask.config.set({key: {"MALLOC_TRIM_THRESHOLD_": 65536, "OPENBLAS_NUM_THREADS": 4}}):
+        config = corpus.dask_worker_config()
+    assert config[key] == {"MALLOC_TRIM_THRESHOLD_": 65536, **corpus.ONE_BLAS_THREAD}
+    assert config["distributed.worker.profile.enabled"] is False
+
+
 def _on_dask_in_process(distributed: Any, model_file: Path, inputs: Path,
                         out: Path) -> corpus.Summary:
     """``corpus.run`` on a one-worker Dask cluster in this process (its workers see what

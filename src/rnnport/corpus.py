@@ -48,7 +48,7 @@ task whose worker dies has its files run again one a task. Each worker process r
 model once (a cache per process, keyed by the model's path and read options) and writes
 its outputs itself, so the model, the inputs and ``out_dir`` must be on a file system
 every worker sees at the same absolute paths. The local cluster's workers get
-:data:`DASK_WORKER_CONFIG`: one BLAS thread (``distributed.nanny.pre-spawn-environ``,
+:func:`dask_worker_config`: one BLAS thread (``distributed.nanny.pre-spawn-environ``,
 before NumPy loads; also Dask's default for any cluster) and no statistical profiler.
 Results come back with their futures (``as_completed(..., with_results=True)``), no round
 trip per task. Needs the ``dask`` extra (``pip install 'rnnport[dask]'``).
@@ -96,16 +96,29 @@ from .io.atomic import (
 from .model import Model
 
 __all__ = ["DASK_WORKER_CONFIG", "FEATURE_SUFFIXES", "LENGTHS", "ONE_BLAS_THREAD", "FileResult",
-           "Summary", "default_jobs", "plan", "run"]
+           "Summary", "dask_worker_config", "default_jobs", "plan", "run"]
 
 FEATURE_SUFFIXES = (".npy", NUMPY_ARCHIVE)
 LENGTHS = "lengths"  # the archive member that holds the valid length of each sequence
 ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # Dask settings for workers that run files: one BLAS thread each (set before NumPy loads),
 # and no statistical profiler (a thread that samples the running task's stack every 10 ms,
-# taking the interpreter lock from it; a few per cent of a busy core).
+# taking the interpreter lock from it; a few per cent of a busy core). The environment
+# here replaces Dask's whole pre-spawn environment: dask_worker_config() adds it to the
+# one in effect instead.
 DASK_WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ": ONE_BLAS_THREAD,
                       "distributed.worker.profile.enabled": False}
+
+
+def dask_worker_config() -> dict[str, Any]:
+    """:data:`DASK_WORKER_CONFIG` for ``dask.config.set``, its environment added to the
+    pre-spawn environment in effect (Dask's own default holds more than the BLAS threads,
+    e.g. ``MALLOC_TRIM_THRESHOLD_``). Needs the ``dask`` extra."""
+    import dask
+
+    key = "distributed.nanny.pre-spawn-environ"
+    environ = dict(dask.config.get(key, {}) or {})
+    return {**DASK_WORKER_CONFIG, key: {**environ, **ONE_BLAS_THREAD}}
 Status = Literal["done", "skipped", "failed"]
 
 
@@ -675,9 +688,7 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
 
     with contextlib.ExitStack() as stack:
         if address == "local":
-            environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
-            with dask.config.set({**DASK_WORKER_CONFIG, "distributed.nanny.pre-spawn-environ":
-                                  {**environ, **ONE_BLAS_THREAD}}):
+            with dask.config.set(dask_worker_config()):
                 # Its HTTP server on any free port (Dask's default, 8787, held by another
                 # cluster, would move with a warning), and no dashboard.
                 cluster = stack.enter_context(LocalCluster(
