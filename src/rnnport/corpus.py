@@ -436,7 +436,12 @@ def _describe(error: BaseException) -> str:
         return " ".join(str(error).split())
     if isinstance(error, MemoryError):
         return "ran out of memory"
-    return f"internal error ({type(error).__name__}: {' '.join(str(error).split())[:300]})"
+    return f"internal error ({_brief(error, 300)})"
+
+
+def _brief(error: BaseException, length: int = 200) -> str:
+    """``Type: message`` on one line, the message cut to ``length`` characters."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:length]}"
 
 
 # -- local process pool --------------------------------------------------------------------------
@@ -616,13 +621,12 @@ def _result(future: Future[FileResult], task: Task) -> FileResult:
 def _not_run(task: Task, error: BaseException) -> FileResult:
     return FileResult(task.name, task.source, task.output, "failed",
                       error=f"not run: worker processes could not start, {GIVE_UP_AFTER} times "
-                            f"({type(error).__name__}: {' '.join(str(error).split())[:200]})")
+                            f"({_brief(error)})")
 
 
 def _died(task: Task, error: BaseException) -> FileResult:
     return FileResult(task.name, task.source, task.output, "failed",
-                      error=f"its worker process died ({type(error).__name__}: "
-                            f"{' '.join(str(error).split())[:200]})")
+                      error=f"its worker process died ({_brief(error)})")
 
 
 # -- Dask ----------------------------------------------------------------------------------------
@@ -726,7 +730,7 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
                 added.append(submit(group))
             return added
 
-        results = []
+        results: list[FileResult] = []
         try:
             # Results come with their futures: no round trip to the scheduler per group.
             finished = completed(top_up(), with_results=True, raise_errors=False)
@@ -744,8 +748,7 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
                                   else outcome)]
                 for result in done:
                     groups.timed_by(result)
-                    report(result)
-                    results.append(result)
+                    _report(result, report, results)
                 for following in top_up():
                     finished.add(following)
         except BaseException:
@@ -880,9 +883,7 @@ def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[s
             results = []
             try:
                 for task in todo:
-                    result = _process(task, job)
-                    reporter(result)
-                    results.append(result)
+                    _report(_process(task, job), reporter, results)
             finally:
                 _MODELS.pop(job.key, None)
         else:
