@@ -190,43 +190,44 @@ def _read_index(path: Path) -> tuple[tuple[int, ...], _Table]:
 # What a data shard's path holds when it is no plain file, by its file type.
 _NOT_A_FILE = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+_MISSING = "is missing"
 
 
 def _open_data(path: Path) -> io.FileIO | str:
-    """A data shard opened for reading, or what stands in its place when it cannot be read
-    ("missing", "a FIFO (named pipe)" …; told when a tensor in it is read). Anything but a
-    plain file is refused, unopened (a FIFO would block)."""
+    """A data shard opened for reading, or why it cannot be read, as the error says it
+    ("is missing", "is a FIFO (named pipe), not a file" …; told when a tensor in it is
+    read). Anything but a plain file is refused, unopened (a FIFO would block)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
                              | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        return "missing"
+        return _MISSING
     except OSError as error:
-        if error.errno == errno.EISDIR:
-            return "a folder"
         if error.errno == errno.ENOTDIR:
-            return "missing"  # a file stands where a folder on its path should be
+            return _MISSING  # a file stands where a folder on its path should be
         if error.errno == errno.ELOOP:
-            return "a loop of symbolic links"
-        if error.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
-            return _kind(path)
+            return "is a loop of symbolic links, not a file"
+        if error.errno in (errno.EISDIR, errno.ENXIO):  # ENXIO: a socket (or a lone device)
+            return _not_a_file(path)
         raise FormatError(f"{path}: cannot be opened ({error.strerror or error}); expected a "
                           "data shard rnnport can read. Check its permissions.") from None
     mode = os.fstat(descriptor).st_mode
     if not stat.S_ISREG(mode):
         os.close(descriptor)
-        return _kind(path, mode)
+        return _not_a_file(path, mode)
     return os.fdopen(descriptor, "rb", buffering=0)
 
 
-def _kind(path: Path, mode: int | None = None) -> str:
-    """What a path that is no plain file holds ("a FIFO (named pipe)" …)."""
+def _not_a_file(path: Path, mode: int | None = None) -> str:
+    """Why a path that is no plain file cannot be read ("is a FIFO (named pipe), not a
+    file" …)."""
     if mode is None:
         try:
             mode = os.stat(path).st_mode
         except OSError:
-            return "missing"
-    return next((kind for test, kind in _NOT_A_FILE if test(mode)), "no plain file")
+            return _MISSING
+    kind = next((kind for test, kind in _NOT_A_FILE if test(mode)), None)
+    return "is not a plain file" if kind is None else f"is {kind}, not a file"
 
 
 def _close_all(files: dict[int, io.FileIO | str]) -> None:
@@ -383,11 +384,10 @@ class Bundle(Mapping[str, Entry]):
 
     def _raw(self, entry: Entry, where: str, checked: bool) -> bytearray:
         path = self.data_path(entry.shard)
-        file = self._files.get(entry.shard, "missing")
+        file = self._files.get(entry.shard, _MISSING)
         if isinstance(file, str):
-            found = "is missing" if file == "missing" else f"is {file}, not a file"
             raise FormatError(
-                f"{where}: its data file {path} {found} (shard {entry.shard + 1} of "
+                f"{where}: its data file {path} {file} (shard {entry.shard + 1} of "
                 f"{self.shards}); copy every {self.prefix.name}.data-* file with the index.")
         file_size = os.fstat(file.fileno()).st_size
         if entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > file_size:
@@ -479,9 +479,7 @@ def _strings(raw: bytearray, count: int, stored: int, where: str) -> np.ndarray:
     object of about :data:`_STRING_OBJECT` bytes beyond its text, which counts against
     the ``expansion`` limit before any is made (empty strings cost one byte each here).
     """
-    if count > len(raw):  # each string takes at least its one-byte length
-        raise FormatError(f"{where}: the string tensor is malformed (its shape says {count:,} "
-                          f"strings, and its {len(raw):,} bytes cannot hold them).")
+    # (_check_shape has refused more strings than bytes, one byte being each one's length.)
     needed = count * _STRING_OBJECT + len(raw)
     if needed > budget.allowance("expansion", len(raw)):
         raise budget.exceeded(where, f"its {count:,} strings would take about {needed:,} bytes "
