@@ -843,6 +843,7 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
     peephole, projection, layer_norm = layer.peephole, layer.projection, layer.layer_norm
     projection_bias = layer.projection_bias
     clip, cell_clip, input_forget = layer.clip, layer.cell_clip, layer.input_forget
+    one = np.ones((), dtype=projected.dtype)  # a 0-d operand costs a ufunc less than 1.0
     product, last = scratch.product, None
     for step_input, h, h_next, c, views in _steps(projected, history, cell, active, scratch):
         if views is not last:  # the same views at every step, without lengths
@@ -874,7 +875,7 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
                 act_f.prescaled(gates["f"])
             act_g.prescaled(g)
         if input_forget:
-            np.subtract(1.0, i, out=f)
+            np.subtract(one, i, out=f)
         c *= f
         np.multiply(i, g, out=tmp)
         c += tmp
