@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -417,12 +419,61 @@ def test_a_dask_local_cluster_writes_every_output_once(model_file: Path, data: P
 
 
 def test_the_dask_worker_config_adds_to_the_environment_in_effect() -> None:
+    """... less the malloc trim threshold, which Dask unsets for a None."""
     dask = pytest.importorskip("dask")
+    nanny = pytest.importorskip("distributed.nanny")
     key = "distributed.nanny.pre-spawn-environ"
-    with dask.config.set({key: {"MALLOC_TRIM_THRESHOLD_": 65536, "OPENBLAS_NUM_THREADS": 4}}):
+    assert dask.config.get(key)["MALLOC_TRIM_THRESHOLD_"]  # Dask's default, loaded
+    with dask.config.set({key: {"MALLOC_TRIM_THRESHOLD_": 65536, "OPENBLAS_NUM_THREADS": 4,
+                                "SOMETHING_ELSE": "kept"}}):
         config = corpus.dask_worker_config()
-    assert config[key] == {"MALLOC_TRIM_THRESHOLD_": 65536, **corpus.ONE_BLAS_THREAD}
+    assert config[key] == {"MALLOC_TRIM_THRESHOLD_": None, "SOMETHING_ELSE": "kept",
+                           **corpus.ONE_BLAS_THREAD}
     assert config["distributed.worker.profile.enabled"] is False
+    with dask.config.set(config), _environment_without("MALLOC_TRIM_THRESHOLD_",
+                                                       *corpus.ONE_BLAS_THREAD):
+        assert nanny._get_env_variables(key) == {"SOMETHING_ELSE": "kept",
+                                                 **corpus.ONE_BLAS_THREAD}
+
+
+@contextlib.contextmanager
+def _environment_without(*names: str) -> Iterator[None]:
+    before = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(before)
+
+
+def test_a_local_dask_run_leaves_this_process_environment_as_it_was(
+        model_file: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dask's nannies set their workers' pre-spawn environment in the process that starts
+    them, PYTHONHASHSEED too. The workers get one BLAS thread, whatever this process has,
+    and no malloc trim threshold."""
+    pytest.importorskip("distributed")
+    names = ["MALLOC_TRIM_THRESHOLD_", "PYTHONHASHSEED", *corpus.ONE_BLAS_THREAD]
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(  # each process started records its environment
+        "import json, os\n"
+        f"with open(os.path.join({str(seen)!r}, f'{{os.getpid()}}.json'), 'w') as file:\n"
+        f"    json.dump({{name: os.environ.get(name) for name in {names!r}}}, file)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(hook), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    with _environment_without(*names):
+        os.environ["OMP_NUM_THREADS"] = "3"
+        summary = corpus.run(model_file, [data], tmp_path / "out", jobs=2, dask="local")
+        left = {name: os.environ.get(name) for name in names}
+        os.environ.pop("OMP_NUM_THREADS")
+    assert summary.done == 5
+    assert left == {**dict.fromkeys(names), "OMP_NUM_THREADS": "3"}
+    workers = {result.worker for result in summary.results}
+    for worker in workers:
+        environment = json.loads((seen / f"{worker}.json").read_text())
+        assert environment == {**dict.fromkeys(names), **corpus.ONE_BLAS_THREAD,
+                               "PYTHONHASHSEED": environment["PYTHONHASHSEED"]}
 
 
 def _on_dask_in_process(distributed: Any, model_file: Path, inputs: Path,
@@ -543,9 +594,9 @@ def test_groups_follow_the_recent_files_times() -> None:
     assert len(groups.next()) == corpus.GROUP_FILES  # small files: as many as allowed
     for _ in range(corpus.RECENT):
         finished(0.1)  # larger files now: the old times no longer count
-    assert len(groups.next()) == int(corpus.GROUP_SECONDS / 0.1)
+    assert len(groups.next()) == round(corpus.GROUP_SECONDS / 0.1)
     groups.timed_by(corpus.FileResult("x", "x", "x", "failed", seconds=50.0))  # not timed
-    assert len(groups.next()) == int(corpus.GROUP_SECONDS / 0.1)
+    assert len(groups.next()) == round(corpus.GROUP_SECONDS / 0.1)
     groups.waiting = groups.waiting[:6]
     assert len(groups.next()) == 1  # never so many that a worker lacks two groups of it
 

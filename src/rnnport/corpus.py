@@ -43,13 +43,15 @@ the calling process, with its BLAS as it is.
 **Dask**: ``dask="local"`` starts a ``distributed.LocalCluster`` of ``jobs`` worker
 processes with one thread each; ``dask="tcp://host:8786"`` uses the scheduler there. Each
 file is a task at first; once finished files tell how long one takes, small files go in
-groups of about :data:`GROUP_SECONDS` a task, two groups per worker thread in flight; a
-task whose worker dies has its files run again one a task. Each worker process reads the
+groups of about :data:`GROUP_SECONDS` a task (smaller as the files left run out), two
+groups per worker thread in flight; a task whose worker dies has its files run again one
+a task. Each worker process reads the
 model once (a cache per process, keyed by the model's path and read options) and writes
 its outputs itself, so the model, the inputs and ``out_dir`` must be on a file system
 every worker sees at the same absolute paths. The local cluster's workers get
 :func:`dask_worker_config`: one BLAS thread (``distributed.nanny.pre-spawn-environ``,
-before NumPy loads; also Dask's default for any cluster) and no statistical profiler.
+before NumPy loads; also Dask's default for any cluster), no statistical profiler, no
+``MALLOC_TRIM_THRESHOLD_``, and fewer wake-ups of every Dask process.
 Results come back with their futures (``as_completed(..., with_results=True)``), no round
 trip per task. Needs the ``dask`` extra (``pip install 'rnnport[dask]'``).
 
@@ -103,22 +105,42 @@ LENGTHS = "lengths"  # the archive member that holds the valid length of each se
 ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # Dask settings for workers that run files: one BLAS thread each (set before NumPy loads),
 # and no statistical profiler (a thread that samples the running task's stack every 10 ms,
-# taking the interpreter lock from it; a few per cent of a busy core). The environment
+# taking the interpreter lock from it; a few per cent of a busy core). Every Dask process
+# also wakes less often: its event loop's health check ("tick", 20 ms by default), its
+# system monitor (500 ms) and the memory checks of workers and nannies (100 ms) took, on
+# an idle two-worker cluster, 2.5 % of a core in each worker and 6.6 % in the process
+# holding the scheduler and the nannies; with these settings 0.4 % and 1.3 %. Where
+# workers and scheduler share the cores, that is taken from the files. The environment
 # here replaces Dask's whole pre-spawn environment: dask_worker_config() adds it to the
 # one in effect instead.
-DASK_WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ": ONE_BLAS_THREAD,
-                      "distributed.worker.profile.enabled": False}
+_PRE_SPAWN = "distributed.nanny.pre-spawn-environ"
+DASK_WORKER_CONFIG = {_PRE_SPAWN: ONE_BLAS_THREAD,
+                      "distributed.worker.profile.enabled": False,
+                      "distributed.admin.tick.interval": "200ms",
+                      "distributed.admin.system-monitor.interval": "2s",
+                      "distributed.worker.memory.monitor-interval": "500ms"}
+# Dask's default pre-spawn environment sets MALLOC_TRIM_THRESHOLD_=65536. Any such setting
+# stops glibc from raising its threshold for mapping large blocks afresh, so each array of
+# 128 KiB or more that a forward allocates (tens of MB a file) is mapped, faulted in page by
+# page and unmapped again: a file took 15-20 % longer. None unsets it (Dask's way), leaving
+# glibc's own adaptive thresholds, as in any other process.
+_UNSET_FOR_WORKERS = ("MALLOC_TRIM_THRESHOLD_",)
 
 
 def dask_worker_config() -> dict[str, Any]:
-    """:data:`DASK_WORKER_CONFIG` for ``dask.config.set``, its environment added to the
-    pre-spawn environment in effect (Dask's own default holds more than the BLAS threads,
-    e.g. ``MALLOC_TRIM_THRESHOLD_``). Needs the ``dask`` extra."""
+    """:data:`DASK_WORKER_CONFIG` for ``dask.config.set``: its environment added to the
+    pre-spawn environment in effect (Dask's own default holds more than the BLAS threads),
+    with ``MALLOC_TRIM_THRESHOLD_`` unset (Dask's default of 65536 made each file 15-20 %
+    slower; unset, glibc adapts its thresholds as in any other process). Needs the
+    ``dask`` extra."""
     import dask
+    import distributed  # noqa: F401  # loads Dask's defaults for its workers
 
-    key = "distributed.nanny.pre-spawn-environ"
-    environ = dict(dask.config.get(key, {}) or {})
-    return {**DASK_WORKER_CONFIG, key: {**environ, **ONE_BLAS_THREAD}}
+    environ = dict(dask.config.get(_PRE_SPAWN, {}) or {})
+    return {**DASK_WORKER_CONFIG,
+            _PRE_SPAWN: {**environ, **ONE_BLAS_THREAD, **dict.fromkeys(_UNSET_FOR_WORKERS)}}
+
+
 Status = Literal["done", "skipped", "failed"]
 
 
@@ -450,8 +472,15 @@ def _brief(error: BaseException, length: int = 200) -> str:
 @contextlib.contextmanager
 def _environment(values: Mapping[str, str]) -> Iterator[None]:
     """``values`` in ``os.environ`` for the block: processes started in it inherit them."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
+    with _restoring(values):
+        os.environ.update(values)
+        yield
+
+
+@contextlib.contextmanager
+def _restoring(names: Iterable[str]) -> Iterator[None]:
+    """The variables ``names`` of ``os.environ`` as they were before the block, after it."""
+    before = {name: os.environ.get(name) for name in names}
     try:
         yield
     finally:
@@ -635,10 +664,13 @@ def _died(task: Task, error: BaseException) -> FileResult:
 # A Dask task runs a group of files: one file each while their time is unknown, then as
 # many as take about GROUP_SECONDS by the last RECENT files' times (at most GROUP_FILES,
 # and never so many that a worker is left without two groups of what remains), so that
-# each task's own cost to the scheduler, the client and the worker (a few milliseconds on
-# a busy machine) stays small beside its computing even for many small files. (A process
-# pool's cost per task is a fraction of a millisecond: a file a task there.)
-GROUP_SECONDS = 0.25
+# each task's own cost to the scheduler, the client and the worker (a few milliseconds of
+# CPU, taken from the files where they share the cores) stays small beside its computing
+# even for many small files: on two workers, 32 files of 0.15 s cost the process holding
+# scheduler and client 0.43 s of CPU with groups of a quarter second, 0.34 s with groups
+# of a second (0.16 s with DASK_WORKER_CONFIG as well). (A process pool's cost per task
+# is a fraction of a millisecond: a file a task there.)
+GROUP_SECONDS = 1.0
 GROUP_FILES = 64
 RECENT = 16  # finished files whose mean time sizes the next group
 
@@ -668,7 +700,8 @@ class _Groups:
         size = 1
         if self.recent:
             each = sum(self.recent) / len(self.recent)
-            size = GROUP_FILES if each <= 0 else int(GROUP_SECONDS / each)
+            size = (GROUP_FILES if each * GROUP_FILES <= GROUP_SECONDS
+                    else round(GROUP_SECONDS / each))
             size = max(1, min(size, GROUP_FILES, len(self.waiting) // (2 * self.workers)))
         return [self.waiting.pop() for _ in range(min(size, len(self.waiting)))]
 
@@ -692,7 +725,13 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
 
     with contextlib.ExitStack() as stack:
         if address == "local":
-            with dask.config.set(dask_worker_config()):
+            config = dask_worker_config()
+            # A nanny sets its workers' pre-spawn environment in this process too (and
+            # PYTHONHASHSEED): put back as it was once the cluster is closed. Its workers
+            # get one BLAS thread even where this process has more set (Dask takes a
+            # variable set here over its configuration), as a pool's workers do.
+            stack.enter_context(_restoring([*config[_PRE_SPAWN], "PYTHONHASHSEED"]))
+            with dask.config.set(config), _environment(ONE_BLAS_THREAD):
                 # Its HTTP server on any free port (Dask's default, 8787, held by another
                 # cluster, would move with a warning), and no dashboard.
                 cluster = stack.enter_context(LocalCluster(
