@@ -364,6 +364,7 @@ def _warm_cluster(workers: int, root: Path) -> Iterator[str]:
 
     environment = dict(os.environ)
     try:
+        os.environ.update(corpus.ONE_BLAS_THREAD)  # Dask takes these over its configuration
         with dask.config.set(corpus.dask_worker_config()), LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True,
                 dashboard_address=":0", scheduler_kwargs={"dashboard": False},

@@ -445,35 +445,79 @@ def _environment_without(*names: str) -> Iterator[None]:
         os.environ.update(before)
 
 
-def test_a_local_dask_run_leaves_this_process_environment_as_it_was(
-        model_file: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Dask's nannies set their workers' pre-spawn environment in the process that starts
-    them, PYTHONHASHSEED too. The workers get one BLAS thread, whatever this process has,
-    and no malloc trim threshold."""
-    pytest.importorskip("distributed")
-    names = ["MALLOC_TRIM_THRESHOLD_", "PYTHONHASHSEED", *corpus.ONE_BLAS_THREAD]
+def _recording_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: str,
+                    victim: str | None = None) -> Path:
+    """A sitecustomize on the PYTHONPATH of the processes started from here: each records
+    ``record`` (a Python expression) in a JSON file of the folder returned, named by its
+    process id, as it starts (no ``victim``) or as it runs each file, dying on the first
+    try of the file named ``victim``."""
     seen = tmp_path / "seen"
     seen.mkdir()
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(  # each process started records its environment
-        "import json, os\n"
-        f"with open(os.path.join({str(seen)!r}, f'{{os.getpid()}}.json'), 'w') as file:\n"
-        f"    json.dump({{name: os.environ.get(name) for name in {names!r}}}, file)\n")
+    if victim is None:
+        code = (f"with open(os.path.join({str(seen)!r}, f'{{os.getpid()}}.json'), 'w') as file:\n"
+                f"    json.dump({record}, file)\n")
+    else:
+        code = ("from pathlib import Path\n"
+                "from rnnport import corpus\n"
+                "_compute = corpus._compute_and_write\n"
+                "def _recorded(model, task, job):\n"
+                "    import dask\n"
+                "    name = Path(task.source).name\n"
+                f"    with open(os.path.join({str(seen)!r}, f'{{os.getpid()}}-{{name}}.json'),"
+                " 'w') as file:\n"
+                f"        json.dump({record}, file)\n"
+                f"    marker = os.path.join({str(seen)!r}, 'died')\n"
+                f"    if name == {victim!r} and not os.path.exists(marker):\n"
+                "        open(marker, 'w').close()\n"
+                "        os._exit(9)\n"
+                "    return _compute(model, task, job)\n"
+                "corpus._compute_and_write = _recorded\n")
+    (hook / "sitecustomize.py").write_text("import json, os\n" + code)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(hook), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    with _environment_without(*names):
-        os.environ["OMP_NUM_THREADS"] = "3"
-        summary = corpus.run(model_file, [data], tmp_path / "out", jobs=2, dask="local")
-        left = {name: os.environ.get(name) for name in names}
-        os.environ.pop("OMP_NUM_THREADS")
+    return seen
+
+
+def test_a_local_dask_run_leaves_this_process_environment_as_it_was(
+        model_file: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dask's nannies set their workers' pre-spawn environment in the process that starts
+    them, PYTHONHASHSEED and __DASK_PARENT_PID too. The workers get one BLAS thread,
+    whatever this process has, and no malloc trim threshold."""
+    pytest.importorskip("distributed")
+    names = ["MALLOC_TRIM_THRESHOLD_", "PYTHONHASHSEED", "__DASK_PARENT_PID",
+             *corpus.ONE_BLAS_THREAD]
+    seen = _recording_site(tmp_path, monkeypatch,
+                           f"{{name: os.environ.get(name) for name in {names!r}}}")
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    summary = corpus.run(model_file, [data], tmp_path / "out", jobs=2, dask="local")
+    left = {name: os.environ.get(name) for name in names}
     assert summary.done == 5
     assert left == {**dict.fromkeys(names), "OMP_NUM_THREADS": "3"}
-    workers = {result.worker for result in summary.results}
-    for worker in workers:
+    for worker in {result.worker for result in summary.results}:
         environment = json.loads((seen / f"{worker}.json").read_text())
         assert environment == {**dict.fromkeys(names), **corpus.ONE_BLAS_THREAD,
-                               "PYTHONHASHSEED": environment["PYTHONHASHSEED"]}
+                               "PYTHONHASHSEED": environment["PYTHONHASHSEED"],
+                               "__DASK_PARENT_PID": environment["__DASK_PARENT_PID"]}
+
+
+def test_a_worker_started_again_after_its_death_has_the_same_dask_settings(
+        model_file: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configuration a nanny starts its worker with again is read then: it must still
+    be the run's."""
+    pytest.importorskip("distributed")
+    keys = [key for key in corpus.DASK_WORKER_CONFIG if key != "distributed.nanny.pre-spawn-environ"]
+    seen = _recording_site(tmp_path, monkeypatch, f"[dask.config.get(key) for key in {keys!r}]",
+                           victim="one.npy")
+    summary = corpus.run(model_file, [data], tmp_path / "out", jobs=1, dask="local")
+    assert summary.done == 5, summary.lines()
+    records = {path.name: json.loads(path.read_text()) for path in seen.glob("*.json")}
+    assert len({name.split("-")[0] for name in records}) == 2  # the first worker, and the next
+    expected = [corpus.DASK_WORKER_CONFIG[key] for key in keys]
+    assert all(values == expected for values in records.values()), records
 
 
 def _on_dask_in_process(distributed: Any, model_file: Path, inputs: Path,
@@ -597,6 +641,13 @@ def test_groups_follow_the_recent_files_times() -> None:
     assert len(groups.next()) == round(corpus.GROUP_SECONDS / 0.1)
     groups.timed_by(corpus.FileResult("x", "x", "x", "failed", seconds=50.0))  # not timed
     assert len(groups.next()) == round(corpus.GROUP_SECONDS / 0.1)
+    for seconds, size in [(0.6 * corpus.GROUP_SECONDS, 2), (0.4 * corpus.GROUP_SECONDS, 2),
+                          (3 * corpus.GROUP_SECONDS, 1), (0.0, corpus.GROUP_FILES),
+                          (1e-320, corpus.GROUP_FILES)]:
+        groups.recent.clear()
+        groups.waiting = list(reversed(tasks))
+        finished(seconds)
+        assert len(groups.next()) == size, seconds  # the nearest count, 1 at least
     groups.waiting = groups.waiting[:6]
     assert len(groups.next()) == 1  # never so many that a worker lacks two groups of it
 

@@ -125,6 +125,7 @@ DASK_WORKER_CONFIG = {_PRE_SPAWN: ONE_BLAS_THREAD,
 # page and unmapped again: a file took 15-20 % longer. None unsets it (Dask's way), leaving
 # glibc's own adaptive thresholds, as in any other process.
 _UNSET_FOR_WORKERS = ("MALLOC_TRIM_THRESHOLD_",)
+_SET_BY_NANNIES = ("PYTHONHASHSEED", "__DASK_PARENT_PID")  # in the process starting them
 
 
 def dask_worker_config() -> dict[str, Any]:
@@ -727,11 +728,14 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
         if address == "local":
             config = dask_worker_config()
             # A nanny sets its workers' pre-spawn environment in this process too (and
-            # PYTHONHASHSEED): put back as it was once the cluster is closed. Its workers
-            # get one BLAS thread even where this process has more set (Dask takes a
-            # variable set here over its configuration), as a pool's workers do.
-            stack.enter_context(_restoring([*config[_PRE_SPAWN], "PYTHONHASHSEED"]))
-            with dask.config.set(config), _environment(ONE_BLAS_THREAD):
+            # PYTHONHASHSEED, __DASK_PARENT_PID): put back as it was once the cluster is
+            # closed. Its workers get one BLAS thread even where this process has more set
+            # (Dask takes a variable set here over its configuration), as a pool's workers
+            # do. The configuration stays set while the cluster runs: a nanny that starts
+            # a worker again (after its death) reads it then.
+            stack.enter_context(_restoring([*config[_PRE_SPAWN], *_SET_BY_NANNIES]))
+            stack.enter_context(dask.config.set(config))
+            with _environment(ONE_BLAS_THREAD):
                 # Its HTTP server on any free port (Dask's default, 8787, held by another
                 # cluster, would move with a warning), and no dashboard.
                 cluster = stack.enter_context(LocalCluster(
