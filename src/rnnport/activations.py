@@ -114,7 +114,9 @@ class Kernel:
 _ONE = {np.float32: np.array(1.0, dtype=np.float32), np.float64: np.array(1.0, dtype=np.float64)}
 
 
-def _one(values: np.ndarray) -> Any:
+def one(values: np.ndarray) -> Any:
+    """1 as a 0-d array of ``values``' dtype (a ufunc given one runs a step less than
+    given the Python float 1.0), or 1.0 for other dtypes."""
     return _ONE.get(values.dtype.type, 1.0)
 
 
@@ -124,15 +126,15 @@ def _logistic(values: np.ndarray) -> None:
     gives 1); the runtime runs with overflow and underflow warnings off.
     NumPy's exp is about twice as fast as its tanh, hence tanh through σ too. ``1 / v``
     is ``np.divide`` by a 0-d one: the same bits as ``np.reciprocal``, in less time."""
-    one = _one(values)
+    unit = one(values)
     np.exp(values, out=values)
-    np.add(values, one, out=values)
-    np.divide(one, values, out=values)
+    np.add(values, unit, out=values)
+    np.divide(unit, values, out=values)
 
 
 def _twice_minus_one(values: np.ndarray) -> None:
     np.add(values, values, out=values)  # 2·v exactly, with no constant to resolve
-    np.subtract(values, _one(values), out=values)
+    np.subtract(values, one(values), out=values)
 
 
 def _tanh(values: np.ndarray) -> None:

@@ -80,7 +80,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import budget
-from .activations import DEFAULTS, RELU, TANH, kernel
+from .activations import DEFAULTS, RELU, TANH, kernel, one
 from .errors import DTypeError, ShapeError, StateError
 from .gates import CANONICAL, block, block_range, gate_family, reorder
 from .spec import Spec
@@ -843,7 +843,7 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
     peephole, projection, layer_norm = layer.peephole, layer.projection, layer.layer_norm
     projection_bias = layer.projection_bias
     clip, cell_clip, input_forget = layer.clip, layer.cell_clip, layer.input_forget
-    one = np.ones((), dtype=projected.dtype)  # a 0-d operand costs a ufunc less than 1.0
+    unit = one(projected)
     product, last = scratch.product, None
     for step_input, h, h_next, c, views in _steps(projected, history, cell, active, scratch):
         if views is not last:  # the same views at every step, without lengths
@@ -875,7 +875,7 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
                 act_f.prescaled(gates["f"])
             act_g.prescaled(g)
         if input_forget:
-            np.subtract(one, i, out=f)
+            np.subtract(unit, i, out=f)
         c *= f
         np.multiply(i, g, out=tmp)
         c += tmp
