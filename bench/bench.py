@@ -354,34 +354,21 @@ def run_corpus(files: int, rounds: int, spec: rnnport.Spec = CORPUS,
 
 @contextlib.contextmanager
 def _warm_cluster(workers: int, root: Path) -> Iterator[str]:
-    """The address of a local cluster of ``workers`` one-thread workers, each of which has
-    read the model at ``root``; the cluster closes, and this process's environment is put
-    back as it was (a nanny sets its workers' variables here too), after the block."""
-    import dask
-    from distributed import LocalCluster
-
+    """The address of a local cluster of ``workers`` one-thread workers, started as
+    ``--dask local`` starts it, each of which has read the model at ``root``."""
     from rnnport import corpus
 
-    environment = dict(os.environ)
-    try:
-        os.environ.update(corpus.ONE_BLAS_THREAD)  # Dask takes these over its configuration
-        with dask.config.set(corpus.dask_worker_config()), LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True,
-                dashboard_address=":0", scheduler_kwargs={"dashboard": False},
-                silence_logs=40) as cluster:
-            warm = [*sorted((root / "in").iterdir())][:2 * workers]
-            for _ in range(5):
-                summary = corpus.run(root / "model.npz", warm, root / "warm", force=True,
-                                     dask=cluster.scheduler_address, jobs=workers)
-                if len({result.worker for result in summary.results}) == workers:
-                    break
-            else:
-                raise SystemExit(f"bench F: not every one of {workers} Dask workers got a file "
-                                 "in 5 tries.")
-            yield cluster.scheduler_address
-    finally:
-        os.environ.clear()
-        os.environ.update(environment)
+    with corpus.local_cluster(workers) as cluster:
+        warm = [*sorted((root / "in").iterdir())][:2 * workers]
+        for _ in range(5):
+            summary = corpus.run(root / "model.npz", warm, root / "warm", force=True,
+                                 dask=cluster.scheduler_address, jobs=workers)
+            if len({result.worker for result in summary.results}) == workers:
+                break
+        else:
+            raise SystemExit(f"bench F: not every one of {workers} Dask workers got a file in "
+                             "5 tries.")
+        yield cluster.scheduler_address
 
 
 # -- conversion -------------------------------------------------------------------------------

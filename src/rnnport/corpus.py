@@ -41,19 +41,19 @@ products over every core. Each worker reads the model once. ``jobs=0`` runs ever
 the calling process, with its BLAS as it is.
 
 **Dask**: ``dask="local"`` starts a ``distributed.LocalCluster`` of ``jobs`` worker
-processes with one thread each; ``dask="tcp://host:8786"`` uses the scheduler there. Each
-file is a task at first; once finished files tell how long one takes, small files go in
-groups of about :data:`GROUP_SECONDS` a task (smaller as the files left run out), two
-groups per worker thread in flight; a task whose worker dies has its files run again one
-a task. Each worker process reads the
-model once (a cache per process, keyed by the model's path and read options) and writes
-its outputs itself, so the model, the inputs and ``out_dir`` must be on a file system
-every worker sees at the same absolute paths. The local cluster's workers get
-:func:`dask_worker_config`: one BLAS thread (``distributed.nanny.pre-spawn-environ``,
-before NumPy loads; also Dask's default for any cluster), no statistical profiler, no
-``MALLOC_TRIM_THRESHOLD_``, and fewer wake-ups of every Dask process.
-Results come back with their futures (``as_completed(..., with_results=True)``), no round
-trip per task. Needs the ``dask`` extra (``pip install 'rnnport[dask]'``).
+processes with one thread each (:func:`local_cluster`); ``dask="tcp://host:8786"`` uses
+the scheduler there. Each file is a task at first; once finished files tell how long one
+takes, small files go in groups of about :data:`GROUP_SECONDS` a task (smaller as the
+files left run out), two groups per worker thread in flight; a task whose worker dies has
+its files run again one a task. Each worker process reads the model once (a cache per
+process, keyed by the model's path and read options) and writes its outputs itself, so the
+model, the inputs and ``out_dir`` must be on a file system every worker sees at the same
+absolute paths. The local cluster's workers get :func:`dask_worker_config`: one BLAS
+thread (``distributed.nanny.pre-spawn-environ``, before NumPy loads; also Dask's default
+for any cluster), no statistical profiler, no ``MALLOC_TRIM_THRESHOLD_``, and fewer
+wake-ups of every Dask process. Results come back with their futures (``as_completed(...,
+with_results=True)``), no round trip per task. Needs the ``dask`` extra (``pip install
+'rnnport[dask]'``).
 
 **Failures**: a file that cannot be read or run (a bad shape, a damaged file) is reported
 with its name and the reason, and the others go on; :attr:`Summary.failed` counts them. A
@@ -98,7 +98,7 @@ from .io.atomic import (
 from .model import Model
 
 __all__ = ["DASK_WORKER_CONFIG", "FEATURE_SUFFIXES", "LENGTHS", "ONE_BLAS_THREAD", "FileResult",
-           "Summary", "dask_worker_config", "default_jobs", "plan", "run"]
+           "Summary", "dask_worker_config", "default_jobs", "local_cluster", "plan", "run"]
 
 FEATURE_SUFFIXES = (".npy", NUMPY_ARCHIVE)
 LENGTHS = "lengths"  # the archive member that holds the valid length of each sequence
@@ -707,6 +707,31 @@ class _Groups:
         return [self.waiting.pop() for _ in range(min(size, len(self.waiting)))]
 
 
+@contextlib.contextmanager
+def local_cluster(workers: int) -> Iterator[Any]:
+    """A ``distributed.LocalCluster`` of ``workers`` worker processes of one thread each,
+    as ``dask="local"`` runs files on, closed after the block. Its workers get
+    :func:`dask_worker_config`, kept set while the cluster runs (a nanny that starts a
+    worker again after its death reads it then), and one BLAS thread even where this
+    process has more set (Dask takes a variable set here over its configuration), as a
+    pool's workers do. Its HTTP server takes any free port (Dask's default, 8787, held by
+    another cluster, would move with a warning) and serves no dashboard. A nanny sets its
+    workers' pre-spawn environment in this process too (and ``PYTHONHASHSEED``,
+    ``__DASK_PARENT_PID``): it is put back as it was once the cluster is closed. Needs the
+    ``dask`` extra."""
+    import dask
+    from distributed import LocalCluster
+
+    config = dask_worker_config()
+    with _restoring([*config[_PRE_SPAWN], *_SET_BY_NANNIES]), dask.config.set(config):
+        with _environment(ONE_BLAS_THREAD):
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=":0", scheduler_kwargs={"dashboard": False},
+                                   silence_logs=40)
+        with cluster:
+            yield cluster
+
+
 def _require_dask(address: str) -> None:
     try:
         import dask  # noqa: F401
@@ -720,29 +745,12 @@ def _require_dask(address: str) -> None:
 
 def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
               report: Callable[[FileResult], None]) -> list[FileResult]:
-    import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
     from distributed import as_completed as completed
 
     with contextlib.ExitStack() as stack:
         if address == "local":
-            config = dask_worker_config()
-            # A nanny sets its workers' pre-spawn environment in this process too (and
-            # PYTHONHASHSEED, __DASK_PARENT_PID): put back as it was once the cluster is
-            # closed. Its workers get one BLAS thread even where this process has more set
-            # (Dask takes a variable set here over its configuration), as a pool's workers
-            # do. The configuration stays set while the cluster runs: a nanny that starts
-            # a worker again (after its death) reads it then.
-            stack.enter_context(_restoring([*config[_PRE_SPAWN], *_SET_BY_NANNIES]))
-            stack.enter_context(dask.config.set(config))
-            with _environment(ONE_BLAS_THREAD):
-                # Its HTTP server on any free port (Dask's default, 8787, held by another
-                # cluster, would move with a warning), and no dashboard.
-                cluster = stack.enter_context(LocalCluster(
-                    n_workers=jobs, threads_per_worker=1, processes=True,
-                    dashboard_address=":0", scheduler_kwargs={"dashboard": False},
-                    silence_logs=40))
-                client = stack.enter_context(Client(cluster))
+            client = stack.enter_context(Client(stack.enter_context(local_cluster(jobs))))
         else:
             client = stack.enter_context(Client(address))
         groups = _Groups(tasks, jobs)
