@@ -677,6 +677,8 @@ RECENT = 16  # finished files whose mean time sizes the next group
 
 
 def _dask_task(task: Task, job: _Job) -> FileResult:
+    # One file of a group: apart from _dask_group so that tests can stand in for a file's
+    # run on workers in the same process.
     return _process(task, job)
 
 
