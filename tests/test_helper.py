@@ -144,15 +144,18 @@ def test_an_error_here_during_a_job_waits_for_the_helper_and_keeps_it(
 
 
 def test_the_callers_floating_point_settings_hold_in_the_helper(used: list[bool]) -> None:
-    """np.seterr's settings apply to the helper's piece as to the caller's: an infinite
-    input in the helper's half of the batch raises under invalid="raise" (the piece is run
+    """np.seterr's settings apply to the helper's piece as to the caller's: infinite
+    inputs in the helper's half of the batch raise under invalid="raise" (the piece is run
     again here, and raises here), and the helper stays for later calls. Saturated gates
     (e^x overflowing or underflowing) never raise."""
     net = RNN.random(SPECS["one-way LSTM, batch halves"], seed=3)
     x = np.random.default_rng(4).standard_normal((4, 9, 7)).astype(np.float32)
     expected = net.forward(x, threads=1)[0]
     bad = x.copy()
-    bad[3, 4, 0] = np.inf  # the second half of the batch: the helper's
+    # The second half of the batch, the helper's: inf − inf in its input projection,
+    # invalid on any BLAS (an inf alone makes a NaN only where a kernel multiplies it by
+    # a padding zero).
+    bad[3, 4, :2] = np.inf, -np.inf
     running = helper._HELPER
     with np.errstate(invalid="raise"):
         with pytest.raises(FloatingPointError, match="invalid value"):
