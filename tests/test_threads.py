@@ -3,6 +3,7 @@ on them, nor on whether a bidirectional layer's directions run at once or in tur
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any
 
@@ -168,12 +169,17 @@ def test_the_requested_count_is_in_effect_during_the_products(
     one_way = RNN.random(Spec("gru", 5, 6, num_layers=2), seed=3)
     x = _data()
     monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    monkeypatch.setattr(runtime, "PROJECTION_BLOCK_WORK", 1)  # 16 blocks of rows each
+    main, other = threading.current_thread().name, "rnnport-recurrence"
     for threads in (1, 2, 3):
         spy.calls.clear()
         one_way.forward(x, threads=threads)
-        # The input projections (2-D) take the count; the per-step products (3-D) one.
-        assert {count for kind, count, _ in spy.calls if kind == "projection"} == {threads}
-        assert {count for kind, count, _ in spy.calls if kind == "step"} == {1}
+        # The input projections' blocks (2-D) run in up to `threads` Python threads, on one
+        # BLAS thread each; the per-step products (3-D) on one, in this thread.
+        assert {(name, count) for kind, count, name in spy.calls if kind == "projection"} == (
+            {(main, 1)} if threads == 1 else {(main, 1), (other, 1)})
+        assert {(name, count) for kind, count, name in spy.calls if kind == "step"} == {
+            (main, 1)}
         assert library.get_num_threads() == before  # put back after the call
     # Directions at once, one in a second Python thread, one BLAS thread each.
     spy.calls.clear()
@@ -190,16 +196,50 @@ def test_the_requested_count_is_in_effect_during_the_products(
     spy.calls.clear()
     one_way.forward(x[:1, :1], threads=2)
     assert {count for _, count, _ in spy.calls} == {1}
-    # rnnport's choice: per-step products single-threaded, projections as the BLAS is set.
+    # rnnport's choice: as many Python threads for the projections' blocks as the BLAS
+    # is set to, every product on one BLAS thread.
     library.set_num_threads(2)
     try:
         spy.calls.clear()
         one_way.forward(x)
-        assert {count for kind, count, _ in spy.calls if kind == "projection"} == {2}
+        assert {(name, count) for kind, count, name in spy.calls if kind == "projection"} == {
+            (main, 1), (other, 1)}
         assert {count for kind, count, _ in spy.calls if kind == "step"} == {1}
         assert library.get_num_threads() == 2
     finally:
         library.set_num_threads(before)
+
+
+def test_projections_run_in_blocks_of_rows_fixed_by_their_shape() -> None:
+    for rows, depth, width in ((1, 5, 18), (28, 5, 18), (3200, 256, 1536), (10**6, 64, 256),
+                               (5, 10**4, 10**4)):
+        blocks = runtime._row_blocks(rows, depth, width)
+        assert blocks[0].start == 0 and blocks[-1].stop == rows
+        assert all(a.stop == b.start for a, b in itertools.pairwise(blocks))
+        assert all(block.stop > block.start for block in blocks)
+        assert len(blocks) <= runtime.PROJECTION_BLOCKS
+        if len(blocks) > 1:  # each block worth its thread
+            smallest = min(block.stop - block.start for block in blocks)
+            assert smallest * depth * width >= runtime.PROJECTION_BLOCK_WORK * 0.99
+    assert len(runtime._row_blocks(28, 5, 18)) == 1
+    assert len(runtime._row_blocks(5, 10**4, 10**4)) == 5  # never more blocks than rows
+    assert len(runtime._row_blocks(10**6, 64, 256)) == runtime.PROJECTION_BLOCKS
+
+
+@pytest.mark.parametrize("block_work", [1 << 23, 1 << 12], ids=["one block", "many blocks"])
+def test_a_projection_gives_the_same_numbers_for_every_count(
+        block_work: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenBLAS's own threads can change the last bits of some rows of a product (its
+    Haswell kernels, chosen on AMD Zen 5, did for this network's first projection on two
+    threads); rnnport's blocks, fixed by shape and each on one BLAS thread, cannot."""
+    monkeypatch.setattr(runtime, "PROJECTION_BLOCK_WORK", block_work)
+    rnn = RNN.random(Spec("gru", 16, 48, num_layers=2), seed=3)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 80, 16)).astype(np.float32)
+    y, state = rnn.forward(x, threads=1)
+    for threads in (2, 3, None):
+        y_t, state_t = rnn.forward(x, threads=threads)
+        np.testing.assert_array_equal(y_t, y)
+        np.testing.assert_array_equal(state_t, state)
 
 
 def test_a_blas_set_to_one_thread_keeps_rnnport_in_one_thread(

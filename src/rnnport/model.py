@@ -220,18 +220,19 @@ class RNN:
         ``EngineFallbackWarning`` saying why.
 
         ``threads`` (``engine="numpy"`` on the CPU only; other engines, and the
-        NumPy fallback of another engine, keep their own settings and ignore it): the BLAS
-        threads the products may use. The per-step products always use one (they are
-        small and latency-bound, and a product split over threads may split its sums).
-        ``None``: rnnport chooses, within the BLAS's own count — a large enough layer runs
-        its two directions (or, with one direction and a large batch, two halves of the
-        batch) at once, one core each, or else its two directions' input projections;
-        other input projections use every BLAS thread. ``1``: one thread throughout, the
-        pieces in turn. ``n ≥ 2``: pieces at once as for ``None``, and ``n`` BLAS threads
-        for the other input projections. The numbers do not depend on ``threads``. The
-        counts are set through the optional ``threadpoolctl`` (``pip install
+        NumPy fallback of another engine, keep their own settings and ignore it): the
+        threads, one core each, the call may use. Every product runs on one BLAS thread
+        (the per-step products are small and latency-bound, and a product split over BLAS
+        threads can change its last bits). ``None``: rnnport chooses, within the BLAS's own
+        count — a large enough layer runs its two directions (or, with one direction and a
+        large batch, two halves of the batch) at once, or else its two directions' input
+        projections; other input projections run in blocks of rows (fixed by their shape)
+        in as many threads as the BLAS's count. ``1``: one thread throughout, the pieces
+        and blocks in turn. ``n ≥ 2``: pieces at once as for ``None``, and the other input
+        projections' blocks in ``n`` threads. The numbers do not depend on ``threads``. The
+        BLAS's count is set through the optional ``threadpoolctl`` (``pip install
         rnnport[threads]``); without it ``threads`` has no effect and everything runs as
-        the BLAS is configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. The BLAS's
+        the BLAS is configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. That
         count is process-wide: it is switched during the call and put back after it.
         """
         if isinstance(engine, str) and engine == "numpy" and (

@@ -43,7 +43,9 @@ How it runs:
   :class:`_Plan`): the per-step products, small and latency-bound, run single-threaded (a
   BLAS thread that waits for a busy core at every step is what makes a loaded machine
   slow, and a threaded matrix-vector product may split its sums); an input projection,
-  one large product per layer and direction, may use every BLAS thread; and a layer
+  one large product per layer and direction, runs in blocks of rows fixed by its shape,
+  each on one BLAS thread, several at once in Python threads (:func:`_row_blocks`:
+  OpenBLAS's own threads can change a product's last bits); and a layer
   large enough to gain runs in two pieces at once, one Python thread and one core each,
   with no synchronization between steps: a bidirectional layer's two directions (the same
   per-direction ``np.dot`` calls as when they step together, so bit-identical to running
@@ -404,30 +406,26 @@ def _check_threads(threads: Any) -> None:
         return
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise StateError(f"forward: threads={threads!r}; expected None (rnnport chooses) or a "
-                         "whole number ≥ 1, the BLAS threads the products may use.")
+                         "whole number ≥ 1, the threads (and cores) the call may use.")
 
 
 class _Plan:
-    """How one ``forward`` call uses threads: the BLAS threads of the input projections
-    (``wide``), whether a layer's two pieces (see :func:`_pieces`) may run at once (in a
+    """How one ``forward`` call uses threads: the Python threads of the input projections'
+    blocks (``wide``), whether a layer's two pieces (see :func:`_pieces`) may run at once (in a
     second thread, or one of them in the helper process: :meth:`uses_helper`), and the
     switch between counts (only when the count changes).
 
-    The per-step products, and everything in pieces running at once, use one BLAS thread
-    whatever ``threads`` says: the steps are latency-bound, and a matrix-vector product
-    split over threads splits its sums too (OpenBLAS does, for a batch of 1), which would
-    make the numbers depend on the count. A projection is one matrix-matrix product of
-    ``T·B ≥ 2`` rows, whose threads split rows and columns, never a sum (with one row it
-    runs on one thread too).
+    Every product uses one BLAS thread whatever ``threads`` says: the steps are
+    latency-bound, and a product split over BLAS threads can change its last bits (a
+    matrix-vector product's sums are split; OpenBLAS's kernels for a partial tile sum in
+    another order). A projection's blocks of rows (:func:`_row_blocks`), fixed by shape,
+    run up to ``wide`` at once.
 
     ``None`` spends what the BLAS is set to (``OPENBLAS_NUM_THREADS``; a Dask worker's one
     thread): with one BLAS thread, no second Python thread either. The count is the
-    process's: calls running at once in several threads share it, and the count found before
-    the first of them is put back when the last one ends (if any call changed it). One call's
-    projections may then raise the count while another's steps run, which can change that
-    call's last bits; concurrent calls that must not depend on each other run with
-    ``threads=1`` (or a BLAS of one thread). A call finding the count already what it needs
-    switches nothing."""
+    process's, and a call sets it to one: calls running at once in several threads share
+    it, and the count found before the first of them is put back when the last one ends
+    (if any call changed it). A call finding the count already one switches nothing."""
 
     __slots__ = ("concurrent", "current", "libraries", "step", "wide")
 
@@ -511,10 +509,11 @@ def _pieces(layer: _Layer, batch: int, by_direction: bool) -> list[tuple[slice, 
 
 
 def _project(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, directions: slice,
-             rows: slice, out: np.ndarray | None = None) -> np.ndarray:
+             rows: slice, out: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
     """The input side ``W x + bW + bR`` of ``directions`` for the sequences ``rows`` of
     ``inputs`` (T, B, I), all steps at once: ``(d, T, b, G·H)`` (into ``out`` if given),
-    backward directions in their step order."""
+    backward directions in their step order; each product in the blocks of
+    :func:`_row_blocks`, up to ``threads`` of them at once."""
     steps, batch, width = inputs.shape
     count = rows.stop - rows.start
     projected = np.empty((directions.stop - directions.start, steps, count, layer.width),
@@ -526,10 +525,45 @@ def _project(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, directi
         if count != batch:
             source = source[:, rows]
         flat = np.ascontiguousarray(source).reshape(steps * count, width)
-        np.matmul(flat, layer.input_weights[direction],
-                  out=projected[index].reshape(steps * count, layer.width))
+        _blocked_product(flat, layer.input_weights[direction],
+                         projected[index].reshape(steps * count, layer.width), threads)
     projected += layer.input_bias[directions, None]
     return projected
+
+
+# An input projection runs in blocks of rows fixed by its shape, each a product on one BLAS
+# thread, up to `threads` blocks at once in Python threads (the interpreter lock is free
+# while each multiplies). OpenBLAS's own threads split a product's rows and columns too,
+# but its kernels for a partial tile sum in another order, so where its threads cut the
+# product changed the last bits of some rows (seen with OpenBLAS 0.3.31's Haswell kernels,
+# chosen on an AMD Zen 5 CPU: a (640, 16) @ (16, 144) product on two threads). Blocks
+# fixed by shape give the same numbers for every thread count. A block holds at least
+# PROJECTION_BLOCK_WORK multiply-adds (a millisecond or more, against tens of
+# microseconds to start a thread); there are at most PROJECTION_BLOCKS.
+PROJECTION_BLOCK_WORK = 1 << 23
+PROJECTION_BLOCKS = 16
+
+
+def _row_blocks(rows: int, depth: int, width: int) -> list[slice]:
+    """The blocks of rows a ``(rows, depth) @ (depth, width)`` product runs in, by shape alone."""
+    count = max(1, min(PROJECTION_BLOCKS, rows, rows * depth * width // PROJECTION_BLOCK_WORK))
+    return [slice(rows * k // count, rows * (k + 1) // count) for k in range(count)]
+
+
+def _blocked_product(rows: np.ndarray, weights: np.ndarray, out: np.ndarray,
+                     threads: int) -> None:
+    """``out = rows @ weights`` in the blocks of :func:`_row_blocks`, up to ``threads`` at
+    once; the caller has set one BLAS thread (or left the BLAS as configured)."""
+    blocks = _row_blocks(rows.shape[0], rows.shape[1], weights.shape[1])
+
+    def block(cut: slice) -> None:
+        np.matmul(rows[cut], weights, out=out[cut])
+
+    if threads <= 1 or len(blocks) == 1:
+        for cut in blocks:
+            block(cut)
+    else:
+        _at_once(block, [(cut,) for cut in blocks], threads)
 
 
 def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: np.ndarray,
@@ -548,12 +582,11 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
     concurrent = plan.runs_concurrently(layer, batch, steps)
     pieces = _pieces(layer, batch, by_direction=concurrent)
 
-    def run_piece(directions: slice, rows: slice, wide: int = 0, step: int = 0,
+    def run_piece(directions: slice, rows: slice, wide: int = 1, step: int = 0,
                   projected: np.ndarray | None = None) -> None:
-        if projected is None:
-            plan.use(wide)
-            projected = _project(layer, inputs, packed, directions, rows)
         plan.use(step)
+        if projected is None:
+            projected = _project(layer, inputs, packed, directions, rows, threads=wide)
         one = layer if directions.stop - directions.start == layer.directions \
             else layer.direction(directions.start)
         running = active
@@ -605,9 +638,7 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
         run_piece(slice(0, 2), everything, step=plan.step, projected=projected)
     else:
         for directions, rows in pieces:
-            # One row makes the product a matrix-vector one (see _Plan): one thread.
-            wide = plan.wide if steps * (rows.stop - rows.start) > 1 else plan.step
-            run_piece(directions, rows, wide, plan.step)
+            run_piece(directions, rows, plan.wide, plan.step)
     return history
 
 
@@ -640,26 +671,39 @@ def serve_helper(fd: int) -> None:
 def _both(work: Callable[..., object], first: tuple[Any, ...], second: tuple[Any, ...]) -> None:
     """``work(*first)`` here and ``work(*second)`` in a second thread, at once; an exception
     in either is raised here (the first one's if both fail)."""
-    failures: list[BaseException] = []
+    _at_once(work, [first, second], 2)
+
+
+def _at_once(work: Callable[..., object], jobs: Sequence[tuple[Any, ...]], threads: int) -> None:
+    """``work(*arguments)`` for each of ``jobs``, in ``threads`` threads at once (at most one
+    a job): this one runs jobs 0, ``threads``, 2·``threads`` …, the k-th other thread jobs
+    k, k + ``threads`` …. An exception is raised here once every thread has stopped (the
+    first job's to fail, by order); a thread stops at its first failure."""
+    count = min(threads, len(jobs))
+    failures: dict[int, BaseException] = {}
     # NumPy's error state is per thread (a new one starts with the defaults): the caller's
-    # np.seterr and np.seterrcall hold in both, as in one thread.
+    # np.seterr and np.seterrcall hold in every thread, as in one.
     settings, handler = np.geterr(), np.geterrcall()
 
-    def guarded(arguments: tuple[Any, ...]) -> None:
-        try:
-            with (np.errstate(**settings) if handler is None
-                  else np.errstate(call=handler, **settings)), _quiet():
-                work(*arguments)
-        except BaseException as error:  # handed to the calling thread, raised there
-            failures.append(error)
+    def run(first: int) -> None:
+        with (np.errstate(**settings) if handler is None
+              else np.errstate(call=handler, **settings)), _quiet():
+            for index in range(first, len(jobs), count):
+                try:
+                    work(*jobs[index])
+                except BaseException as error:  # handed to the calling thread, raised there
+                    failures[index] = error
+                    return
 
-    other = threading.Thread(target=guarded, args=(second,), name="rnnport-recurrence",
-                             daemon=True)
-    other.start()
-    guarded(first)
-    other.join()
+    others = [threading.Thread(target=run, args=(first,), name="rnnport-recurrence",
+                               daemon=True) for first in range(1, count)]
+    for other in others:
+        other.start()
+    run(0)
+    for other in others:
+        other.join()
     if failures:
-        raise failures[0]
+        raise failures[min(failures)]
 
 
 def _layer_output(history: np.ndarray, packed: _Packing | None,
