@@ -243,8 +243,18 @@ def test_many_empty_strings_are_charged_as_the_objects_they_become(tmp_path: Pat
     value = np.empty(1_000_000, dtype=object)
     value[:] = [b""] * value.size
     tensorbundle.write_bundle(tmp_path / "b", {"s": value})
-    with pytest.raises(rnnport.LimitError, match="expansion") as refused:
-        tensorbundle.Bundle(tmp_path / "b").read("s")
+    read = tensorbundle.Bundle._raw
+    reads: list[str] = []
+
+    def recorded(self: Any, entry: Any, where: str, checked: bool) -> bytearray:
+        reads.append(entry.name)
+        return read(self, entry, where, checked)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tensorbundle.Bundle, "_raw", recorded)
+        with pytest.raises(rnnport.LimitError, match="expansion") as refused:
+            tensorbundle.Bundle(tmp_path / "b").read("s")
     assert "1,000,000 strings" in str(refused.value)
+    assert not reads  # refused from the index, before its bytes were read
     with budget.limits(expansion=64):
         assert tensorbundle.Bundle(tmp_path / "b").read("s").shape == (1_000_000,)

@@ -443,6 +443,14 @@ def _check_shape(entry: Entry, where: str) -> int:
                 f"{where}: shape {_shown(shape)} holds {count:,} strings, but the index gives "
                 f"{entry.size:,} bytes, less than one byte each; expected at least {count:,}. "
                 "The index is damaged; re-save the checkpoint.")
+        # Each string becomes a Python object of about _STRING_OBJECT bytes beyond its text:
+        # charged against the expansion limit before a byte is read (empty strings cost one
+        # byte each here).
+        needed = count * _STRING_OBJECT + entry.size
+        if needed > budget.allowance("expansion", entry.size):
+            raise budget.exceeded(where, f"its {count:,} strings would take about {needed:,} "
+                                         "bytes as Python objects", "expansion",
+                                  size=entry.size, needed=needed)
     else:
         stored = 2 if entry.dtype == "bfloat16" else itemsize
         if entry.size != count * stored:
@@ -475,16 +483,9 @@ def _strings(raw: bytearray, count: int, stored: int, where: str) -> np.ndarray:
     """Decode a string tensor: varint lengths, a masked CRC of them, then the bytes.
 
     Its CRC covers each length as a little-endian uint32 (uint64 past 4 GiB), not as the
-    varint written, then the length checksum and the bytes. Each string becomes a Python
-    object of about :data:`_STRING_OBJECT` bytes beyond its text, which counts against
-    the ``expansion`` limit before any is made (empty strings cost one byte each here).
+    varint written, then the length checksum and the bytes. (_check_shape has refused more
+    strings than bytes, and more than the ``expansion`` limit allows as Python objects.)
     """
-    # (_check_shape has refused more strings than bytes, one byte being each one's length.)
-    needed = count * _STRING_OBJECT + len(raw)
-    if needed > budget.allowance("expansion", len(raw)):
-        raise budget.exceeded(where, f"its {count:,} strings would take about {needed:,} bytes "
-                                     "as Python objects", "expansion", size=len(raw),
-                              needed=needed)
     try:
         position, lengths, crc = 0, [], 0
         for _ in range(count):
