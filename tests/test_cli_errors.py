@@ -34,6 +34,8 @@ def _one_line(err: str, command: str) -> str:
 @pytest.mark.parametrize(("error", "code", "words"), [
     (TypeError("an operand was None"), 70, "internal error (TypeError: an operand was None)"),
     (RecursionError("maximum recursion depth exceeded"), 70, "Rerun with --debug"),
+    (AssertionError(), 70, "internal error (AssertionError); this is a bug"),
+    (ValueError("a\n  long\tmessage " + "x" * 400), 70, "(ValueError: a long message xxx"),
     (MemoryError(), 3, "ran out of memory"),
     (KeyboardInterrupt(), 130, "interrupted"),
     (rnnport.FormatError("m.npz: damaged"), 1, "m.npz: damaged"),

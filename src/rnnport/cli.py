@@ -23,7 +23,7 @@ import numpy as np
 
 from . import api, budget, formats
 from ._version import package_version
-from .errors import FormatError, LimitError, RnnportError
+from .errors import FormatError, LimitError, RnnportError, brief
 from .io.atomic import (
     NUMPY_ARCHIVE,
     atomic_write,
@@ -870,10 +870,8 @@ def _failure(error: BaseException, args: argparse.Namespace) -> tuple[int, str]:
         return (3 if isinstance(error, LimitError) else 1), text
     if isinstance(error, OSError):
         return 1, " ".join(str(error).split("\n")[0].split())
-    line = " ".join(str(error).split())[:300]
-    return 70, (f"internal error ({type(error).__name__}{': ' + line if line else ''}); this "
-                "is a bug in rnnport, not in your input. Rerun with --debug and report the "
-                "traceback.")
+    return 70, (f"internal error ({brief(error, 300)}); this is a bug in rnnport, not in your "
+                "input. Rerun with --debug and report the traceback.")
 
 
 def main_entry() -> None:

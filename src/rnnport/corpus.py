@@ -84,7 +84,7 @@ from typing import Any, Literal, TextIO
 import numpy as np
 
 from . import api, budget, formats, runtime
-from .errors import FormatError, MissingDependencyError, RnnportError, ShapeError
+from .errors import FormatError, MissingDependencyError, RnnportError, ShapeError, brief
 from .io.archive import load_npy, open_zip, read_member, read_npy
 from .io.atomic import (
     NUMPY_ARCHIVE,
@@ -459,12 +459,7 @@ def _describe(error: BaseException) -> str:
         return " ".join(str(error).split())
     if isinstance(error, MemoryError):
         return "ran out of memory"
-    return f"internal error ({_brief(error, 300)})"
-
-
-def _brief(error: BaseException, length: int = 200) -> str:
-    """``Type: message`` on one line, the message cut to ``length`` characters."""
-    return f"{type(error).__name__}: {' '.join(str(error).split())[:length]}"
+    return f"internal error ({brief(error, 300)})"
 
 
 # -- local process pool --------------------------------------------------------------------------
@@ -651,12 +646,12 @@ def _result(future: Future[FileResult], task: Task) -> FileResult:
 def _not_run(task: Task, error: BaseException) -> FileResult:
     return FileResult(task.name, task.source, task.output, "failed",
                       error=f"not run: worker processes could not start, {GIVE_UP_AFTER} times "
-                            f"({_brief(error)})")
+                            f"({brief(error)})")
 
 
 def _died(task: Task, error: BaseException) -> FileResult:
     return FileResult(task.name, task.source, task.output, "failed",
-                      error=f"its worker process died ({_brief(error)})")
+                      error=f"its worker process died ({brief(error)})")
 
 
 # -- Dask ----------------------------------------------------------------------------------------

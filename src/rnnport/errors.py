@@ -103,3 +103,10 @@ class DeviceError(RnnportError, ValueError):
 class EngineFallbackWarning(UserWarning):
     """``forward(engine=...)`` ran rnnport's own NumPy runtime instead of the engine asked for,
     because that engine cannot compute this network exactly; the message says why."""
+
+
+def brief(error: BaseException, length: int = 200) -> str:
+    """``Type: message`` on one line (``Type`` alone for an empty message), the message cut
+    to ``length`` characters: how a report names an error that is not rnnport's own."""
+    line = " ".join(str(error).split())[:length]
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
