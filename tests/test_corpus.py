@@ -683,6 +683,20 @@ def test_an_output_that_would_be_the_model_file_is_refused(tmp_path: Path) -> No
     assert model.read_bytes() == before
 
 
+def test_a_rerun_removes_what_a_writer_killed_after_finishing_its_output_left(
+        model_file: Path, data: Path, tmp_path: Path) -> None:
+    """A writer killed between linking its output in and unlinking its temporary leaves
+    both: the output is complete and skipped, and its temporary is removed all the same."""
+    out = tmp_path / "out"
+    corpus.run(model_file, [data], out, jobs=0)
+    leftover = out / ".one.npy.abcdefgh.partial"
+    os.link(out / "one.npy", leftover)
+    summary = corpus.run(model_file, [data], out, jobs=0)
+    assert (summary.done, summary.skipped) == (0, 5)
+    assert not leftover.exists()
+    assert not [path for path in out.rglob(".*")]
+
+
 def test_a_run_sweeps_each_output_folder_once_for_killed_writers_leftovers(
         monkeypatch: pytest.MonkeyPatch, model_file: Path, data: Path, tmp_path: Path) -> None:
     """What a killed run's writers left is removed, with one look through each output folder

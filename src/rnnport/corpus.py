@@ -30,8 +30,7 @@ an output that is an input, are refused before any work.
 beside it, then a rename), so an output that exists is complete. It is skipped, unless
 ``force=True`` (then it is replaced). A run that is interrupted, even killed, leaves each
 output either complete or absent (a killed writer may leave a hidden ``.NAME.*.partial``
-temporary, which the next write of that output removes); running the same command again
-does the rest.
+temporary, which the next run removes); running the same command again does the rest.
 
 **Parallelism**: ``jobs`` worker processes (default: the CPUs this process may use),
 started with ``spawn`` and with ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` and
@@ -911,7 +910,10 @@ def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[s
     api.read(model_file, fmt, **job.options)  # a model that cannot be read stops everything
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     todo = [task for task in tasks if force or not os.path.lexists(task.output)]
-    _sweep(todo)
+    # Finished outputs too: a writer killed between linking its output in and unlinking
+    # its temporary (see rnnport.io.atomic) leaves both, and a finished output is never
+    # written again.
+    _sweep(tasks)
     waiting = set(todo)
     done: dict[Task, FileResult] = {
         task: FileResult(task.name, task.source, task.output, "skipped")
