@@ -333,3 +333,21 @@ def test_threads_reach_the_numpy_engine_on_the_cpu_device_too() -> None:
         with pytest.raises(StateError, match="threads=0"):
             model.forward(x, device=device, threads=0)
         assert np.array_equal(model.forward(x, device=device, threads=1)[0], model.forward(x)[0])
+
+
+def test_jobs_at_once_report_the_first_failure_by_order_after_every_thread_stopped() -> None:
+    ran: list[int] = []
+    lock = threading.Lock()
+
+    def work(index: int) -> None:
+        with lock:
+            ran.append(index)
+        if index in (3, 5):
+            raise (KeyboardInterrupt if index == 3 else ValueError)(f"job {index}")
+
+    with pytest.raises(KeyboardInterrupt, match="job 3"):
+        runtime._at_once(work, [(index,) for index in range(8)], 3)
+    # Thread 0 runs 0, 3 (fails, stops); thread 1 runs 1, 4, 7; thread 2 runs 2, 5 (fails).
+    assert sorted(ran) == [0, 1, 2, 3, 4, 5, 7]
+    assert threading.active_count() == 1 or all(
+        thread.name != "rnnport-recurrence" for thread in threading.enumerate())

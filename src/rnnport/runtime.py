@@ -686,14 +686,14 @@ def _at_once(work: Callable[..., object], jobs: Sequence[tuple[Any, ...]], threa
     settings, handler = np.geterr(), np.geterrcall()
 
     def run(first: int) -> None:
-        with (np.errstate(**settings) if handler is None
-              else np.errstate(call=handler, **settings)), _quiet():
-            for index in range(first, len(jobs), count):
-                try:
+        index = first
+        try:  # the settings' own entry and exit too: nothing escapes a thread unreported
+            with (np.errstate(**settings) if handler is None
+                  else np.errstate(call=handler, **settings)), _quiet():
+                for index in range(first, len(jobs), count):
                     work(*jobs[index])
-                except BaseException as error:  # handed to the calling thread, raised there
-                    failures[index] = error
-                    return
+        except BaseException as error:  # handed to the calling thread, raised there
+            failures[index] = error
 
     others = [threading.Thread(target=run, args=(first,), name="rnnport-recurrence",
                                daemon=True) for first in range(1, count)]
