@@ -15,14 +15,15 @@ Workloads::
     C  2-layer GRU, input 256, hidden 512, batch 32 x 100 steps
     D  conversion of a ~100M-parameter stacked LSTM: Keras weights -> cuDNN buffer ->
        PyTorch state_dict, against a plain NumPy copy of the same bytes
-    E  `import rnnport` in a fresh interpreter (no framework may be imported)
+    E  `import rnnport` in a fresh interpreter, bytecode cached (no framework may be imported)
     S  streaming: an LSTM 128->128, batch 1, one step per call, the state carried
     F  corpus throughput: `rnnport run` over many feature files, one worker against two
        (a process pool, and the Dask workers of a local cluster)
 
 Each forward workload (A, B, C) times rnnport's NumPy engine, rnnport's ``onnxruntime``
 and ``torch`` engines (``forward(engine=...)``) and the two runtimes called directly: an
-engine's overhead is its time over its runtime's, called directly on the same network.
+engine's overhead is its time over its runtime's, called directly on the same network
+(the median ratio of calls timed in pairs, one right after the other).
 Then (unless ``--no-contention``) every engine runs again beside one competing CPU-bound
 process, and the slowdown against its idle time is reported.
 
@@ -170,6 +171,18 @@ ENGINES = {"rnnport": rnnport_runner, "torch": torch_runner, "onnxruntime": onnx
 THROUGH = {"rnnport:onnxruntime": "onnxruntime", "rnnport:torch": "torch"}
 
 
+def overhead(through: Callable[[], Any], direct: Callable[[], Any], pairs: int) -> float:
+    """An engine's time through rnnport over its runtime's called directly, less one: the
+    median of ``pairs`` ratios, each of one call of either, one right after the other, so
+    that a slow spell of a shared machine falls on both sides of a ratio alike (the rounds
+    above run an engine's calls together: spells seen there swing this by ±10 %)."""
+    through(), direct()
+    ratios = []
+    for _ in range(pairs):
+        ratios.append(timed(through, 1, warmup=0)[0] / timed(direct, 1, warmup=0)[0])
+    return statistics.median(ratios) - 1.0
+
+
 @contextlib.contextmanager
 def competing_process() -> Iterator[None]:
     """One CPU-bound process beside the block (a busy machine, as users have)."""
@@ -210,7 +223,8 @@ def run_forward(workload: Forward, repeat: int, rounds: int, ceiling: float,
     for entry in times.values():
         entry["vs_onnxruntime"] = entry["median_s"] / reference_time
     for name, direct in THROUGH.items():
-        times[name]["overhead"] = times[name]["median_s"] / times[direct]["median_s"] - 1.0
+        times[name]["overhead"] = overhead(runners[name][0], runners[direct][0],
+                                           repeat * rounds)
     if contention:
         with competing_process():
             for name, (call, _) in runners.items():
@@ -425,11 +439,19 @@ print(elapsed, ",".join(frameworks))
 
 
 def run_import(repeat: int) -> dict[str, Any]:
+    """``import rnnport`` in fresh interpreters, as an installed copy imports: with its
+    compiled bytecode cached (an installer writes it; ``PYTHONDONTWRITEBYTECODE``, set in
+    some shells and containers, would leave an editable install compiling its modules at
+    every import, ~30 ms here). One untimed run first writes it."""
     probe = IMPORT_PROBE.format(frameworks=FRAMEWORKS)
+    environment = {name: value for name, value in os.environ.items()
+                   if name != "PYTHONDONTWRITEBYTECODE"}
     samples, imported = [], set()
-    for _ in range(max(repeat, 5)):
+    for attempt in range(max(repeat, 5) + 1):
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                              check=True)
+                              check=True, env=environment)
+        if attempt == 0:
+            continue
         seconds, _, names = done.stdout.strip().partition(" ")
         samples.append(float(seconds))
         imported.update(filter(None, names.split(",")))
@@ -562,8 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="A,B,C,D,E,S,F", help="workloads to run, e.g. A,C")
     parser.add_argument("--no-contention", dest="contention", action="store_false",
                         help="skip timing the forward workloads beside a competing process")
-    parser.add_argument("--files", type=int, default=32,
-                        help="feature files in the corpus workload F (default 32)")
+    parser.add_argument("--files", type=int, default=64,
+                        help="feature files in the corpus workload F (default 64: a corpus "
+                        "holds thousands; far fewer weighs start-up and tail too much)")
     parser.add_argument("--json", type=Path, help="where to write the results "
                         "(default bench/results/<time>.json)")
     parser.add_argument("--compare", type=Path, help="an earlier results file to set these against")
@@ -576,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
                      "A,B,C,D,E,S,F")
     if args.repeat < 1 or args.rounds < 1:
         parser.error("--repeat and --rounds: expected at least 1")
+    if args.files < 2:
+        parser.error(f"--files {args.files}: expected at least 2 (one for each of two workers)")
 
     results: dict[str, Any] = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                "machine": machine(), "repeat": args.repeat,
