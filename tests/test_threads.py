@@ -170,6 +170,7 @@ def test_the_requested_count_is_in_effect_during_the_products(
     x = _data()
     monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
     monkeypatch.setattr(runtime, "PROJECTION_BLOCK_WORK", 1)  # 16 blocks of rows each
+    monkeypatch.setattr(runtime, "PROJECTION_BLOCK_ROWS", 1)
     main, other = threading.current_thread().name, "rnnport-recurrence"
     for threads in (1, 2, 3):
         spy.calls.clear()
@@ -211,18 +212,21 @@ def test_the_requested_count_is_in_effect_during_the_products(
 
 
 def test_projections_run_in_blocks_of_rows_fixed_by_their_shape() -> None:
-    for rows, depth, width in ((1, 5, 18), (28, 5, 18), (3200, 256, 1536), (10**6, 64, 256),
-                               (5, 10**4, 10**4)):
+    for rows, depth, width in ((1, 5, 18), (28, 5, 18), (500, 640, 1280), (1600, 512, 1536),
+                               (3200, 256, 1536), (10**6, 64, 256), (5, 10**4, 10**4)):
         blocks = runtime._row_blocks(rows, depth, width)
         assert blocks[0].start == 0 and blocks[-1].stop == rows
         assert all(a.stop == b.start for a, b in itertools.pairwise(blocks))
-        assert all(block.stop > block.start for block in blocks)
         assert len(blocks) <= runtime.PROJECTION_BLOCKS
-        if len(blocks) > 1:  # each block worth its thread
+        assert len(blocks) & (len(blocks) - 1) == 0  # a power of two: even shares of threads
+        if len(blocks) > 1:  # each block worth its thread and its repacking of the weights
             smallest = min(block.stop - block.start for block in blocks)
+            assert smallest >= runtime.PROJECTION_BLOCK_ROWS
             assert smallest * depth * width >= runtime.PROJECTION_BLOCK_WORK * 0.99
     assert len(runtime._row_blocks(28, 5, 18)) == 1
-    assert len(runtime._row_blocks(5, 10**4, 10**4)) == 5  # never more blocks than rows
+    assert len(runtime._row_blocks(5, 10**4, 10**4)) == 1  # far too few rows to share
+    assert len(runtime._row_blocks(500, 640, 1280)) == 2  # 3 blocks' worth of rows
+    assert len(runtime._row_blocks(1600, 512, 1536)) == 8  # 12 blocks' worth of rows
     assert len(runtime._row_blocks(10**6, 64, 256)) == runtime.PROJECTION_BLOCKS
 
 
@@ -233,6 +237,7 @@ def test_a_projection_gives_the_same_numbers_for_every_count(
     Haswell kernels, chosen on AMD Zen 5, did for this network's first projection on two
     threads); rnnport's blocks, fixed by shape and each on one BLAS thread, cannot."""
     monkeypatch.setattr(runtime, "PROJECTION_BLOCK_WORK", block_work)
+    monkeypatch.setattr(runtime, "PROJECTION_BLOCK_ROWS", 1)
     rnn = RNN.random(Spec("gru", 16, 48, num_layers=2), seed=3)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 80, 16)).astype(np.float32)
     y, state = rnn.forward(x, threads=1)
