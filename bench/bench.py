@@ -174,8 +174,9 @@ THROUGH = {"rnnport:onnxruntime": "onnxruntime", "rnnport:torch": "torch"}
 def overhead(through: Callable[[], Any], direct: Callable[[], Any], pairs: int) -> float:
     """An engine's time through rnnport over its runtime's called directly, less one: the
     median of ``pairs`` ratios, each of one call of either, one right after the other, so
-    that a slow spell of a shared machine falls on both sides of a ratio alike (the rounds
-    above run an engine's calls together: spells seen there swing this by ±10 %)."""
+    that a slow spell of a shared machine falls on both sides of a ratio alike (from the
+    rounds of :func:`run_forward`, where an engine's calls run together, it swung by
+    ±10 %)."""
     through(), direct()
     ratios = []
     for _ in range(pairs):
