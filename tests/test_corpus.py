@@ -267,7 +267,7 @@ def test_a_bad_file_is_reported_by_name_and_the_others_are_done(
     failed = {line.split(": ")[1] for line in text.splitlines() if line.startswith("failed: ")}
     assert failed == {str(data / name) for name in ("wide.npy", "cut.npy", "flat.npy",
                                                     "only.npz")} | {str(tmp_path / "absent.npy")}
-    assert "input_size is 5" in text
+    assert "wide.npy: shape (2, 4, 9); expected 5 features per frame" in text
     assert "expected (time, input) for one sequence or (batch, time, input)" in text
     assert "not a readable .npy array" in text and "no such file" in text
     for name in ("wide.npy", "cut.npy", "flat.npy", "only.npz"):
@@ -275,6 +275,61 @@ def test_a_bad_file_is_reported_by_name_and_the_others_are_done(
     for name in ("wide.npy", "cut.npy", "flat.npy", "only.npz"):
         (data / name).unlink()
     _assert_matches(model_file, data, out)
+
+
+def test_what_forward_refuses_in_a_file_names_the_file_and_array_once(
+        capsys: pytest.CaptureFixture[str], model_file: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = Path("bad")
+    folder.mkdir()
+    np.savez(folder / "mixed.npz", x=_features((2, 4, 5)), z=_features((2, 4, 3)))
+    np.savez(folder / "long.npz", x=_features((2, 4, 5)), lengths=np.array([9, 1]))
+    (folder / "broken.npz").write_bytes(b"PK\x03\x04 not really")
+    np.save(folder / "one.npy", _features((4, 5)))
+    assert main(["run", str(model_file), "bad", "--out", "out", "--jobs", "0", "-q"]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("failed")]
+    assert lines == [
+        "failed: bad/broken.npz: not a readable NumPy archive (BadZipFile: File is not a zip "
+        "file); the file is truncated or damaged.",
+        "failed: bad/long.npz, array 'x': lengths[0] = 9; expected 0 ≤ length ≤ 4 (the number "
+        "of time steps of the input).",
+        "failed: bad/mixed.npz, array 'z': shape (2, 4, 3); expected 5 features per frame (its "
+        "last axis), the model's input size."]
+    summary = corpus.run(model_file, [folder / "one.npy"], "again", jobs=0)
+    assert summary.lines()[:2] == [
+        "1 file: 1 done, 0 skipped, 0 failed",
+        f"1 sequence, 4 frames in {summary.elapsed:.2f} s ({summary.frames_per_second:,.0f} "
+        "frames/s)"]
+
+
+def test_an_output_written_since_the_run_was_planned_counts_as_done(
+        model_file: Path, data: Path, tmp_path: Path) -> None:
+    """Dask runs a task again when its worker dies, with the files the task wrote before
+    the death: those count as done by the run, with their inputs' counts, unwritten."""
+    out = tmp_path / "out"
+    first = {result.output: result for result in corpus.run(model_file, [data], out, jobs=0).results}
+    before = _stats(out)
+    job = corpus._Job(str(model_file), None, {}, None, None, False)
+    for task in corpus.plan([data], out):
+        result = corpus._process(task, job)
+        assert (result.status, result.sequences, result.frames) == (
+            "done", first[task.output].sequences, first[task.output].frames)
+    assert _stats(out) == before
+    (data / "pair.npz").unlink()  # an input gone since cannot be counted: skipped
+    gone = corpus.Task(str(data / "pair.npz"), str(out / "pair.npz"), "pair.npz")
+    assert corpus._process(gone, job).status == "skipped"
+
+
+def test_run_refuses_an_output_folder_that_is_a_file_and_lengths_that_are_not_counts(
+        model_file: Path, data: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(rnnport.FormatError, match="output folder .* is a file"):
+        corpus.run(model_file, [data], tmp_path / "afile", jobs=0)
+    for lengths in (np.array([1.5, 2.0]), np.array([[1, 2]]), np.array([-1, 2])):
+        with pytest.raises(rnnport.FormatError, match="one whole number ≥ 0 per sequence"):
+            corpus.run(model_file, [data], tmp_path / "out", jobs=0, lengths=lengths)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_run_interrupted_mid_write_leaves_no_partial_output_and_a_rerun_completes(
@@ -355,7 +410,11 @@ def test_lengths_and_layout_flags_apply_as_in_the_one_file_form(
 @pytest.mark.parametrize(("argv", "message"), [
     (["--out", "o"], "--out DIR needs INPUTS"),
     (["a.npy", "--input", "x.npy"], "INPUTS go with --out DIR, not --input"),
-    (["--input", "x.npy", "--jobs", "2"], "--jobs go with --out DIR"),
+    (["--input", "x.npy", "--jobs", "2"], "--jobs goes with --out DIR"),
+    (["--input", "x.npy", "--jobs", "2", "--dask", "local"], "--jobs and --dask go with --out"),
+    (["a.npy", "--out", "o", "--dask", "local", "--jobs", "0"],
+     "--jobs 0 runs in this process, without Dask; with --dask, --jobs is the number of Dask "
+     "workers"),
     (["a.npy", "--out", "o", "--output", "y.npy"], "--output goes with --input"),
 ])
 def test_the_two_forms_of_run_do_not_mix(capsys: pytest.CaptureFixture[str], argv: list[str],
@@ -367,8 +426,11 @@ def test_the_two_forms_of_run_do_not_mix(capsys: pytest.CaptureFixture[str], arg
 def test_plans_refuse_shared_outputs_and_writing_over_inputs(data: Path, tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
     np.save(tmp_path / "other" / "one.npy", _features((2, 5)))
-    with pytest.raises(rnnport.FormatError, match="more than one input"):
+    with pytest.raises(rnnport.FormatError, match="more than one input.*their folders rather"):
         corpus.plan([data / "one.npy", tmp_path / "other" / "one.npy"], tmp_path / "out")
+    with pytest.raises(rnnport.FormatError, match="more than one input") as refused:
+        corpus.plan([data, tmp_path / "other"], tmp_path / "out")  # folders already
+    assert "rather than the files" not in str(refused.value)
     with pytest.raises(rnnport.FormatError, match="is an input file"):
         corpus.plan([data / "one.npy"], data)
     (tmp_path / "empty").mkdir()

@@ -219,6 +219,8 @@ def test_device_errors() -> None:
     for engine in ("numpy", "onnxruntime"):
         with pytest.raises(DeviceError, match=rf"engine='{engine}'.*CPU only"):
             model.forward(x, engine=engine, device="cuda")
+    for engine in ("numpy", "onnxruntime", "torch", "auto"):  # as any engine spells the CPU
+        _agrees(model.forward(x, engine=engine, device="CPU"), model.forward(x))
     with pytest.raises(DeviceError, match="PyTorch refuses it"):
         model.forward(x, engine="torch", device="no-such-device")
     with pytest.raises(DeviceError, match="meta device holds shapes, not values"):

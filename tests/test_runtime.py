@@ -219,6 +219,16 @@ def test_a_ragged_input_is_a_shape_error() -> None:
         model.forward([[[1.0, 2.0, 3.0]], [[1.0, 2.0]]])
 
 
+def test_a_wrong_input_shape_suggests_a_batch_axis_only_where_one_is_missing() -> None:
+    model = rnnport.RNN.random(rnnport.Spec("lstm", 3, 4))
+    with pytest.raises(rnnport.ShapeError, match=r"shape \(5, 3\);.*Add a batch axis"):
+        model.forward(np.zeros((5, 3), np.float32))
+    for shape in ((2, 5, 4), (1, 2, 5, 3), (5, 4)):
+        with pytest.raises(rnnport.ShapeError, match="input_size is 3") as refused:
+            model.forward(np.zeros(shape, np.float32))
+        assert "batch axis" not in str(refused.value)
+
+
 def test_a_broadcast_view_too_large_to_run_at_once_is_refused_before_any_copy() -> None:
     model = rnnport.RNN.random(rnnport.Spec("gru", 3, 4))
     x = np.broadcast_to(np.zeros(3, np.float32), (1, 10**9, 3))  # 12 bytes of real memory

@@ -594,9 +594,13 @@ def _run_form_error(args: argparse.Namespace) -> str:
     if args.out is None:
         extra = [flag for flag, value in (("INPUTS", args.inputs), ("--jobs", args.jobs),
                                           ("--dask", args.dask)) if value not in (None, [])]
-        return f"{' and '.join(extra)} go with --out DIR, not --input" if extra else ""
+        verb = "go" if len(extra) > 1 or extra == ["INPUTS"] else "goes"
+        return f"{' and '.join(extra)} {verb} with --out DIR, not --input" if extra else ""
     if not args.inputs:
         return "--out DIR needs INPUTS: .npy files, archives or folders to run"
+    if args.dask is not None and args.jobs == 0:
+        return ("--jobs 0 runs in this process, without Dask; with --dask, --jobs is the number "
+                "of Dask workers: 1 or more")
     return "--output goes with --input; with --out, each output is named after its input" \
         if args.output else ""
 

@@ -82,7 +82,7 @@ from typing import Any, Literal, TextIO
 
 import numpy as np
 
-from . import api, budget, formats, runtime
+from . import api, budget, errors, formats, runtime
 from .errors import FormatError, MissingDependencyError, RnnportError, ShapeError, brief
 from .io.archive import load_npy, open_zip, read_member, read_npy
 from .io.atomic import (
@@ -94,7 +94,7 @@ from .io.atomic import (
     shown,
     swept,
 )
-from .model import Model
+from .model import Model, Stack
 
 __all__ = ["DASK_WORKER_CONFIG", "FEATURE_SUFFIXES", "LENGTHS", "ONE_BLAS_THREAD", "FileResult",
            "Summary", "dask_worker_config", "default_jobs", "local_cluster", "plan", "run"]
@@ -156,8 +156,9 @@ class Task:
 
 @dataclass(frozen=True)
 class FileResult:
-    """What happened to one input: ``status`` is ``"done"``, ``"skipped"`` (its output
-    existed) or ``"failed"`` (``error`` says why). ``sequences`` and ``frames`` count what
+    """What happened to one input: ``status`` is ``"done"`` (by this run: an output that
+    appeared after the run was planned counts too), ``"skipped"`` (its output existed
+    when the run was planned) or ``"failed"`` (``error`` says why). ``sequences`` and ``frames`` count what
     was run (frames: valid time steps, summed over sequences). ``worker`` is the process
     that ran it and ``loads`` how many times that process had read the model by then."""
 
@@ -222,10 +223,11 @@ class Summary:
         skipped files (``--force`` on the command line)."""
         skipped = f"{self.skipped} skipped (their outputs exist; {redo} redoes them)" \
             if self.skipped else "0 skipped"
-        lines = [f"{len(self.results)} files: {self.done} done, {skipped}, {self.failed} failed",
-                 f"{self.sequences:,} sequences, {self.frames:,} frames in {self.elapsed:.2f} s"
-                 f" ({self.frames_per_second:,.0f} frames/s)"]
-        lines += [f"failed: {result.name}: {result.error}" for result in self.failures]
+        lines = [f"{_plural(len(self.results), 'file')}: {self.done} done, {skipped}, "
+                 f"{self.failed} failed",
+                 f"{_plural(self.sequences, 'sequence')}, {_plural(self.frames, 'frame')} in "
+                 f"{self.elapsed:.2f} s ({self.frames_per_second:,.0f} frames/s)"]
+        lines += [f"failed: {_failure(result)}" for result in self.failures]
         return lines
 
 
@@ -269,6 +271,7 @@ def plan(inputs: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[st
     out = Path(out_dir).absolute()
     skip = {os.path.realpath(path) for path in exclude}
     tasks: list[Task] = []
+    named: set[Task] = set()  # files given by name, not found in a folder
     for given in inputs:
         path = Path(given)
         if path.is_dir():
@@ -276,12 +279,14 @@ def plan(inputs: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[st
             tasks += [Task(str(file.absolute()), str(out / relative), str(path / relative))
                       for relative, file in found]
         else:  # a missing or unreadable file fails on its own, with its name
-            tasks.append(Task(str(path.absolute()), str(out / path.name), str(path)))
+            task = Task(str(path.absolute()), str(out / path.name), str(path))
+            tasks.append(task)
+            named.add(task)
     unique = list(dict.fromkeys(tasks))
     if not unique:
         raise FormatError(f"run: no input files found; expected {' or '.join(FEATURE_SUFFIXES)} "
                           "files, or folders that hold some.")
-    _check_outputs(unique, skip)
+    _check_outputs(unique, skip, named)
     return unique
 
 
@@ -303,9 +308,11 @@ def _folder_files(folder: Path, out: Path, skip: set[str]) -> list[tuple[Path, P
     return sorted(found, key=lambda item: item[0].parts)
 
 
-def _check_outputs(tasks: Sequence[Task], protected: set[str]) -> None:
+def _check_outputs(tasks: Sequence[Task], protected: set[str],
+                   named: set[Task] | None = None) -> None:
     """Each output written by one input, and none of them an input or a ``protected`` file
-    (the model's own; resolved paths)."""
+    (the model's own; resolved paths). ``named``: the tasks of files given by name (their
+    outputs are named after the file alone)."""
     by_output: dict[str, list[Task]] = {}
     for task in tasks:
         by_output.setdefault(os.path.realpath(task.output), []).append(task)
@@ -313,9 +320,11 @@ def _check_outputs(tasks: Sequence[Task], protected: set[str]) -> None:
     if shared:
         listed = "; ".join(" and ".join(task.name for task in group[:3]) + f" → {group[0].output}"
                            for group in shared[:3])
+        by_name = any(task in (named or ()) for group in shared for task in group)
         raise FormatError(f"run: {len(shared)} output(s) would be written by more than "
                           f"one input ({listed}); expected one input per output name. Give those "
-                          "inputs in separate runs, or their folders rather than the files. "
+                          "inputs in separate runs, each with its own output folder"
+                          f"{', or their folders rather than the files' if by_name else ''}. "
                           "Nothing was written.")
     sources = {os.path.realpath(task.source) for task in tasks} | protected
     clashing = [task for task in tasks if os.path.realpath(task.output) in sources]
@@ -349,7 +358,7 @@ def _read_arrays(source: str, where: str) -> dict[str | None, np.ndarray]:
         if not os.path.isfile(source):
             raise FormatError(f"{where}: no such file.")
         arrays: dict[str | None, np.ndarray] = {}
-        with open_zip(source, "NumPy archive") as archive:
+        with open_zip(source, "NumPy archive", where) as archive:
             for name in archive.namelist():
                 if not name.endswith(".npy"):
                     raise FormatError(f"{where}: member {name!r} is not a .npy array; expected an "
@@ -372,9 +381,8 @@ def _run_array(model: Model, x: np.ndarray, lengths: np.ndarray | None,
         if lengths is not None and lengths.shape != (1,):
             raise ShapeError(f"{where}: one sequence {x.shape} (time, input); expected one "
                              f"length for it, got lengths of shape {lengths.shape}.")
-        y, _ = model.forward(x[None], lengths=lengths)
-        frames = x.shape[0] if lengths is None else int(min(int(lengths[0]), x.shape[0]))
-        return y[0], 1, frames
+        y, _ = _forward(model, x[None], lengths, False, where, x.shape)
+        return (y[0], *_counts(x, lengths, False))
     if x.ndim != 3:
         raise ShapeError(f"{where}: shape {x.shape}; expected (time, input) for one sequence or "
                          "(batch, time, input).")
@@ -386,11 +394,25 @@ def _run_array(model: Model, x: np.ndarray, lengths: np.ndarray | None,
                          "Say which it is: --time-major or --batch-first (time_major=True "
                          "or False).")
     major = bool(time_major)
-    y, _ = model.forward(x, lengths=lengths, time_major=major)
-    batch, steps = (x.shape[1], x.shape[0]) if major else (x.shape[0], x.shape[1])
-    frames = batch * steps if lengths is None else int(
-        np.minimum(np.asarray(lengths, np.int64), steps).sum())
-    return y, batch, frames
+    y, _ = _forward(model, x, lengths, major, where, x.shape)
+    return (y, *_counts(x, lengths, major))
+
+
+def _forward(model: Model, x: np.ndarray, lengths: np.ndarray | None, time_major: bool,
+             where: str, shape: tuple[int, ...]) -> tuple[np.ndarray, Any]:
+    """``model.forward`` on one array (of ``shape`` as the file holds it); what it refuses
+    names the file and array (``where``) rather than forward's ``x``."""
+    size = (model.parts[0] if isinstance(model, Stack) else model).spec.input_size
+    if x.shape[-1] != size:
+        raise ShapeError(f"{where}: shape {shape}; expected {size} features per frame (its last "
+                         f"axis), the model's input size.")
+    try:
+        return model.forward(x, lengths=lengths, time_major=time_major)
+    except (ShapeError, errors.DTypeError, errors.StateError, errors.LimitError) as error:
+        text = " ".join(str(error).split()).removeprefix("forward: ")
+        if isinstance(error, errors.LimitError):
+            raise errors.LimitError(f"{where}: {text}", error.limit) from None
+        raise type(error)(f"{where}: {text}") from None
 
 
 def _process(task: Task, job: _Job) -> FileResult:
@@ -398,7 +420,7 @@ def _process(task: Task, job: _Job) -> FileResult:
     start = time.perf_counter()
     pid = os.getpid()
     if not job.force and os.path.lexists(task.output):
-        return FileResult(task.name, task.source, task.output, "skipped", worker=pid)
+        return _written_since(task, job, pid, 0)
     loads = 0
     try:
         model, loads = _model(job)
@@ -408,13 +430,40 @@ def _process(task: Task, job: _Job) -> FileResult:
     except Exception as error:  # one file's failure, whatever it is, must not stop the rest
         if not job.force and os.path.lexists(task.output):
             # A failed write removes what it made, so another writer finished this output.
-            return FileResult(task.name, task.source, task.output, "skipped", worker=pid,
-                              loads=loads)
+            return _written_since(task, job, pid, loads)
         return FileResult(task.name, task.source, task.output, "failed",
                           seconds=time.perf_counter() - start, error=_describe(error),
                           worker=pid, loads=loads)
     return FileResult(task.name, task.source, task.output, "done", sequences, frames,
                       time.perf_counter() - start, worker=pid, loads=loads)
+
+
+def _written_since(task: Task, job: _Job, pid: int, loads: int) -> FileResult:
+    """The result of a file whose output exists though the run planned it (it was absent
+    then): another attempt of this run wrote it (Dask runs a task again when its worker
+    dies, with the files written before the death), or another run did. Done, with the
+    counts of its input; skipped if the input cannot be read now."""
+    try:
+        arrays = _read_arrays(task.source, task.name)
+        own = arrays.pop(LENGTHS, None) if None not in arrays else None
+        lengths = own if own is not None else job.lengths
+        counts = [_counts(x, lengths, bool(job.time_major)) for x in arrays.values()]
+    except Exception:  # counting only: the output is there all the same
+        return FileResult(task.name, task.source, task.output, "skipped", worker=pid,
+                          loads=loads)
+    return FileResult(task.name, task.source, task.output, "done",
+                      sum(count for count, _ in counts), sum(frames for _, frames in counts),
+                      worker=pid, loads=loads)
+
+
+def _counts(x: np.ndarray, lengths: np.ndarray | None, time_major: bool) -> tuple[int, int]:
+    """The sequences and frames (valid time steps) of one array as it runs."""
+    if x.ndim == 2:
+        return 1, x.shape[0] if lengths is None else int(min(int(lengths[0]), x.shape[0]))
+    batch, steps = (x.shape[1], x.shape[0]) if time_major else (x.shape[0], x.shape[1])
+    frames = batch * steps if lengths is None else int(
+        np.minimum(np.asarray(lengths, np.int64), steps).sum())
+    return batch, frames
 
 
 def _compute_and_write(model: Model, task: Task, job: _Job) -> tuple[int, int]:
@@ -866,8 +915,26 @@ def _version(model_file: str) -> tuple[tuple[str, int, int], ...]:
     return tuple(found)
 
 
+def _check_lengths(lengths: np.ndarray) -> None:
+    """Lengths given for every input: one whole number per sequence, checked once (each
+    input's own count of sequences is checked with it)."""
+    whole = lengths.dtype.kind in "iu" or (
+        lengths.dtype.kind == "f" and bool(np.all(np.mod(lengths, 1) == 0)))
+    if lengths.ndim != 1 or not whole or (lengths.size and lengths.min() < 0):
+        raise FormatError(f"run: the lengths (--lengths, lengths=) are {lengths.dtype} of shape "
+                          f"{lengths.shape}; expected one whole number ≥ 0 per sequence, a 1-D "
+                          "array of integers. Nothing was run.")
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _failure(result: FileResult) -> str:
+    """A failed file's name and error, the name once (most errors start with it)."""
+    error = result.error or "failed"
+    return error if error.startswith(f"{result.name}:") or error.startswith(
+        f"{result.name}, ") else f"{result.name}: {error}"
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -900,8 +967,15 @@ def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[s
     jobs = default_jobs() if jobs is None else jobs
     if dask is not None:
         if jobs == 0:
-            raise FormatError("run: dask with jobs=0; expected 1 or more Dask workers.")
+            raise FormatError("run: jobs=0 runs in this process, without Dask; with dask=, jobs "
+                              "is the number of Dask workers: 1 or more.")
         _require_dask(dask)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise FormatError(f"{shown(out_dir)}: the output folder (--out, out_dir) is a file; "
+                          "expected a folder for the outputs (made if missing). Choose another, "
+                          "or move the file away.")
+    if lengths is not None:
+        _check_lengths(np.asarray(lengths))
     model_file = os.path.abspath(model_path)
     tasks = plan(inputs, out_dir, exclude=formats.input_files(model_file))
     job = _Job(model_file, fmt, dict(options or {}), time_major,
@@ -927,7 +1001,7 @@ def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[s
         if not todo:
             results: list[FileResult] = []
         elif dask is not None:
-            reporter.say(f"running {len(todo)} files on Dask ({dask}) …")
+            reporter.say(f"running {_plural(len(todo), 'file')} on Dask ({dask}) …")
             results = _run_dask(todo, job, dask, min(jobs, len(todo)), reporter)
         elif jobs == 0:
             results = []
@@ -938,7 +1012,7 @@ def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[s
                 _MODELS.pop(job.key, None)
         else:
             workers = min(jobs, len(todo))
-            reporter.say(f"running {len(todo)} files in {workers} worker process"
+            reporter.say(f"running {_plural(len(todo), 'file')} in {workers} worker process"
                          f"{'es' if workers > 1 else ''} …")
             results = _run_local(todo, job, workers, reporter)
     finally:

@@ -1027,10 +1027,12 @@ def _check_input(x: Any, input_size: int, dtype: np.dtype) -> np.ndarray:
         raise DTypeError(f"forward: x has dtype {array.dtype}; expected real numbers "
                          "(float16/32/64). Cast x with x.astype(numpy.float32).")
     if array.ndim != 3 or array.shape[2] != input_size:
+        hint = (" Add a batch axis with x[None] for one sequence."
+                if array.ndim == 2 and array.shape[1] == input_size else "")
         raise ShapeError(
             f"forward: x has shape {array.shape}; expected (batch, time, {input_size}) "
             f"(or (time, batch, {input_size}) with time_major=True) because the network's "
-            f"input_size is {input_size}. Add a batch axis with x[None] for one sequence.")
+            f"input_size is {input_size}.{hint}")
     return array.astype(dtype, copy=False)
 
 
@@ -1062,7 +1064,7 @@ def _check_lengths(lengths: Any, batch: int, steps: int) -> np.ndarray | None:
     bad = np.flatnonzero((array < 0) | (array > steps))
     if bad.size:
         raise StateError(f"forward: lengths[{bad[0]}] = {array[bad[0]]}; expected 0 ≤ length ≤ "
-                         f"{steps} (the number of time steps in x).")
+                         f"{steps} (the number of time steps of the input).")
     if np.all(array == steps):
         return None
     return array

@@ -722,7 +722,9 @@ def engine_device(device: Any) -> str:
     to be one PyTorch can put a tensor on here."""
     torch = require("torch", extra="torch", purpose="forward(engine='torch')")
     try:
-        named = torch.device("cpu" if device is None else device)
+        # Device names are lower case in PyTorch; "CPU" is "cpu", as for the other engines.
+        named = torch.device("cpu" if device is None else
+                             device.lower() if isinstance(device, str) else device)
         if named.type == "meta":  # tensors without data: nothing would be computed
             raise ValueError("a meta device holds shapes, not values")
         torch.empty(0, device=named)

@@ -36,30 +36,34 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, Valu
                UnicodeDecodeError, struct.error, zlib.error, OverflowError)
 
 
-def open_zip(path: str | os.PathLike[str], what: str) -> zipfile.ZipFile:
-    """``path`` as a checked ZipFile; ``what`` names the expected kind of file in messages."""
+def open_zip(path: str | os.PathLike[str], what: str, where: str | None = None
+             ) -> zipfile.ZipFile:
+    """``path`` as a checked ZipFile; ``what`` names the expected kind of file in messages,
+    which start with ``where`` (default: the path)."""
     size = os.path.getsize(path)
+    shown = os.fspath(path) if where is None else where
     try:
         archive = zipfile.ZipFile(path)
         infos = archive.infolist()
     except _ZIP_ERRORS as error:
-        raise FormatError(f"{path}: not a readable {what} ({type(error).__name__}: {error}); "
+        raise FormatError(f"{shown}: not a readable {what} ({type(error).__name__}: {error}); "
                           "the file is truncated or damaged.") from None
     try:
         names = [info.filename for info in infos]
         if len(set(names)) != len(names):
             twice = sorted({name for name in names if names.count(name) > 1})
-            raise FormatError(f"{path}: the archive holds {', '.join(map(repr, twice[:3]))} more "
-                              "than once; which copy counts is ambiguous, so the file is refused.")
+            raise FormatError(f"{shown}: the archive holds {', '.join(map(repr, twice[:3]))} "
+                              "more than once; which copy counts is ambiguous, so the file is "
+                              "refused.")
         for info in infos:
-            _check(Path(path), info, size)
+            _check(shown, info, size)
     except BaseException:
         archive.close()
         raise
     return archive
 
 
-def _check(path: Path, info: zipfile.ZipInfo, size: int) -> None:
+def _check(path: str, info: zipfile.ZipInfo, size: int) -> None:
     name = info.filename
     parts = re.split(r"[\\/]", name)
     if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts:
