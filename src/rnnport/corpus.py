@@ -410,6 +410,8 @@ def _forward(model: Model, x: np.ndarray, lengths: np.ndarray | None, time_major
         return model.forward(x, lengths=lengths, time_major=time_major)
     except (ShapeError, errors.DTypeError, errors.StateError, errors.LimitError) as error:
         text = " ".join(str(error).split()).removeprefix("forward: ")
+        if text.startswith("x "):  # forward's name for its input
+            text = f"the array {text[2:]}"
         if isinstance(error, errors.LimitError):
             raise errors.LimitError(f"{where}: {text}", error.limit) from None
         raise type(error)(f"{where}: {text}") from None
@@ -739,7 +741,7 @@ class _Groups:
         self.recent: deque[float] = deque(maxlen=RECENT)
 
     def timed_by(self, result: FileResult) -> None:
-        if result.status == "done":
+        if result.status == "done" and result.seconds > 0:  # 0: found written, not run
             self.recent.append(result.seconds)
 
     def next(self) -> list[Task]:
