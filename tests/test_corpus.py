@@ -319,6 +319,10 @@ def test_an_output_written_since_the_run_was_planned_counts_as_done(
     (data / "pair.npz").unlink()  # an input gone since cannot be counted: skipped
     gone = corpus.Task(str(data / "pair.npz"), str(out / "pair.npz"), "pair.npz")
     assert corpus._process(gone, job).status == "skipped"
+    np.savez(tmp_path / "odd.npz", x=_features((2, 4, 5)), lengths=np.array([1.5, np.nan]))
+    (out / "odd.npz").write_bytes(b"")  # lengths forward refuses: not counted, skipped
+    odd = corpus.Task(str(tmp_path / "odd.npz"), str(out / "odd.npz"), "odd.npz")
+    assert corpus._process(odd, job).status == "skipped"
 
 
 def test_run_refuses_an_output_folder_that_is_a_file_and_lengths_that_are_not_counts(

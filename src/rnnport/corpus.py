@@ -94,7 +94,7 @@ from .io.atomic import (
     shown,
     swept,
 )
-from .model import Model, Stack
+from .model import Model
 
 __all__ = ["DASK_WORKER_CONFIG", "FEATURE_SUFFIXES", "LENGTHS", "ONE_BLAS_THREAD", "FileResult",
            "Summary", "dask_worker_config", "default_jobs", "local_cluster", "plan", "run"]
@@ -402,7 +402,7 @@ def _forward(model: Model, x: np.ndarray, lengths: np.ndarray | None, time_major
              where: str, shape: tuple[int, ...]) -> tuple[np.ndarray, Any]:
     """``model.forward`` on one array (of ``shape`` as the file holds it); what it refuses
     names the file and array (``where``) rather than forward's ``x``."""
-    size = (model.parts[0] if isinstance(model, Stack) else model).spec.input_size
+    size = model.input_size
     if x.shape[-1] != size:
         raise ShapeError(f"{where}: shape {shape}; expected {size} features per frame (its last "
                          f"axis), the model's input size.")
@@ -446,10 +446,13 @@ def _written_since(task: Task, job: _Job, pid: int, loads: int) -> FileResult:
     dies, with the files written before the death), or another run did. Done, with the
     counts of its input; skipped if the input cannot be read now."""
     try:
-        arrays = _read_arrays(task.source, task.name)
-        own = arrays.pop(LENGTHS, None) if None not in arrays else None
-        lengths = own if own is not None else job.lengths
-        counts = [_counts(x, lengths, bool(job.time_major)) for x in arrays.values()]
+        arrays, _, lengths = _inputs(task, job)
+        counts = []
+        for x in arrays.values():
+            batch, steps = (1, x.shape[0]) if x.ndim == 2 else \
+                (x.shape[1], x.shape[0]) if job.time_major else x.shape[:2]
+            runtime._check_lengths(lengths, batch, steps)  # as forward checked them
+            counts.append(_counts(x, lengths, bool(job.time_major)))
     except Exception:  # counting only: the output is there all the same
         return FileResult(task.name, task.source, task.output, "skipped", worker=pid,
                           loads=loads)
@@ -468,10 +471,17 @@ def _counts(x: np.ndarray, lengths: np.ndarray | None, time_major: bool) -> tupl
     return batch, frames
 
 
-def _compute_and_write(model: Model, task: Task, job: _Job) -> tuple[int, int]:
+def _inputs(task: Task, job: _Job) -> tuple[dict[str | None, np.ndarray], np.ndarray | None,
+                                             np.ndarray | None]:
+    """A file's arrays to run, its own lengths (an archive's :data:`LENGTHS` member), and
+    the lengths that apply to it (its own, else the run's)."""
     arrays = _read_arrays(task.source, task.name)
     own = arrays.pop(LENGTHS, None) if None not in arrays else None
-    lengths = own if own is not None else job.lengths
+    return arrays, own, own if own is not None else job.lengths
+
+
+def _compute_and_write(model: Model, task: Task, job: _Job) -> tuple[int, int]:
+    arrays, own, lengths = _inputs(task, job)
     outputs: dict[str, np.ndarray] = {}
     sequences = frames = 0
     for key, x in arrays.items():
@@ -920,9 +930,8 @@ def _version(model_file: str) -> tuple[tuple[str, int, int], ...]:
 def _check_lengths(lengths: np.ndarray) -> None:
     """Lengths given for every input: one whole number per sequence, checked once (each
     input's own count of sequences is checked with it)."""
-    whole = lengths.dtype.kind in "iu" or (
-        lengths.dtype.kind == "f" and bool(np.all(np.mod(lengths, 1) == 0)))
-    if lengths.ndim != 1 or not whole or (lengths.size and lengths.min() < 0):
+    if lengths.ndim != 1 or not runtime.whole_numbers(lengths) or (
+            lengths.size and lengths.min() < 0):
         raise FormatError(f"run: the lengths (--lengths, lengths=) are {lengths.dtype} of shape "
                           f"{lengths.shape}; expected one whole number ≥ 0 per sequence, a 1-D "
                           "array of integers. Nothing was run.")

@@ -1049,13 +1049,18 @@ def _check_size(spec: Spec, steps: int, batch: int) -> None:
                           error.limit)
 
 
+def whole_numbers(array: np.ndarray) -> bool:
+    """Whether ``array`` holds whole numbers: integers, or floats without a fraction."""
+    return array.dtype.kind in "iu" or (
+        array.dtype.kind == "f" and bool(np.all(np.mod(array, 1) == 0)))
+
+
 def _check_lengths(lengths: Any, batch: int, steps: int) -> np.ndarray | None:
     """``lengths`` as int64, or None when every sequence runs all ``steps``."""
     if lengths is None:
         return None
     array = np.asarray(lengths)
-    if array.dtype.kind not in "iu" and not (
-            array.dtype.kind == "f" and np.all(np.mod(array, 1) == 0)):
+    if not whole_numbers(array):
         raise StateError(f"forward: lengths has dtype {array.dtype}; expected integers.")
     if array.shape != (batch,):
         raise StateError(f"forward: lengths has shape {array.shape}; expected ({batch},), "

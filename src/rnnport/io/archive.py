@@ -41,39 +41,39 @@ def open_zip(path: str | os.PathLike[str], what: str, where: str | None = None
     """``path`` as a checked ZipFile; ``what`` names the expected kind of file in messages,
     which start with ``where`` (default: the path)."""
     size = os.path.getsize(path)
-    shown = os.fspath(path) if where is None else where
+    where = os.fspath(path) if where is None else where
     try:
         archive = zipfile.ZipFile(path)
         infos = archive.infolist()
     except _ZIP_ERRORS as error:
-        raise FormatError(f"{shown}: not a readable {what} ({type(error).__name__}: {error}); "
+        raise FormatError(f"{where}: not a readable {what} ({type(error).__name__}: {error}); "
                           "the file is truncated or damaged.") from None
     try:
         names = [info.filename for info in infos]
         if len(set(names)) != len(names):
             twice = sorted({name for name in names if names.count(name) > 1})
-            raise FormatError(f"{shown}: the archive holds {', '.join(map(repr, twice[:3]))} "
+            raise FormatError(f"{where}: the archive holds {', '.join(map(repr, twice[:3]))} "
                               "more than once; which copy counts is ambiguous, so the file is "
                               "refused.")
         for info in infos:
-            _check(shown, info, size)
+            _check(where, info, size)
     except BaseException:
         archive.close()
         raise
     return archive
 
 
-def _check(path: str, info: zipfile.ZipInfo, size: int) -> None:
+def _check(where: str, info: zipfile.ZipInfo, size: int) -> None:
     name = info.filename
     parts = re.split(r"[\\/]", name)
     if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts:
         raise FormatError(
-            f"{path}: archive member {name!r} has a path that leaves the archive's folder "
+            f"{where}: archive member {name!r} has a path that leaves the archive's folder "
             "(absolute, or through '..'); no framework writes one. Refusing to read the "
             "file; nothing was extracted.")
     if info.compress_type not in CODECS:
         raise FormatError(
-            f"{path}: archive member {name!r} is compressed with zip method "
+            f"{where}: archive member {name!r} is compressed with zip method "
             f"{info.compress_type} ({_METHODS.get(info.compress_type, 'unknown')}); expected "
             "stored or deflate, the only ones the frameworks write (other codecs "
             "expand without a bound while being read). Nothing was read.")
@@ -82,7 +82,7 @@ def _check(path: str, info: zipfile.ZipInfo, size: int) -> None:
             info.file_size != info.compress_size if stored
             else info.file_size > RATIO * info.compress_size + 64):
         raise FormatError(
-            f"{path}: archive member {name!r} declares {info.file_size:,} bytes, stored in "
+            f"{where}: archive member {name!r} declares {info.file_size:,} bytes, stored in "
             f"{info.compress_size:,} of a {size:,}-byte file; that cannot be (the archive is "
             "damaged, or built to exhaust memory). Nothing was read.")
 
