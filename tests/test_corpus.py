@@ -330,6 +330,9 @@ def test_run_refuses_an_output_folder_that_is_a_file_and_lengths_that_are_not_co
     (tmp_path / "afile").write_text("")
     with pytest.raises(rnnport.FormatError, match="output folder .* is a file"):
         corpus.run(model_file, [data], tmp_path / "afile", jobs=0)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(rnnport.FormatError, match="output folder .* is a file"):
+        corpus.run(model_file, [data], tmp_path / "dangling", jobs=0)
     for lengths in (np.array([1.5, 2.0]), np.array([[1, 2]]), np.array([-1, 2])):
         with pytest.raises(rnnport.FormatError, match="one whole number ≥ 0 per sequence"):
             corpus.run(model_file, [data], tmp_path / "out", jobs=0, lengths=lengths)

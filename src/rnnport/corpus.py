@@ -981,7 +981,7 @@ def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[s
             raise FormatError("run: jobs=0 runs in this process, without Dask; with dask=, jobs "
                               "is the number of Dask workers: 1 or more.")
         _require_dask(dask)
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):  # a dangling link too
         raise FormatError(f"{shown(out_dir)}: the output folder (--out, out_dir) is a file; "
                           "expected a folder for the outputs (made if missing). Choose another, "
                           "or move the file away.")
