@@ -217,7 +217,8 @@ def test_projections_run_in_blocks_of_rows_fixed_by_their_shape() -> None:
         blocks = runtime._row_blocks(rows, depth, width)
         assert blocks[0].start == 0 and blocks[-1].stop == rows
         assert all(a.stop == b.start for a, b in itertools.pairwise(blocks))
-        assert len(blocks) <= runtime.PROJECTION_BLOCKS
+        assert all(block.stop > block.start for block in blocks)
+        assert len(blocks) <= min(runtime.PROJECTION_BLOCKS, rows)  # never more than rows
         assert len(blocks) & (len(blocks) - 1) == 0  # a power of two: even shares of threads
         if len(blocks) > 1:  # each block worth its thread and its repacking of the weights
             smallest = min(block.stop - block.start for block in blocks)
