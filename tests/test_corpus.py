@@ -267,6 +267,7 @@ def test_a_bad_file_is_reported_by_name_and_the_others_are_done(
     failed = {line.split(": ")[1] for line in text.splitlines() if line.startswith("failed: ")}
     assert failed == {str(data / name) for name in ("wide.npy", "cut.npy", "flat.npy",
                                                     "only.npz")} | {str(tmp_path / "absent.npy")}
+    assert "input_size is 5" in text
     assert "wide.npy: shape (2, 4, 9); expected 5 features per frame" in text
     assert "expected (time, input) for one sequence or (batch, time, input)" in text
     assert "not a readable .npy array" in text and "no such file" in text
@@ -295,7 +296,7 @@ def test_what_forward_refuses_in_a_file_names_the_file_and_array_once(
         "failed: bad/long.npz, array 'x': lengths[0] = 9; expected 0 ≤ length ≤ 4 (the number "
         "of time steps of the input).",
         "failed: bad/mixed.npz, array 'z': shape (2, 4, 3); expected 5 features per frame (its "
-        "last axis), the model's input size."]
+        "last axis): the model's input_size is 5."]
     summary = corpus.run(model_file, [folder / "one.npy"], "again", jobs=0)
     assert summary.lines()[:2] == [
         "1 file: 1 done, 0 skipped, 0 failed",
@@ -417,7 +418,7 @@ def test_lengths_and_layout_flags_apply_as_in_the_one_file_form(
 @pytest.mark.parametrize(("argv", "message"), [
     (["--out", "o"], "--out DIR needs INPUTS"),
     (["a.npy", "--input", "x.npy"], "INPUTS go with --out DIR, not --input"),
-    (["--input", "x.npy", "--jobs", "2"], "--jobs goes with --out DIR"),
+    (["--input", "x.npy", "--jobs", "2"], "--jobs go with --out DIR"),
     (["--input", "x.npy", "--jobs", "2", "--dask", "local"], "--jobs and --dask go with --out"),
     (["a.npy", "--out", "o", "--dask", "local", "--jobs", "0"],
      "--jobs 0 runs in this process, without Dask; with --dask, --jobs is the number of Dask "
@@ -711,8 +712,8 @@ def test_groups_follow_the_recent_files_times() -> None:
     groups.timed_by(corpus.FileResult("x", "x", "x", "failed", seconds=50.0))  # not timed
     assert len(groups.next()) == round(corpus.GROUP_SECONDS / 0.1)
     for seconds, size in [(0.6 * corpus.GROUP_SECONDS, 2), (0.4 * corpus.GROUP_SECONDS, 2),
-                          (3 * corpus.GROUP_SECONDS, 1), (1e-320, corpus.GROUP_FILES),
-                          (0.0, 1)]:  # 0: an output found written by an earlier try, not timed
+                          (3 * corpus.GROUP_SECONDS, 1), (0.0, corpus.GROUP_FILES),
+                          (1e-320, corpus.GROUP_FILES)]:
         groups.recent.clear()
         groups.waiting = list(reversed(tasks))
         finished(seconds)

@@ -594,8 +594,7 @@ def _run_form_error(args: argparse.Namespace) -> str:
     if args.out is None:
         extra = [flag for flag, value in (("INPUTS", args.inputs), ("--jobs", args.jobs),
                                           ("--dask", args.dask)) if value not in (None, [])]
-        verb = "go" if len(extra) > 1 or extra == ["INPUTS"] else "goes"
-        return f"{' and '.join(extra)} {verb} with --out DIR, not --input" if extra else ""
+        return f"{' and '.join(extra)} go with --out DIR, not --input" if extra else ""
     if not args.inputs:
         return "--out DIR needs INPUTS: .npy files, archives or folders to run"
     if args.dask is not None and args.jobs == 0:

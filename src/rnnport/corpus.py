@@ -405,7 +405,7 @@ def _forward(model: Model, x: np.ndarray, lengths: np.ndarray | None, time_major
     size = model.input_size
     if x.shape[-1] != size:
         raise ShapeError(f"{where}: shape {shape}; expected {size} features per frame (its last "
-                         f"axis), the model's input size.")
+                         f"axis): the model's input_size is {size}.")
     try:
         return model.forward(x, lengths=lengths, time_major=time_major)
     except (ShapeError, errors.DTypeError, errors.StateError, errors.LimitError) as error:
@@ -751,7 +751,7 @@ class _Groups:
         self.recent: deque[float] = deque(maxlen=RECENT)
 
     def timed_by(self, result: FileResult) -> None:
-        if result.status == "done" and result.seconds > 0:  # 0: found written, not run
+        if result.status == "done":
             self.recent.append(result.seconds)
 
     def next(self) -> list[Task]:
