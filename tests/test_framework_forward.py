@@ -113,16 +113,18 @@ def test_pytorch_finds_the_network_read_in_a_checkpoint_with_several(tmp_path: P
     x = _x(3)
     model = rnnport.read(tmp_path / "checkpoint.pt", prefix="encoder.rnn.")
     label, y = _run("torch", tmp_path / "checkpoint.pt", model, x)
-    assert label == "PyTorch loading checkpoint.pt (keys under 'encoder.rnn.') into nn.GRU"
+    assert label == ("PyTorch loading checkpoint.pt (keys under 'model_state_dict.encoder.rnn.') "
+                     "into nn.GRU")
     with torch.no_grad():
         _close(y, encoder(torch.from_numpy(x).transpose(0, 1))[0].transpose(0, 1).numpy())
     cell = rnnport.read(tmp_path / "checkpoint.pt", prefix="decoder.cell.")
     label, y = _run("torch", tmp_path / "checkpoint.pt", cell, _x(8))
-    assert label == ("PyTorch loading checkpoint.pt (keys under 'decoder.cell.') into "
-                     "nn.LSTMCell, stepped over time")
+    assert label == ("PyTorch loading checkpoint.pt (keys under 'model_state_dict.decoder.cell.') "
+                     "into nn.LSTMCell, stepped over time")
     _close(y, cell.forward(_x(8))[0])
     label, _ = _run("torch", checkpoint, cell, _x(8))
-    assert label.startswith("PyTorch loading the state_dict (keys under 'decoder.cell.')")
+    assert label.startswith("PyTorch loading the state_dict (keys under "
+                            "'model_state_dict.decoder.cell.')")
 
 
 def test_pytorch_runs_a_module_itself_in_eval_mode_and_leaves_its_mode_alone() -> None:

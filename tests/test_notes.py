@@ -132,8 +132,9 @@ def test_a_training_checkpoint_names_what_sits_beside_its_state_dict(tmp_path: P
     path = tmp_path / "checkpoint.pt"
     torch.save({"model": state, "optimizer": {"lr": 0.1}, "epoch": 3}, path)
     found = notes("torch", path)
-    assert found[0] == ("a training checkpoint: its 'model' entry read as the state_dict; "
-                        "beside it 'optimizer', 'epoch', not read.")
+    assert found[:2] == ["a torch.save file, read without PyTorch.",
+                         "a training checkpoint: its 'model' entry read as the state_dict; "
+                         "beside it 'optimizer', 'epoch', not read."]
     assert any(note.startswith("module 'fc'") for note in found)
     assert notes("torch", torch.nn.LSTM(3, 4)) == []
 

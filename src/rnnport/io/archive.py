@@ -36,14 +36,19 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, Valu
                UnicodeDecodeError, struct.error, zlib.error, OverflowError)
 
 
-def open_zip(path: str | os.PathLike[str], what: str, where: str | None = None
+def open_zip(path: str | os.PathLike[str] | bytes, what: str, where: str | None = None
              ) -> zipfile.ZipFile:
-    """``path`` as a checked ZipFile; ``what`` names the expected kind of file in messages,
-    which start with ``where`` (default: the path)."""
-    size = os.path.getsize(path)
-    where = os.fspath(path) if where is None else where
+    """``path`` (or an archive's bytes, e.g. a member of another archive) as a checked
+    ZipFile; ``what`` names the expected kind of file in messages, which start with
+    ``where`` (default: the path)."""
+    source: io.BytesIO | str | os.PathLike[str]
+    if isinstance(path, bytes):
+        size, where, source = len(path), where or "an archive in memory", io.BytesIO(path)
+    else:
+        size, where, source = os.path.getsize(path), os.fspath(path) if where is None \
+            else where, path
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(source)
         infos = archive.infolist()
     except _ZIP_ERRORS as error:
         raise FormatError(f"{where}: not a readable {what} ({type(error).__name__}: {error}); "
@@ -88,15 +93,19 @@ def _check(where: str, info: zipfile.ZipInfo, size: int) -> None:
 
 
 def read_member(archive: zipfile.ZipFile, name: str, where: str,
-                limit: int | None = None) -> bytes:
+                limit: int | None = None, length: int | None = None) -> bytes:
     """The bytes of member ``name`` (checked by :func:`open_zip`), CRC verified; refused
-    before reading when it declares more than ``limit`` bytes."""
+    before reading when it declares more than ``limit`` bytes. With ``length``, its first
+    ``length`` bytes at most, read (and decompressed) no further."""
     size = archive.getinfo(name).file_size
     if limit is not None and size > limit:
         raise FormatError(f"{where}: archive member {name!r} declares {size:,} bytes; expected "
                           f"at most {limit:,} for what it holds. The file is damaged or built "
                           "to exhaust memory; nothing was read.")
     try:
+        if length is not None and length < size:
+            with archive.open(name) as stream:
+                return stream.read(length)
         return archive.read(name)
     except _ZIP_ERRORS as error:
         raise FormatError(f"{where}: archive member {name!r} cannot be read "

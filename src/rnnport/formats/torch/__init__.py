@@ -30,10 +30,19 @@ Writing gives a dict of NumPy arrays (``module=True``: a ready ``nn.Module``, wh
 torch). A list of state_dicts or modules reads as a stack. Tensors are converted without
 importing torch; bfloat16 becomes float32 (exact).
 
-Files: ``.pt``/``.pth`` are read with ``torch.load(weights_only=True)`` (never a plain
-unpickle: a file holding Python objects is refused) and written with ``torch.save``;
-``.safetensors`` through safetensors' NumPy API. A state_dict wrapped in a training
-checkpoint (``{"state_dict": ...}``, ``{"model_state_dict": ...}``) is unwrapped.
+Files are told apart by their bytes, never by their names (``pytorch_model.bin``,
+Lightning's ``.ckpt``, ``checkpoint.pth.tar``, ``weights`` with no suffix): a ``torch.save``
+zip, a legacy ``torch.save`` pickle, a safetensors file or a ``torch.export`` ``.pt2``
+archive (:mod:`.files`, :mod:`.pt2`). All are read without PyTorch: pickles by a
+restricted pickle machine that imports and calls nothing (:mod:`rnnport.io.pickled`;
+objects of other classes — hyper-parameters, a whole pickled module — are kept as names,
+never made), tensors as views of their storages read only when needed, within the
+``expansion`` limit (:mod:`.tensors`). The weights may sit anywhere in a checkpoint
+(``state_dict``, ``model_state``, ``net``, ``module`` …, DataParallel's ``module.`` and
+Lightning's ``model.`` prefixes; :mod:`.networks`): every network found is listed by the key
+path ``prefix=`` takes. A ``.pt2`` graph also tells the cell: a relu ``nn.RNN`` reads as one.
+Writing a path gives a ``torch.save`` zip (any name but ``.safetensors``) or a safetensors
+file, both without PyTorch.
 
 The framework check (``framework_forward``, ``convert --verify``) has PyTorch itself load
 such a file (``torch.load(weights_only=True)``, ``safetensors.torch``), put the tensors into
@@ -51,44 +60,44 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import itertools
-import re
-from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import budget
-from ..errors import (
-    AmbiguousSourceError,
+from ... import budget
+from ...errors import (
     DeviceError,
     FormatError,
     RnnportError,
     UnsupportedFeatureError,
 )
-from ..io.archive import open_zip
-from ..io.atomic import atomic_write
-from ..model import RNN, Model, Stack, exported, stack
-from ..spec import Spec
-from ._common import MAX_LISTED, describe, is_path, layer_number, listed, require, to_numpy
-from ._protocol import Choices, Engine, Format, Runner, Suffix
+from ...io.atomic import atomic_write
+from ...io.pickled import Global, Opaque
+from ...model import RNN, Model, Stack, exported, stack
+from ...spec import Spec
+from .._common import MAX_LISTED, describe, is_path, listed, require, to_numpy
+from .._protocol import Choices, Engine, Format, Runner, Suffix
+from .files import KINDS, kind_of, opened, safetensors_bytes, write_zip
+from .networks import Group, descend, find, match, opaque_values, pick
+from .tensors import Loaded, TensorRef
 
 __all__ = ["ENGINE", "FORMAT", "load", "new_module", "save", "to_module"]
 
 READ_OPTIONS = frozenset({"nonlinearity", "prefix"})
 WRITE_OPTIONS = frozenset({"module", "batch_first", "per_part", "as_cell"})
 SUFFIXES = (Suffix(".pt", "a torch.save file"), Suffix(".pth", "a torch.save file"),
-            Suffix(".safetensors", "a safetensors file"))
+            Suffix(".safetensors", "a safetensors file"),
+            Suffix(".bin", "a torch.save file (pytorch_model.bin)"),
+            Suffix(".ckpt", "a Lightning checkpoint (torch.save)", writes=False),
+            Suffix(".pt2", "a torch.export archive", writes=False))
 FILE_SUFFIXES = tuple(suffix.text for suffix in SUFFIXES)
 
-# ``weight_ih_l0``, ``bias_hh_l1_reverse`` (nn.LSTM/GRU/RNN), ``weight_ih`` (the cells).
-KEY = re.compile(r"^(?P<prefix>.*?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
-                 r"(?:_l(?P<layer>\d+)(?P<reverse>_reverse)?)?$")
 MODULE_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 CELL_MODULES = {"LSTMCell": "lstm", "GRUCell": "gru", "RNNCell": "rnn"}
 GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
-CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model")  # training checkpoints' wrappers
+_match = match
 
 
 def _is_module(value: Any) -> bool:
@@ -101,26 +110,32 @@ def _is_cell(value: Any) -> bool:
         hasattr(value, "weight_ih")
 
 
-def _match(key: Any) -> re.Match[str] | None:
-    """``key`` as a PyTorch recurrent parameter's name; a cell's (no layer suffix) only under
-    a dotted module path, never one holding ``/`` (other formats' paths)."""
-    match = KEY.match(key) if isinstance(key, str) else None
-    if match and match["layer"] is None and "/" in match["prefix"]:
-        return None
-    return match
-
-
 def sniff(source: Any) -> bool:
     if _is_module(source):
         return True
     if is_path(source):
-        return Path(source).suffix.lower() in FILE_SUFFIXES
+        # By content; a damaged file named like a PyTorch file is still this format's (its
+        # reader says what is wrong), unless its bytes are plainly another format's.
+        return kind_of(source) is not None or (
+            Path(source).suffix.lower() in FILE_SUFFIXES and Path(source).is_file()
+            and not _other_zip(source))
     if isinstance(source, Mapping):
-        return any(_match(key) for key in _unwrap(source)[0])
+        return bool(find(source))
     if isinstance(source, (list, tuple)) and source:
         return all(_is_module(item) or (isinstance(item, Mapping) and sniff(item))
                    for item in source)
     return False
+
+
+def _other_zip(path: Any) -> bool:
+    """Whether ``path`` is a readable zip that is no PyTorch file (a ``.keras`` renamed)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return bool(archive.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return False
 
 
 # -- read ------------------------------------------------------------------------------
@@ -135,14 +150,55 @@ def read(source: Any, **options: Any) -> Model:
     if _is_module(source):
         return _read_module(source, options)
     if is_path(source):
-        return _read_state_dict(load(source), options, str(source))
+        with opened(source) as loaded:
+            return _read_loaded(loaded, options)
     if isinstance(source, Mapping):
-        state, wrapper = _unwrap(source)
-        location = "torch state_dict" + (f" (checkpoint entry {wrapper!r})" if wrapper else "")
-        _check_expansion(state, location, None)
-        return _read_state_dict(state, options, location)
+        location = "torch state_dict"
+        groups = _found(source, location)
+        group = pick(groups, options.get("prefix"), location)
+        _check_expansion(group, location, None)
+        return _read_group(group, options, _where(location, group))
     raise FormatError(f"read(fmt='torch'): expected an nn.LSTM/GRU/RNN, a state_dict (keys like "
                       f"'weight_ih_l0'), or a list of them; got {describe(source)}.")
+
+
+def _read_loaded(loaded: Loaded, options: Mapping[str, Any]) -> RNN:
+    groups = _found(loaded.tree, loaded.where, loaded)
+    group = pick(groups, options.get("prefix"), loaded.where)
+    _check_expansion(group, loaded.where, loaded.size)
+    return _read_group(group, options, _where(loaded.where, group))
+
+
+def _found(tree: Any, location: str, loaded: Loaded | None = None) -> list[Group]:
+    """The networks ``tree`` holds, or an error saying what it holds instead."""
+    graphs = loaded.graphs if loaded is not None else ()
+    models = len(tree) if loaded is not None and loaded.kind == "pt2" and graphs and \
+        len({network.model for network in graphs}) > 1 else 1
+    groups = find(tree, graphs, location, models)
+    if groups:
+        return groups
+    opaque = opaque_values(tree)
+    if opaque:
+        listing = listed(f"{path} ({made})" for path, made in opaque)
+        raise FormatError(
+            f"{location}: no recurrent weights found, and the file pickles Python objects "
+            f"rnnport does not build (it never runs a file's code): {listing}. A whole pickled "
+            "module (torch.save(model)) keeps its weights inside such objects. Where you trust "
+            "the file, save its weights once: torch.save(torch.load(path, map_location='cpu', "
+            "weights_only=False).state_dict(), 'weights.pt'), and read that.")
+    keys = _top_keys(tree)
+    raise FormatError(f"{location}: no RNN weights found; expected keys like 'weight_ih_l0' "
+                      f"(at any depth), got {keys or 'no keys'}.")
+
+
+def _top_keys(tree: Any) -> str:
+    if isinstance(tree, Mapping):
+        return ", ".join(list(map(str, tree))[:5])
+    return describe(tree) if not isinstance(tree, TensorRef) else f"one tensor {tree.describe()}"
+
+
+def _where(location: str, group: Group) -> str:
+    return f"{location}{f' (prefix {group.prefix!r})' if group.prefix else ''}"
 
 
 def _read_module(module: Any, options: dict[str, Any]) -> RNN:
@@ -157,8 +213,10 @@ def _read_module(module: Any, options: dict[str, Any]) -> RNN:
             f"rnn_{options['nonlinearity']}" != cell:
         raise FormatError(f"{location}: option nonlinearity={options['nonlinearity']!r} "
                           f"contradicts the module's {mode}; drop the option.")
-    rnn = _read_state_dict(module.state_dict(), {**options, "nonlinearity": cell[4:] or "tanh"}
-                           if cell.startswith("rnn") else options, location)
+    state = module.state_dict()
+    group = pick(_found(state, location), None, location)
+    rnn = _read_group(group, {**options, "nonlinearity": cell[4:] or "tanh"}
+                      if cell.startswith("rnn") else options, location)
     declared = dict(input_size=module.input_size, hidden_size=module.hidden_size,
                     num_layers=getattr(module, "num_layers", 1),
                     bidirectional=bool(getattr(module, "bidirectional", False)),
@@ -170,51 +228,25 @@ def _read_module(module: Any, options: dict[str, Any]) -> RNN:
     return rnn
 
 
-Groups = dict[str, dict[tuple[int, int], dict[str, Any]]]
+def _array(value: Any, where: str) -> np.ndarray:
+    """A stored value as a NumPy array: a file's tensor read now, a framework tensor or an
+    array-like converted."""
+    if isinstance(value, TensorRef):
+        return value.array(where)
+    if isinstance(value, (Opaque, Global)) or type(value).__name__ == "_Unbuilt":
+        made = getattr(value, "made_by", None) or getattr(value, "function", None) or value
+        name = made.name if hasattr(made, "function") else str(made)
+        raise FormatError(f"{where}: a value the file builds with {name}, not a plain tensor "
+                          "(a quantized, sparse or custom tensor type, or another Python "
+                          "object); expected dense float weights. Save the weights as plain "
+                          "tensors.")
+    return to_numpy(value, where)
 
 
-def _groups(state: Mapping[str, Any], location: str) -> tuple[Groups, set[str], set[str]]:
-    """The recurrent keys by prefix → (layer, direction) → name; the prefixes holding a
-    cell's keys (no layer suffix), and those holding a layered network's."""
-    groups: Groups = defaultdict(lambda: defaultdict(dict))
-    cells: set[str] = set()
-    layered: set[str] = set()
-    for key, value in state.items():
-        match = _match(key)
-        if match:
-            direction = 1 if match["reverse"] else 0
-            layer = 0 if match["layer"] is None else layer_number(match["layer"], location)
-            (cells if match["layer"] is None else layered).add(match["prefix"])
-            groups[match["prefix"]][(layer, direction)][match["name"]] = value
-    if not groups:
-        keys = ", ".join(list(map(str, state))[:5])
-        raise FormatError(f"{location}: no RNN weights found; expected keys like 'weight_ih_l0', "
-                          f"got {keys or 'no keys'}.")
-    return groups, cells, layered
-
-
-def _prefix(groups: Groups, options: Mapping[str, Any], location: str) -> str:
-    """The prefix ``prefix=`` picks, or the only one."""
-    prefix = options.get("prefix")
-    if prefix is None:
-        if len(groups) > 1:
-            listing = ", ".join(repr(p) for p in groups)
-            raise AmbiguousSourceError(f"{location}: holds {len(groups)} RNNs, with key prefixes "
-                                       f"{listing}; pass prefix= with one of them.")
-        return next(iter(groups))
-    if not isinstance(prefix, str) or prefix not in groups:
-        raise FormatError(f"{location}: no RNN with prefix {prefix!r}; prefixes found: "
-                          f"{', '.join(repr(p) for p in groups)}.")
-    return prefix
-
-
-def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], location: str) -> RNN:
-    groups, cells, layered = _groups(state, location)
-    prefix = _prefix(groups, options, location)
-    entries = groups[prefix]
-    where = f"{location}{f' (prefix {prefix!r})' if prefix else ''}"
-    if prefix in cells:
-        if prefix in layered:
+def _read_group(group: Group, options: Mapping[str, Any], where: str) -> RNN:
+    entries = group.entries
+    if group.cells:
+        if group.layered:
             raise FormatError(f"{where}: holds both a cell's keys (weight_ih) and a layered "
                               "network's (weight_ih_l0) under one prefix; expected one of them.")
         if "weight_hr" in entries[(0, 0)]:
@@ -227,10 +259,13 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
         (f"weight_ih_l{k}{'_reverse' if d else ''}" for k in range(layers)
          for d in range(directions) if (k, d) not in entries), 6))
     if missing:
-        listed = ", ".join(missing[:5]) + (", …" if len(missing) > 5 else "")
-        raise FormatError(f"{where}: missing {listed}; expected layers 0…{layers - 1}"
+        shown = ", ".join(missing[:5]) + (", …" if len(missing) > 5 else "")
+        raise FormatError(f"{where}: missing {shown}; expected layers 0…{layers - 1}"
                           f" with {directions} direction(s) each.")
-    first = {name: to_numpy(value, f"{where}, {name}_l0") for name, value in entries[(0, 0)].items()}
+    arrays = {(layer, direction): {name: _array(value, f"{where}, {key(name, layer, direction)}")
+                                   for name, value in named.items()}
+              for (layer, direction), named in entries.items()}
+    first = arrays[(0, 0)]
     for required in ("weight_ih", "weight_hh"):
         if required not in first:
             raise FormatError(f"{where}: missing {required}_l0.")
@@ -246,19 +281,28 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
         raise FormatError(f"{where}: weight_hh_l0 {weight_hh.shape}; expected (G·H, H_out) with "
                           "G = 4 (LSTM), 3 (GRU) or 1 (RNN).")
     cell = GATE_CELLS[gates]
+    graph_cell = group.graph.cell if group.graph is not None else None
+    if graph_cell is not None and not graph_cell.startswith(cell):
+        raise FormatError(f"{where}: node {group.graph.node!r} is {graph_cell} but its "  # type: ignore[union-attr]
+                          f"weight_hh {weight_hh.shape} holds {gates} gate(s); the archive is "
+                          "damaged.")
     if cell == "rnn":
-        nonlinearity = options.get("nonlinearity", "tanh")
+        nonlinearity = options.get("nonlinearity", graph_cell[4:] if graph_cell else "tanh")
         if nonlinearity not in ("tanh", "relu"):
             raise FormatError(f"{where}: nonlinearity={nonlinearity!r}; expected 'tanh' or "
                               "'relu'.")
+        if graph_cell is not None and graph_cell != f"rnn_{nonlinearity}":
+            raise FormatError(f"{where}: option nonlinearity={nonlinearity!r} contradicts node "
+                              f"{group.graph.node!r}, which computes {graph_cell}; drop the "  # type: ignore[union-attr]
+                              "option.")
         cell = f"rnn_{nonlinearity}"
     spec = Spec(cell=cell, input_size=weight_ih.shape[1], hidden_size=hidden, num_layers=layers,
                 bidirectional=directions == 2,
                 proj_size=projection.shape[0] if projection is not None else 0,
                 bias="bias_ih" in first or "bias_hh" in first)
     # Copied: a state_dict usually holds a live module's parameters, which training changes.
-    params = [[{name: np.array(to_numpy(value, f"{where}, {name}"), copy=True)
-                for name, value in entries[(layer, direction)].items()}
+    params = [[{name: np.array(array, copy=True)
+                for name, array in arrays[(layer, direction)].items()}
                for direction in range(directions)] for layer in range(layers)]
     return RNN(spec, params, copy=False)
 
@@ -266,56 +310,73 @@ def _read_state_dict(state: Mapping[str, Any], options: Mapping[str, Any], locat
 def choices(source: Any) -> Choices:
     """The RNNs a state_dict (or file) holds, by the key prefix ``prefix=`` takes."""
     if is_path(source):
-        state, _, _ = _load(source)
+        with opened(source) as loaded:
+            groups = _found(loaded.tree, loaded.where, loaded)
     elif isinstance(source, Mapping):
-        state, _ = _unwrap(source)
+        groups = _found(source, "torch state_dict")
     else:
         return Choices("prefix", ())
-    groups, _, _ = _groups(state, "torch state_dict")
-    return Choices("prefix", tuple(
-        (prefix, f"{max(layer for layer, _ in group) + 1} layer(s), "
-                 f"{max(direction for _, direction in group) + 1} direction(s)")
-        for prefix, group in groups.items()))
+    return Choices("prefix", tuple((group.prefix, group.describe()) for group in groups))
 
 
 def notes(source: Any, **options: Any) -> list[str]:
     """What a state_dict (or file) holds beside the network ``prefix=`` picks: other RNNs,
-    other modules' keys, a training checkpoint's other entries (see ``Format.notes``)."""
+    other modules' keys, a training checkpoint's other entries, Python objects not built
+    (see ``Format.notes``)."""
     if is_path(source):
-        state, wrapper, others = _load(source)
-        location = str(source)
-    elif isinstance(source, Mapping):
-        state, wrapper = _unwrap(source)
-        outer = wrapper.split(".")[0] if wrapper else None
-        others = [str(key) for key in source if key != outer] if wrapper else []
-        location = "torch state_dict"
-    else:  # a module holds its network alone; a list is read whole
-        return []
-    groups, _, _ = _groups(state, location)
-    prefix = _prefix(groups, options, location)
+        with opened(source) as loaded:
+            return _notes(loaded.tree, options, loaded.where, loaded)
+    if isinstance(source, Mapping):
+        return _notes(source, options, "torch state_dict", None)
+    return []  # a module holds its network alone; a list is read whole
+
+
+def _notes(tree: Any, options: Mapping[str, Any], location: str,
+           loaded: Loaded | None) -> list[str]:
+    groups = _found(tree, location, loaded)
+    group = pick(groups, options.get("prefix"), location)
     out = []
-    if wrapper is not None:
-        out.append(f"a training checkpoint: its {wrapper!r} entry read as the state_dict"
-                   + (f"; beside it {listed(map(repr, others))}, not read." if others else "."))
+    if loaded is not None:
+        out.append(f"{KINDS[loaded.kind]}, read without PyTorch"
+                   + (f"; its metadata: {listed(f'{k}={v}' for k, v in loaded.metadata.items())}"
+                      if loaded.metadata else "") + ".")
+    if group.graph is not None:
+        out.append(f"the network is node {group.graph.node!r} "
+                   f"({group.graph.target.removeprefix('torch.ops.')}) of model "
+                   f"{group.graph.model!r}; its other operations are not read.")
+    elif loaded is not None and loaded.kind == "pt2":
+        out.append("the graph holds no aten.lstm, gru or rnn node (its recurrence is "
+                   "decomposed into elementary operations, or the module is not called): the "
+                   "network is read by its parameters' names alone.")
+    if group.container and isinstance(tree, Mapping):
+        outer = group.container[0]
+        others = [repr(str(key)) for key in tree if str(key) != outer]
+        out.append(f"a training checkpoint: its {'.'.join(group.container)!r} entry read as "
+                   f"the state_dict" + (f"; beside it {listed(others)}, not read." if others
+                                        else "."))
     for other in groups:
-        if other != prefix:
-            out.append(f"another RNN under the key prefix {other!r}; not read "
-                       f"(prefix={other!r} reads it).")
+        if other is not group:
+            out.append(f"another RNN under the key prefix {other.prefix!r}; not read "
+                       f"(prefix={other.prefix!r} reads it).")
     modules: dict[str, list[str]] = {}
-    for key, value in state.items():
-        match = _match(key)
-        if match is not None:  # the network read, or another one noted above
-            continue
-        owner = str(key).rsplit(".", 1)[0] if "." in str(key) else ""
-        shape = getattr(value, "shape", None)
-        modules.setdefault(owner, []).append(f"{key} {tuple(shape)}" if shape is not None
-                                             else str(key))
+    for name, value in (group.mapping or {}).items():
+        if _match(name) is not None or (group.graph is not None and name in group.keys.values()):
+            continue  # the network read, or another one noted above
+        owner = str(name).rsplit(".", 1)[0] if "." in str(name) else ""
+        shape = value.shape if isinstance(value, TensorRef) else getattr(value, "shape", None)
+        modules.setdefault(owner, []).append(f"{name} {tuple(shape)}" if shape is not None
+                                             else str(name))
     for owner, keys in list(modules.items())[:MAX_LISTED]:
         what = f"module {owner!r}" if owner else "top-level keys"
         out.append(f"{what}: {listed(keys)}; not recurrent weights, not read.")
     if len(modules) > MAX_LISTED:
         rest = sum(len(keys) for keys in list(modules.values())[MAX_LISTED:])
         out.append(f"… and {len(modules) - MAX_LISTED} more modules ({rest} keys), not read.")
+    opaque = opaque_values(tree)
+    if opaque:
+        out.append("Python objects the file pickles, kept as names and not built (rnnport "
+                   f"runs no file's code): {listed(f'{path} ({made})' for path, made in opaque)}"
+                   "; not read.")
     return out
 
 
@@ -395,91 +456,21 @@ def new_module(spec: Spec, *, batch_first: bool, cell: bool = False) -> Any:
     return torch.nn.RNN(nonlinearity=spec.nonlinearity, **kwargs)
 
 
-def load(path: Any) -> dict[str, Any]:
-    """A state_dict from a file: ``.safetensors`` through safetensors' NumPy API, ``.pt`` /
-    ``.pth`` through ``torch.load(weights_only=True)``, which never runs pickled code. A
-    training checkpoint's state_dict is taken from under its key (``state_dict``,
-    ``model_state_dict`` or ``model``)."""
-    return _load(path)[0]
+def load(path: Any) -> dict[str, np.ndarray]:
+    """The one network's arrays a PyTorch file holds, by the keys they are stored under
+    (``rnn.weight_ih_l0`` …), read without PyTorch; an error when the file holds several
+    networks (read it with ``prefix=``)."""
+    with opened(path) as loaded:
+        group = pick(_found(loaded.tree, loaded.where, loaded), None, loaded.where)
+        _check_expansion(group, loaded.where, loaded.size)
+        return {str(group.keys[(layer, direction, name)]):
+                _array(value, f"{loaded.where}, {group.keys[(layer, direction, name)]}")
+                for (layer, direction), named in group.entries.items()
+                for name, value in named.items()}
 
 
-def _load(path: Any) -> tuple[dict[str, Any], str | None, list[str]]:
-    """The state_dict, the checkpoint key it was under (or None), and the checkpoint's other
-    top-level keys."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in FILE_SUFFIXES:
-        raise FormatError(f"{path}: suffix {suffix or 'none'}; expected .pt, .pth or "
-                          ".safetensors for a PyTorch file.")
-    if not path.is_file():
-        raise FormatError(f"{path}: no such file.")
-    if suffix == ".safetensors":
-        safetensors = require("safetensors.numpy", extra="torch",
-                              purpose="reading .safetensors files")
-        try:
-            return dict(safetensors.load_file(str(path))), None, []
-        except Exception as error:  # safetensors raises its own SafetensorError and others
-            raise FormatError(f"{path}: not a readable .safetensors file ({error}); it may be "
-                              "truncated or damaged, or hold bfloat16 tensors NumPy cannot "
-                              "represent (convert them to float32 first).") from None
-    torch = require("torch", extra="torch", purpose="reading .pt files")
-    with open(path, "rb") as file:
-        magic = file.read(4)
-    if magic != b"PK\x03\x04":
-        raise FormatError(
-            f"{path}: not the zip archive torch.save has written since PyTorch 1.6; the file is "
-            "truncated or damaged, or comes from an older PyTorch. That legacy format's sizes "
-            "cannot be checked before memory is allocated, so rnnport does not read it; "
-            "re-save it with a current PyTorch: torch.save(torch.load(path), path).")
-    with open_zip(path, "PyTorch file") as archive:  # names and sizes checked before torch
-        names = archive.namelist()
-    if any("/code/" in name for name in names) or any(name.endswith("/constants.pkl")
-                                                      for name in names):
-        raise UnsupportedFeatureError(
-            f"{path}: a TorchScript archive (torch.jit.save), whose module is code that would "
-            "have to run to be loaded; rnnport reads state_dicts and never runs a file's code. "
-            "Where you trust the file, take its weights out once: "
-            "torch.save(torch.jit.load(path).state_dict(), 'weights.pt'), and read that.")
-    try:
-        loaded = torch.load(str(path), map_location="cpu", weights_only=True)
-    except MemoryError:
-        raise
-    except Exception as error:  # torch raises many types for damaged files
-        if "Unsupported global" in str(error) or "Unsupported class" in str(error):
-            raise FormatError(
-                f"{path}: holds Python objects that are not plain weights (e.g. a whole "
-                "nn.Module or custom classes); rnnport loads .pt files with "
-                "torch.load(weights_only=True) and never runs pickled code. Re-save the "
-                "weights only: torch.save(module.state_dict(), path).") from None
-        raise FormatError(f"{path}: not a readable PyTorch file ({type(error).__name__}: "
-                          f"{str(error)[:300]}); it may be truncated or damaged.") from None
-    top = [str(key) for key in loaded] if isinstance(loaded, Mapping) else []
-    loaded, wrapper = _unwrap(loaded)
-    if not isinstance(loaded, Mapping):
-        raise FormatError(f"{path}: holds {describe(loaded)}, not a state_dict; save "
-                          "module.state_dict() instead.")
-    size, total = path.stat().st_size, 0
-    for key, value in loaded.items():
-        # Strides can make a small storage look like a huge tensor (stride 0 repeats an
-        # element), and many keys can share one storage; copying them would allocate what
-        # the file never held.
-        if isinstance(value, torch.Tensor) and value.layout == torch.strided \
-                and not value.is_nested:
-            total += value.numel() * value.element_size()
-            if total > size:
-                raise FormatError(
-                    f"{path}: tensor {key!r} has shape {tuple(value.shape)} "
-                    f"({value.numel():,} elements), and the tensors so far need {total:,} "
-                    f"bytes, but the file is {size:,} bytes: their strides or shared storage "
-                    "repeat stored values. A saved state_dict never does that; the file is "
-                    "damaged or built to exhaust memory. Nothing was read.")
-    _check_expansion(loaded, str(path), size)
-    outer = wrapper.split(".")[0] if wrapper else None
-    return dict(loaded), wrapper, [key for key in top if key != outer] if wrapper else []
-
-
-def _check_expansion(state: Mapping[str, Any], where: str, size: int | None) -> None:
-    """Refuse a state_dict whose lists and tuples would expand, as NumPy arrays, past the
+def _check_expansion(group: Group, where: str, size: int | None) -> None:
+    """Refuse a network whose lists and tuples would expand, as NumPy arrays, past the
     ``expansion`` limit for ``size`` bytes (a file's size; None: what the lists themselves
     hold, for a state_dict given in memory).
 
@@ -488,7 +479,8 @@ def _check_expansion(state: Mapping[str, Any], where: str, size: int | None) -> 
     ``state_dict()`` holds tensors only; lists of numbers are read as arrays, within the limit.
     """
     total, held = 0, 0
-    for key, value in state.items():
+    for (layer, direction, name), key in group.keys.items():
+        value = group.entries[(layer, direction)][name]
         if not isinstance(value, (list, tuple)):
             continue  # tensors are bounded by the file above; other objects are never expanded
         expanded, distinct = _array_bytes(value, f"{where}, {key}")
@@ -550,38 +542,14 @@ def _leaf(item: Any) -> tuple[int, int]:
     return 1, 8  # a number, or an object NumPy keeps as one pointer
 
 
-def _unwrap(loaded: Any) -> tuple[Any, str | None]:
-    """A training checkpoint's state_dict, under common keys (nested too: ``state_dict`` →
-    ``model``), and their path (``"state_dict.model"``); else as given, and None."""
-    path: list[str] = []
-    while isinstance(loaded, Mapping) and not any(_match(k) for k in loaded) and len(path) < 8:
-        wrappers = [key for key in CHECKPOINT_KEYS if isinstance(loaded.get(key), Mapping)]
-        # The one holding the weights, if one does at once ({"model": config, "weights": …}).
-        key = next((key for key in wrappers if any(_match(k) for k in loaded[key])),
-                   wrappers[0] if wrappers else None)
-        if key is None:
-            break
-        path.append(key)
-        loaded = loaded[key]
-    return loaded, ".".join(path) or None
-
-
 def save(state: Mapping[str, np.ndarray], path: Any) -> None:
-    """Save a state_dict: ``.safetensors`` (needs safetensors) or ``.pt``/``.pth`` (needs torch)."""
-    suffix = Path(path).suffix.lower()
-    if suffix == ".safetensors":
-        safetensors = require("safetensors.numpy", extra="torch",
-                              purpose="saving .safetensors files")
-        # safetensors copies raw memory: strided (transposed) views must be made contiguous.
-        contiguous = {key: np.ascontiguousarray(value) for key, value in state.items()}
-        atomic_write(path, lambda file: file.write(safetensors.save(contiguous)))
-    elif suffix in (".pt", ".pth"):
-        torch = require("torch", extra="torch", purpose="saving .pt files")
-        tensors = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in state.items()}
-        atomic_write(path, lambda file: torch.save(tensors, file))
+    """Save a state_dict without PyTorch: a safetensors file for a ``.safetensors`` path, else
+    the zip ``torch.save`` writes (``.pt``, ``.pth``, ``pytorch_model.bin`` …), which
+    ``torch.load(weights_only=True)`` loads."""
+    if Path(path).suffix.lower() == ".safetensors":
+        atomic_write(path, lambda file: file.write(safetensors_bytes(state)))
     else:
-        raise FormatError(f"write(fmt='torch'): path {str(path)!r} has suffix {suffix or 'none'};"
-                          " expected .pt, .pth or .safetensors.")
+        atomic_write(path, lambda file: write_zip(file, state, Path(path).stem or "archive"))
 
 
 def read_options_for(spec: Spec) -> dict[str, Any]:
@@ -593,9 +561,9 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     """PyTorch computing ``y`` for ``x`` (batch, time, I) from the source itself.
 
     A module runs as it is (in eval mode: no dropout between layers). A file is loaded by
-    PyTorch — ``.pt`` / ``.pth`` with ``torch.load(weights_only=True)`` after rnnport's own
-    checks, a training checkpoint unwrapped as the reader does; ``.safetensors`` with
-    ``safetensors.torch.load_file`` — and its tensors (like a state_dict's) go through
+    PyTorch — ``torch.load(weights_only=True)`` for ``torch.save`` files (zip or legacy),
+    ``safetensors.torch.load_file``, ``torch.export.load`` for ``.pt2`` archives — and the
+    tensors at the place rnnport read the network from (a state_dict's, likewise) go through
     ``load_state_dict(strict=True)`` into an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``, or the
     cell, built for ``model.spec``: a key rnnport did not read, or one it read wrongly, makes
     PyTorch refuse. Returns (label, y (batch, time, D·H_out)), or why PyTorch cannot run.
@@ -609,66 +577,94 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     if _is_module(source):
         return f"PyTorch running the {_module_name(source)} itself", _run(source, x)
     if is_path(source):
-        path = Path(source)
-        if path.suffix.lower() == ".safetensors":
-            if importlib.util.find_spec("safetensors") is None:
-                return "safetensors is not installed: no framework check"
-            loader = require("safetensors.torch", extra="torch",
-                             purpose="loading .safetensors files into PyTorch")
-            state: Mapping[str, Any] = loader.load_file(str(path), device="cpu")
-        else:
-            state = _load(path)[0]  # torch.load(weights_only=True), checked and unwrapped
-        what, location = f"PyTorch loading {path.name}", str(path)
+        with opened(source) as loaded:
+            group = _group_read_as(_found(loaded.tree, loaded.where, loaded), model,
+                                   loaded.where)
+            kind = loaded.kind
+        if isinstance(group, str):
+            return group
+        tree = _framework_load(Path(source), kind)
+        if isinstance(tree, str):
+            return tree
+        what, location = f"PyTorch loading {Path(source).name}", str(source)
     elif isinstance(source, Mapping):
-        state = _unwrap(source)[0]
-        what, location = "PyTorch loading the state_dict", "torch state_dict"
+        location = "torch state_dict"
+        group = _group_read_as(_found(source, location), model, location)
+        if isinstance(group, str):
+            return group
+        tree, what = source, "PyTorch loading the state_dict"
     else:
         return (f"{describe(source)} is no PyTorch module, state_dict or file: "
                 "no framework check")
-    found = _loaded_module(state, model, location)
-    if isinstance(found, str):
-        return found
-    module, prefix = found
-    under = f" (keys under {prefix!r})" if prefix else ""
+    module = _loaded_module(tree, group, model, location)
+    under = f" (keys under {group.prefix!r})" if group.prefix else ""
     stepped = ", stepped over time" if _is_cell(module) else ""
     return f"{what}{under} into {_module_name(module)}{stepped}", _run(module, x)
 
 
-def _loaded_module(state: Mapping[str, Any], model: RNN,
-                   location: str) -> tuple[Any, str] | str:
-    """A module built for ``model.spec`` holding ``state``'s tensors under the prefix that
-    reads as ``model`` (loaded by PyTorch's ``load_state_dict(strict=True)``), and that
-    prefix; or why there is none."""
+def _group_read_as(groups: list[Group], model: RNN, location: str) -> Group | str:
+    """The one group that reads as ``model`` (the reader may have been told ``prefix=``), or
+    why there is none."""
+    if len(groups) == 1:
+        return groups[0]
+    options = read_options_for(model.spec)
+    matching = [group for group in groups if _reads_as(group, options, location, model)]
+    if len(matching) != 1:
+        return (f"{location} holds {len(groups)} RNNs and {len(matching)} of them hold the "
+                "network read: no framework check")
+    return matching[0]
+
+
+def _framework_load(path: Path, kind: str) -> Any:
+    """The file as PyTorch (or safetensors) loads it, or why it does not."""
     import torch
 
-    groups, cells, _ = _groups(state, location)
-    if len(groups) == 1:
-        prefix = next(iter(groups))
-    else:  # the reader was told prefix=; find the network it read
-        options = read_options_for(model.spec)
-        matching = [candidate for candidate in groups
-                    if _reads_as(state, {**options, "prefix": candidate}, location, model)]
-        if len(matching) != 1:
-            return (f"{location} holds {len(groups)} RNNs and {len(matching)} of them hold the "
-                    "network read: no framework check")
-        prefix = matching[0]
+    try:
+        if kind == "safetensors":
+            if importlib.util.find_spec("safetensors") is None:
+                return "safetensors is not installed: no framework check"
+            loader = require("safetensors.torch", extra="torch",
+                             purpose="loading .safetensors files into PyTorch")
+            return loader.load_file(str(path), device="cpu")
+        if kind == "pt2":
+            program = torch.export.load(str(path))
+            return {**program.state_dict, **program.constants}
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except MemoryError:
+        raise
+    except Exception as error:  # PyTorch raises many types; weights_only refuses some globals
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        return (f"PyTorch does not load {path.name} by itself ({type(error).__name__}: {first}): "
+                "no framework check")
+
+
+def _loaded_module(tree: Any, group: Group, model: RNN, location: str) -> Any:
+    """A module built for ``model.spec`` holding the tensors PyTorch loaded at ``group``'s
+    place in ``tree`` (by ``load_state_dict(strict=True)``)."""
+    import torch
+
+    mapping = descend(tree, group.container)
     tensors = {}
-    for key, value in state.items():
-        match = _match(key)
-        if match is not None and match["prefix"] == prefix:
-            tensors[key[len(prefix):]] = value if isinstance(value, torch.Tensor) else \
-                torch.from_numpy(np.array(to_numpy(value, f"{location}, {key}"), copy=True))
-    module = new_module(model.spec, batch_first=True, cell=prefix in cells).to(
+    for (layer, direction, name), stored in group.keys.items():
+        value = mapping[stored] if isinstance(mapping, Mapping) and stored in mapping else None
+        if value is None:
+            raise FormatError(f"{location}: PyTorch's own loading holds no {stored!r} under "
+                              f"{'.'.join(group.container) or 'the top level'}, where rnnport "
+                              "read it; the file is read differently by the two.")
+        tensors[name if group.cells else key(name, layer, direction)] = \
+            value if isinstance(value, torch.Tensor) else \
+            torch.from_numpy(np.array(to_numpy(value, f"{location}, {stored}"), copy=True))
+    module = new_module(model.spec, batch_first=True, cell=group.cells).to(
         getattr(torch, model.dtype.name))
     try:
         module.load_state_dict(tensors, strict=True)  # copies, casting bfloat16 exactly
     except RuntimeError as error:
         raise FormatError(
             f"{location}: PyTorch's load_state_dict(strict=True) refuses the tensors under "
-            f"prefix {prefix!r} for nn.{type(module).__name__} built for the network read, "
+            f"prefix {group.prefix!r} for nn.{type(module).__name__} built for the network read, "
             f"{model.spec.describe(article=True)}; expected them to fit it exactly. "
             f"{str(error)[:500]}") from None
-    return module.eval(), prefix
+    return module.eval()
 
 
 def _module_name(module: Any) -> str:
@@ -678,10 +674,9 @@ def _module_name(module: Any) -> str:
                                             if nonlinearity else "")
 
 
-def _reads_as(state: Mapping[str, Any], options: Mapping[str, Any], location: str,
-              model: RNN) -> bool:
+def _reads_as(group: Group, options: Mapping[str, Any], location: str, model: RNN) -> bool:
     try:
-        return _read_state_dict(state, options, location) == model
+        return _read_group(group, options, location) == model
     except RnnportError:
         return False
 
