@@ -303,7 +303,7 @@ def test_a_nested_checkpoint_is_unwrapped_and_named(tmp_path: Path) -> None:
     path = tmp_path / "nested.pt"
     torch.save({"state_dict": {"model": state}, "epoch": 3}, path)
     assert rnnport.read(path).spec == Spec("lstm", 3, 4)
-    assert notes("torch", path)[0] == ("a training checkpoint: its 'state_dict.model' entry "
+    assert notes("torch", path)[1] == ("a training checkpoint: its 'state_dict.model' entry "
                                        "read as the state_dict; beside it 'epoch', not read.")
 
 
