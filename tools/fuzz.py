@@ -156,10 +156,11 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
                               str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
     converted = sorted((GOLDEN / "tflite").glob("*.tflite"))  # TensorFlow's converter wrote them
     saved = sorted((GOLDEN / "jax").glob("*.msgpack"))  # flax.serialization wrote them
-    for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved]:  # the frameworks' own
+    trained = sorted(path for path in (GOLDEN / "torch_files").glob("*/*") if path.is_file())
+    for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved, *trained]:
         fmt = formats.sniff(path)
         if fmt in only:
-            target = folder / f"framework_{path.name.replace('.', '_')}"
+            target = folder / f"framework_{path.parent.name}_{path.name.replace('.', '_')}"
             target.mkdir()
             shutil.copyfile(path, target / path.name)
             seeds.append(Seed(target.name, fmt, target, path.name, _quantized(path)))
