@@ -470,12 +470,14 @@ def _replace_in_body(model: Any, old: str, new: str) -> None:
 
 
 def test_a_loop_with_another_gate_function_is_refused_with_what_it_computes() -> None:
-    """A GRU whose update gate is a tanh instead of a sigmoid computes no canonical cell;
-    LiteRT runs it, rnnport refuses it (no nearest cell is guessed)."""
+    """A GRU whose update gate is a tanh and whose reset gate a sigmoid computes no canonical
+    cell (one gate function for both); LiteRT runs it, rnnport refuses it naming both."""
     edited = _edited("gru_sequences", lambda m: _replace_in_body(m, "LOGISTIC", "TANH"))
     _, data = _golden("gru_sequences")
     assert np.abs(_litert(edited, data["x"]) - data["y_litert"]).max() > 1e-3
-    with pytest.raises(UnsupportedFeatureError, match="neither a simple RNN .* nor a GRU"):
+    with pytest.raises(UnsupportedFeatureError,
+                       match=r"a GRU whose gates apply different functions \(update gate z: "
+                             r"tanh, reset gate r: sigmoid\)"):
         FORMAT.read(edited)
 
 
