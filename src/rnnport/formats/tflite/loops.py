@@ -1,38 +1,55 @@
 """The cell a ``WHILE`` loop computes, found by evaluating its body symbolically.
 
-TensorFlow's converter has fused operators for LSTMs only: a Keras ``SimpleRNN`` or ``GRU``
-(and any ``tf.while_loop`` recurrence) becomes a ``WHILE`` operator whose body subgraph
-computes one step from builtins. rnnport reads such a loop without running it: each body
-tensor the new state depends on becomes a symbolic value, and the value of the new state
-must be one of the canonical cells, term by term, with the weights taken from the
-constants the body holds. Nothing is guessed from names or operator counts.
+TensorFlow's converter has fused operators for tf_keras LSTMs only: a tf_keras ``SimpleRNN``
+or ``GRU``, every Keras 3 recurrent layer (LSTMs included) and any ``tf.while_loop``
+recurrence become a ``WHILE`` operator whose body subgraph computes one step from builtins.
+rnnport reads such a loop without running it: each body tensor the new state depends on
+becomes a symbolic value, and the values of the new states must be one of the canonical
+cells, term by term, with the weights taken from the constants the body holds. Nothing is
+guessed from names or operator counts.
 
-The values: the loop's state ``h``; ``x``, the step's input (a ``GATHER`` of the sequence
-at the step counter); affine terms ``W·s + b`` (``FULLY_CONNECTED`` of ``s`` with constant
-weights ``(out, in)`` and an optional constant bias); sums of terms, products and constant
-vectors (``ADD``); ``SPLIT`` / ``SPLIT_V`` of a sum along the feature axis (the rows of
-each term's weights and bias); ``MUL``, ``SUB``; ``LOGISTIC``, ``TANH``, ``RELU``.
-Shape-keeping ``RESHAPE``/``SQUEEZE``/``EXPAND_DIMS`` and ``DEQUANTIZE`` of constants pass
-values through. Any other operator on the way makes the value opaque, and a state built
-from an opaque value is refused with the operators named.
+The values: the loop's states ``h`` (and ``c``); ``x``, the step's input (a ``GATHER`` of
+the sequence at the step counter); affine terms ``W·s + b`` (``FULLY_CONNECTED`` of ``s``
+with constant weights ``(out, in)`` and an optional constant bias); sums of terms, products
+and constant vectors (``ADD``); ``SPLIT`` / ``SPLIT_V`` of a sum along the feature axis, and
+``STRIDED_SLICE`` of one with constant bounds that takes every other axis whole (the rows
+of each term's weights and bias); ``MUL``, ``SUB``; ``LOGISTIC``, ``TANH``, ``RELU``.
+``RESHAPE``/``SQUEEZE``/``EXPAND_DIMS`` that keep each row of features (a batch of 1
+squeezed away) and ``DEQUANTIZE`` of constants pass values through. Any other operator on
+the way makes the value opaque, and a state built from an opaque value is refused with the
+operators named.
 
-The cells recognised (canonical gate order in brackets)::
+The cells recognised (canonical gate order in brackets; σ, act: sigmoid, tanh, relu, or
+none: the identity, Keras's ``activation="linear"``)::
 
     simple RNN   h' = act(W x + bW + R h + bR)                        act: tanh, relu
     GRU          z = σ(W_z x + bW_z + R_z h + bR_z)      r likewise    [r z n]
-                 n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))             (reset after)
-                 n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)             (reset before)
+                 n = act(W_n x + bW_n + r∘(R_n h + bR_n))              (reset after)
+                 n = act(W_n x + bW_n + R_n (r∘h) + bR_n)              (reset before)
                  h' = z∘h + (1 − z)∘n,  or  h' = n + z∘(h − n)
+    LSTM         i, f, o = σ(W x + bW + R h + bR)  g = act_g(…)        [i f g o]
+                 c' = f∘c + i∘g,  h' = o∘act_h(c')                     (two states)
 
-Biases the body leaves out are zeros; a cell with no bias at all is read with
-``bias=False``. The loop itself is checked too: the step counter the input is gathered
-with starts at a constant 0 and adds 1 per step, the condition compares counters with
-``LESS`` (joined by ``LOGICAL_AND``), and the output sequence is built from the new state.
-An LSTM written as a loop (two states) is refused by name.
+Gate and candidate functions other than the defaults (σ; tanh) are read as
+``Spec.activations`` (the identity as ``Affine`` 1, 0); gates applying different functions,
+and a simple RNN of another function, are refused naming them. Biases the body leaves out
+are zeros; a cell with no bias at all is read with ``bias=False``; a bias added to the sum
+of both products (Keras 3's LSTM) is the recurrent side's, as the keras format reads it.
+
+The loop itself is checked too: the step counter the input is gathered with starts at a
+constant 0 and adds 1 per step, the condition compares counters with ``LESS`` (joined by
+``LOGICAL_AND``), and the output sequence is built from the new ``h`` (with two states,
+``h`` is the one the output is built from whose new value ``c'`` is not built from). With
+``SELECT_TF_OPS`` the output is a TensorList: the body must set the item at the step
+counter to ``h'`` (``FlexTensorListSetItem``) of a list reserved for as many items as the
+sequence has steps (``FlexTensorListReserve``), or item 0 of a one-item list (the last step
+alone); other Flex operators are named in the refusal. A body whose new values read
+resource variables (``READ_VARIABLE``: weights kept as variables) is refused, saying when
+nothing in the file initializes them, so that the weights are not in the file at all.
 
 **Cost.** A file may hold thousands of ``WHILE`` operators sharing one large body. A
 :class:`Recogniser` serves one read of a file: it indexes each subgraph once, evaluates each
-body once for the operands that decide the value (which body inputs hold the state, the
+body once for the operands that decide the value (which body inputs hold the states, the
 sequence and the step counter) and matches each value once per hidden size, whatever the
 number of loops naming it. The nodes evaluated, the operators indexed and the tensors
 visited count against the ``work`` limit (:mod:`rnnport.budget`).
@@ -139,7 +156,9 @@ class LoopCell:
     output: int  # the WHILE output holding the output sequence (or the TensorList of it)
     states: tuple[int, ...]  # the WHILE inputs holding the initial h (and an LSTM's c)
     time_axis: int  # the sequence's time axis (0: time-major, as the converter writes)
-    listed: bool = False  # the output is a TensorList (Flex ops), one item per step
+    # The output is a TensorList (Flex ops) of "every step", or of the "last step" alone
+    # (return_sequences=False: one item, set at each step); "" a tensor.
+    listed: str = ""
     remarks: list[str] = field(default_factory=list)
     # The constants the body's value was built from, in the order they were read: a reader
     # reads them again with its own options instead of evaluating the body again.
@@ -223,7 +242,7 @@ class _Body:
             return Const(self.constant(self.index, tensor, f"loop body (subgraph {self.index}) "
                                        f"tensor {info.name!r}"), tensor)
         if code in PASS_THROUGH and inputs and inputs[0] >= 0 and \
-                self.graph.tensors[inputs[0]].shape == info.shape:
+                _same_rows(self.graph.tensors[inputs[0]].signature, info.signature):
             return arg(0)
         if code == GATHER and len(inputs) == 2 and inputs[1] == self.counter and \
                 self.roles.get(inputs[0]) is self.sequence and options.get("batch_dims", 0) == 0:
@@ -377,13 +396,14 @@ Affine = dict[str, tuple[np.ndarray, np.ndarray | None]]  # source → (weight, 
 ACTIVATIONS: dict[str, tuple[str, float, float]] = {
     "sigmoid": ("Sigmoid", 0.0, 0.0), "tanh": ("Tanh", 0.0, 0.0), "relu": ("Relu", 0.0, 0.0),
     "identity": ("Affine", 1.0, 0.0)}
-SAID = {"identity": "no function (Keras's activation='linear')"}
+SAID = {"identity": "the identity (no function: Keras's activation='linear')"}
 
 
 def _affine(value: Sym, sources: dict[str, Callable[[Sym], bool]], hidden: int) -> Affine:
     """{source: (weight, bias)} of an affine value whose terms read exactly ``sources``
-    (each a test of a term's source); loose constant vectors join the first side without a
-    bias (``x``'s, where both are open: a one-bias cell's bias is ``bias_ih``)."""
+    (each a test of a term's source); loose constant vectors join the last side without a
+    bias (``h``'s where both are open: the slot the keras format reads a one-bias cell's
+    bias into)."""
     _need(isinstance(value, Sum) and not value.others)
     assert isinstance(value, Sum)
     found: Affine = {}
@@ -399,8 +419,8 @@ def _affine(value: Sym, sources: dict[str, Callable[[Sym], bool]], hidden: int) 
             loose = loose + const
         open_sides = [name for name in sources if found[name][1] is None]
         _need(bool(open_sides))
-        weight, _ = found[open_sides[0]]
-        found[open_sides[0]] = (weight, loose.astype(np.float32))
+        weight, _ = found[open_sides[-1]]
+        found[open_sides[-1]] = (weight, loose.astype(np.float32))
     return found
 
 
@@ -735,12 +755,14 @@ class Recogniser:
         inputs = tensors[sequence].shape[2 if time_axis != 2 else 1]
         key = (body, tuple(states), sequence, counter)
         evaluation = self._evaluate(key)
+        listed = ""
         if tensors[output].type_name == "VARIANT":
-            self._check_list(op, body, output, states[0], counters, sequence, time_axis, label)
-            remarks.append(f"{label.split(': ', 1)[-1]} builds its output in a TensorList with "
-                           "Flex (SELECT_TF_OPS) operators (FlexTensorListReserve, "
-                           "FlexTensorListSetItem, FlexTensorListStack), read as the sequence "
-                           "they stack; LiteRT runs the file only with its Flex delegate.")
+            listed = self._check_list(op, body, output, states[0], counters, sequence,
+                                      time_axis, label)
+            remarks.append(f"{label.split(': ', 1)[-1]} builds its output ({listed}) in a "
+                           "TensorList with Flex (SELECT_TF_OPS) operators (FlexTensorListReserve,"
+                           " FlexTensorListSetItem, FlexTensorListStack), read as what they "
+                           "stack; LiteRT runs the file only with its Flex delegate.")
         elif graph.outputs[states[0]] not in self.ancestors(body, graph.outputs[output]):
             raise UnsupportedFeatureError(
                 f"{label}: its output sequence (loop value {output}) is not built from the new "
@@ -765,7 +787,7 @@ class Recogniser:
             params = {k: v for k, v in params.items() if not k.startswith("bias")}
         fields.update(input_size=inputs, hidden_size=hidden, bias=has_bias)
         return LoopCell(fields, params, sequence, output, tuple(states), time_axis,
-                        listed=tensors[output].type_name == "VARIANT", remarks=remarks,
+                        listed=listed, remarks=remarks,
                         reads=evaluation.reads)
 
     def _ordered(self, body: int, states: list[int], output: int, label: str) -> list[int]:
@@ -786,36 +808,42 @@ class Recogniser:
         return [latest[0], *(k for k in states if k != latest[0])]
 
     def _check_list(self, op: tfl.Operator, body: int, output: int, state: int,
-                    counters: list[int], sequence: int, time_axis: int, label: str) -> None:
-        """A TensorList output (SELECT_TF_OPS) must hold the new state at each step: the body
-        sets item ``counter`` to it (FlexTensorListSetItem), the list starts reserved
-        (FlexTensorListReserve) for as many items as the sequence has steps."""
+                    counters: list[int], sequence: int, time_axis: int, label: str) -> str:
+        """What a TensorList output (SELECT_TF_OPS) holds: "every step" when the body sets
+        item ``counter`` to the new state (FlexTensorListSetItem) and the list starts
+        reserved (FlexTensorListReserve) for as many items as the sequence has steps; the
+        "last step" when it sets item 0 of a one-item list."""
         model, graph = self.model, self.model.subgraphs[body]
         writer = self.last_writer(body, graph.outputs[output])
         name = model.operator_codes[writer.opcode_index].name if writer is not None else "none"
-        if writer is None or name != "FlexTensorListSetItem" or len(writer.inputs) < 3 or \
-                writer.inputs[0] != graph.inputs[output] or \
-                writer.inputs[1] not in [graph.inputs[k] for k in counters] or \
-                writer.inputs[2] != graph.outputs[state]:
+        at = writer.inputs[1] if writer is not None and len(writer.inputs) == 3 else -1
+        held = "every step" if at in [graph.inputs[k] for k in counters] else \
+            "last step" if at >= 0 and _integer(model, body, at) == 0 else ""
+        if writer is None or name != "FlexTensorListSetItem" or not held or \
+                writer.inputs[0] != graph.inputs[output] or writer.inputs[2] != graph.outputs[state]:
             raise UnsupportedFeatureError(
                 f"{label}: its output (loop value {output}) is a TensorList its body writes with "
-                f"{name}; rnnport reads a list whose item at the step counter is set to the new "
-                "state (FlexTensorListSetItem), as TensorFlow's converter writes with "
-                "SELECT_TF_OPS. Nothing was read.")
+                f"{name}; rnnport reads a list whose item at the step counter (or item 0, the "
+                "last step) is set to the new state (FlexTensorListSetItem), as TensorFlow's "
+                "converter writes with SELECT_TF_OPS. Nothing was read.")
         main = model.subgraphs[0]
         reserve = self.last_writer(0, op.inputs[output])
         name = model.operator_codes[reserve.opcode_index].name if reserve is not None else \
             f"tensor {main.tensors[op.inputs[output]].name!r}"
         steps = main.tensors[op.inputs[sequence]].signature[time_axis]
         count = reserve.inputs[1] if reserve is not None and len(reserve.inputs) > 1 else -1
+        items = _integer(model, 0, count) if count >= 0 else None
         if name != "FlexTensorListReserve" or count < 0 or not (
-                (steps is not None and _integer(model, 0, count) == steps) or
-                self._from_shape(count, op.inputs[sequence])):
+                items == 1 if held == "last step" else
+                (steps is not None and items == steps) or
+                (items is None and self._from_shape(count, op.inputs[sequence]))):
             raise UnsupportedFeatureError(
-                f"{label}: its output list starts as {name}; rnnport reads a list reserved "
-                "(FlexTensorListReserve) for as many items as the sequence has steps, a "
-                "constant or the sequence's shape, so that stacking it gives every step. "
-                "Nothing was read.")
+                f"{label}: its output list starts as {name}"
+                f"{'' if items is None else f' of {items} items'}; rnnport reads a list "
+                "reserved (FlexTensorListReserve) for as many items as the sequence has steps "
+                "(a constant, or the sequence's shape), or for one, the last step, so that "
+                "stacking it gives what the loop computed. Nothing was read.")
+        return held
 
     def _check_variables(self, op: tfl.Operator, body: int, changed: list[int],
                          label: str) -> None:
@@ -999,6 +1027,16 @@ class Recogniser:
             graph.tensors[op.outputs[0]].type_name in integers and
             graph.tensors[op.inputs[0]].type_name not in integers
             for op in (graph.operators[k] for k in operators))
+
+
+def _same_rows(before: tuple[int | None, ...], after: tuple[int | None, ...]) -> bool:
+    """Whether a reshape from ``before`` to ``after`` keeps each row of features: the same
+    feature (last) axis, and as many rows (a batch of 1 squeezed away, or put back)."""
+    if before == after:
+        return True
+    if not before or not after or before[-1] != after[-1] or None in before or None in after:
+        return False
+    return math.prod(before[:-1]) == math.prod(after[:-1])  # type: ignore[arg-type]
 
 
 def _integers(model: tfl.Model, subgraph: int, tensor: int) -> list[int] | None:

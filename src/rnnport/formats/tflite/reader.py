@@ -882,8 +882,8 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
         members.append(before)
         tensor, time_major = file.graph.operators[before].inputs[0], False
     file.loop_time_major[operator] = time_major
-    members.extend(_only_feeding(file, [op.inputs[k] for k in cell.states] +
-                                 ([op.inputs[cell.output]] if cell.listed else []), members))
+    members.extend(_only_feeding(file, [t for k, t in enumerate(op.inputs)
+                                        if k != cell.sequence], members))
     output = op.outputs[cell.output]
     output_major = cell.time_axis == 0
     notes: list[str] = []
@@ -898,6 +898,9 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
             return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
                          reverse=reverse, notes=tuple(notes))
         members.append(stacks[0])
+        if cell.listed == "last step":  # return_sequences=False: the last step alone
+            return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
+                         reverse=reverse)
         output, output_major = file.graph.operators[stacks[0]].outputs[0], True
     steps = file.graph.tensors[op.inputs[cell.sequence]].signature[cell.time_axis]
     kept = file.graph.tensors[output].signature[0 if cell.listed else cell.time_axis]
@@ -931,21 +934,27 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
 
 def _only_feeding(file: _File, tensors: list[int], members: list[int]) -> list[int]:
     """The operators that compute ``tensors`` and whose outputs nothing but ``members`` and
-    these operators reads (and no graph output is)."""
-    found, added = set(members), []
-    pending = [file.producer.get(t) for t in tensors]
-    while pending:
-        k = pending.pop()
-        if k is None or k in found:
-            continue
-        outputs = file.graph.operators[k].outputs
-        if not outputs or any(t in file.graph.outputs or
-                              any(r not in found for r in file.readers.get(t, []))
-                              for t in outputs):
-            continue
-        found.add(k)
-        added.append(k)
-        pending.extend(file.producer.get(t) for t in file.graph.operators[k].inputs if t >= 0)
+    these operators reads (and no graph output is). An operator read by two others is
+    found once both are (a few passes: the converter's chains are short)."""
+    found, added = set(members), list[int]()
+    for _ in range(4):
+        pending, before = [file.producer.get(t) for t in tensors], len(added)
+        while pending:
+            k = pending.pop()
+            if k is None or (k in found and k not in added):
+                continue
+            outputs = file.graph.operators[k].outputs
+            if k not in found:
+                if not outputs or any(t in file.graph.outputs or
+                                      any(r not in found for r in file.readers.get(t, []))
+                                      for t in outputs):
+                    continue
+                found.add(k)
+                added.append(k)
+            pending.extend(file.producer.get(t) for t in file.graph.operators[k].inputs
+                           if t >= 0 and file.producer.get(t) not in added)
+        if len(added) == before:
+            break
     return added
 
 
