@@ -225,6 +225,9 @@ class _Body:
             if info.type_name not in ("FLOAT32", "FLOAT16") or \
                     (info.quantization is not None and info.quantization.quantized):
                 return Opaque(f"constant {info.name!r} ({info.type_name})")
+            if math.prod(info.shape) > 1:  # a vector: a bias, read (and recorded) as one
+                return Const(self.constant(self.index, tensor, f"loop body (subgraph "
+                                           f"{self.index}) constant {info.name!r}"), tensor)
             return Const(np.asarray(self.raw(tensor), dtype=np.float32), tensor)
         made = self.producer.get(tensor)
         if made is None:
