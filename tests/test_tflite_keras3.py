@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tflite_edits import edited, litert
 
 import rnnport
 from rnnport.cli import main
-from rnnport.errors import RnnportError, UnsupportedFeatureError
+from rnnport.errors import UnsupportedFeatureError
 from rnnport.formats.tflite import FORMAT, notes
 from rnnport.formats.tflite.reader import network_ends
 
@@ -47,24 +48,17 @@ def _data(name: str) -> dict[str, Any]:
 
 
 def _edited(name: str, change: Callable[[Any], None]) -> bytes:
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromPackedBuf((GOLDEN / f"{name}.tflite").read_bytes(), 0)
-    change(model)
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return edited(GOLDEN / f"{name}.tflite", change)
 
 
-def _litert(data: bytes, x: np.ndarray) -> np.ndarray:
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_content=data)
-    interpreter.allocate_tensors()
-    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
-    interpreter.invoke()
-    return np.asarray(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+def _refused_though_litert_runs(name: str, change: Callable[[Any], None], match: str) -> None:
+    """Golden file ``name`` edited by ``change`` runs in LiteRT, computing other numbers;
+    rnnport refuses it with ``match``."""
+    data = _data(name)
+    edited = _edited(name, change)
+    assert np.abs(litert(edited, data["x"]) - data["y_litert"]).max() > 1e-3
+    with pytest.raises(UnsupportedFeatureError, match=match):
+        FORMAT.read(edited)
 
 
 def test_every_golden_case_is_checked_and_small() -> None:
@@ -76,7 +70,7 @@ def test_every_golden_case_is_checked_and_small() -> None:
 
 
 @pytest.mark.parametrize("name", LITERT)
-def test_forward_equals_litert(name: str) -> None:
+def test_forward_equalslitert(name: str) -> None:
     data = _data(name)
     model = FORMAT.read(GOLDEN / f"{name}.tflite")
     y, _ = model.forward(data["x"])
@@ -230,7 +224,7 @@ def test_weights_in_initialized_variables_are_refused_by_name() -> None:
               b"gru/gru_cell/recurrent_kernel": data["weights/gru/1"],
               b"gru/gru_cell/bias": data["weights/gru/2"]}
     edited = _edited("gru_saved_model_variables", lambda m: _initialize_variables(m, values))
-    np.testing.assert_allclose(_litert(edited, data["x"]), data["y_keras"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(litert(edited, data["x"]), data["y_keras"], rtol=0, atol=1e-5)
     with pytest.raises(UnsupportedFeatureError,
                        match=r"resource variables \('gru/gru_cell/recurrent_kernel', .*\) that "
                              r"the file's CALL_ONCE initializer \(subgraph 3\) sets; rnnport "
@@ -263,13 +257,9 @@ def test_an_lstm_whose_gates_apply_different_functions_is_refused_naming_them() 
         _body_ops(model, 2, "LOGISTIC")[0].opcodeIndex = tanh
         assert schema.BuiltinOperator.TANH == model.operatorCodes[tanh].builtinCode
 
-    edited = _edited("lstm", input_gate_tanh)
-    data = _data("lstm")
-    assert np.abs(_litert(edited, data["x"]) - data["y_litert"]).max() > 1e-3
-    with pytest.raises(UnsupportedFeatureError,
-                       match=r"an LSTM whose gates apply different functions \(input gate i: "
-                             r"tanh, forget gate f: sigmoid, output gate o: sigmoid\)"):
-        FORMAT.read(edited)
+    _refused_though_litert_runs("lstm", input_gate_tanh,
+                                r"an LSTM whose gates apply different functions \(input gate "
+                                r"i: tanh, forget gate f: sigmoid, output gate o: sigmoid\)")
 
 
 def test_an_lstm_loop_whose_output_is_its_cell_state_is_refused() -> None:
@@ -354,13 +344,9 @@ def test_nonzero_initial_states_are_refused() -> None:
         assign = init.operators[-1]
         _set_constant(model, 1, assign.inputs[1], np.full((2, 4), 0.5, "<f4"))
 
-    data = _data("gru_stateful")
-    edited = _edited("gru_stateful", state_starts_at_half)
-    assert np.abs(_litert(edited, data["x"]) - data["y_litert"]).max() > 1e-3
-    with pytest.raises(UnsupportedFeatureError,
-                       match=r"resource variable 'gru/rnn_state' \(set by the CALL_ONCE "
-                             r"initializer, subgraph 1\)\)\) is a nonzero constant"):
-        FORMAT.read(edited)
+    _refused_though_litert_runs("gru_stateful", state_starts_at_half,
+                                r"resource variable 'gru/rnn_state' \(set by the CALL_ONCE "
+                                r"initializer, subgraph 1\)\)\) is a nonzero constant")
 
 
 def test_inspect_lists_what_each_file_holds(capsys: pytest.CaptureFixture[str]) -> None:
@@ -384,20 +370,3 @@ def test_reading_imports_no_framework() -> None:
             "if m in sys.modules]\n"
             "assert not loaded, loaded\n")
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-@pytest.mark.parametrize("name", ["lstm", "gru", FLEX, "gru_stateful"])
-def test_truncated_and_mutated_files_are_rnnport_errors(name: str) -> None:
-    data = (GOLDEN / f"{name}.tflite").read_bytes()
-    for length in (8, 64, len(data) // 3, len(data) // 2):
-        with pytest.raises(RnnportError):
-            FORMAT.read(data[:length])
-    rng = np.random.default_rng(len(data))
-    for _ in range(60):
-        damaged = bytearray(data)
-        for position in rng.integers(0, len(data), 4):
-            damaged[position] = int(rng.integers(0, 256))
-        try:
-            FORMAT.read(bytes(damaged))
-        except RnnportError:
-            pass

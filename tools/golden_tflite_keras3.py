@@ -32,32 +32,20 @@ Weights: every variable is random (uniform, ±0.6) and every value in a case is 
 biases included, so a swapped gate or a dropped bias cannot pass. Inputs are uniform ±1.
 Seeds: CRC32 of the case name. Names are short (model ``m``), to keep the files small.
 
-Files, per case ``<name>``
---------------------------
-``<name>.tflite``
-    The converter's output, as written.
-``<name>.npz`` (plain arrays, ``allow_pickle=False``):
-
-``x``
-    The input, ``(batch, time, input)``, float32.
-``y_keras``
-    The Keras model's own output for ``x``.
-``y_litert``
-    The LiteRT interpreter's output for ``x`` (absent where LiteRT cannot run the file).
-``litert/{index}``
-    For ``conv_lstm_dense`` (Conv1D, then the LSTM, then Dense): every float tensor of rank
-    3 in the main subgraph as LiteRT computed it (``experimental_preserve_all_tensors``),
-    by tensor index: the recurrent network's own input and output among them.
-``weights/{layer}/{k}``
-    The ``k``-th array of ``get_weights()`` of the recurrent layer named ``layer`` (for a
-    Bidirectional: forward kernel, recurrent kernel, bias, then the backward ones).
-``meta``
-    0-d unicode array holding a JSON object: ``case``, ``description``, ``versions``
-    (tensorflow, keras, ai_edge_litert, numpy), ``layers`` (one per recurrent layer, in
-    order: ``name``, ``class``, ``inner`` for a Bidirectional, ``units``, ``activation``,
-    ``recurrent_activation``, ``reset_after``), ``ops`` (the main subgraph's operators, by
-    name), ``subgraphs`` (their number), ``litert`` (``"ran"``, or LiteRT's error) and
-    ``tolerance`` (how close ``y_litert`` is to ``y_keras``).
+Files, per case ``<name>``: as ``tools/golden_tflite.py`` writes them (the converter's
+``<name>.tflite``; ``<name>.npz`` holding ``x``, ``y_keras``, ``y_litert`` and
+``weights/{layer}/{k}``), with these differences. ``y_litert`` is absent where LiteRT
+cannot run the file. ``weights/`` holds the recurrent layers' arrays alone. ``litert/{index}``
+(``conv_lstm_dense`` alone: Conv1D, the LSTM, Dense) holds every float tensor of rank 3 in
+the main subgraph as LiteRT computed it (``experimental_preserve_all_tensors``), by tensor
+index: the recurrent network's own input and output among them. ``meta`` is shorter:
+``case``, ``description``, ``versions`` (tensorflow, keras, ai_edge_litert, numpy),
+``layers`` (one per recurrent layer, in order: ``name``, ``class``, ``inner`` for a
+Bidirectional, ``units``, ``activation``, ``recurrent_activation``, ``reset_after``), ``ops``
+(the main subgraph's operators, by name), ``subgraphs`` (their number), ``litert`` (``"ran"``,
+or the start of LiteRT's error) and ``tolerance``. The Flex operators' options name the
+function TensorFlow traced, numbered by what the process traced before: making one case
+alone changes a few bytes of ``lstm_open_flex.tflite``.
 
 ``MANIFEST.json`` lists every case with its description, its files and their SHA-256.
 """

@@ -479,6 +479,16 @@ def _bias(found: Affine, side: str, hidden: int) -> np.ndarray:
     return np.zeros(hidden, np.float32) if bias is None else np.asarray(bias, np.float32)
 
 
+def _either(product: Mul, match: Callable[[Sym, Sym], Any]) -> Any:
+    """``match`` of a product's two factors, in the first order it accepts."""
+    for a, b in ((product.a, product.b), (product.b, product.a)):
+        try:
+            return match(a, b)
+        except _NoMatch:
+            continue
+    raise _NoMatch()
+
+
 def _said(fn: str) -> str:
     return SAID.get(fn, fn)
 
@@ -520,16 +530,9 @@ def _gru(new: tuple[Sym, ...], hidden: int) -> Matched:
     assert isinstance(inner, Sum)
     if len(inner.others) == 1 and isinstance(inner.others[0], Mul):  # reset after
         product = inner.others[0]
-        for r_value, recurrent in ((product.a, product.b), (product.b, product.a)):
-            try:
-                r_fn, r = _gate(r_value, hidden)
-                n_h = _affine(recurrent, {"h": _is("h")}, hidden)
-                n_x = _affine(Sum(inner.terms, (), inner.consts), {"x": _is("x")}, hidden)
-                break
-            except _NoMatch:
-                continue
-        else:
-            raise _NoMatch()
+        (r_fn, r), n_h = _either(product, lambda r_value, recurrent: (
+            _gate(r_value, hidden), _affine(recurrent, {"h": _is("h")}, hidden)))
+        n_x = _affine(Sum(inner.terms, (), inner.consts), {"x": _is("x")}, hidden)
         reset_after = True
         n = {"x": n_x["x"], "h": n_h["h"]}
     else:  # reset before: R_n (r∘h)
@@ -590,17 +593,13 @@ def _lstm(new: tuple[Sym, ...], hidden: int) -> Matched:
     (i_fn, i), (g_fn, g) = next((pair for pair in pairs if pair[0][0] == f_fn), pairs[0])
     _need(isinstance(new_h, Mul))
     assert isinstance(new_h, Mul)
-    for o_value, out in ((new_h.a, new_h.b), (new_h.b, new_h.a)):
+
+    def output(o_value: Sym, out: Sym) -> tuple[str, tuple[str, Affine]]:
         h_fn, argument = _unwrap(out)
-        if argument is not new_c:
-            continue
-        try:
-            o_fn, o = _gate(o_value, hidden)
-            break
-        except _NoMatch:
-            continue
-    else:
-        raise _NoMatch()
+        _need(argument is new_c)
+        return h_fn, _gate(o_value, hidden)
+
+    h_fn, (o_fn, o) = _either(new_h, output)
     gate_fn = _same_gates("LSTM", {"input gate i": i_fn, "forget gate f": f_fn,
                                    "output gate o": o_fn})
     return _cell("lstm", (i, f, g, o), hidden, (gate_fn, g_fn, h_fn), {})
