@@ -370,3 +370,32 @@ def test_reading_imports_no_framework() -> None:
             "if m in sys.modules]\n"
             "assert not loaded, loaded\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("name", ["gru", "gru_stateful", "gru_saved_model_variables", FLEX])
+def test_variable_and_slice_options_equal_the_generated_readers(name: str) -> None:
+    """VAR_HANDLE's names, CALL_ONCE's subgraph and STRIDED_SLICE's masks, as rnnport's
+    decoder reads them, against LiteRT's generated reader."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from rnnport.io import tflite_schema as tfl
+
+    content = (GOLDEN / f"{name}.tflite").read_bytes()
+    model, generated = tfl.decode_model(content), schema.Model.GetRootAsModel(content, 0)
+    checked = 0
+    for s, graph in enumerate(model.subgraphs):
+        for o, op in enumerate(graph.operators):
+            kind = {103: "CallOnceOptions", 111: "VarHandleOptions",
+                    32: "StridedSliceOptions"}.get(op.builtin_options_type)
+            if kind is None:
+                continue
+            options = getattr(schema, kind)()
+            found = generated.Subgraphs(s).Operators(o).BuiltinOptions()
+            options.Init(found.Bytes, found.Pos)
+            for field in tfl.PLAIN_OPTIONS[kind][1]:
+                expected = getattr(options, "".join(p.capitalize() for p in field.split("_")))()
+                expected = expected.decode() if isinstance(expected, bytes) else \
+                    "" if expected is None else int(expected)
+                assert op.builtin_options.values[field] == expected, (name, s, o, field)
+            checked += 1
+    assert checked > 0
