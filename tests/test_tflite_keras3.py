@@ -24,7 +24,7 @@ from tflite_edits import edited, litert
 import rnnport
 from rnnport.cli import main
 from rnnport.errors import UnsupportedFeatureError
-from rnnport.formats.tflite import FORMAT, notes
+from rnnport.formats.tflite import FORMAT, networks, notes
 from rnnport.formats.tflite.reader import network_ends
 
 GOLDEN = Path(__file__).parent / "golden" / "tflite_keras3"
@@ -33,11 +33,12 @@ MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())
 LITERT = ["bi_lstm", "gru", "gru_linear", "gru_reset_before", "gru_stateful", "lstm",
           "lstm_dropout", "lstm_last", "simple_rnn", "stacked_gru_lstm"]
 AROUND = "conv_lstm_dense"  # Conv1D → LSTM → Dense: the network's own tensors, from LiteRT
+SEQ2SEQ = "gru_encoder_decoder"  # two networks: the encoder's final state starts the decoder
 FLEX = "lstm_open_flex"  # read; the LiteRT installed has no Flex delegate: against Keras
 REFUSED = {"gru_saved_model_variables": r"the weights are not in the file",
            "simple_rnn_linear": r"a simple RNN whose activation is the identity \(no function: "
                                 r"Keras's activation='linear'\)"}
-READ = [*LITERT, AROUND, FLEX]
+READ = [*LITERT, AROUND, FLEX, SEQ2SEQ]
 
 
 def _data(name: str) -> dict[str, Any]:
@@ -95,6 +96,32 @@ def test_a_network_between_other_layers_equals_litert_on_its_own_tensors() -> No
                in note for note in said)
 
 
+def test_an_encoders_final_state_starts_the_decoder() -> None:
+    """The encoder's loop keeps no output sequence (only its final state is used): read as
+    a network of its own, whose final state, fed to the decoder, gives LiteRT's output."""
+    data = _data(SEQ2SEQ)
+    path = GOLDEN / f"{SEQ2SEQ}.tflite"
+    (encoder_node, _), (decoder_node, _) = networks(path).entries
+    encoder = FORMAT.read(path, node=encoder_node)
+    decoder = FORMAT.read(path, node=decoder_node)
+    _, state = encoder.forward(data["x"])
+    assert any(np.abs(state[0] - data[key]).max() < 1e-5 for key in data
+               if key.startswith("litert/") and data[key].shape == state[0].shape)
+    y, _ = decoder.forward(data["x"], state=state)
+    np.testing.assert_allclose(y, data["y_litert"], rtol=0, atol=1e-5)
+    assert not np.allclose(decoder.forward(data["x"])[0], data["y_litert"], atol=1e-3)
+    for model, layer in zip((encoder, decoder), data["meta"]["layers"], strict=True):
+        keras = _keras(layer, data)
+        assert keras.spec == model.spec
+        for parameter in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            assert np.array_equal(keras.parameter(0, 0, parameter),
+                                  model.parameter(0, 0, parameter))
+    assert any("gives its final state alone" in note
+               for note in notes(path, node=encoder_node))
+    assert any("takes its initial state h from tensor" in note
+               for note in notes(path, node=decoder_node))
+
+
 def test_an_open_batch_with_flex_tensor_lists_reads() -> None:
     """SELECT_TF_OPS: the loop's output is a TensorList (FlexTensorListReserve,
     FlexTensorListSetItem, FlexTensorListStack); LiteRT here cannot run it (no Flex
@@ -112,7 +139,7 @@ def test_an_open_batch_with_flex_tensor_lists_reads() -> None:
     assert not any("other operators" in note for note in said)  # FILL & co. are the state's
 
 
-def _keras(name: str, layer: dict[str, Any], data: dict[str, Any]) -> rnnport.RNN:
+def _keras(layer: dict[str, Any], data: dict[str, Any]) -> rnnport.RNN:
     options: dict[str, Any] = {}
     if "GRU" in layer.get("inner", layer["class"]):
         options["reset_after"] = layer["reset_after"]
@@ -134,7 +161,7 @@ def test_the_weights_are_the_keras_layers_bit_for_bit(name: str) -> None:
     layers = FORMAT.read(GOLDEN / f"{name}.tflite").layers()
     assert len(layers) == len(data["meta"]["layers"])
     for layer, described in zip(layers, data["meta"]["layers"], strict=True):
-        keras = _keras(name, described, data)
+        keras = _keras(described, data)
         assert keras.spec == layer.spec
         for direction in range(keras.spec.num_directions):
             def get(model: rnnport.RNN, parameter: str, at: int = direction) -> np.ndarray:
@@ -364,7 +391,7 @@ def test_inspect_lists_what_each_file_holds(capsys: pytest.CaptureFixture[str]) 
 def test_reading_imports_no_framework() -> None:
     code = ("import sys\n"
             "from rnnport.formats.tflite import FORMAT\n"
-            f"for name in {READ!r}:\n"
+            f"for name in {[*LITERT, AROUND, FLEX]!r}:\n"
             f"    FORMAT.read({str(GOLDEN)!r} + '/' + name + '.tflite')\n"
             "loaded = [m for m in ('tensorflow', 'keras', 'ai_edge_litert', 'flatbuffers') "
             "if m in sys.modules]\n"

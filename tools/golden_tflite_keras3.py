@@ -36,9 +36,10 @@ Files, per case ``<name>``: as ``tools/golden_tflite.py`` writes them (the conve
 ``<name>.tflite``; ``<name>.npz`` holding ``x``, ``y_keras``, ``y_litert`` and
 ``weights/{layer}/{k}``), with these differences. ``y_litert`` is absent where LiteRT
 cannot run the file. ``weights/`` holds the recurrent layers' arrays alone. ``litert/{index}``
-(``conv_lstm_dense`` alone: Conv1D, the LSTM, Dense) holds every float tensor of rank 3 in
-the main subgraph as LiteRT computed it (``experimental_preserve_all_tensors``), by tensor
-index: the recurrent network's own input and output among them. ``meta`` is shorter:
+(``conv_lstm_dense``: Conv1D, the LSTM, Dense; ``gru_encoder_decoder``) holds every float
+tensor of rank 2 and 3 in the main subgraph as LiteRT computed it
+(``experimental_preserve_all_tensors``), by tensor index: the recurrent networks' own
+inputs, outputs and final states among them. ``meta`` is shorter:
 ``case``, ``description``, ``versions`` (tensorflow, keras, ai_edge_litert, numpy),
 ``layers`` (one per recurrent layer, in order: ``name``, ``class``, ``inner`` for a
 Bidirectional, ``units``, ``activation``, ``recurrent_activation``, ``reset_after``), ``ops``
@@ -109,6 +110,14 @@ def _conv_lstm_dense(keras: Any) -> Any:
                           keras.layers.Dense(2, name="dense")])
 
 
+def _encoder_decoder(keras: Any) -> Any:
+    inputs = keras.Input(shape=(TIME, INPUT), batch_size=BATCH, name="x")
+    _, state = keras.layers.GRU(3, return_state=True, name="encoder")(inputs)
+    outputs = keras.layers.GRU(3, return_sequences=True, name="decoder")(
+        inputs, initial_state=state)
+    return keras.Model(inputs, outputs, name="m")
+
+
 def _lstm_open(keras: Any) -> Any:
     return _model(keras, [keras.layers.LSTM(4, return_sequences=True, name="lstm")], None)
 
@@ -134,6 +143,9 @@ CASES: dict[str, tuple[Callable[[Any], Any], str, str]] = {
                          "two loops, the sequence left time-major between them", ""),
     "conv_lstm_dense": (_conv_lstm_dense, "Conv1D(4, 2, same) → LSTM(4, return_sequences) → "
                         "Dense(2): operators around the recurrent network", ""),
+    "gru_encoder_decoder": (_encoder_decoder, "GRU(3, return_state=True) whose final state "
+                            "starts GRU(3, return_sequences=True) on the same input: the "
+                            "encoder's loop keeps no output sequence", ""),
     "gru_linear": (_one("GRU", activation="linear"), "GRU(4, activation='linear'): no "
                    "candidate function", ""),
     "simple_rnn_linear": (_one("SimpleRNN", activation="linear"), "SimpleRNN(4, "
@@ -148,7 +160,7 @@ CASES: dict[str, tuple[Callable[[Any], Any], str, str]] = {
     "gru_stateful": (_one("GRU", stateful=True), "GRU(4, stateful=True): the state in a "
                      "resource variable, CALL_ONCE initializer", ""),
 }
-AROUND = {"conv_lstm_dense"}  # cases saving LiteRT's intermediate tensors
+AROUND = {"conv_lstm_dense", "gru_encoder_decoder"}  # cases saving LiteRT's tensors
 
 
 def _convert(tf: Any, model: Any, how: str) -> bytes:
@@ -165,7 +177,8 @@ def _convert(tf: Any, model: Any, how: str) -> bytes:
 
 def _litert(content: bytes, x: np.ndarray,
             around: bool) -> tuple[np.ndarray | None, dict[str, np.ndarray], str]:
-    """LiteRT's output for ``x``, its rank-3 float tensors (``around``), or its error."""
+    """LiteRT's output for ``x``, its float tensors of rank 2 and 3 (``around``), or its
+    error."""
     from ai_edge_litert.interpreter import Interpreter
 
     try:
@@ -185,7 +198,7 @@ def _litert(content: bytes, x: np.ndarray,
     tensors = {}
     if around:
         for detail in interpreter.get_tensor_details():
-            if np.dtype(detail["dtype"]) == np.float32 and len(detail["shape"]) == 3:
+            if np.dtype(detail["dtype"]) == np.float32 and len(detail["shape"]) in (2, 3):
                 try:
                     value = np.array(interpreter.get_tensor(detail["index"]))
                 except ValueError:  # a tensor LiteRT kept no data for

@@ -92,7 +92,10 @@ Keras 3 (``from_keras_model``) writes no fused operator: every ``LSTM``, ``GRU``
 c; a GRU's body splits the recurrent product with ``STRIDED_SLICE``; ``activation=`` /
 ``recurrent_activation=`` other than tanh / sigmoid are read as ``Spec.activations``
 (``"linear"``: the identity, ``Affine`` 1, 0), a simple RNN of another function is refused.
-Bidirectional and stacked layers join as the fused ones do. With an open batch the
+Bidirectional and stacked layers join as the fused ones do. A loop whose output sequence the
+converter dropped (an encoder whose final state alone is used: ``return_state``) is a
+network of its own whose y no tensor holds; a loop starting from another's final state
+(the decoder) takes its initial state at run time (a note). With an open batch the
 converter needs ``SELECT_TF_OPS``, and the loop's output becomes a TensorList built by Flex
 operators (``FlexTensorListReserve`` in front, ``FlexTensorListSetItem`` in the body,
 ``FlexTensorListStack`` behind): read as the sequence the stack gives (LiteRT runs such a

@@ -39,7 +39,8 @@ of both products (Keras 3's LSTM) is the recurrent side's, as the keras format r
 The loop itself is checked too: the step counter the input is gathered with starts at a
 constant 0 and adds 1 per step, the condition compares counters with ``LESS`` (joined by
 ``LOGICAL_AND``), and the output sequence is built from the new ``h`` (with two states,
-``h`` is the one the output is built from whose new value ``c'`` is not built from). With
+``h`` is the one the output is built from whose new value ``c'`` is not built from); a loop
+may keep no output sequence (the converter drops one nothing reads). With
 ``SELECT_TF_OPS`` the output is a TensorList: the body must set the item at the step
 counter to ``h'`` (``FlexTensorListSetItem``) of a list reserved for as many items as the
 sequence has steps (``FlexTensorListReserve``), or item 0 of a one-item list (the last step
@@ -153,7 +154,7 @@ class LoopCell:
     # activations
     params: dict[str, np.ndarray]  # weight_ih, weight_hh, bias_ih, bias_hh (canonical)
     sequence: int  # the WHILE input holding the sequence (and the output position of y)
-    output: int  # the WHILE output holding the output sequence (or the TensorList of it)
+    output: int  # the WHILE output holding the output sequence (or its TensorList; -1: none)
     states: tuple[int, ...]  # the WHILE inputs holding the initial h (and an LSTM's c)
     time_axis: int  # the sequence's time axis (0: time-major, as the converter writes)
     # The output is a TensorList (Flex ops) of "every step", or of the "last step" alone
@@ -724,16 +725,18 @@ class Recogniser:
                 f"{[f'{tensors[k].name!r} {list(tensors[k].shape)}' for k in states]}): stacked "
                 "cells in one loop, or a mask's; rnnport reads loops carrying one state (a "
                 "simple RNN's or a GRU's h) or two (an LSTM's h and c).")
-        if not states or len(outputs) != 1 or len(sequences) != 1:
+        if not states or len(outputs) > 1 or len(sequences) != 1:
             flex = sorted({name for name in model.operator_names(body) if name.startswith("Flex")})
             raise UnsupportedFeatureError(
                 f"{label}: loop values {[f'{t.type_name}{list(t.shape)}' for t in tensors]}; "
                 "rnnport reads a loop carrying one or two states (batch, hidden), one input "
-                "sequence and one output sequence (a tensor, or a TensorList of the steps), as a "
-                "converted SimpleRNN, GRU or LSTM does."
+                "sequence and at most one output sequence (a tensor, or a TensorList of the "
+                "steps), as a converted SimpleRNN, GRU or LSTM does."
                 + (f" Its body uses the Flex (SELECT_TF_OPS) operators {', '.join(flex)}."
                    if flex else ""))
-        output, sequence = outputs[0], sequences[0]
+        # No output sequence: the converter dropped it, the final state alone being used
+        # (an encoder's return_state).
+        output, sequence = (outputs or [-1])[0], sequences[0]
         counters = [k for k, t in enumerate(tensors) if t.type_name in ("INT32", "INT64") and
                     not t.shape and self._counts_up(op, body, k)]
         gathers: list[int] = []
@@ -758,7 +761,9 @@ class Recogniser:
         key = (body, tuple(states), sequence, counter)
         evaluation = self._evaluate(key)
         listed = ""
-        if tensors[output].type_name == "VARIANT":
+        if output < 0:
+            pass
+        elif tensors[output].type_name == "VARIANT":
             listed = self._check_list(op, body, output, states[0], counters, sequence,
                                       time_axis, label)
             remarks.append(f"{label.split(': ', 1)[-1]} builds its output ({listed}) in a "
@@ -793,12 +798,14 @@ class Recogniser:
                         reads=evaluation.reads)
 
     def _ordered(self, body: int, states: list[int], output: int, label: str) -> list[int]:
-        """The state positions, h first: the state the output is built from whose new value
-        no other state's is built from (an LSTM's h' = o∘act(c'), not c')."""
+        """The state positions, h first: the state the output is built from (any, with no
+        output) whose new value no other state's is built from (an LSTM's h' = o∘act(c'),
+        not c')."""
         if len(states) == 1:
             return states
         graph = self.model.subgraphs[body]
-        built = self.ancestors(body, graph.outputs[output])
+        built = self.ancestors(body, graph.outputs[output]) if output >= 0 else \
+            {graph.outputs[k] for k in states}
         latest = [k for k in states if graph.outputs[k] in built and not any(
             graph.outputs[k] in self.ancestors(body, graph.outputs[j]) for j in states if j != k)]
         if len(latest) != 1:

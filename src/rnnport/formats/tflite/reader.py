@@ -884,6 +884,12 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
     file.loop_time_major[operator] = time_major
     members.extend(_only_feeding(file, [t for k, t in enumerate(op.inputs)
                                         if k != cell.sequence], members))
+    if cell.output < 0:
+        return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
+                     reverse=reverse, notes=(
+                         f"{file.label(operator)} gives its final state alone (the converter "
+                         "dropped the output sequence nothing read: an encoder's "
+                         "return_state); no tensor of the file holds the network's y.",))
     output = op.outputs[cell.output]
     output_major = cell.time_axis == 0
     notes: list[str] = []
@@ -934,8 +940,9 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
 
 def _only_feeding(file: _File, tensors: list[int], members: list[int]) -> list[int]:
     """The operators that compute ``tensors`` and whose outputs nothing but ``members`` and
-    these operators reads (and no graph output is). An operator read by two others is
-    found once both are (a few passes: the converter's chains are short)."""
+    these operators reads (and no graph output is), recurrent ones excepted (an encoder's
+    final state is another network). An operator read by two others is found once both are
+    (a few passes: the converter's chains are short)."""
     found, added = set(members), list[int]()
     for _ in range(4):
         pending, before = [file.producer.get(t) for t in tensors], len(added)
@@ -945,9 +952,9 @@ def _only_feeding(file: _File, tensors: list[int], members: list[int]) -> list[i
                 continue
             outputs = file.graph.operators[k].outputs
             if k not in found:
-                if not outputs or any(t in file.graph.outputs or
-                                      any(r not in found for r in file.readers.get(t, []))
-                                      for t in outputs):
+                if not outputs or file.code(k) in RECURRENT or file.code(k) == WHILE or any(
+                        t in file.graph.outputs or
+                        any(r not in found for r in file.readers.get(t, [])) for t in outputs):
                     continue
                 found.add(k)
                 added.append(k)
