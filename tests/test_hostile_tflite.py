@@ -16,7 +16,13 @@ from rnnport.formats.tflite import FORMAT, loops, networks
 from rnnport.io import tflite_schema
 
 GOLDEN = Path(__file__).parent / "golden" / "tflite"
+KERAS3 = Path(__file__).parent / "golden" / "tflite_keras3"  # LSTM loops: two states
 COPIES = 200
+
+
+def _path(name: str) -> Path:
+    folder, _, case = name.rpartition("/")
+    return (KERAS3 if folder == "keras3" else GOLDEN) / f"{case}.tflite"
 
 
 def _many_loops(name: str, copies: int) -> bytes:
@@ -25,7 +31,7 @@ def _many_loops(name: str, copies: int) -> bytes:
     flatbuffers = pytest.importorskip("flatbuffers")
     schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
 
-    model = schema.ModelT.InitFromPackedBuf((GOLDEN / f"{name}.tflite").read_bytes(), 0)
+    model = schema.ModelT.InitFromPackedBuf(_path(name).read_bytes(), 0)
     main = model.subgraphs[0]
     loop = next(op for op in main.operators if op.builtinOptions is not None and
                 hasattr(op.builtinOptions, "bodySubgraphIndex"))
@@ -64,11 +70,11 @@ class _Counted:
         monkeypatch.setattr(loops, "_Body", Counted)
 
 
-@pytest.mark.parametrize("name", ["simple_rnn", "gru_sequences"])
+@pytest.mark.parametrize("name", ["simple_rnn", "gru_sequences", "keras3/lstm"])
 def test_loops_sharing_a_body_evaluate_it_once(monkeypatch: pytest.MonkeyPatch,
                                                name: str) -> None:
     once = _Counted(monkeypatch)
-    single = FORMAT.read(GOLDEN / f"{name}.tflite")
+    single = FORMAT.read(_path(name))
     assert once.bodies == 1
     per_body = once.nodes
 

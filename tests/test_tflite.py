@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tflite_edits import edited, litert
 
 from rnnport.errors import FormatError, RnnportError, UnsupportedFeatureError
 from rnnport.formats.tflite import FORMAT, networks, notes, sniff
@@ -177,14 +178,7 @@ def test_reading_imports_no_framework() -> None:
 
 
 def _edited(name: str, change: Callable[[Any], None]) -> bytes:
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromPackedBuf((GOLDEN / f"{name}.tflite").read_bytes(), 0)
-    change(model)
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return edited(GOLDEN / f"{name}.tflite", change)
 
 
 def _lstm_op(model: Any) -> Any:
@@ -196,16 +190,6 @@ def _swap_inputs(model: Any, a: int, b: int) -> None:
     inputs = list(_lstm_op(model).inputs)
     inputs[a], inputs[b] = inputs[b], inputs[a]
     _lstm_op(model).inputs = inputs
-
-
-def _litert(data: bytes, x: np.ndarray) -> np.ndarray:
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_content=data)
-    interpreter.allocate_tensors()
-    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
-    interpreter.invoke()
-    return np.asarray(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
 
 
 def _add_constant(model: Any, values: np.ndarray, name: str) -> int:
@@ -287,16 +271,16 @@ def _small_clip(model: Any) -> None:
                          ids=["peepholes", "cifg", "projection", "relu", "cell_clip",
                               "cifg_peepholes", "proj_bias", "layer_norm", "cifg_layer_norm",
                               "layer_norm_peepholes_proj_bias"])
-def test_edited_lstm_equals_litert(change: Callable[[Any], None]) -> None:
+def test_edited_lstm_equalslitert(change: Callable[[Any], None]) -> None:
     _, data = _golden("lstm_sequences")
     edited = _edited("lstm_sequences", change)
-    expected = _litert(edited, data["x"])
+    expected = litert(edited, data["x"])
     y, _ = FORMAT.read(edited).forward(data["x"])
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5)
     if expected.shape == data["y_litert"].shape:  # the edit mattered
         assert np.abs(expected - data["y_litert"]).max() > 1e-4
     else:  # a projection: its bias mattered
-        assert np.abs(expected - _litert(_edited("lstm_sequences", _projection),
+        assert np.abs(expected - litert(_edited("lstm_sequences", _projection),
                                          data["x"])).max() > 1e-4 or change is not _proj_bias
 
 
@@ -386,10 +370,19 @@ def test_quantized_weights_are_refused_unless_dequantized() -> None:
 # -- damaged files ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", READABLE)
-def test_truncated_and_mutated_files_are_rnnport_errors(name: str) -> None:
-    data = (GOLDEN / f"{name}.tflite").read_bytes()
-    for length in (0, 7, 8, 64, len(data) // 3, len(data) // 2, len(data) - 1):
+# Keras 3's loops (tools/golden_tflite_keras3.py): LSTMs, STRIDED_SLICE, Flex TensorLists,
+# resource variables.
+KERAS3 = [GOLDEN.parent / "tflite_keras3" / f"{name}.tflite"
+          for name in ("lstm", "gru", "gru_stateful", "lstm_open_flex")]
+
+
+@pytest.mark.parametrize("path", [GOLDEN / f"{name}.tflite" for name in READABLE] + KERAS3,
+                         ids=lambda path: path.stem if path.parent == GOLDEN else
+                         f"keras3/{path.stem}")
+def test_truncated_and_mutated_files_are_rnnport_errors(path: Path) -> None:
+    data = path.read_bytes()
+    # The last byte that is not padding (a string's zeros, as a file may end).
+    for length in (0, 7, 8, 64, len(data) // 3, len(data) // 2, len(data.rstrip(b"\0")) - 1):
         with pytest.raises(RnnportError):
             FORMAT.read(data[:length])
     rng = np.random.default_rng(len(data))
@@ -470,12 +463,14 @@ def _replace_in_body(model: Any, old: str, new: str) -> None:
 
 
 def test_a_loop_with_another_gate_function_is_refused_with_what_it_computes() -> None:
-    """A GRU whose update gate is a tanh instead of a sigmoid computes no canonical cell;
-    LiteRT runs it, rnnport refuses it (no nearest cell is guessed)."""
+    """A GRU whose update gate is a tanh and whose reset gate a sigmoid computes no canonical
+    cell (one gate function for both); LiteRT runs it, rnnport refuses it naming both."""
     edited = _edited("gru_sequences", lambda m: _replace_in_body(m, "LOGISTIC", "TANH"))
     _, data = _golden("gru_sequences")
-    assert np.abs(_litert(edited, data["x"]) - data["y_litert"]).max() > 1e-3
-    with pytest.raises(UnsupportedFeatureError, match="neither a simple RNN .* nor a GRU"):
+    assert np.abs(litert(edited, data["x"]) - data["y_litert"]).max() > 1e-3
+    with pytest.raises(UnsupportedFeatureError,
+                       match=r"a GRU whose gates apply different functions \(update gate z: "
+                             r"tanh, reset gate r: sigmoid\)"):
         FORMAT.read(edited)
 
 

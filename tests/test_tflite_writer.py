@@ -194,7 +194,7 @@ def test_options_numbers_match_litert_schema() -> None:
 
             assert f"PrependSlot({index}," in inspect.getsource(source).replace(
                 "Int32Slot(", "Slot(").replace("Int8Slot(", "Slot(").replace(
-                "BoolSlot(", "Slot("), (table, field)
+                "BoolSlot(", "Slot(").replace("UOffsetTRelativeSlot(", "Slot("), (table, field)
     assert WRITE_OPTIONS == {"batch_size", "time_steps"}
 
 

@@ -4,8 +4,9 @@
 
 Everything here is made by the real TensorFlow 2.21 with ``tf_keras`` (Keras 2) and run by
 the real LiteRT interpreter (``ai-edge-litert``), for rnnport's TFLite reading to be
-checked against. ``TF_USE_LEGACY_KERAS=1`` is set before TensorFlow is imported, so
-``tf.keras`` is ``tf_keras`` and Keras 3 never loads. ``rnnport`` is not imported.
+checked against. ``main`` sets ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported, so
+``tf.keras`` is ``tf_keras`` and Keras 3 never loads (``tools/golden_tflite_keras3.py``, the
+Keras 3 part, imports this module's helpers without it). ``rnnport`` is not imported.
 
 Models are converted with ``tf.lite.TFLiteConverter.from_keras_model`` and its default
 settings (float32; Keras LSTMs fused into ``UNIDIRECTIONAL_SEQUENCE_LSTM``; SimpleRNN and
@@ -67,7 +68,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import golden_manifest
@@ -368,6 +368,10 @@ def _made(name: str, out: Path) -> golden_manifest.Made:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "tensorflow" in sys.modules:
+        raise SystemExit("golden_tflite: TensorFlow was imported before TF_USE_LEGACY_KERAS=1 "
+                         "could be set; run this script on its own")
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
     return golden_manifest.main(argv, description=__doc__.splitlines()[0],
                                 default_out=DEFAULT_OUT,
                                 cases={name: text for name, (_, text, _) in CASES.items()},

@@ -198,8 +198,8 @@ _REGISTRY: dict[str, Entry] = {
               "frozen TensorFlow graphs (.pb GraphDef): TF1 cells, fused LSTM/GRU ops, CudnnRNN"),
         Entry("tflite", "rnnport.formats.tflite",
               "TFLite / LiteRT flatbuffers (.tflite): fused LSTM/RNN operators and the "
-              "converter's SimpleRNN/GRU loops (read without TensorFlow or LiteRT); written "
-              "as models LiteRT runs"),
+              "converter's WHILE loops (tf_keras SimpleRNN/GRU, every Keras 3 layer; read "
+              "without TensorFlow or LiteRT); written as models LiteRT runs"),
         Entry("flax", "rnnport.formats.flax",
               "Flax (JAX) linen and NNX LSTM/GRU/SimpleCell parameter trees, their RNN, "
               "Bidirectional and stacked wrappers, .msgpack checkpoints (NumPy only)"),

@@ -282,7 +282,7 @@ PLAIN_OPTIONS: dict[str, tuple[int, dict[str, tuple[int, str]]]] = {
     "SubOptions": (28, {"fused_activation_function": (0, "int8")}),
     "StridedSliceOptions": (32, {"begin_mask": (0, "int32"), "end_mask": (1, "int32"),
                                  "ellipsis_mask": (2, "int32"), "new_axis_mask": (3, "int32"),
-                                 "shrink_axis_mask": (4, "int32")}),
+                                 "shrink_axis_mask": (4, "int32"), "offset": (5, "bool")}),
     "SplitOptions": (35, {"num_splits": (0, "int32")}),
     "SplitVOptions": (79, {"num_splits": (0, "int32")}),
     "LessOptions": (41, {}),
@@ -292,6 +292,10 @@ PLAIN_OPTIONS: dict[str, tuple[int, dict[str, tuple[int, str]]]] = {
     "ReverseV2Options": (81, {}),
     "WhileOptions": (93, {"cond_subgraph_index": (0, "int32"), "body_subgraph_index": (1, "int32")}),
     "DynamicUpdateSliceOptions": (117, {}),
+    # Resource variables (decoded, never written): a CALL_ONCE's initializer subgraph, and a
+    # VAR_HANDLE's variable, which handles in other subgraphs name alike.
+    "CallOnceOptions": (103, {"init_subgraph_index": (0, "int32")}),
+    "VarHandleOptions": (111, {"container": (0, "string"), "shared_name": (1, "string")}),
 }
 _PLAIN_BY_NUMBER = {number: fields for number, fields in PLAIN_OPTIONS.values()}
 
@@ -362,7 +366,7 @@ class OtherOptions:
     :data:`PLAIN_OPTIONS`, its fields' values (absent fields at the schema's default, 0)."""
 
     type: int
-    values: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+    values: Mapping[str, int | str] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
 
 Options = (LSTMOptions | UnidirectionalSequenceLSTMOptions | BidirectionalSequenceLSTMOptions
@@ -493,7 +497,8 @@ def _decode_options(table: Table, kind: int) -> Options:
     if cls is None:
         plain = _PLAIN_BY_NUMBER.get(kind, {})
         return OtherOptions(kind, MappingProxyType({
-            name: table.integer(slot(index), kind_name, name)
+            name: (table.string(slot(index), name) or "") if kind_name == "string" else
+            table.integer(slot(index), kind_name, name)
             for name, (index, kind_name) in plain.items()}))
     table_name = BUILTIN_OPTIONS[kind]
     values: dict[str, int | float | bool] = {}

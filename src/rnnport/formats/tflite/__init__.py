@@ -87,6 +87,28 @@ layer and direction, the GRU variant and sizes, and the body tensors holding
 tensors' shapes against the description before reading them (a damaged entry is an
 error), and reads the same loops from their bodies alone when the entry is gone.
 
+Keras 3 (``from_keras_model``) writes no fused operator: every ``LSTM``, ``GRU`` and
+``SimpleRNN`` is a ``WHILE`` loop, read as above. An LSTM's loop carries two states, h and
+c; a GRU's body splits the recurrent product with ``STRIDED_SLICE``; ``activation=`` /
+``recurrent_activation=`` other than tanh / sigmoid are read as ``Spec.activations``
+(``"linear"``: the identity, ``Affine`` 1, 0), a simple RNN of another function is refused.
+Bidirectional and stacked layers join as the fused ones do. A loop whose output sequence the
+converter dropped (an encoder whose final state alone is used: ``return_state``) is a
+network of its own whose y no tensor holds; a loop starting from another's final state
+(the decoder) takes its initial state at run time (a note). With an open batch the
+converter needs ``SELECT_TF_OPS``, and the loop's output becomes a TensorList built by Flex
+operators (``FlexTensorListReserve`` in front, ``FlexTensorListSetItem`` in the body,
+``FlexTensorListStack`` behind): read as the sequence the stack gives (LiteRT runs such a
+file only with its Flex delegate). The zeros the loop starts from may be computed (``FILL``
+of the input's batch): read as zeros. Resource variables (``VAR_HANDLE``, ``READ_VARIABLE``,
+``ASSIGN_VARIABLE``, first set by a ``CALL_ONCE`` initializer subgraph) hold what a model
+assigns: a ``stateful`` layer's state (an initial state read as zeros when its initializer
+sets zeros, with a note that LiteRT carries it between invocations; nonzero is refused) and
+Keras 3's dropout seed generator (operators feeding no output, listed by ``notes``). Weights
+held in resource variables are refused; when nothing initializes them (what
+``from_saved_model`` writes for a ``tf.saved_model.save`` folder, which LiteRT cannot run
+either) the refusal says the weights are not in the file.
+
 Quantized weights (an integer tensor with a scale) are refused unless ``dequantize=True``,
 which reads ``scale·(q − zero_point)`` (per channel along ``quantized_dimension``) and
 notes that the numbers changed. Several unrelated networks are listed by ``networks``;
@@ -164,8 +186,9 @@ FORMAT = Format(
                   "subgraph computes the step from builtins, with W_x/weights (3H, I) and "
                   "R_h/weights (3H, H) in gate order r z n and both biases kept apart "
                   "(W_x/bias, R_h/bias), so the reset-after GRU is exact. TensorFlow's "
-                  "converter writes Keras GRUs and SimpleRNNs as loops too; rnnport reads "
-                  "any loop whose body computes one of the canonical cells.",),
+                  "converter writes tf_keras GRUs and SimpleRNNs, and every Keras 3 recurrent "
+                  "layer, as loops too; rnnport reads any loop whose body computes one of the "
+                  "canonical cells.",),
     networks=networks, notes=notes, explain_arrays=explain_arrays,
     framework_forward=_framework_forward, extra="tflite", modules=("flatbuffers",),
     fixed_input=fixed_input,

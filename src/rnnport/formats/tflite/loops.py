@@ -1,38 +1,56 @@
 """The cell a ``WHILE`` loop computes, found by evaluating its body symbolically.
 
-TensorFlow's converter has fused operators for LSTMs only: a Keras ``SimpleRNN`` or ``GRU``
-(and any ``tf.while_loop`` recurrence) becomes a ``WHILE`` operator whose body subgraph
-computes one step from builtins. rnnport reads such a loop without running it: each body
-tensor the new state depends on becomes a symbolic value, and the value of the new state
-must be one of the canonical cells, term by term, with the weights taken from the
-constants the body holds. Nothing is guessed from names or operator counts.
+TensorFlow's converter has fused operators for tf_keras LSTMs only: a tf_keras ``SimpleRNN``
+or ``GRU``, every Keras 3 recurrent layer (LSTMs included) and any ``tf.while_loop``
+recurrence become a ``WHILE`` operator whose body subgraph computes one step from builtins.
+rnnport reads such a loop without running it: each body tensor the new state depends on
+becomes a symbolic value, and the values of the new states must be one of the canonical
+cells, term by term, with the weights taken from the constants the body holds. Nothing is
+guessed from names or operator counts.
 
-The values: the loop's state ``h``; ``x``, the step's input (a ``GATHER`` of the sequence
-at the step counter); affine terms ``W·s + b`` (``FULLY_CONNECTED`` of ``s`` with constant
-weights ``(out, in)`` and an optional constant bias); sums of terms, products and constant
-vectors (``ADD``); ``SPLIT`` / ``SPLIT_V`` of a sum along the feature axis (the rows of
-each term's weights and bias); ``MUL``, ``SUB``; ``LOGISTIC``, ``TANH``, ``RELU``.
-Shape-keeping ``RESHAPE``/``SQUEEZE``/``EXPAND_DIMS`` and ``DEQUANTIZE`` of constants pass
-values through. Any other operator on the way makes the value opaque, and a state built
-from an opaque value is refused with the operators named.
+The values: the loop's states ``h`` (and ``c``); ``x``, the step's input (a ``GATHER`` of
+the sequence at the step counter); affine terms ``W·s + b`` (``FULLY_CONNECTED`` of ``s``
+with constant weights ``(out, in)`` and an optional constant bias); sums of terms, products
+and constant vectors (``ADD``); ``SPLIT`` / ``SPLIT_V`` of a sum along the feature axis, and
+``STRIDED_SLICE`` of one with constant bounds that takes every other axis whole (the rows
+of each term's weights and bias); ``MUL``, ``SUB``; ``LOGISTIC``, ``TANH``, ``RELU``.
+``RESHAPE``/``SQUEEZE``/``EXPAND_DIMS`` that keep each row of features (a batch of 1
+squeezed away) and ``DEQUANTIZE`` of constants pass values through. Any other operator on
+the way makes the value opaque, and a state built from an opaque value is refused with the
+operators named.
 
-The cells recognised (canonical gate order in brackets)::
+The cells recognised (canonical gate order in brackets; σ, act: sigmoid, tanh, relu, or
+none: the identity, Keras's ``activation="linear"``)::
 
     simple RNN   h' = act(W x + bW + R h + bR)                        act: tanh, relu
     GRU          z = σ(W_z x + bW_z + R_z h + bR_z)      r likewise    [r z n]
-                 n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))             (reset after)
-                 n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)             (reset before)
+                 n = act(W_n x + bW_n + r∘(R_n h + bR_n))              (reset after)
+                 n = act(W_n x + bW_n + R_n (r∘h) + bR_n)              (reset before)
                  h' = z∘h + (1 − z)∘n,  or  h' = n + z∘(h − n)
+    LSTM         i, f, o = σ(W x + bW + R h + bR)  g = act_g(…)        [i f g o]
+                 c' = f∘c + i∘g,  h' = o∘act_h(c')                     (two states)
 
-Biases the body leaves out are zeros; a cell with no bias at all is read with
-``bias=False``. The loop itself is checked too: the step counter the input is gathered
-with starts at a constant 0 and adds 1 per step, the condition compares counters with
-``LESS`` (joined by ``LOGICAL_AND``), and the output sequence is built from the new state.
-An LSTM written as a loop (two states) is refused by name.
+Gate and candidate functions other than the defaults (σ; tanh) are read as
+``Spec.activations`` (the identity as ``Affine`` 1, 0); gates applying different functions,
+and a simple RNN of another function, are refused naming them. Biases the body leaves out
+are zeros; a cell with no bias at all is read with ``bias=False``; a bias added to the sum
+of both products (Keras 3's LSTM) is the recurrent side's, as the keras format reads it.
+
+The loop itself is checked too: the step counter the input is gathered with starts at a
+constant 0 and adds 1 per step, the condition compares counters with ``LESS`` (joined by
+``LOGICAL_AND``), and the output sequence is built from the new ``h`` (with two states,
+``h`` is the one the output is built from whose new value ``c'`` is not built from); a loop
+may keep no output sequence (the converter drops one nothing reads). With
+``SELECT_TF_OPS`` the output is a TensorList: the body must set the item at the step
+counter to ``h'`` (``FlexTensorListSetItem``) of a list reserved for as many items as the
+sequence has steps (``FlexTensorListReserve``), or item 0 of a one-item list (the last step
+alone); other Flex operators are named in the refusal. A body whose new values read
+resource variables (``READ_VARIABLE``: weights kept as variables) is refused, saying when
+nothing in the file initializes them, so that the weights are not in the file at all.
 
 **Cost.** A file may hold thousands of ``WHILE`` operators sharing one large body. A
 :class:`Recogniser` serves one read of a file: it indexes each subgraph once, evaluates each
-body once for the operands that decide the value (which body inputs hold the state, the
+body once for the operands that decide the value (which body inputs hold the states, the
 sequence and the step counter) and matches each value once per hidden size, whatever the
 number of loops naming it. The nodes evaluated, the operators indexed and the tensors
 visited count against the ``work`` limit (:mod:`rnnport.budget`).
@@ -48,14 +66,17 @@ from typing import Any
 import numpy as np
 
 from ... import budget
+from ...activations import DEFAULTS
 from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
 from ...io import tflite_schema as tfl
+from .variables import READ_VARIABLE, Variables
 
 __all__ = ["ConstantRead", "LoopCell", "Recogniser"]
 
 ADD, CONCATENATION, DEQUANTIZE, FULLY_CONNECTED, GATHER = 0, 2, 6, 9, 36
 LOGISTIC, MUL, RELU, RESHAPE, TANH, SUB, SQUEEZE = 14, 18, 19, 22, 28, 41, 43
 SPLIT, EXPAND_DIMS, LESS, LOGICAL_AND, SPLIT_V, WHILE = 49, 70, 58, 86, 102, 119
+STRIDED_SLICE = 45
 ACTIVATION_OPS = {LOGISTIC: "sigmoid", TANH: "tanh", RELU: "relu"}
 FUSED = {1: "relu", 4: "tanh"}  # a fused activation (ActivationFunctionType) → its function
 PASS_THROUGH = frozenset({RESHAPE, SQUEEZE, EXPAND_DIMS})
@@ -129,12 +150,16 @@ class Opaque(Sym):
 class LoopCell:
     """What a recognised loop computes, and where its sequence and state enter and leave."""
 
-    fields: dict[str, Any]  # Spec fields: cell, input_size, hidden_size, reset_after, bias
+    fields: dict[str, Any]  # Spec fields: cell, input_size, hidden_size, bias, reset_after,
+    # activations
     params: dict[str, np.ndarray]  # weight_ih, weight_hh, bias_ih, bias_hh (canonical)
     sequence: int  # the WHILE input holding the sequence (and the output position of y)
-    output: int  # the WHILE output holding the output sequence
-    state: int  # the WHILE input holding the initial state
+    output: int  # the WHILE output holding the output sequence (or its TensorList; -1: none)
+    states: tuple[int, ...]  # the WHILE inputs holding the initial h (and an LSTM's c)
     time_axis: int  # the sequence's time axis (0: time-major, as the converter writes)
+    # The output is a TensorList (Flex ops) of "every step", or of the "last step" alone
+    # (return_sequences=False: one item, set at each step); "" a tensor.
+    listed: str = ""
     remarks: list[str] = field(default_factory=list)
     # The constants the body's value was built from, in the order they were read: a reader
     # reads them again with its own options instead of evaluating the body again.
@@ -201,6 +226,9 @@ class _Body:
             if info.type_name not in ("FLOAT32", "FLOAT16") or \
                     (info.quantization is not None and info.quantization.quantized):
                 return Opaque(f"constant {info.name!r} ({info.type_name})")
+            if math.prod(info.shape) > 1:  # a vector: a bias, read (and recorded) as one
+                return Const(self.constant(self.index, tensor, f"loop body (subgraph "
+                                           f"{self.index}) constant {info.name!r}"), tensor)
             return Const(np.asarray(self.raw(tensor), dtype=np.float32), tensor)
         made = self.producer.get(tensor)
         if made is None:
@@ -218,7 +246,7 @@ class _Body:
             return Const(self.constant(self.index, tensor, f"loop body (subgraph {self.index}) "
                                        f"tensor {info.name!r}"), tensor)
         if code in PASS_THROUGH and inputs and inputs[0] >= 0 and \
-                self.graph.tensors[inputs[0]].shape == info.shape:
+                _same_rows(self.graph.tensors[inputs[0]].signature, info.signature):
             return arg(0)
         if code == GATHER and len(inputs) == 2 and inputs[1] == self.counter and \
                 self.roles.get(inputs[0]) is self.sequence and options.get("batch_dims", 0) == 0:
@@ -237,6 +265,8 @@ class _Body:
             return Act(FUSED[fused], result) if fused else result
         if code in (SPLIT, SPLIT_V):
             return self._split(operator, position, depth)
+        if code == STRIDED_SLICE:
+            return self._strided(operator, options, depth)
         return Opaque(f"operator {operator} ({self.name(operator)})")
 
     def _dense(self, operator: int, options: Any, depth: int) -> Sym:
@@ -277,17 +307,52 @@ class _Body:
         value = self.value(inputs[value_at], depth)
         widths = [self.graph.tensors[t].shape[-1] if self.graph.tensors[t].shape else 0
                   for t in op.outputs]
+        start = sum(widths[:position])
+        return self._rows(operator, value, range(start, start + widths[position]), sum(widths))
+
+    def _strided(self, operator: int, options: Any, depth: int) -> Sym:
+        """A STRIDED_SLICE of a value along its feature (last) axis alone: every other axis
+        taken whole, with constant begin, end and strides (Keras 3 GRUs split the recurrent
+        product so)."""
+        inputs = self.graph.operators[operator].inputs
+        label = f"operator {operator} (STRIDED_SLICE"
+        masked = [name for name in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask",
+                                    "offset") if options.get(name, 0)]
+        if len(inputs) != 4 or min(inputs) < 0 or masked:
+            return Opaque(f"{label} with {', '.join(masked) or 'other inputs'})")
+        shape = self.graph.tensors[inputs[0]].signature
+        begin, end, strides = (_integers(self.model, self.index, t) for t in inputs[1:])
+        rank = len(shape)
+        if begin is None or end is None or strides is None or rank == 0 or \
+                not len(begin) == len(end) == len(strides) == rank or 0 in strides:
+            return Opaque(f"{label} with bounds that are no constants of the value's rank)")
+        bounds = [(None if options.get("begin_mask", 0) >> axis & 1 else begin[axis],
+                   None if options.get("end_mask", 0) >> axis & 1 else end[axis], strides[axis])
+                  for axis in range(rank)]
+        for axis, (first, last, step) in enumerate(bounds[:-1]):
+            size = shape[axis]
+            whole = slice(first, last, step).indices(size) == (0, size, 1) if size is not None \
+                else step == 1 and first in (None, 0) and last is None
+            if not whole:
+                return Opaque(f"{label} of axis {axis}, not only of the feature axis)")
+        width = shape[-1]
+        if width is None:
+            return Opaque(f"{label} of a feature axis of unknown width)")
+        value = self.value(inputs[0], depth)
+        return self._rows(operator, value, range(*slice(*bounds[-1]).indices(width)), width)
+
+    def _rows(self, operator: int, value: Sym, rows: range, total: int) -> Sym:
+        """Rows ``rows`` of an affine ``value`` ``total`` features wide: of each term's
+        weights and bias, and of each constant vector."""
         if not isinstance(value, Sum) or value.others:
             return Opaque(f"operator {operator} ({self.name(operator)} of a non-affine value)")
-        start = sum(widths[:position])
-        rows = slice(start, start + widths[position])
-        total = sum(widths)
         if any(t.weight.shape[0] != total for t in value.terms) or \
                 any(c.shape not in ((), (1,), (total,)) for c in value.consts):
             return Opaque(f"operator {operator} ({self.name(operator)}: the sizes disagree)")
-        return Sum(terms=tuple(Term(t.source, t.weight[rows], None if t.bias is None else
-                                    t.bias[rows]) for t in value.terms),
-                   consts=tuple(c if c.ndim == 0 or c.shape == (1,) else c[rows]
+        index = slice(rows.start, rows.stop, rows.step) if rows.step > 0 else np.asarray(rows)
+        return Sum(terms=tuple(Term(t.source, t.weight[index], None if t.bias is None else
+                                    t.bias[index]) for t in value.terms),
+                   consts=tuple(c if c.ndim == 0 or c.shape == (1,) else c[index]
                                 for c in value.consts))
 
 
@@ -312,8 +377,16 @@ def _add(a: Sym, b: Sym) -> Sym:
 # -- matching the cells --------------------------------------------------------------------
 
 
+# A recognised cell: its Spec fields, canonical parameters and whether it has a bias.
+Matched = tuple[dict[str, Any], dict[str, np.ndarray], bool]
+
+
 class _NoMatch(Exception):
     pass
+
+
+class _Unsupported(Exception):
+    """The value is a cell rnnport knows, with something the canonical one cannot hold."""
 
 
 def _need(condition: bool) -> None:
@@ -321,13 +394,23 @@ def _need(condition: bool) -> None:
         raise _NoMatch()
 
 
-def _affine(value: Sym, sources: dict[str, Callable[[Sym], bool]],
-            hidden: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+Affine = dict[str, tuple[np.ndarray, np.ndarray | None]]  # source → (weight, bias)
+# The step's activations → Spec.activations entries ("identity": an affine value, no
+# function: ONNX's Affine with alpha 1, beta 0).
+ACTIVATIONS: dict[str, tuple[str, float, float]] = {
+    "sigmoid": ("Sigmoid", 0.0, 0.0), "tanh": ("Tanh", 0.0, 0.0), "relu": ("Relu", 0.0, 0.0),
+    "identity": ("Affine", 1.0, 0.0)}
+SAID = {"identity": "the identity (no function: Keras's activation='linear')"}
+
+
+def _affine(value: Sym, sources: dict[str, Callable[[Sym], bool]], hidden: int) -> Affine:
     """{source: (weight, bias)} of an affine value whose terms read exactly ``sources``
-    (each a test of a term's source); loose constant vectors join a side without a bias."""
+    (each a test of a term's source); loose constant vectors join the last side without a
+    bias (``h``'s where both are open: the slot the keras format reads a one-bias cell's
+    bias into)."""
     _need(isinstance(value, Sum) and not value.others)
     assert isinstance(value, Sum)
-    found: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    found: Affine = {}
     for term in value.terms:
         names = [name for name, test in sources.items() if test(term.source)]
         _need(len(names) == 1 and names[0] not in found and term.weight.shape[0] == hidden)
@@ -338,7 +421,7 @@ def _affine(value: Sym, sources: dict[str, Callable[[Sym], bool]],
         for const in value.consts:
             _need(const.shape in ((), (1,), (hidden,)))
             loose = loose + const
-        open_sides = [name for name, (_, bias) in found.items() if bias is None]
+        open_sides = [name for name in sources if found[name][1] is None]
         _need(bool(open_sides))
         weight, _ = found[open_sides[-1]]
         found[open_sides[-1]] = (weight, loose.astype(np.float32))
@@ -349,10 +432,19 @@ def _is(name: str) -> Callable[[Sym], bool]:
     return lambda value: isinstance(value, Var) and value.name == name
 
 
-def _gate(value: Sym, fn: str, hidden: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-    _need(isinstance(value, Act) and value.fn == fn)
-    assert isinstance(value, Act)
-    return _affine(value.arg, {"x": _is("x"), "h": _is("h")}, hidden)
+XH = {"x": _is("x"), "h": _is("h")}
+
+
+def _unwrap(value: Sym) -> tuple[str, Sym]:
+    """(the function, its argument) of an activated value; ("identity", value) of another."""
+    return (value.fn, value.arg) if isinstance(value, Act) else ("identity", value)
+
+
+def _gate(value: Sym, hidden: int) -> tuple[str, Affine]:
+    """(function, affine of x and h) of a gate: an activation of ``W x + R h + b`` (or that
+    sum alone: no function)."""
+    fn, argument = _unwrap(value)
+    return fn, _affine(argument, XH, hidden)
 
 
 def _one(value: Sym, number: float) -> bool:
@@ -383,32 +475,65 @@ def _mix(value: Sym) -> tuple[Sym, Sym]:
     raise _NoMatch()
 
 
-def _bias(found: dict[str, tuple[np.ndarray, np.ndarray | None]], side: str,
-          hidden: int) -> np.ndarray:
+def _bias(found: Affine, side: str, hidden: int) -> np.ndarray:
     bias = found[side][1]
     return np.zeros(hidden, np.float32) if bias is None else np.asarray(bias, np.float32)
 
 
-def _gru(new: Sym, hidden: int) -> tuple[dict[str, Any], dict[str, np.ndarray], bool]:
-    z_value, n_value = _mix(new)
-    z = _gate(z_value, "sigmoid", hidden)
-    _need(isinstance(n_value, Act) and n_value.fn == "tanh")
-    assert isinstance(n_value, Act)
-    inner = n_value.arg
+def _either(product: Mul, match: Callable[[Sym, Sym], Any]) -> Any:
+    """``match`` of a product's two factors, in the first order it accepts."""
+    for a, b in ((product.a, product.b), (product.b, product.a)):
+        try:
+            return match(a, b)
+        except _NoMatch:
+            continue
+    raise _NoMatch()
+
+
+def _said(fn: str) -> str:
+    return SAID.get(fn, fn)
+
+
+def _same_gates(cell: str, functions: dict[str, str]) -> str:
+    """The one function the gates ``functions`` (gate → function) apply; a cell whose
+    gates differ is refused."""
+    if len(set(functions.values())) != 1:
+        raise _Unsupported(
+            f"{'an' if cell == 'LSTM' else 'a'} {cell} whose gates apply different functions ("
+            + ", ".join(f"{gate}: {_said(fn)}" for gate, fn in functions.items())
+            + f"); the canonical {cell} applies one gate function to all of them")
+    return next(iter(functions.values()))
+
+
+def _cell(cell: str, gates: tuple[Affine, ...], hidden: int, functions: tuple[str, ...],
+          fields: dict[str, Any]) -> Matched:
+    """The fields and canonical parameters of ``cell`` from its gates (canonical order),
+    the functions (Spec.activations order) and the other fields."""
+    widths = {g["x"][0].shape[1:] for g in gates}
+    _need(len(widths) == 1 and all(g["h"][0].shape == (hidden, hidden) for g in gates))
+    params = {"weight_ih": np.concatenate([g["x"][0] for g in gates]),
+              "weight_hh": np.concatenate([g["h"][0] for g in gates]),
+              "bias_ih": np.concatenate([_bias(g, "x", hidden) for g in gates]),
+              "bias_hh": np.concatenate([_bias(g, "h", hidden) for g in gates])}
+    has_bias = any(g[side][1] is not None for g in gates for side in ("x", "h"))
+    activations = tuple(ACTIVATIONS[fn] for fn in functions)
+    if activations != tuple(ACTIVATIONS[fn.lower()] for fn in DEFAULTS[cell]):
+        fields = {**fields, "activations": activations}
+    return {"cell": cell, **fields}, params, has_bias
+
+
+def _gru(new: tuple[Sym, ...], hidden: int) -> Matched:
+    _need(len(new) == 1)
+    z_value, n_value = _mix(new[0])
+    z_fn, z = _gate(z_value, hidden)
+    n_fn, inner = _unwrap(n_value)
     _need(isinstance(inner, Sum))
     assert isinstance(inner, Sum)
     if len(inner.others) == 1 and isinstance(inner.others[0], Mul):  # reset after
         product = inner.others[0]
-        for r_value, recurrent in ((product.a, product.b), (product.b, product.a)):
-            try:
-                r = _gate(r_value, "sigmoid", hidden)
-                n_h = _affine(recurrent, {"h": _is("h")}, hidden)
-                n_x = _affine(Sum(inner.terms, (), inner.consts), {"x": _is("x")}, hidden)
-                break
-            except _NoMatch:
-                continue
-        else:
-            raise _NoMatch()
+        (r_fn, r), n_h = _either(product, lambda r_value, recurrent: (
+            _gate(r_value, hidden), _affine(recurrent, {"h": _is("h")}, hidden)))
+        n_x = _affine(Sum(inner.terms, (), inner.consts), {"x": _is("x")}, hidden)
         reset_after = True
         n = {"x": n_x["x"], "h": n_h["h"]}
     else:  # reset before: R_n (r∘h)
@@ -422,29 +547,63 @@ def _gru(new: Sym, hidden: int) -> tuple[dict[str, Any], dict[str, np.ndarray], 
 
         n_found = _affine(inner, {"x": _is("x"), "rh": reset_h}, hidden)
         _need(len(holder) == 1)
-        r = _gate(holder[0], "sigmoid", hidden)
+        r_fn, r = _gate(holder[0], hidden)
         reset_after = False
         n = {"x": n_found["x"], "h": n_found["rh"]}
-    gates = (r, z, n)
-    widths = {g["x"][0].shape[1:] for g in gates}
-    _need(len(widths) == 1 and all(g["h"][0].shape == (hidden, hidden) for g in gates))
-    params = {"weight_ih": np.concatenate([g["x"][0] for g in gates]),
-              "weight_hh": np.concatenate([g["h"][0] for g in gates]),
-              "bias_ih": np.concatenate([_bias(g, "x", hidden) for g in gates]),
-              "bias_hh": np.concatenate([_bias(g, "h", hidden) for g in gates])}
-    has_bias = any(g[side][1] is not None for g in gates for side in ("x", "h"))
-    return {"cell": "gru", "reset_after": reset_after}, params, has_bias
+    gate_fn = _same_gates("GRU", {"update gate z": z_fn, "reset gate r": r_fn})
+    return _cell("gru", (r, z, n), hidden, (gate_fn, n_fn), {"reset_after": reset_after})
 
 
-def _simple(new: Sym, hidden: int) -> tuple[dict[str, Any], dict[str, np.ndarray], bool]:
-    _need(isinstance(new, Act) and new.fn in ("tanh", "relu"))
-    assert isinstance(new, Act)
-    found = _gate(new, new.fn, hidden)
+def _simple(new: tuple[Sym, ...], hidden: int) -> Matched:
+    _need(len(new) == 1)
+    fn, found = _gate(new[0], hidden)
     _need(found["h"][0].shape == (hidden, hidden))
+    if fn not in ("tanh", "relu"):
+        raise _Unsupported(f"a simple RNN whose activation is {_said(fn)}; rnnport's simple "
+                           "RNN cells apply tanh (rnn_tanh) or relu (rnn_relu)")
     params = {"weight_ih": found["x"][0], "weight_hh": found["h"][0],
               "bias_ih": _bias(found, "x", hidden), "bias_hh": _bias(found, "h", hidden)}
     has_bias = any(found[side][1] is not None for side in ("x", "h"))
-    return {"cell": f"rnn_{new.fn}"}, params, has_bias
+    return {"cell": f"rnn_{fn}"}, params, has_bias
+
+
+def _lstm(new: tuple[Sym, ...], hidden: int) -> Matched:
+    """``c' = f∘c + i∘g`` and ``h' = o∘act(c')`` (any order of the operands)."""
+    _need(len(new) == 2)
+    new_h, new_c = new
+    _need(isinstance(new_c, Sum) and not new_c.terms and not new_c.consts and
+          len(new_c.others) == 2)
+    assert isinstance(new_c, Sum)
+    found: tuple[Sym, Mul] | None = None
+    first, second = new_c.others
+    for kept, added in ((first, second), (second, first)):
+        if isinstance(kept, Mul) and isinstance(added, Mul):
+            for f_value, c in ((kept.a, kept.b), (kept.b, kept.a)):
+                if _is("c")(c):
+                    found = f_value, added
+    _need(found is not None)
+    assert found is not None
+    f_fn, f = _gate(found[0], hidden)
+    pairs = []  # (i, g) of i∘g: the factor with the forget gate's function is i
+    for i_value, g_value in ((found[1].a, found[1].b), (found[1].b, found[1].a)):
+        try:
+            pairs.append((_gate(i_value, hidden), _gate(g_value, hidden)))
+        except _NoMatch:
+            continue
+    _need(bool(pairs))
+    (i_fn, i), (g_fn, g) = next((pair for pair in pairs if pair[0][0] == f_fn), pairs[0])
+    _need(isinstance(new_h, Mul))
+    assert isinstance(new_h, Mul)
+
+    def output(o_value: Sym, out: Sym) -> tuple[str, tuple[str, Affine]]:
+        h_fn, argument = _unwrap(out)
+        _need(argument is new_c)
+        return h_fn, _gate(o_value, hidden)
+
+    h_fn, (o_fn, o) = _either(new_h, output)
+    gate_fn = _same_gates("LSTM", {"input gate i": i_fn, "forget gate f": f_fn,
+                                   "output gate o": o_fn})
+    return _cell("lstm", (i, f, g, o), hidden, (gate_fn, g_fn, h_fn), {})
 
 
 # -- the loop ------------------------------------------------------------------------------
@@ -454,13 +613,13 @@ def _simple(new: Sym, hidden: int) -> tuple[dict[str, Any], dict[str, np.ndarray
 class _Evaluation:
     """A body's value for one choice of state, sequence and counter inputs."""
 
-    new: Sym  # the new state
+    new: tuple[Sym, ...]  # the new states: h (and an LSTM's c)
     opaque: list[str]  # what the evaluation could not follow
     reads: tuple[ConstantRead, ...]  # the constants read, in order
 
 
-Matched = tuple[dict[str, Any], dict[str, np.ndarray], bool] | None
-EvaluationKey = tuple[int, int, int, int]  # body subgraph, state, sequence, counter positions
+# body subgraph, state positions (h first), sequence and counter positions
+EvaluationKey = tuple[int, tuple[int, ...], int, int]
 
 
 class Recogniser:
@@ -475,7 +634,8 @@ class Recogniser:
         self.spent = 0
         self.indexed: dict[int, _Indexed] = {}
         self.evaluations: dict[EvaluationKey, _Evaluation | RnnportError] = {}
-        self.matches: dict[tuple[EvaluationKey, int], Matched] = {}
+        self.matches: dict[tuple[EvaluationKey, int], Matched | _Unsupported | None] = {}
+        self.variables: Variables | None = None  # the model's, found when a loop reads one
         self.ancestry: dict[tuple[int, int], set[int]] = {}
         self.evaluated = 0  # bodies evaluated (each key once)
 
@@ -553,24 +713,30 @@ class Recogniser:
                               "same number everywhere. The file is damaged.")
         tensors = [main.tensors[t] for t in op.inputs]
         floats = [k for k, t in enumerate(tensors) if t.type_name == "FLOAT32"]
-        carried = [k for k in floats if graph.outputs[k] == graph.inputs[k]]
-        changed = [k for k in floats if graph.outputs[k] != graph.inputs[k]]
-        states = [k for k in changed if len(tensors[k].shape) == 2]
-        outputs = [k for k in changed if len(tensors[k].shape) == 3]
-        sequences = [k for k in carried if len(tensors[k].shape) == 3]
-        if len(states) > 1:
+        changed = [k for k in range(n) if graph.outputs[k] != graph.inputs[k]]
+        self._check_variables(op, body, [k for k in changed if k in floats], label)
+        states = [k for k in changed if k in floats and len(tensors[k].shape) == 2]
+        outputs = [k for k in changed if (k in floats and len(tensors[k].shape) == 3) or
+                   tensors[k].type_name == "VARIANT"]
+        sequences = [k for k in floats if k not in changed and len(tensors[k].shape) == 3]
+        if len(states) > 2:
             raise UnsupportedFeatureError(
                 f"{label}: its body carries {len(states)} states (loop values "
-                f"{[f'{tensors[k].name!r} {list(tensors[k].shape)}' for k in states]}): an "
-                "LSTM's h and c, stacked cells in one loop, or a mask's; rnnport reads loops "
-                "carrying one state (LSTMs from TFLite's fused LSTM operators, which the "
-                "converter writes for Keras LSTM layers).")
-        if len(states) != 1 or len(outputs) != 1 or len(sequences) != 1:
+                f"{[f'{tensors[k].name!r} {list(tensors[k].shape)}' for k in states]}): stacked "
+                "cells in one loop, or a mask's; rnnport reads loops carrying one state (a "
+                "simple RNN's or a GRU's h) or two (an LSTM's h and c).")
+        if not states or len(outputs) > 1 or len(sequences) != 1:
+            flex = sorted({name for name in model.operator_names(body) if name.startswith("Flex")})
             raise UnsupportedFeatureError(
                 f"{label}: loop values {[f'{t.type_name}{list(t.shape)}' for t in tensors]}; "
-                "rnnport reads a loop carrying one state (batch, hidden), one input sequence "
-                "and one output sequence, as a converted SimpleRNN or GRU does.")
-        state, output, sequence = states[0], outputs[0], sequences[0]
+                "rnnport reads a loop carrying one or two states (batch, hidden), one input "
+                "sequence and at most one output sequence (a tensor, or a TensorList of the "
+                "steps), as a converted SimpleRNN, GRU or LSTM does."
+                + (f" Its body uses the Flex (SELECT_TF_OPS) operators {', '.join(flex)}."
+                   if flex else ""))
+        # No output sequence: the converter dropped it, the final state alone being used
+        # (an encoder's return_state).
+        output, sequence = (outputs or [-1])[0], sequences[0]
         counters = [k for k, t in enumerate(tensors) if t.type_name in ("INT32", "INT64") and
                     not t.shape and self._counts_up(op, body, k)]
         gathers: list[int] = []
@@ -583,27 +749,41 @@ class Recogniser:
             raise UnsupportedFeatureError(
                 f"{label}: its body reads the sequence with no GATHER at a step counter that "
                 "starts at 0 and adds 1 per step; rnnport reads loops that visit every step in "
-                "order (as a converted SimpleRNN or GRU does).")
+                "order (as a converted SimpleRNN, GRU or LSTM does).")
         time_axis = int(getattr(graph.operators[gathers[0]].builtin_options, "values",
                                 {}).get("axis", 0)) % 3
         remarks: list[str] = []
         self._check_condition(operator, cond, body, counters, sequence, time_axis, label,
                               remarks)
-        hidden = tensors[state].shape[1]
+        states = self._ordered(body, states, output, label)
+        hidden = tensors[states[0]].shape[1]
         inputs = tensors[sequence].shape[2 if time_axis != 2 else 1]
-        key = (body, state, sequence, counter)
+        key = (body, tuple(states), sequence, counter)
         evaluation = self._evaluate(key)
-        if graph.outputs[state] not in self.ancestors(body, graph.outputs[output]):
+        listed = ""
+        if output < 0:
+            pass
+        elif tensors[output].type_name == "VARIANT":
+            listed = self._check_list(op, body, output, states[0], counters, sequence,
+                                      time_axis, label)
+            remarks.append(f"{label.split(': ', 1)[-1]} builds its output ({listed}) in a "
+                           "TensorList with Flex (SELECT_TF_OPS) operators (FlexTensorListReserve,"
+                           " FlexTensorListSetItem, FlexTensorListStack), read as what they "
+                           "stack; LiteRT runs the file only with its Flex delegate.")
+        elif graph.outputs[states[0]] not in self.ancestors(body, graph.outputs[output]):
             raise UnsupportedFeatureError(
                 f"{label}: its output sequence (loop value {output}) is not built from the new "
                 "state; rnnport reads loops whose output at each step is the state.")
         matched = self._match(key, hidden, evaluation.new)
+        if isinstance(matched, _Unsupported):
+            raise UnsupportedFeatureError(f"{label}: its body (subgraph {body}) computes "
+                                          f"{matched}. Nothing was read.")
         if matched is None:
             unknown = ", ".join(dict.fromkeys(evaluation.opaque)) or "none"
             raise UnsupportedFeatureError(
                 f"{label}: its body (subgraph {body}) computes a step that is neither a simple "
-                "RNN (tanh or relu) nor a GRU (sigmoid gates, tanh candidate) as rnnport "
-                f"defines them; operations it could not follow: {unknown}. Nothing was read.")
+                "RNN (tanh or relu), a GRU nor an LSTM as rnnport defines them; operations it "
+                f"could not follow: {unknown}. Nothing was read.")
         fields, params, has_bias = dict(matched[0]), dict(matched[1]), matched[2]
         if params["weight_ih"].shape != (params["weight_hh"].shape[0], inputs) or \
                 params["weight_hh"].shape[1] != hidden:
@@ -613,14 +793,111 @@ class Recogniser:
         if not has_bias:
             params = {k: v for k, v in params.items() if not k.startswith("bias")}
         fields.update(input_size=inputs, hidden_size=hidden, bias=has_bias)
-        return LoopCell(fields, params, sequence, output, state, time_axis, remarks,
-                        evaluation.reads)
+        return LoopCell(fields, params, sequence, output, tuple(states), time_axis,
+                        listed=listed, remarks=remarks,
+                        reads=evaluation.reads)
+
+    def _ordered(self, body: int, states: list[int], output: int, label: str) -> list[int]:
+        """The state positions, h first: the state the output is built from (any, with no
+        output) whose new value no other state's is built from (an LSTM's h' = o∘act(c'),
+        not c')."""
+        if len(states) == 1:
+            return states
+        graph = self.model.subgraphs[body]
+        built = self.ancestors(body, graph.outputs[output]) if output >= 0 else \
+            {graph.outputs[k] for k in states}
+        latest = [k for k in states if graph.outputs[k] in built and not any(
+            graph.outputs[k] in self.ancestors(body, graph.outputs[j]) for j in states if j != k)]
+        if len(latest) != 1:
+            raise UnsupportedFeatureError(
+                f"{label}: its output sequence (loop value {output}) is built from "
+                f"{'none' if not latest else 'each'} of its {len(states)} states (loop values "
+                f"{', '.join(map(str, states))}) alone; rnnport reads loops whose output at each "
+                "step is the state h (an LSTM's c feeds h).")
+        return [latest[0], *(k for k in states if k != latest[0])]
+
+    def _check_list(self, op: tfl.Operator, body: int, output: int, state: int,
+                    counters: list[int], sequence: int, time_axis: int, label: str) -> str:
+        """What a TensorList output (SELECT_TF_OPS) holds: "every step" when the body sets
+        item ``counter`` to the new state (FlexTensorListSetItem) and the list starts
+        reserved (FlexTensorListReserve) for as many items as the sequence has steps; the
+        "last step" when it sets item 0 of a one-item list."""
+        model, graph = self.model, self.model.subgraphs[body]
+        writer = self.last_writer(body, graph.outputs[output])
+        name = model.operator_codes[writer.opcode_index].name if writer is not None else "none"
+        at = writer.inputs[1] if writer is not None and len(writer.inputs) == 3 else -1
+        held = "every step" if at in [graph.inputs[k] for k in counters] else \
+            "last step" if at >= 0 and _integer(model, body, at) == 0 else ""
+        if writer is None or name != "FlexTensorListSetItem" or not held or \
+                writer.inputs[0] != graph.inputs[output] or writer.inputs[2] != graph.outputs[state]:
+            raise UnsupportedFeatureError(
+                f"{label}: its output (loop value {output}) is a TensorList its body writes with "
+                f"{name}; rnnport reads a list whose item at the step counter (or item 0, the "
+                "last step) is set to the new state (FlexTensorListSetItem), as TensorFlow's "
+                "converter writes with SELECT_TF_OPS. Nothing was read.")
+        main = model.subgraphs[0]
+        reserve = self.last_writer(0, op.inputs[output])
+        name = model.operator_codes[reserve.opcode_index].name if reserve is not None else \
+            f"tensor {main.tensors[op.inputs[output]].name!r}"
+        steps = main.tensors[op.inputs[sequence]].signature[time_axis]
+        count = reserve.inputs[1] if reserve is not None and len(reserve.inputs) > 1 else -1
+        items = _integer(model, 0, count) if count >= 0 else None
+        if name != "FlexTensorListReserve" or count < 0 or not (
+                items == 1 if held == "last step" else
+                (steps is not None and items == steps) or
+                (items is None and self._from_shape(count, op.inputs[sequence]))):
+            raise UnsupportedFeatureError(
+                f"{label}: its output list starts as {name}"
+                f"{'' if items is None else f' of {items} items'}; rnnport reads a list "
+                "reserved (FlexTensorListReserve) for as many items as the sequence has steps "
+                "(a constant, or the sequence's shape), or for one, the last step, so that "
+                "stacking it gives what the loop computed. Nothing was read.")
+        return held
+
+    def _check_variables(self, op: tfl.Operator, body: int, changed: list[int],
+                         label: str) -> None:
+        """Refuse a body whose new values read resource variables (weights kept as
+        variables), saying whether the file holds their values at all."""
+        model, graph = self.model, self.model.subgraphs[body]
+        resources = {graph.inputs[k]: k for k, t in enumerate(op.inputs)
+                     if model.subgraphs[0].tensors[t].type_name == "RESOURCE"}
+        if not resources:
+            return
+        self.charge(len(graph.operators))
+        built: set[int] = set().union(*(self.ancestors(body, graph.outputs[k]) for k in changed))
+        read = [resources[o.inputs[0]] for o in graph.operators
+                if model.operator_code(o) == READ_VARIABLE and o.inputs and
+                o.inputs[0] in resources and o.outputs and o.outputs[0] in built]
+        if not read:
+            return
+        if self.variables is None:
+            self.charge(sum(len(g.operators) for g in model.subgraphs))
+            self.variables = Variables.of(model)
+        variables = self.variables
+        keys = [variables.handles.get((0, op.inputs[k])) for k in dict.fromkeys(read)]
+        names = ", ".join(repr(variables.names[key]) if key is not None else
+                          repr(model.subgraphs[0].tensors[op.inputs[k]].name)
+                          for k, key in zip(dict.fromkeys(read), keys, strict=True))
+        if any(key is None or key not in variables.initial for key in keys):
+            raise UnsupportedFeatureError(
+                f"{label}: its body reads its weights from resource variables ({names}) that "
+                "nothing in the file assigns (no CALL_ONCE initializer sets them): the weights "
+                "are not in the file. TensorFlow's from_saved_model writes such a file for a "
+                "tf.saved_model.save folder, and LiteRT cannot run it either (its READ_VARIABLE "
+                "fails). Convert the Keras model with tf.lite.TFLiteConverter.from_keras_model, "
+                "which stores the weights as constants. Nothing was read.")
+        subgraphs = sorted({variables.initializers[key] for key in keys if key is not None})
+        raise UnsupportedFeatureError(
+            f"{label}: its body reads its weights from resource variables ({names}) that the "
+            f"file's CALL_ONCE initializer (subgraph {', '.join(map(str, subgraphs))}) sets; "
+            "rnnport reads a loop's weights from the constants its body holds, as "
+            "tf.lite.TFLiteConverter.from_keras_model writes them. Nothing was read.")
 
     def _evaluate(self, key: EvaluationKey) -> _Evaluation:
-        """The body's new state for ``key``'s inputs, evaluated once (an error, once too)."""
+        """The body's new states for ``key``'s inputs, evaluated once (an error, once too)."""
         found = self.evaluations.get(key)
         if found is None:
-            body, state, sequence, counter = key
+            body, states, sequence, counter = key
             graph = self.model.subgraphs[body]
             reads: list[ConstantRead] = []
 
@@ -628,13 +905,14 @@ class Recogniser:
                 reads.append((subgraph, tensor, what))
                 return self.constant(subgraph, tensor, what)
 
-            roles: dict[int, Sym] = {graph.inputs[state]: Var("h"),
-                                     graph.inputs[sequence]: Var("sequence")}
+            roles: dict[int, Sym] = {graph.inputs[k]: Var(name)
+                                     for k, name in zip(states, ("h", "c"), strict=False)}
+            roles[graph.inputs[sequence]] = Var("sequence")
             evaluation = _Body(self.model, body, self.index(body), roles,
                                graph.inputs[counter], constant, self.where, self.charge)
             self.evaluated += 1
             try:
-                new = evaluation.value(graph.outputs[state])
+                new = tuple(evaluation.value(graph.outputs[k]) for k in states)
             except LimitError:
                 raise
             except RnnportError as error:
@@ -646,17 +924,22 @@ class Recogniser:
             raise type(found)(*found.args) from None
         return found
 
-    def _match(self, key: EvaluationKey, hidden: int, new: Sym) -> Matched:
+    def _match(self, key: EvaluationKey, hidden: int,
+               new: tuple[Sym, ...]) -> Matched | _Unsupported | None:
         """The cell ``new`` is, with ``hidden`` units: its fields, parameters and whether
-        it has a bias; None when it is no cell rnnport reads. Matched once per key."""
+        it has a bias; what keeps it from the canonical cell; or None when it is no cell
+        rnnport reads. Matched once per key."""
         if (key, hidden) not in self.matches:
-            matched: Matched = None
-            for matcher in (_simple, _gru):
+            matched: Matched | _Unsupported | None = None
+            for matcher in (_simple, _gru, _lstm):
                 try:
                     matched = matcher(new, hidden)
                     break
                 except _NoMatch:
                     continue
+                except _Unsupported as refusal:
+                    matched = refusal
+                    break
             self.matches[key, hidden] = matched
         return self.matches[key, hidden]
 
@@ -753,6 +1036,30 @@ class Recogniser:
             graph.tensors[op.outputs[0]].type_name in integers and
             graph.tensors[op.inputs[0]].type_name not in integers
             for op in (graph.operators[k] for k in operators))
+
+
+def _same_rows(before: tuple[int | None, ...], after: tuple[int | None, ...]) -> bool:
+    """Whether a reshape from ``before`` to ``after`` keeps each row of features: the same
+    feature (last) axis, and as many rows (a batch of 1 squeezed away, or put back)."""
+    if before == after:
+        return True
+    if not before or not after or before[-1] != after[-1] or None in before or None in after:
+        return False
+    return math.prod(before[:-1]) == math.prod(after[:-1])  # type: ignore[arg-type]
+
+
+def _integers(model: tfl.Model, subgraph: int, tensor: int) -> list[int] | None:
+    """The values of a small integer constant vector (at most 8: a slice's bounds), else
+    None."""
+    info = model.subgraphs[subgraph].tensors[tensor]
+    if info.type_name not in ("INT32", "INT64") or not len(model.buffers[info.buffer].data) or \
+            len(info.shape) > 1 or math.prod(info.shape) > 8:
+        return None
+    try:
+        return [int(v) for v in np.asarray(tfl.tensor_array(model, tensor,
+                                                            subgraph=subgraph)).reshape(-1)]
+    except RnnportError:
+        return None
 
 
 def _integer(model: tfl.Model, subgraph: int, tensor: int) -> int | None:

@@ -31,6 +31,7 @@ from ...spec import Spec
 from .._common import close_matches, describe, is_path, listed
 from .._protocol import Choices
 from .loops import Constant, LoopCell, Recogniser
+from .variables import READ_VARIABLE, Variables
 
 __all__ = ["READ_OPTIONS", "fixed_input", "load", "network_ends", "networks", "notes",
            "parameter_arrays", "read", "read_with_notes"]
@@ -40,6 +41,7 @@ LOOPS = "rnnport.loops"  # the writer's Metadata entry describing its WHILE loop
 
 CONCATENATION = 2
 DEQUANTIZE = 6
+FILL = 94
 RESHAPE = 22
 TRANSPOSE = 39
 REVERSE_V2 = 105
@@ -87,6 +89,7 @@ class _File:
     recognised: dict[int, LoopCell | RnnportError] = field(default_factory=dict)
     loop_time_major: dict[int, bool] = field(default_factory=dict)  # its input is time-major
     loop_output_major: dict[int, bool] = field(default_factory=dict)  # its output is
+    found_variables: Variables | None = None  # the model's resource variables, found once
 
     def code(self, operator: int) -> int:
         return self.model.operator_code(self.graph.operators[operator])
@@ -99,6 +102,11 @@ class _File:
 
     def tensor_name(self, tensor: int) -> str:
         return self.graph.tensors[tensor].name
+
+    def variables(self) -> Variables:
+        if self.found_variables is None:
+            self.found_variables = Variables.of(self.model)
+        return self.found_variables
 
 
 def load(source: Any) -> _File:
@@ -337,24 +345,34 @@ def _dequantize(file: _File, tensor: int, what: str, options: Mapping[str, Any],
 
 def _state(file: _File, operator: int, position: int, what: str, reading: _Reading) -> None:
     """Accept an initial-state input that starts from zeros; refuse a nonzero constant (a
-    buffer, or a DEQUANTIZE of one)."""
+    buffer, a DEQUANTIZE or FILL of one, or a resource variable's first value)."""
     tensor = _input(file.graph.operators[operator], position)
     if tensor < 0:
         return
+    model = file.model
     info = file.graph.tensors[tensor]
-    stored = tensor
+    subgraph, stored, source, variable = file.index, tensor, "", None
     producer = file.producer.get(tensor)
-    if not len(file.model.buffers[info.buffer].data) and producer is not None and \
-            file.code(producer) == DEQUANTIZE:
-        inputs = file.graph.operators[producer].inputs
-        if inputs and inputs[0] >= 0 and \
-                len(file.model.buffers[file.graph.tensors[inputs[0]].buffer].data):
-            stored = inputs[0]  # a float16 (or quantized) constant, widened at run time
-    held = file.graph.tensors[stored]
-    if len(file.model.buffers[held.buffer].data):
+    code = file.code(producer) if producer is not None else None
+    inputs = file.graph.operators[producer].inputs if producer is not None else ()
+    if not len(model.buffers[info.buffer].data) and code in (DEQUANTIZE, FILL) and \
+            len(inputs) == (1 if code == DEQUANTIZE else 2) and inputs[-1] >= 0 and \
+            len(model.buffers[file.graph.tensors[inputs[-1]].buffer].data):
+        # A float16 (or quantized) constant widened at run time, or a FILL of a constant
+        # (the converter's zeros for an open batch).
+        stored, source = inputs[-1], "" if code == DEQUANTIZE else " (a FILL of a constant)"
+    elif code == READ_VARIABLE and inputs and inputs[0] >= 0:
+        variables = file.variables()
+        variable = variables.handles.get((file.index, inputs[0]))
+        if variable is not None and variable in variables.initial:
+            subgraph, stored = variables.initial[variable]
+        source = f" (resource variable {variables.describe(variable)})" if variable else \
+            " (a resource variable)"
+    held = model.subgraphs[subgraph].tensors[stored]
+    if len(model.buffers[held.buffer].data):
         if held.quantization is not None and held.quantization.quantized:
             zero = np.asarray(held.quantization.zero_point or (0,), dtype=np.int64).reshape(-1)
-            raw = tfl.tensor_array(file.model, stored, subgraph=file.index, raw=True)
+            raw = tfl.tensor_array(model, stored, subgraph=subgraph, raw=True)
             if zero.size != 1 and (raw.ndim == 0 or zero.size != raw.shape[-1]):
                 raise FormatError(f"{file.where}: {file.label(operator)}: the initial {what} "
                                   f"(tensor {held.name!r}) has {zero.size} zero points for "
@@ -362,24 +380,36 @@ def _state(file: _File, operator: int, position: int, what: str, reading: _Readi
                                   "The file is damaged.")
             values = raw.astype(np.int64) - zero
         else:
-            values = tfl.tensor_array(file.model, stored, subgraph=file.index)
+            values = tfl.tensor_array(model, stored, subgraph=subgraph)
         if np.any(values != 0):
             raise UnsupportedFeatureError(
                 f"{file.where}: {file.label(operator)}: the initial {what} (input {position}, "
-                f"tensor {held.name!r}) is a nonzero constant; the canonical network starts "
-                "from zeros and takes an initial state per call instead "
+                f"tensor {held.name!r}{source}) is a nonzero constant; the canonical network "
+                "starts from zeros and takes an initial state per call instead "
                 "(model.forward(x, state=...)). Nothing was read.")
-        return
-    if info.is_variable:
+        if variable is None:
+            return
+    if variable is not None:
+        again = " and assigns again after each invocation (a stateful layer: LiteRT carries " \
+            "the state from one invocation to the next)" if variable in \
+            file.variables().assigned else ""
+        first = "zeros at first" if variable in file.variables().initial else \
+            "no value until something assigns it"
+        reading.remarks.append(
+            f"{file.label(operator)} takes its initial {what} from resource variable "
+            f"{file.variables().names.get(variable, variable[1])!r} ({first}), which the file "
+            f"reads at run time{again}; the canonical network starts each forward() from "
+            "zeros unless forward(x, state=...) is given one.")
+    elif info.is_variable:
         reading.remarks.append(
             f"{file.label(operator)} keeps its state in variable tensors that LiteRT carries "
             "from one invocation to the next (zeros after allocation); the canonical network "
             "starts each forward() from zeros.")
     elif tensor in file.producer or tensor in file.graph.inputs:
         reading.remarks.append(
-            f"{file.label(operator)} takes its initial {what} from tensor {info.name!r} at run "
-            "time; the canonical network starts from zeros unless forward(x, state=...) is "
-            "given one.")
+            f"{file.label(operator)} takes its initial {what} from tensor {info.name!r}{source} "
+            "at run time; the canonical network starts from zeros unless forward(x, state=...) "
+            "is given one.")
 
 
 # -- one direction of one op ---------------------------------------------------------------
@@ -622,7 +652,8 @@ def _one_direction(file: _File, operator: int, options: Mapping[str, Any],
         for subgraph, tensor, what in cell.reads:
             constant(subgraph, tensor, what)
         reading.remarks.extend(cell.remarks)
-        _state(file, operator, cell.state, "state h", reading)
+        for position, what in zip(cell.states, ("state h", "cell state c"), strict=False):
+            _state(file, operator, position, what, reading)
         return _Direction(cell.params, cell.fields)
     if code in LSTM_OPS:
         fields = _lstm_options(file, operator)
@@ -831,7 +862,11 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
     """A recognised loop's unit: the converter reverses a backward direction's sequence
     (REVERSE_V2 on its time axis) and turns a batch-major sequence time-major (TRANSPOSE,
     or RESHAPE for batch 1) in front of the loop, and undoes both behind it. Between two
-    loops it leaves the sequence time-major: the next loop reads the output as it is."""
+    loops it leaves the sequence time-major: the next loop reads the output as it is. With
+    SELECT_TF_OPS the output is a TensorList, stacked (FlexTensorListStack) behind the loop
+    into a time-major sequence. The operators computing only the loop's initial states and
+    list (zeros of the input's batch: SHAPE, STRIDED_SLICE, PACK, FILL; the list's
+    FlexTensorListReserve) belong to the unit."""
     op = file.graph.operators[operator]
     members = [operator]
     tensor, reverse = op.inputs[cell.sequence], False
@@ -847,11 +882,34 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
         members.append(before)
         tensor, time_major = file.graph.operators[before].inputs[0], False
     file.loop_time_major[operator] = time_major
+    members.extend(_only_feeding(file, [t for k, t in enumerate(op.inputs)
+                                        if k != cell.sequence], members))
+    if cell.output < 0:
+        return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
+                     reverse=reverse, notes=(
+                         f"{file.label(operator)} gives its final state alone (the converter "
+                         "dropped the output sequence nothing read: an encoder's "
+                         "return_state); no tensor of the file holds the network's y.",))
     output = op.outputs[cell.output]
     output_major = cell.time_axis == 0
     notes: list[str] = []
+    if cell.listed:
+        stacks = file.readers.get(output, [])
+        if len(stacks) != 1 or file.op_name(stacks[0]) != "FlexTensorListStack" or \
+                len(file.graph.tensors[file.graph.operators[stacks[0]].outputs[0]].shape) != 3:
+            notes.append(f"{file.label(operator)} keeps its outputs in a TensorList that "
+                         f"{listed(file.label(k) for k in stacks) or 'nothing'} reads, not "
+                         "stacked into one tensor by a FlexTensorListStack alone; no tensor of "
+                         "the file holds the network's y.")
+            return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
+                         reverse=reverse, notes=tuple(notes))
+        members.append(stacks[0])
+        if cell.listed == "last step":  # return_sequences=False: the last step alone
+            return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
+                         reverse=reverse)
+        output, output_major = file.graph.operators[stacks[0]].outputs[0], True
     steps = file.graph.tensors[op.inputs[cell.sequence]].signature[cell.time_axis]
-    kept = file.graph.tensors[output].signature[cell.time_axis]
+    kept = file.graph.tensors[output].signature[0 if cell.listed else cell.time_axis]
     if steps is not None and kept is not None and kept != steps:
         # The converter keeps only what a return_sequences=False layer returns.
         return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
@@ -878,6 +936,33 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
     file.loop_output_major[operator] = output_major
     return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), output,
                  reverse=reverse, notes=tuple(notes))
+
+
+def _only_feeding(file: _File, tensors: list[int], members: list[int]) -> list[int]:
+    """The operators that compute ``tensors`` and whose outputs nothing but ``members`` and
+    these operators reads (and no graph output is), recurrent ones excepted (an encoder's
+    final state is another network). An operator read by two others is found once both are
+    (a few passes: the converter's chains are short)."""
+    found, added = set(members), list[int]()
+    for _ in range(4):
+        pending, before = [file.producer.get(t) for t in tensors], len(added)
+        while pending:
+            k = pending.pop()
+            if k is None or (k in found and k not in added):
+                continue
+            outputs = file.graph.operators[k].outputs
+            if k not in found:
+                if not outputs or file.code(k) in RECURRENT or file.code(k) == WHILE or any(
+                        t in file.graph.outputs or
+                        any(r not in found for r in file.readers.get(t, [])) for t in outputs):
+                    continue
+                found.add(k)
+                added.append(k)
+            pending.extend(file.producer.get(t) for t in file.graph.operators[k].inputs
+                           if t >= 0 and file.producer.get(t) not in added)
+        if len(added) == before:
+            break
+    return added
 
 
 def _units(file: _File) -> list[_Unit]:
@@ -1055,7 +1140,8 @@ def _layer(file: _File, unit: _Unit, options: Mapping[str, Any], reading: _Readi
             "stay the same while no step's |c| reaches it.")
     if fields.get("cell") != "lstm":
         fields = {k: v for k, v in fields.items()
-                  if k in ("cell", "input_size", "hidden_size", "reset_after", "bias")}
+                  if k in ("cell", "input_size", "hidden_size", "reset_after", "bias",
+                           "activations")}
     spec = Spec(num_layers=1, bidirectional=unit.bidirectional, reverse=unit.reverse, **fields)
     reading.remarks.extend(unit.notes)
     for k in unit.recurrent:
@@ -1129,10 +1215,39 @@ def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple
                all(len(file.model.buffers[file.graph.tensors[t].buffer].data)
                    for t in file.graph.operators[k].inputs if t >= 0)}
     accounted = used | recurrent_elsewhere | weights
-    rest = [file.label(k) for k in range(len(file.graph.operators)) if k not in accounted]
-    if rest:
-        out.append(f"other operators: {listed(rest)}; not part of the network, not read.")
+    rest = [k for k in range(len(file.graph.operators)) if k not in accounted]
+    feeding = _feeding_outputs(file)
+    if any(k in feeding for k in rest):
+        out.append(f"other operators: {listed(file.label(k) for k in rest if k in feeding)}; "
+                   "not part of the network, not read.")
+    if any(k not in feeding for k in rest):
+        idle = [k for k in rest if k not in feeding]
+        handles = file.variables().handles
+        names = dict.fromkeys(repr(file.variables().names[handles[0, t]]) for k in idle
+                              for t in file.graph.operators[k].inputs if (0, t) in handles)
+        kept = f", keeping resource variable(s) {listed(names)} from one invocation to the " \
+            "next (such as a stateful layer's state or Keras 3's dropout seed generator)" \
+            if names else ""
+        out.append(f"operators that feed none of the file's outputs: "
+                   f"{listed(file.label(k) for k in idle)}{kept}; not read.")
     return model, out, [reading.arrays[key] for key in sorted(reading.arrays)]
+
+
+def _feeding_outputs(file: _File) -> set[int]:
+    """The main subgraph's operators some output of the file is computed from."""
+    found: set[int] = set()
+    pending = list(file.graph.outputs)
+    seen: set[int] = set()
+    while pending:
+        tensor = pending.pop()
+        if tensor in seen or tensor < 0:
+            continue
+        seen.add(tensor)
+        operator = file.producer.get(tensor)
+        if operator is not None and operator not in found:
+            found.add(operator)
+            pending.extend(file.graph.operators[operator].inputs)
+    return found
 
 
 def read(source: Any, **options: Any) -> Model:
