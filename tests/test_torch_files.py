@@ -146,3 +146,16 @@ def test_files_written_without_pytorch_load_in_pytorch(tmp_path: Path) -> None:
         assert {key: value.numpy().tolist() for key, value in loaded.items()} == \
             {key: value.tolist() for key, value in rnnport.write(model, "torch").items()}
         assert rnnport.read(tmp_path / name) == model
+
+
+def test_numpy_arrays_in_a_checkpoint_read_as_its_tensors(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    module = torch.nn.GRU(3, 4)
+    state = {key: value.numpy() for key, value in module.state_dict().items()}
+    state["weight_ih_l0"] = np.asfortranarray(state["weight_ih_l0"]).astype(">f4")  # any layout
+    torch.save({"model": state, "step": np.int64(5)}, tmp_path / "arrays.pt")
+    assert rnnport.read(tmp_path / "arrays.pt") == rnnport.read(module)
+    state["weight_hh_l0"] = np.array([object()] * 48, dtype=object).reshape(12, 4)
+    torch.save(state, tmp_path / "objects.pt")
+    with pytest.raises(FormatError, match="weight_hh_l0: .*an object array"):
+        rnnport.read(tmp_path / "objects.pt")

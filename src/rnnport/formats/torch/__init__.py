@@ -81,7 +81,7 @@ from .._common import MAX_LISTED, describe, is_path, listed, require, to_numpy
 from .._protocol import Choices, Engine, Format, Runner, Suffix
 from .files import KINDS, kind_of, opened, safetensors_bytes, write_zip
 from .networks import Group, descend, find, match, opaque_values, pick
-from .tensors import Loaded, TensorRef
+from .tensors import Loaded, NumpyArray, TensorRef
 
 __all__ = ["ENGINE", "FORMAT", "load", "new_module", "save", "to_module"]
 
@@ -231,7 +231,7 @@ def _read_module(module: Any, options: dict[str, Any]) -> RNN:
 def _array(value: Any, where: str) -> np.ndarray:
     """A stored value as a NumPy array: a file's tensor read now, a framework tensor or an
     array-like converted."""
-    if isinstance(value, TensorRef):
+    if isinstance(value, (TensorRef, NumpyArray)):
         return value.array(where)
     if isinstance(value, (Opaque, Global)) or type(value).__name__ == "_Unbuilt":
         made = getattr(value, "made_by", None) or getattr(value, "function", None) or value

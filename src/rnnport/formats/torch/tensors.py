@@ -37,7 +37,8 @@ from ...errors import FormatError
 from ...io.archive import read_member
 from ...io.pickled import Builder, Global, globals_named, unpickle
 
-__all__ = ["DTYPES", "DType", "Ledger", "Loaded", "Storage", "StorageType", "TensorRef",
+__all__ = ["DTYPES", "DType", "Ledger", "Loaded", "NumpyArray", "Storage", "StorageType",
+           "TensorRef",
            "builders", "dtype_named", "pickle_state_dict", "read_zip_tree", "storage_id",
            "zip_root"]
 
@@ -275,6 +276,70 @@ def _device(*args: Any) -> str:
     return ":".join(str(arg) for arg in args)
 
 
+# NumPy dtype codes an array in a checkpoint may have (an object array's data is a pickle).
+NUMPY_CODES = frozenset({"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1",
+                         "c8", "c16"})
+
+
+@dataclass(eq=False)
+class NumpyDType:
+    """``numpy.dtype('f4', False, True)`` as a pickle makes it; BUILD sets its byte order."""
+
+    code: Any
+    byteorder: str = "="
+
+    def pickle_state(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) > 1 and state[1] in ("<", ">", "=", "|"):
+            self.byteorder = state[1]
+
+    def dtype(self, where: str) -> np.dtype[Any]:
+        if self.code not in NUMPY_CODES:
+            raise FormatError(f"{where}: a NumPy array of dtype {str(self.code)[:20]!r}; "
+                              "expected a numeric dtype (an object array is a pickle, never "
+                              "built).")
+        return np.dtype(self.code).newbyteorder("=" if self.byteorder == "|" else self.byteorder)
+
+
+@dataclass(eq=False)
+class NumpyArray:
+    """A NumPy array pickled in a checkpoint (``numpy.core.multiarray._reconstruct`` and its
+    state: shape, dtype, order, raw bytes), made only when read."""
+
+    shape: Any = ()
+    kind: Any = None
+    fortran: Any = False
+    raw: Any = None
+
+    def pickle_state(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) in (4, 5):
+            self.shape, self.kind, self.fortran, self.raw = state[-4:]
+
+    def describe(self) -> str:
+        return f"NumPy {getattr(self.kind, 'code', '?')} {self.shape}"
+
+    def array(self, where: str) -> np.ndarray:
+        if not isinstance(self.kind, NumpyDType) or not isinstance(self.raw, bytes):
+            raise FormatError(f"{where}: a NumPy array without its dtype or bytes; the file is "
+                              "damaged, or holds an object array.")
+        dtype = self.kind.dtype(where)
+        shape = _whole_numbers(self.shape, "shape", where)
+        if math.prod(shape) * dtype.itemsize != len(self.raw):
+            raise FormatError(f"{where}: a NumPy array of shape {shape} and dtype {dtype} holds "
+                              f"{len(self.raw):,} bytes; expected "
+                              f"{math.prod(shape) * dtype.itemsize:,}. The file is damaged.")
+        flat = np.frombuffer(self.raw, dtype=dtype)
+        return np.array(flat.reshape(shape, order="F" if self.fortran else "C"),
+                        dtype=dtype.newbyteorder("="))
+
+
+def _reconstruct(cls: Any, shape: Any, code: Any) -> NumpyArray:
+    return NumpyArray()
+
+
+def _numpy_scalar(kind: Any, raw: Any = None) -> NumpyArray:
+    return NumpyArray((), kind, False, raw)
+
+
 def builders(where: str) -> dict[tuple[str, str], Any]:
     """The globals a PyTorch pickle may name, as the pickle machine's ``known``."""
     tensor = Builder("torch._utils._rebuild_tensor_v2", make_tensor(where))
@@ -299,7 +364,11 @@ def builders(where: str) -> dict[tuple[str, str], Any]:
         "_codecs.encode": Builder("_codecs.encode", _encode),
         "builtins.set": Builder("builtins.set", _size),
         "builtins.frozenset": Builder("builtins.frozenset", _size),
+        "numpy.dtype": Builder("numpy.dtype", lambda code, *flags: NumpyDType(code)),
     }
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        named[f"{module}._reconstruct"] = Builder(f"{module}._reconstruct", _reconstruct)
+        named[f"{module}.scalar"] = Builder(f"{module}.scalar", _numpy_scalar)
     known: dict[tuple[str, str], Any] = dict(globals_named(named))
     for name in (*DTYPES, *ALIASES):
         known[("torch", name)] = DTYPES[ALIASES.get(name, name)]
