@@ -200,17 +200,25 @@ def _ints(values: Any, what: str, where: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _nested(archive: zipfile.ZipFile, member: str, where: str, size: int, ledger: Ledger,
+            what: str) -> Any:
+    """What a ``torch.save`` zip stored as ``member`` of the archive holds (``what``, for
+    the error when it has no ``data.pkl``). The inner archive is in memory, and stays open
+    for its tensors to be read from."""
+    raw = read_member(archive, member, where, limit=budget.allowance("expansion", size))
+    ledger.charge(len(raw), member)
+    inner = open_zip(raw, "torch.save file", where)
+    root = zip_root(inner.namelist())
+    if root is None:
+        raise FormatError(f"{where}: no data.pkl; expected the torch.save zip of {what}.")
+    return read_zip_tree(inner, root, where, size, ledger)
+
+
 def _nested_state(archive: zipfile.ZipFile, member: str, where: str, size: int,
                   ledger: Ledger) -> dict[str, Any]:
     """A state_dict stored as a ``torch.save`` zip inside the archive."""
     spot = f"{where}, {member}"
-    raw = read_member(archive, member, where, limit=budget.allowance("expansion", size))
-    ledger.charge(len(raw), member)
-    inner = open_zip(raw, "torch.save file", spot)
-    root = zip_root(inner.namelist())
-    if root is None:
-        raise FormatError(f"{spot}: no data.pkl; expected the torch.save zip of a state_dict.")
-    tree = read_zip_tree(inner, root, spot, size, ledger)
+    tree = _nested(archive, member, spot, size, ledger, "a state_dict")
     if not isinstance(tree, dict):
         raise FormatError(f"{spot}: holds a {type(tree).__name__}; expected a state_dict.")
     return tree
@@ -218,13 +226,7 @@ def _nested_state(archive: zipfile.ZipFile, member: str, where: str, size: int,
 
 def _pickled_tensor(archive: zipfile.ZipFile, member: str, where: str, size: int,
                     ledger: Ledger) -> Any:
-    raw = read_member(archive, member, where, limit=budget.allowance("expansion", size))
-    ledger.charge(len(raw), member)
-    inner = open_zip(raw, "torch.save file", where)
-    root = zip_root(inner.namelist())
-    if root is None:
-        raise FormatError(f"{where}: no data.pkl; expected a torch.save zip of one tensor.")
-    return read_zip_tree(inner, root, where, size, ledger)
+    return _nested(archive, member, where, size, ledger, "one tensor")
 
 
 def _legacy_state(archive: zipfile.ZipFile, root: str, where: str, size: int,
