@@ -159,3 +159,14 @@ def test_numpy_arrays_in_a_checkpoint_read_as_its_tensors(tmp_path: Path) -> Non
     torch.save(state, tmp_path / "objects.pt")
     with pytest.raises(FormatError, match="weight_hh_l0: .*an object array"):
         rnnport.read(tmp_path / "objects.pt")
+
+
+@pytest.mark.parametrize("protocol", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("zipped", [True, False])
+def test_every_pickle_protocol_torch_save_takes_reads(tmp_path: Path, protocol: int,
+                                                      zipped: bool) -> None:
+    torch = pytest.importorskip("torch")
+    module = torch.nn.LSTM(3, 4, bidirectional=True)
+    torch.save({"net": module.state_dict()}, tmp_path / "m.pt", pickle_protocol=protocol,
+               _use_new_zipfile_serialization=zipped)
+    assert rnnport.read(tmp_path / "m.pt") == rnnport.read(module)

@@ -70,8 +70,10 @@ from .tensors import (
 
 __all__ = ["KINDS", "kind_of", "opened", "safetensors_bytes", "write_zip"]
 
-# Legacy torch.save's first pickle: the magic number 0x1950a86a20f9469cfc6c as LONG1.
-LEGACY_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+# Legacy torch.save's first pickle: the magic number 0x1950a86a20f9469cfc6c, as LONG1
+# (protocol 2, the default) or as text (protocols 0 and 1).
+MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+LEGACY_MAGIC = (b"\x8a\x0a" + MAGIC_NUMBER.to_bytes(10, "little"), b"L%d" % MAGIC_NUMBER)
 LEGACY_PROTOCOL = 1001
 SAFETENSORS_HEADER_MOST = 100 << 20  # the safetensors library's own limit
 SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -95,7 +97,7 @@ def kind_of(path: str | os.PathLike[str]) -> str | None:
         return None
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return _zip_kind(path)
-    if head[:1] == b"\x80" and LEGACY_MAGIC in head[:32]:
+    if any(magic in head[:32] for magic in LEGACY_MAGIC):
         return "legacy"
     if len(head) >= 9 and head[8:9] == b"{":
         length = struct.unpack("<Q", head[:8])[0]
@@ -202,7 +204,7 @@ def _read_zip(archive: zipfile.ZipFile, where: str, size: int) -> Loaded:
 def _read_legacy(data: Any, where: str, size: int) -> Loaded:
     known = builders(where)
     magic, position = unpickle(data, f"{where}, magic number", size=size)
-    if magic != 0x1950A86A20F9469CFC6C:
+    if magic != MAGIC_NUMBER:
         raise FormatError(f"{where}: its first pickle is {str(magic)[:40]}, not PyTorch's "
                           "magic number; the file is damaged.")
     protocol, position = unpickle(data, f"{where}, protocol", size=size, start=position)
