@@ -18,7 +18,14 @@ import pytest
 
 import rnnport
 from rnnport import RNN, Spec
-from rnnport.errors import DTypeError, FormatError, RnnportError, UnsupportedFeatureError
+from rnnport.errors import (
+    AmbiguousSourceError,
+    DTypeError,
+    FormatError,
+    LimitError,
+    RnnportError,
+    UnsupportedFeatureError,
+)
 
 MODEL = RNN.random(Spec("lstm", 3, 4, bidirectional=True), seed=5)
 
@@ -103,15 +110,18 @@ def test_a_torch_tensor_larger_than_its_file_is_refused(tmp_path: Path) -> None:
     tensors["weight_ih_l0"] = torch.zeros(1).as_strided((2**20, 2**20), (0, 0))
     torch.save(tensors, tmp_path / "huge.pt")
     assert rnnport.read(tmp_path / "repeat.pt").params[0][0]["weight_ih"].shape == (3, 2)
-    with pytest.raises(FormatError, match=r"tensor 'weight_ih_l0' has shape \(1048576, 1048576\) "
-                                          r"\(1,099,511,627,776 elements\).* but the file is"):
+    with pytest.raises(LimitError, match=r"huge.pt, weight_ih_l0: tensor float32 "
+                                         r"\(1048576, 1048576\) would take 4,398,046,511,104 "
+                                         r"bytes.*past the limit 'expansion'"):
         rnnport.read(tmp_path / "huge.pt")
-    # Many keys sharing one stored tensor: each fits the file, together they do not.
-    big = torch.arange(60_000, dtype=torch.float32)
-    shared = {f"layer{i}.weight_ih_l0": big for i in range(40)}
+    # Many keys sharing one stored tensor: only the network read is ever made.
+    big = torch.arange(60_000, dtype=torch.float32).reshape(-1, 1)
+    shared = {f"layer{i}.{name}_l0": big[:4 * (i + 1)] for i in range(40)
+              for name in ("weight_ih", "weight_hh")}
     torch.save(shared, tmp_path / "shared.pt")
-    with pytest.raises(FormatError, match="strides or shared storage repeat stored values"):
+    with pytest.raises(AmbiguousSourceError, match="holds 40 RNNs"):
         rnnport.read(tmp_path / "shared.pt")
+    assert rnnport.read(tmp_path / "shared.pt", prefix="layer0").spec.hidden_size == 1
 
 
 def test_json_nested_past_the_recursion_limit_is_a_format_error(tmp_path: Path) -> None:

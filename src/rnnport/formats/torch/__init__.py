@@ -236,10 +236,10 @@ def _array(value: Any, where: str) -> np.ndarray:
     if isinstance(value, (Opaque, Global)) or type(value).__name__ == "_Unbuilt":
         made = getattr(value, "made_by", None) or getattr(value, "function", None) or value
         name = made.name if hasattr(made, "function") else str(made)
-        raise FormatError(f"{where}: a value the file builds with {name}, not a plain tensor "
-                          "(a quantized, sparse or custom tensor type, or another Python "
-                          "object); expected dense float weights. Save the weights as plain "
-                          "tensors.")
+        raise FormatError(f"{where}: a value the file builds by calling {name}, which rnnport "
+                          "does not do (it never runs pickled code): a quantized, sparse or "
+                          "custom tensor type, or another Python object; expected dense float "
+                          "weights. Save the weights as plain tensors.")
     return to_numpy(value, where)
 
 

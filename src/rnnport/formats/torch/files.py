@@ -88,7 +88,10 @@ KINDS = {"zip": "a torch.save file", "legacy": "a legacy torch.save file (before
 
 
 def kind_of(path: str | os.PathLike[str]) -> str | None:
-    """Which PyTorch file ``path`` is by its bytes (a key of :data:`KINDS`), or None."""
+    """Which PyTorch file ``path`` is by its bytes (a key of :data:`KINDS`), or None. Only
+    a regular file is opened (a FIFO or a device would block or never end)."""
+    if not os.path.isfile(path):
+        return None
     try:
         with open(path, "rb") as file:
             head = file.read(512)

@@ -183,7 +183,7 @@ def pick(groups: Sequence[Group], prefix: Any, location: str) -> Group:
                                        f"{listing}; pass prefix= with one of them.")
         return groups[0]
     if not isinstance(prefix, str):
-        raise FormatError(f"{location}: prefix={prefix!r}; expected a string, one of "
+        raise FormatError(f"{location}: no RNN with prefix {prefix!r}; expected a string, one of "
                           f"{', '.join(repr(group.prefix) for group in groups)}.")
     wanted = {prefix, f"{prefix}."} if prefix and not prefix.endswith(".") else {prefix}
     for attribute in ("prefix", "inner"):

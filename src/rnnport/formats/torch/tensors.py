@@ -97,10 +97,12 @@ class Ledger:
     size: int
     spent: int = 0
 
-    def charge(self, count: int, what: str) -> None:
+    def charge(self, count: int, what: str, where: str | None = None) -> None:
+        """Count ``count`` bytes of ``what`` (read at ``where``, default the file) before
+        they are made, or raise LimitError."""
         allowed = budget.allowance("expansion", self.size)
         if self.spent + count > allowed:
-            raise budget.exceeded(self.where, f"{what} would take {count:,} bytes, "
+            raise budget.exceeded(where or self.where, f"{what} would take {count:,} bytes, "
                                   f"{self.spent + count:,} with what this read built before",
                                   "expansion", self.size, self.spent + count)
         self.spent += count
@@ -175,7 +177,7 @@ class TensorRef:
                 f"{self.stride} reads past its storage's {self.storage.numel:,} elements. The "
                 "file is damaged or built to read outside its data; nothing was read.")
         self.storage.ledger.charge(count * self.dtype.out().itemsize,
-                                   f"tensor {self.describe()}")
+                                   f"tensor {self.describe()}", where)
         stored = np.dtype(self.dtype.stored)
         if self.storage.big_endian:
             stored = stored.newbyteorder(">")
