@@ -76,7 +76,7 @@ from .writer import write
 
 __all__ = ["FORMAT", "run_reference"]
 
-READ_OPTIONS = frozenset({"node", "inputs"})
+READ_OPTIONS = frozenset({"node", "inputs", "dequantize"})
 WRITE_OPTIONS = frozenset({"time_major", "opset", "lengths", "initial_state"})
 
 

@@ -63,7 +63,9 @@ SLICING_OPS = {"Slice", "Gather", "Split"}
 ACTIVATIONS = {"Tanh": "tanh", "Relu": "relu"}
 CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
 MEETING_HOPS = 3  # a step's two products meet within this many nodes
+STEP_HOPS = 5  # an LSTM step's product reaches the Mul that takes its c within this many
 MAX_PAIRS = 64  # cell candidates checked, at most
+TRIES = 2  # steps checked per pair of matrices: a cell stepped in a loop is read once
 MAX_PIECES = 1 << 16  # pieces one SplitToSequence may make when running the graph
 FLOAT_TYPES = (1, 10, 11, 16)  # ONNX float, float16, double, bfloat16
 EXPORT_WITH_STATE = ("export the cell with its state as an input, e.g. torch.onnx.export("
@@ -87,22 +89,89 @@ class _Network:
     model: RNN
     linears: list[Linear]  # the nodes whose matrices it holds
     what: str  # for listings: "an LSTM 3→4 (state 'h')"
+    steps: list[Linear] = field(default_factory=list)  # a cell's: each step's input product
+    joins: tuple[str, ...] = ()  # a paired network's: the node joining its halves, its output
 
     @property
     def names(self) -> set[str]:
-        """What ``node=`` may give to pick it: its nodes' names and outputs."""
+        """What ``node=`` may give to pick it: its nodes' names and outputs (for a pair, the
+        node joining its cells' outputs: each cell's own nodes pick that cell alone)."""
         return {name for linear in self.linears
-                for name in (linear.node.name, *linear.node.output) if name}
+                for name in (linear.node.name, *linear.node.output) if name} | \
+            {name for name in self.joins if name}
+
+    @property
+    def pick(self) -> str:
+        """A name ``node=`` picks it by."""
+        if self.joins:
+            return next(name for name in self.joins if name)
+        return self.linears[0].node.name or self.linears[0].output
+
+
+@dataclass
+class Found:
+    """What a graph computes step by step: the network read, and how it was found."""
+
+    model: Model
+    what: str  # "an LSTM 3→4 (state 'h')", "a bidirectional LSTM 3→4 (…)"
+    paired: tuple[str, str] | None = None  # a pair's: node= values picking each cell alone
 
 
 def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
     """The network ``scope`` computes step by step, checked against rnnport's forward pass;
     None when the graph computes nothing the way a recurrent network does."""
+    found = find(scope, options)
+    return None if found is None else found.model
+
+
+def find(scope: Scope, options: Mapping[str, Any]) -> Found | None:
+    """:func:`read`'s network and what it is; None when there is none."""
     where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
     graph = _Search(scope, where)
+    chosen = _choose(graph, _networks(graph, where), options)
+    if chosen is None:
+        return None
+    network, pair = chosen
+    return Found(network.model, network.what,
+                 None if pair is None else (pair[1].pick, pair[2].pick))
+
+
+def listing(scope: Scope) -> list[tuple[str, str]]:
+    """The networks the graph computes step by step, as ``read`` tells them apart: (a name
+    ``node=`` picks it by, what it is)."""
+    where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
+    graph = _Search(scope, where)
+    networks, pairs = _networks(graph, where)
+    return [(network.pick, network.what) for network in _top(networks, pairs)]
+
+
+Pair = tuple[_Network, _Network, _Network]  # one bidirectional network, its two cells
+
+
+def _some(names: set[str], shown: int = 4) -> str:
+    """A few of a network's names, and how many there are."""
+    ordered = sorted(map(repr, names))
+    more = f", … ({len(ordered)} in all)" if len(ordered) > shown else ""
+    return ", ".join(ordered[:shown]) + more
+
+
+def _top(networks: list[_Network], pairs: list[Pair]) -> list[_Network]:
+    """The networks told apart: each pair as one, in its first cell's place."""
+    pair_of = {id(cell): pair[0] for pair in pairs for cell in pair[1:]}
+    out: list[_Network] = []
+    for network in networks:
+        chosen = pair_of.get(id(network), network)
+        if not any(chosen is already for already in out):
+            out.append(chosen)
+    return out
+
+
+def _networks(graph: _Search, where: str) -> tuple[list[_Network], list[Pair]]:
+    """Every network found (sequences, then cells) and the cells paired into bidirectional
+    networks."""
     linears = _linears(graph)
     if not linears:
-        return None
+        return [], []
     networks = _sequences(graph, linears)
     taken = {id(linear) for network in networks for linear in network.linears}
     cells, problems = _cells(graph, [linear for linear in linears if id(linear) not in taken])
@@ -121,22 +190,32 @@ def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
                 "without a state, h = 0, so PyTorch's exporter computed h·weight_hh + bias_hh "
                 "once, into a constant, and weight_hh is not in the file. Nothing can bring it "
                 f"back; {EXPORT_WITH_STATE}, or read the cell's state_dict.")
+        return [], []
+    return networks, _paired(graph, cells)
+
+
+def _choose(graph: _Search, found: tuple[list[_Network], list[Pair]],
+            options: Mapping[str, Any]) -> tuple[_Network, Pair | None] | None:
+    """The network ``node=`` picks (or the only one) and, for a pair, its cells."""
+    networks, pairs = found
+    if not networks:
         return None
+    every = [pair[0] for pair in pairs] + networks
+    top = _top(networks, pairs)
     wanted = options.get("node")
     if wanted is not None:
-        picked = [network for network in networks if wanted in network.names]
+        picked = [network for network in every if wanted in network.names]
         if not picked:
-            listed = "; ".join(f"{n.what}: {', '.join(sorted(map(repr, n.names)))}"
-                               for n in networks)
-            raise FormatError(f"{where}: node={wanted!r} names none of the nodes of the "
+            listed = "; ".join(f"{n.what}: {_some(n.names)}" for n in every)
+            raise FormatError(f"{graph.where}: node={wanted!r} names none of the nodes of the "
                               f"networks the graph computes step by step ({listed}).")
-        networks = picked
-    if len(networks) > 1:
-        listed = "; ".join(f"{n.what}, e.g. node={n.linears[0].node.name or n.linears[0].output!r}"
-                           for n in networks)
-        raise AmbiguousSourceError(f"{where}: the graph computes {len(networks)} recurrent "
+        top = picked
+    if len(top) > 1:
+        listed = "; ".join(f"{n.what}, e.g. node={n.pick!r}" for n in top)
+        raise AmbiguousSourceError(f"{graph.where}: the graph computes {len(top)} recurrent "
                                    f"networks step by step ({listed}); pass node= to pick one.")
-    return networks[0].model
+    pair = next((pair for pair in pairs if pair[0] is top[0]), None)
+    return top[0], pair
 
 
 # -- the graph: linears, what depends on the inputs, shapes --------------------------------------
@@ -235,20 +314,29 @@ class _Search:
         :data:`MEETING_HOPS` nodes."""
         return bool(self._near(first) & self._near(second))
 
+    def taken_near(self, name: str) -> set[str]:
+        """The values the nodes within :data:`STEP_HOPS` nodes of ``name`` take: where a
+        step's recurrent product goes, the state it updates (an LSTM's c) is taken."""
+        return {item for node in self._walk(name, STEP_HOPS) for item in node.input if item}
+
     def _near(self, name: str) -> set[int]:
-        if name in self._near_cache:
-            return self._near_cache[name]
-        frontier, seen = [name], set()
-        for _ in range(MEETING_HOPS):
+        if name not in self._near_cache:
+            self._near_cache[name] = {id(node) for node in self._walk(name, MEETING_HOPS)}
+        return self._near_cache[name]
+
+    def _walk(self, name: str, hops: int) -> list[Any]:
+        """The nodes reached from ``name`` within ``hops`` nodes, each once."""
+        frontier, seen, found = [name], set(), []
+        for _ in range(hops):
             following: list[str] = []
             for current in frontier:
                 for node in self.consumers.get(current, []):
                     if id(node) not in seen:
                         seen.add(id(node))
+                        found.append(node)
                         following.extend(output for output in node.output if output)
             frontier = following
-        self._near_cache[name] = seen
-        return seen
+        return found
 
 
 def _declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
@@ -415,20 +503,25 @@ def _build(spec: Spec, params: list[list[dict[str, np.ndarray]]], where: str) ->
 def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[str]]:
     """The cells whose steps the graph computes, and why the candidates that are not failed
     the check."""
-    pairs = itertools.islice(  # (input's linear, state's linear), found lazily
-        ((data, state) for state in linears
-         if state.kernel.shape[1] % state.kernel.shape[0] == 0
-         and state.kernel.shape[1] // state.kernel.shape[0] in CELLS
-         for data in linears
-         if data is not state and data.data != state.data
-         and data.kernel.shape[1] == state.kernel.shape[1]
-         and graph.meets(data.output, state.output)), MAX_PAIRS)
+    pairs = (  # (input's linear, state's linear), found lazily
+        (data, state) for state in linears
+        if state.kernel.shape[1] % state.kernel.shape[0] == 0
+        and state.kernel.shape[1] // state.kernel.shape[0] in CELLS
+        for data in linears
+        if data is not state and data.data != state.data
+        and data.kernel.shape[1] == state.kernel.shape[1]
+        and graph.meets(data.output, state.output))
     found: list[_Network] = []
     problems = []
     checked = set()
+    tries: dict[tuple[str, str], int] = {}  # per pair of matrices: the steps of one cell
     for data, state in pairs:
-        if (data.key, state.key) in checked:  # a cell stepped in a loop: read once
+        keys = (data.key, state.key)
+        if keys in checked or tries.get(keys, 0) >= TRIES:  # a cell stepped in a loop: once
             continue
+        if sum(tries.values()) >= MAX_PAIRS:
+            break
+        tries[keys] = tries.get(keys, 0) + 1
         hidden, width = state.kernel.shape
         family = CELLS[width // hidden]
         cells = [f"rnn_{name}" for name in ACTIVATIONS.values()] if family == "rnn" else \
@@ -447,15 +540,95 @@ def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[
             except _Mismatch as error:
                 problems.append(f"as {spec.describe(article=True)}: {error}")
                 continue
-            checked.add((data.key, state.key))
+            checked.add(keys)
+            # Every step of a cell stepped in a loop uses its two matrices.
+            uses = [linear for linear in linears if linear.key in keys]
+            steps = [linear for linear in uses if linear.key == data.key]
             same = next((network for network in found if network.model == model), None)
             if same is None:
-                found.append(_Network(model, [data, state], f"{spec.describe(article=True)} "
-                                      f"(state {state.data!r})"))
+                found.append(_Network(model, uses, f"{spec.describe(article=True)} "
+                                      f"(state {state.data!r})", steps))
             else:
-                same.linears += [data, state]
+                same.linears += uses
+                same.steps += steps
             break
     return found, problems
+
+
+def _paired(graph: _Search, cells: list[_Network]) -> list[Pair]:
+    """Cells of one kind and size stepped over one sequence and over it reversed, whose
+    outputs the graph joins as one bidirectional network's ``y`` (forward half first, the
+    backward half in time order, as rnnport's ``forward`` gives it): each such pair as one
+    network. Told by the values the graph computes, not by how it reverses the sequence (a
+    ``Flip``, a reversed slice, steps taken from the last index down)."""
+    candidates = [(first, second) for first, second in itertools.combinations(cells, 2)
+                  if first.model.spec == second.model.spec and
+                  len(first.steps) == len(second.steps) >= 2]
+    if not candidates:
+        return []
+    values = _sequence_run(graph, [cell for pair in candidates for cell in pair])
+    pairs: list[Pair] = []
+    for first, second in candidates:
+        if any(cell is taken for pair in pairs for taken in pair[1:]
+               for cell in (first, second)):
+            continue
+        sequences = _inputs(values, first), _inputs(values, second)
+        if sequences[0] is None or sequences[1] is None or \
+                not np.array_equal(sequences[0], sequences[1][::-1]):
+            continue
+        for (forward, x), backward in (((first, sequences[0]), second),
+                                       ((second, sequences[1]), first)):
+            spec = forward.model.spec.replace(bidirectional=True)
+            model = RNN(spec, [[*forward.model.params[0], *backward.model.params[0]]])
+            y, _ = model.forward(x, time_major=True)
+            join = _equal(graph, values, y) or _equal(graph, values, y.transpose(1, 0, 2))
+            if join is not None:
+                what = (f"{spec.describe(article=True)} (two cells, one stepped over the "
+                        f"sequence and one over it reversed, joined by {join[0]!r})")
+                pairs.append((_Network(model, [], what, joins=join), forward, backward))
+                break
+    return pairs
+
+
+def _sequence_run(graph: _Search, cells: list[_Network]) -> dict[str, Any]:
+    """The graph run with random values for the sequence the cells step over and zeros for
+    every other input (the state a model takes, if any: rnnport's forward starts from
+    zeros). The sequence is fed where the cells' step inputs come from, when they all come
+    from one value through slicing and reshaping (a convolutional front end the run cannot
+    compute stands before it), else at the graph's inputs."""
+    feeds = {name: np.zeros_like(value) for name, value in _feeds(graph).items()}
+    origins = {graph.origin(linear.data)[0] for cell in cells for linear in cell.steps}
+    if len(origins) == 1:
+        (source,) = origins
+        shape = graph.shape(source) or _computed_shape(graph, feeds, source)
+        if shape is not None:
+            feeds[source] = _random(np.random.default_rng(2), shape, graph.where)
+    return run(graph.scope, feeds, graph.where)
+
+
+def _inputs(values: Mapping[str, Any], cell: _Network) -> np.ndarray | None:
+    """The sequence a cell stepped over in a run, (time, batch, input), in the order its
+    steps come in the graph; None when the run did not compute it."""
+    found = [value for linear in cell.steps
+             if isinstance(value := values.get(linear.data), np.ndarray)]
+    if len(found) != len(cell.steps) or found[0].ndim != 2 or not all(
+            value.shape == found[0].shape and value.dtype.kind == "f" for value in found):
+        return None
+    return np.stack(found)
+
+
+def _equal(graph: _Search, values: Mapping[str, Any],
+           expected: np.ndarray) -> tuple[str, str] | None:
+    """The node computing a value equal to ``expected`` (within :data:`TOLERANCE`) and that
+    value's name; None when there is none."""
+    limit = TOLERANCE * _scale(expected)
+    for name, value in values.items():
+        if isinstance(value, np.ndarray) and value.shape == expected.shape and \
+                value.dtype.kind == "f" and \
+                float(np.max(np.abs(value - expected), initial=0.0)) <= limit:
+            node = graph.scope.producers.get(name)
+            return (node.name if node is not None and node.name else name), name
+    return None
 
 
 def _folded_state(graph: _Search, linears: list[Linear]) -> bool:
@@ -509,7 +682,11 @@ class _StepRun:
         if model.spec.cell == "lstm":
             own = self.graph.origin(self.state.data)[0]
             inputs = self.graph.scope.inputs
-            ordered = sorted(self.values.items(), key=lambda item: item[0] not in inputs)
+            taken = self.graph.taken_near(self.state.output)
+            # The c this step updates is taken near its product (a state computed by an
+            # earlier step of a loop), else fed to the graph; then anything of its shape.
+            ordered = sorted(self.values.items(),
+                             key=lambda item: (item[0] not in taken, item[0] not in inputs))
             states = [(h[None], value[None]) for name, value in ordered
                       if name not in (own, self.state.data) and isinstance(value, np.ndarray)
                       and value.shape == h.shape and value.dtype.kind == "f"][:8]
