@@ -60,6 +60,7 @@ fuzz: $(VENV)/.test
 golden: $(VENV)/.test
 	$(PY) tools/make_golden.py
 	$(PY) tools/golden_tf2.py
+	$(PY) tools/golden_onnx.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

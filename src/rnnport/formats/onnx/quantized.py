@@ -104,12 +104,14 @@ def _dequantized(scope: Scope, where: str, what: str, quantized: np.ndarray, sca
     if problems:
         raise FormatError(f"{where}: " + "; ".join(problems) + f" ({DOMAIN}.{OP}). The model "
                           "is damaged.")
-    # Two float32 arrays of W's size: paid for before either is made.
-    scope.charge(2 * 4 * quantized.size, where)
+    # One float32 array of W's size, computed in place: paid for before it is made.
+    scope.charge(4 * quantized.size, where)
     if scale.ndim == 1:  # one scale per direction
         scale, zero = scale[:, None, None], zero[:, None, None]
     else:  # per channel: one per column of [in, 4·H]
         scale, zero = scale[:, None, :], zero[:, None, :]
     # Integers of at most 8 bits, and their differences, are exact in float32: one rounding.
-    values = scale * (quantized.astype(np.float32) - zero.astype(np.float32))
+    values = quantized.astype(np.float32)
+    values -= zero.astype(np.float32)
+    values *= scale
     return values.transpose(0, 2, 1)

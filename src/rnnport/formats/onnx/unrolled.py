@@ -113,7 +113,7 @@ class Found:
     """What a graph computes step by step: the network read, and how it was found."""
 
     model: Model
-    what: str  # "an LSTM 3→4 (state 'h')", "a bidirectional LSTM 3→4 (…)"
+    what: str  # "an LSTM 3→4", "a bidirectional LSTM 3→4 (two cells, …)"
     paired: tuple[str, str] | None = None  # a pair's: node= values picking each cell alone
 
 
@@ -132,8 +132,9 @@ def find(scope: Scope, options: Mapping[str, Any]) -> Found | None:
     if chosen is None:
         return None
     network, pair = chosen
-    return Found(network.model, network.what,
-                 None if pair is None else (pair[1].pick, pair[2].pick))
+    if pair is None:
+        return Found(network.model, network.model.spec.describe(article=True))
+    return Found(network.model, network.what, (pair[1].pick, pair[2].pick))
 
 
 def listing(scope: Scope) -> list[tuple[str, str]]:
@@ -318,6 +319,14 @@ class _Search:
         """The values the nodes within :data:`STEP_HOPS` nodes of ``name`` take: where a
         step's recurrent product goes, the state it updates (an LSTM's c) is taken."""
         return {item for node in self._walk(name, STEP_HOPS) for item in node.input if item}
+
+    def after(self, name: str) -> set[str]:
+        """The values computed from ``name``, in one pass over the graph's order."""
+        out = {name}
+        for node in self.scope.nodes:
+            if any(item in out for item in node.input):
+                out.update(output for output in node.output if output)
+        return out
 
     def _near(self, name: str) -> set[int]:
         if name not in self._near_cache:
@@ -670,8 +679,19 @@ class _StepRun:
         h = values.get(state.data)  # the graph's own state keeps every use of it consistent
         if not (isinstance(h, np.ndarray) and h.shape == (batch, hidden) and
                 h.dtype.kind == "f"):
+            # A state the run cannot compute (a front end it does not run stands before
+            # it): random, and so is what the step takes beside it that the run lacks (an
+            # LSTM's c).
             h = _random(rng, (batch, hidden), graph.where)
-            values = run(graph.scope, {**feeds, state.data: h}, graph.where)
+            feeds[state.data] = h
+            values = run(graph.scope, feeds, graph.where)
+            after = graph.after(state.output)  # the step's own results: not fed
+            for name in sorted(graph.taken_near(state.output) - after):
+                if name not in values and graph.scope.constant(name) is None and \
+                        graph.shape(name) in (None, h.shape):
+                    feeds[name] = _random(rng, h.shape, graph.where)
+            if len(feeds) > len(values) or any(name not in values for name in feeds):
+                values = run(graph.scope, feeds, graph.where)
         self.h, self.values = h, values
 
     def check(self, model: RNN) -> None:
