@@ -23,6 +23,11 @@ Cases
     ``Gemm`` nodes (input and state products) except the first of each loop, whose state
     product the exporter folded into a constant (the state is zero). Exported by the default
     exporter with ``external_data=False`` (one file) and by the TorchScript one.
+``gru_cells_reversed_loop_dynamo``
+    Two ``nn.GRUCell(3, 4)`` over a batch-first ``(batch, 5, 3)`` sequence from a zero state
+    made in ``forward``, one from the first step up, one from the last step down (indices
+    taken in reverse, no flip), their outputs stacked on the time axis and concatenated;
+    the default exporter.
 ``qlstm``, ``qlstm_bidirectional_per_channel``, ``qlstm_uint8``
     ``nn.LSTM(4, 5)`` (bidirectional in the second), exported by the default exporter, then
     ``quantize_dynamic`` (``per_channel=True`` in the second): the ``LSTM`` node becomes
@@ -58,8 +63,9 @@ Files, per case ``<name>``
     ``exporter``, ``files``, ``time_major`` (how ``x`` and ``y`` are laid out),
     ``tolerance`` (rnnport's forward against ``y``: 1e-5, or for the quantized cases the
     quantization error's bound, against ONNX Runtime's integer kernels),
-    ``read_options`` (what reading needs: ``dequantize``), ``cells`` (CRNN: the cells'
-    names, forward first).
+    ``read_options`` (what reading needs: ``dequantize``), ``cells`` (the paired cells'
+    names, forward first), ``quantized_error`` (ONNX Runtime's quantized output against
+    the dequantized float model's).
 ``x``
     The recurrent network's input: the CRNN's columns as PyTorch computed them
     ``(time, batch, 3)``; the quantized cases' ``(time, batch, 4)``; the default export's
@@ -217,6 +223,53 @@ def _crnn(exporter: str) -> Callable[[str, Path, np.random.Generator], dict[str,
     return make
 
 
+def _reversed_loop_class() -> Any:
+    import torch
+    from torch import nn
+
+    class ReversedLoop(nn.Module):
+        """Two GRUCells over a batch-first sequence: one from the first step up, one from
+        the last step down (no flip), outputs stacked on the time axis and concatenated."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.forward_cell, self.backward_cell = nn.GRUCell(3, 4), nn.GRUCell(3, 4)
+
+        def forward(self, x: Any) -> Any:
+            steps = x.shape[1]
+            h = torch.zeros(x.shape[0], 4)
+            forward = []
+            for step in range(steps):
+                h = self.forward_cell(x[:, step], h)
+                forward.append(h)
+            h = torch.zeros(x.shape[0], 4)
+            backward: list[Any] = [None] * steps
+            for step in reversed(range(steps)):
+                h = self.backward_cell(x[:, step], h)
+                backward[step] = h
+            return torch.cat([torch.stack(forward, 1), torch.stack(backward, 1)], 2)
+
+    return ReversedLoop
+
+
+def _reversed_loop(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+    import torch
+
+    model = _reversed_loop_class()().eval()
+    weights = _randomize(model, rng)
+    x = rng.uniform(-1, 1, (BATCH, 5, 3)).astype(np.float32)
+    path = out / f"{name}.onnx"
+    _export(model, (torch.from_numpy(x),), path, "dynamo", ["y"])
+    y = _session(path, {"x": x})[0]
+    with torch.no_grad():
+        y_torch = model(torch.from_numpy(x)).numpy()
+    _agree(name, y, y_torch)
+    arrays = {"x": x, "y": y, "y_torch": y_torch,
+              **{f"weights/{key.replace('.', '/')}": value for key, value in weights.items()}}
+    return {"arrays": arrays, "files": [path.name], "exporter": "dynamo", "time_major": False,
+            "cells": ["forward_cell", "backward_cell"]}
+
+
 # -- ONNX Runtime's DynamicQuantizeLSTM ---------------------------------------------------------
 
 def _quantized(bidirectional: bool, per_channel: bool, unsigned: bool
@@ -348,6 +401,10 @@ CASES: dict[str, tuple[Callable[[str, Path, np.random.Generator], dict[str, Any]
                           "the columns, outputs concatenated; torch.onnx.export (default)"),
     "crnn_cells_torchscript": (_crnn("torchscript"), "the same CRNN; torch.onnx.export("
                                "dynamo=False)"),
+    "gru_cells_reversed_loop_dynamo": (_reversed_loop, "two nn.GRUCell(3, 4) over a "
+                                       "batch-first sequence from a zero state, one from the "
+                                       "last step down (no flip), outputs concatenated; "
+                                       "torch.onnx.export (default)"),
     "qlstm": (_quantized(False, False, False), "nn.LSTM(4, 5) through quantize_dynamic: "
               "DynamicQuantizeLSTM, int8, one scale"),
     "qlstm_bidirectional_per_channel": (_quantized(True, True, False), "nn.LSTM(4, 5, "

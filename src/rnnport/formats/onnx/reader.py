@@ -89,7 +89,9 @@ Found = tuple[Scope, list[Any]]
 def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> unrolled.Found:
     """The network a graph without recurrent nodes computes step by step, or the error
     saying there is none."""
-    ops = sorted({n.op_type for n in loaded.graph.node})
+    # An op_type that is not UTF-8 comes back from protobuf as bytes: named all the same.
+    ops = sorted({n.op_type if isinstance(n.op_type, str) else repr(n.op_type)
+                  for n in loaded.graph.node})
     found = unrolled.find(main, options)
     if found is not None:
         return found

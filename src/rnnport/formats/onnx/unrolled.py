@@ -18,18 +18,33 @@ what counts as one). Only the main graph is searched.
 * *A step* (a cell): two linears of one width G·H whose results meet within a few nodes,
   one of the input ``x``, one of the state ``h`` with H rows; G = 4, 3 or 1 says LSTM, GRU
   or simple RNN, computed as PyTorch's cells compute them. A cell stepped in a loop gives
-  the same step many times, read once.
+  the same step many times, read once. A loop that starts from a zero state made inside
+  the model has no state product in its first step (the exporter folded ``0·Rᵀ + b_hh``
+  into a constant); every later step has one, and is read.
+* *A pair of cells*: two cells of one kind and size, one stepped over a sequence and one
+  over it reversed (``torch.flip``, a reversed slice, or steps taken from the last index
+  down: told by the values the steps take, not by how the graph reverses them), whose
+  outputs the graph joins into one bidirectional network's ``y`` (forward half first, the
+  backward half in time order, time- or batch-major): read as that bidirectional network.
 
 **Checking them.** Shapes do not prove that a graph computes the network its weights
 suggest, so the reader runs the graph in NumPy with random values in place of what the
 network is fed (its input and state; the operators it runs are :data:`RUN_OPS`, others are
 skipped with what depends on them) and requires one of the graph's values to equal
 rnnport's output for the network read, within :data:`TOLERANCE`; otherwise it refuses.
-The weights are the stored constants, transposed back: bit-exact.
+A step is run from the graph's own state where the run computes it; where it cannot (a
+convolutional front end before the loop), from random ``h`` and, fed where the step takes
+it, random ``c``; an LSTM's ``c`` is looked for first among the values the step takes
+near its state product. A pair is run whole: random values fed where both cells' steps
+take their inputs from (through slicing and reshaping), zeros to the graph's other inputs
+(a state fed to the model: rnnport's ``forward`` starts from zeros), and the
+bidirectional network's ``y`` must be among the values. The weights are the stored
+constants, transposed back: bit-exact.
 
 **Several networks** in one graph are an :class:`~rnnport.errors.AmbiguousSourceError`
 listing them; ``node=`` with the name (or output) of one of a network's ``MatMul`` /
-``Gemm`` nodes picks it.
+``Gemm`` nodes picks it. A pair's cells are each picked by their own nodes (the cell
+alone, stepping forward), the pair by the node joining their outputs.
 
 **Refused, with the reason:** a cell exported without its state (PyTorch folds the zero
 state's product into a constant, so ``weight_hh`` is not in the file), a sequence of one
@@ -686,7 +701,7 @@ class _StepRun:
             feeds[state.data] = h
             values = run(graph.scope, feeds, graph.where)
             after = graph.after(state.output)  # the step's own results: not fed
-            for name in sorted(graph.taken_near(state.output) - after):
+            for name in sorted(graph.taken_near(state.output) - after, key=str):
                 if name not in values and graph.scope.constant(name) is None and \
                         graph.shape(name) in (None, h.shape):
                     feeds[name] = _random(rng, h.shape, graph.where)
