@@ -49,23 +49,31 @@ def test_the_golden_set_is_the_generators() -> None:
 
 
 @pytest.mark.parametrize("name", PAIRED)
-def test_two_cells_over_a_sequence_and_its_reverse_read_as_one_bidirectional_network(
+def test_cells_over_a_sequence_and_its_reverse_read_as_one_bidirectional_network(
         name: str) -> None:
     arrays, meta = _case(name)
     path = GOLDEN / f"{name}.onnx"
     model = rnnport.read(path)
-    forward, backward = (_weights(arrays, cell) for cell in meta["cells"])
-    assert model == rnnport.read({**{f"{key}_l0": value for key, value in forward.items()},
-                                  **{f"{key}_l0_reverse": value
-                                     for key, value in backward.items()}}, "torch")
+    cells = [_weights(arrays, cell) for cell in meta["cells"]]  # layer by layer, forward first
+    assert model == rnnport.read({f"{key}_l{index // 2}{'_reverse' if index % 2 else ''}": value
+                                  for index, cell in enumerate(cells)
+                                  for key, value in cell.items()}, "torch")
     y, _ = model.forward(arrays["x"], time_major=meta["time_major"])
     np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"], rtol=0)
-    # node= picks either cell alone, by the names notes() gives
+    # node= picks each cell alone, by the names notes() gives
     found = notes(path)
-    assert f"{model.spec.describe(article=True)} (two cells" in found[0]
+    assert f"{model.spec.describe(article=True)} (" in found[0]
     names = re.findall(r"node='([^']+)'", found[1])
     assert [rnnport.read(path, node=node) for node in names] == [
-        rnnport.read(forward, "torch"), rnnport.read(backward, "torch")]
+        rnnport.read(cell, "torch") for cell in cells]
+
+
+def test_a_layer_of_paired_cells_fed_to_another_stacks_and_the_first_reads_alone() -> None:
+    path = GOLDEN / "lstm_cells_two_layers_dynamo.onnx"
+    both, first = rnnport.read(path), rnnport.read(path, node="node_cat")
+    assert both.spec.num_layers == 2 and first.spec.num_layers == 1
+    assert first == both.layers()[0]
+    assert rnnport.read(path, node="node_cat_1") == both
 
 
 def test_inspect_says_how_the_cells_were_read(capsys: pytest.CaptureFixture[str]) -> None:

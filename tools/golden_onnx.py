@@ -28,6 +28,10 @@ Cases
     made in ``forward``, one from the first step up, one from the last step down (indices
     taken in reverse, no flip), their outputs stacked on the time axis and concatenated;
     the default exporter.
+``lstm_cells_two_layers_dynamo``
+    Two layers, each a pair of ``nn.LSTMCell`` stepped as the CRNN's over a time-major
+    ``(3, batch, 3)`` sequence, the second pair over the first's concatenated outputs (8
+    features); the default exporter.
 ``qlstm``, ``qlstm_bidirectional_per_channel``, ``qlstm_uint8``
     ``nn.LSTM(4, 5)`` (bidirectional in the second), exported by the default exporter, then
     ``quantize_dynamic`` (``per_channel=True`` in the second): the ``LSTM`` node becomes
@@ -64,7 +68,7 @@ Files, per case ``<name>``
     ``tolerance`` (rnnport's forward against ``y``: 1e-5, or for the quantized cases the
     quantization error's bound, against ONNX Runtime's integer kernels),
     ``read_options`` (what reading needs: ``dequantize``), ``cells`` (the paired cells'
-    names, forward first), ``quantized_error`` (ONNX Runtime's quantized output against
+    names, layer by layer, forward first), ``quantized_error`` (ONNX Runtime's quantized output against
     the dequantized float model's).
 ``x``
     The recurrent network's input: the CRNN's columns as PyTorch computed them
@@ -199,6 +203,56 @@ def _crnn_class() -> Any:
             return self.head(y).log_softmax(2), y
 
     return CaptchaCRNN
+
+
+def _bidirectional_cells(forward_cell: Any, backward_cell: Any, x: Any, hidden: int) -> Any:
+    """Two LSTMCells over time-major ``x`` and its flip from zero states; outputs joined."""
+    import torch
+
+    batch = x.shape[1]
+    h, c = torch.zeros(batch, hidden), torch.zeros(batch, hidden)
+    forward = []
+    for step in range(x.shape[0]):
+        h, c = forward_cell(x[step], (h, c))
+        forward.append(h)
+    reversed_x = torch.flip(x, [0])
+    h, c = torch.zeros(batch, hidden), torch.zeros(batch, hidden)
+    backward = []
+    for step in range(x.shape[0]):
+        h, c = backward_cell(reversed_x[step], (h, c))
+        backward.append(h)
+    return torch.cat([torch.stack(forward), torch.flip(torch.stack(backward), [0])], 2)
+
+
+def _two_layers(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+    import torch
+    from torch import nn
+
+    class TwoLayers(nn.Module):
+        """Two layers of paired LSTMCells, the second fed the first's joined outputs."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.fw0, self.bw0 = nn.LSTMCell(3, 4), nn.LSTMCell(3, 4)
+            self.fw1, self.bw1 = nn.LSTMCell(8, 4), nn.LSTMCell(8, 4)
+
+        def forward(self, x: Any) -> Any:
+            first = _bidirectional_cells(self.fw0, self.bw0, x, 4)
+            return _bidirectional_cells(self.fw1, self.bw1, first, 4)
+
+    model = TwoLayers().eval()
+    weights = _randomize(model, rng)
+    x = rng.uniform(-1, 1, (3, BATCH, 3)).astype(np.float32)
+    path = out / f"{name}.onnx"
+    _export(model, (torch.from_numpy(x),), path, "dynamo", ["y"])
+    y = _session(path, {"x": x})[0]
+    with torch.no_grad():
+        y_torch = model(torch.from_numpy(x)).numpy()
+    _agree(name, y, y_torch)
+    arrays = {"x": x, "y": y, "y_torch": y_torch,
+              **{f"weights/{key.replace('.', '/')}": value for key, value in weights.items()}}
+    return {"arrays": arrays, "files": [path.name], "exporter": "dynamo", "time_major": True,
+            "cells": ["fw0", "bw0", "fw1", "bw1"]}
 
 
 def _crnn(exporter: str) -> Callable[[str, Path, np.random.Generator], dict[str, Any]]:
@@ -401,6 +455,10 @@ CASES: dict[str, tuple[Callable[[str, Path, np.random.Generator], dict[str, Any]
                           "the columns, outputs concatenated; torch.onnx.export (default)"),
     "crnn_cells_torchscript": (_crnn("torchscript"), "the same CRNN; torch.onnx.export("
                                "dynamo=False)"),
+    "lstm_cells_two_layers_dynamo": (_two_layers, "two layers, each two nn.LSTMCell stepped "
+                                     "over its input and over torch.flip of it from zero "
+                                     "states, outputs concatenated; the second layer takes "
+                                     "the first's; torch.onnx.export (default)"),
     "gru_cells_reversed_loop_dynamo": (_reversed_loop, "two nn.GRUCell(3, 4) over a "
                                        "batch-first sequence from a zero state, one from the "
                                        "last step down (no flip), outputs concatenated; "

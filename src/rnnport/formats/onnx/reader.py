@@ -161,10 +161,17 @@ def notes(source: Any, **options: Any) -> list[str]:
                "PyTorch's default exporter writes nn.RNN and the cells); rnnport read its "
                "matrices and checked, by running the graph in NumPy, that it computes the "
                "network read. Nodes around it are not listed."]
-        if stepped.paired is not None:
-            out.append("the bidirectional network is two cells: node="
-                       f"{stepped.paired[0]!r} reads the forward one alone, node="
-                       f"{stepped.paired[1]!r} the backward one (as a cell, stepping forward).")
+        if len(stepped.cells) == 1:
+            (forward, backward), = stepped.cells
+            out.append(f"the bidirectional network is two cells: node={forward!r} reads the "
+                       f"forward one alone, node={backward!r} the backward one (as a cell, "
+                       "stepping forward).")
+        elif stepped.cells:
+            layers = "; ".join(f"layer {index}: node={forward!r} and node={backward!r}"
+                               for index, (forward, backward) in enumerate(stepped.cells))
+            out.append(f"each layer of the bidirectional network is two cells, each read "
+                       f"alone (as a cell, stepping forward) by node= with one of its nodes: "
+                       f"{layers}.")
         return out
     scope, chain = picked
     out = [f"another recurrent network, {' → '.join(other.label(node) for node in nodes)}; "

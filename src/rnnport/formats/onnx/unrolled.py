@@ -63,7 +63,7 @@ import numpy as np
 
 from ...activations import function
 from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
-from ...model import RNN, Model
+from ...model import RNN, Model, stack
 from ...spec import Spec
 from .graph import FOLDABLE, MAX_DEPTH, BudgetError, Scope, attributes, exhausted, fold
 
@@ -101,7 +101,7 @@ class Linear:
 
 @dataclass
 class _Network:
-    model: RNN
+    model: Model
     linears: list[Linear]  # the nodes whose matrices it holds
     what: str  # for listings: "an LSTM 3→4 (state 'h')"
     steps: list[Linear] = field(default_factory=list)  # a cell's: each step's input product
@@ -124,12 +124,23 @@ class _Network:
 
 
 @dataclass
+class _Joined:
+    """Cells read as one bidirectional network, layer by layer."""
+
+    network: _Network
+    layers: list[tuple[_Network, _Network]]  # per layer: its forward and backward cell
+    x: np.ndarray  # the first layer's input in the check's run, (time, batch, input)
+    y: np.ndarray  # the graph's value equal to the last layer's output, time-major
+
+
+@dataclass
 class Found:
     """What a graph computes step by step: the network read, and how it was found."""
 
     model: Model
     what: str  # "an LSTM 3→4", "a bidirectional LSTM 3→4 (two cells, …)"
-    paired: tuple[str, str] | None = None  # a pair's: node= values picking each cell alone
+    # Paired cells: per layer, the node= values picking its forward and backward cell alone.
+    cells: list[tuple[str, str]] = field(default_factory=list)
 
 
 def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
@@ -146,10 +157,11 @@ def find(scope: Scope, options: Mapping[str, Any]) -> Found | None:
     chosen = _choose(graph, _networks(graph, where), options)
     if chosen is None:
         return None
-    network, pair = chosen
-    if pair is None:
-        return Found(network.model, network.model.spec.describe(article=True))
-    return Found(network.model, network.what, (pair[1].pick, pair[2].pick))
+    network, joined = chosen
+    if joined is None:
+        return Found(network.model, _describe(network.model))
+    return Found(network.model, network.what,
+                 [(forward.pick, backward.pick) for forward, backward in joined.layers])
 
 
 def listing(scope: Scope) -> list[tuple[str, str]]:
@@ -157,11 +169,14 @@ def listing(scope: Scope) -> list[tuple[str, str]]:
     ``node=`` picks it by, what it is)."""
     where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
     graph = _Search(scope, where)
-    networks, pairs = _networks(graph, where)
-    return [(network.pick, network.what) for network in _top(networks, pairs)]
+    networks, joined = _networks(graph, where)
+    return [(network.pick, network.what) for network in _top(networks, joined)]
 
 
-Pair = tuple[_Network, _Network, _Network]  # one bidirectional network, its two cells
+def _describe(model: Model) -> str:
+    if isinstance(model, RNN):
+        return model.spec.describe(article=True)
+    return f"a stack of {' → '.join(spec.describe() for spec in model.specs)}"
 
 
 def _some(names: set[str], shown: int = 4) -> str:
@@ -171,18 +186,21 @@ def _some(names: set[str], shown: int = 4) -> str:
     return ", ".join(ordered[:shown]) + more
 
 
-def _top(networks: list[_Network], pairs: list[Pair]) -> list[_Network]:
-    """The networks told apart: each pair as one, in its first cell's place."""
-    pair_of = {id(cell): pair[0] for pair in pairs for cell in pair[1:]}
+def _top(networks: list[_Network], joined: list[_Joined]) -> list[_Network]:
+    """The networks told apart: the cells joined into a network as that network (the one
+    of most layers), in its first cell's place."""
+    owner: dict[int, _Network] = {}
+    for each in sorted(joined, key=lambda each: len(each.layers)):
+        owner.update({id(cell): each.network for layer in each.layers for cell in layer})
     out: list[_Network] = []
     for network in networks:
-        chosen = pair_of.get(id(network), network)
+        chosen = owner.get(id(network), network)
         if not any(chosen is already for already in out):
             out.append(chosen)
     return out
 
 
-def _networks(graph: _Search, where: str) -> tuple[list[_Network], list[Pair]]:
+def _networks(graph: _Search, where: str) -> tuple[list[_Network], list[_Joined]]:
     """Every network found (sequences, then cells) and the cells paired into bidirectional
     networks."""
     linears = _linears(graph)
@@ -210,14 +228,14 @@ def _networks(graph: _Search, where: str) -> tuple[list[_Network], list[Pair]]:
     return networks, _paired(graph, cells)
 
 
-def _choose(graph: _Search, found: tuple[list[_Network], list[Pair]],
-            options: Mapping[str, Any]) -> tuple[_Network, Pair | None] | None:
-    """The network ``node=`` picks (or the only one) and, for a pair, its cells."""
-    networks, pairs = found
+def _choose(graph: _Search, found: tuple[list[_Network], list[_Joined]],
+            options: Mapping[str, Any]) -> tuple[_Network, _Joined | None] | None:
+    """The network ``node=`` picks (or the only one) and, for joined cells, how."""
+    networks, joined = found
     if not networks:
         return None
-    every = [pair[0] for pair in pairs] + networks
-    top = _top(networks, pairs)
+    every = [each.network for each in joined] + networks
+    top = _top(networks, joined)
     wanted = options.get("node")
     if wanted is not None:
         picked = [network for network in every if wanted in network.names]
@@ -230,8 +248,7 @@ def _choose(graph: _Search, found: tuple[list[_Network], list[Pair]],
         listed = "; ".join(f"{n.what}, e.g. node={n.pick!r}" for n in top)
         raise AmbiguousSourceError(f"{graph.where}: the graph computes {len(top)} recurrent "
                                    f"networks step by step ({listed}); pass node= to pick one.")
-    pair = next((pair for pair in pairs if pair[0] is top[0]), None)
-    return top[0], pair
+    return top[0], next((each for each in joined if each.network is top[0]), None)
 
 
 # -- the graph: linears, what depends on the inputs, shapes --------------------------------------
@@ -579,21 +596,22 @@ def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[
     return found, problems
 
 
-def _paired(graph: _Search, cells: list[_Network]) -> list[Pair]:
+def _paired(graph: _Search, cells: list[_Network]) -> list[_Joined]:
     """Cells of one kind and size stepped over one sequence and over it reversed, whose
     outputs the graph joins as one bidirectional network's ``y`` (forward half first, the
     backward half in time order, as rnnport's ``forward`` gives it): each such pair as one
-    network. Told by the values the graph computes, not by how it reverses the sequence (a
-    ``Flip``, a reversed slice, steps taken from the last index down)."""
+    network, and pairs fed another pair's ``y`` as its next layer. Told by the values the
+    graph computes, not by how it reverses the sequence (a ``Flip``, a reversed slice,
+    steps taken from the last index down)."""
     candidates = [(first, second) for first, second in itertools.combinations(cells, 2)
-                  if first.model.spec == second.model.spec and
-                  len(first.steps) == len(second.steps) >= 2]
+                  if isinstance(first.model, RNN) and first.model.spec == second.model.spec
+                  and len(first.steps) == len(second.steps) >= 2]
     if not candidates:
         return []
     values = _sequence_run(graph, [cell for pair in candidates for cell in pair])
-    pairs: list[Pair] = []
+    pairs: list[_Joined] = []
     for first, second in candidates:
-        if any(cell is taken for pair in pairs for taken in pair[1:]
+        if any(cell is taken for pair in pairs for taken in pair.layers[0]
                for cell in (first, second)):
             continue
         sequences = _inputs(values, first), _inputs(values, second)
@@ -602,32 +620,86 @@ def _paired(graph: _Search, cells: list[_Network]) -> list[Pair]:
             continue
         for (forward, x), backward in (((first, sequences[0]), second),
                                        ((second, sequences[1]), first)):
-            spec = forward.model.spec.replace(bidirectional=True)
-            model = RNN(spec, [[*forward.model.params[0], *backward.model.params[0]]])
-            y, _ = model.forward(x, time_major=True)
-            join = _equal(graph, values, y) or _equal(graph, values, y.transpose(1, 0, 2))
-            if join is not None:
-                what = (f"{spec.describe(article=True)} (two cells, one stepped over the "
-                        f"sequence and one over it reversed, joined by {join[0]!r})")
-                pairs.append((_Network(model, [], what, joins=join), forward, backward))
+            joined = _pair(graph, values, forward, backward, x)
+            if joined is not None:
+                pairs.append(joined)
                 break
-    return pairs
+    return _stacked(pairs)
+
+
+def _pair(graph: _Search, values: Mapping[str, Any], forward: _Network, backward: _Network,
+          x: np.ndarray) -> _Joined | None:
+    """``forward`` and ``backward`` as one bidirectional network run on ``x`` (time, batch,
+    input), when the graph computes its ``y`` (time- or batch-major)."""
+    if not isinstance(forward.model, RNN) or not isinstance(backward.model, RNN):
+        return None  # cells are one-layer networks
+    spec = forward.model.spec.replace(bidirectional=True)
+    model = RNN(spec, [[*forward.model.params[0], *backward.model.params[0]]])
+    y, _ = model.forward(x, time_major=True)
+    for expected, batch_major in ((y, False), (y.transpose(1, 0, 2), True)):
+        join = _equal(graph, values, expected)
+        if join is not None:
+            found = values[join[1]]
+            what = (f"{spec.describe(article=True)} (two cells, one stepped over the sequence "
+                    f"and one over it reversed, joined by {join[0]!r})")
+            return _Joined(_Network(model, [], what, joins=join), [(forward, backward)], x,
+                           found.transpose(1, 0, 2) if batch_major else found)
+    return None
+
+
+def _stacked(pairs: list[_Joined]) -> list[_Joined]:
+    """``pairs``, and beside them each run of pairs where one takes the ``y`` of the one
+    before (the same values) as its input: one network of their layers, picked by the last
+    one's join (the earlier layers stay pickable alone by theirs)."""
+    following: dict[int, _Joined | None] = {}  # None: taken by two
+    for later in pairs:
+        for earlier in pairs:
+            if earlier is not later and earlier.y.shape == later.x.shape and \
+                    np.array_equal(earlier.y, later.x):
+                following[id(earlier)] = later if id(earlier) not in following else None
+    fed = {id(later) for later in following.values() if later is not None}
+    out = [pair for pair in pairs if id(pair) in following or id(pair) not in fed]
+    for start in pairs:
+        if id(start) in fed:
+            continue
+        chain = [start]
+        while (after := following.get(id(chain[-1]))) is not None and len(chain) <= len(pairs):
+            chain.append(after)
+        if len(chain) == 1:
+            continue
+        model = stack([pair.network.model for pair in chain])
+        last = chain[-1].network
+        what = (f"{_describe(model)} ({len(chain)} layers of two cells, one stepped over the "
+                f"layer's input and one over it reversed, the last joined by {last.joins[0]!r})")
+        out = [pair for pair in out if pair is not chain[-1]]
+        out.append(_Joined(_Network(model, [], what, joins=last.joins),
+                           [layer for pair in chain for layer in pair.layers], chain[0].x,
+                           chain[-1].y))
+    return out
 
 
 def _sequence_run(graph: _Search, cells: list[_Network]) -> dict[str, Any]:
-    """The graph run with random values for the sequence the cells step over and zeros for
-    every other input (the state a model takes, if any: rnnport's forward starts from
-    zeros). The sequence is fed where the cells' step inputs come from, when they all come
-    from one value through slicing and reshaping (a convolutional front end the run cannot
-    compute stands before it), else at the graph's inputs."""
+    """The graph run with random values where the cells' steps take their inputs from
+    (through slicing and reshaping: a graph input, or what a front end the run cannot
+    compute makes, such as convolutions) and zeros for the graph's other inputs (the state
+    a model takes, if any: rnnport's forward starts from zeros). A value the run computes
+    from one fed before it is not fed: a layer's input stays the layer before's output."""
+    rng = np.random.default_rng(2)
     feeds = {name: np.zeros_like(value) for name, value in _feeds(graph).items()}
-    origins = {graph.origin(linear.data)[0] for cell in cells for linear in cell.steps}
-    if len(origins) == 1:
-        (source,) = origins
-        shape = graph.shape(source) or _computed_shape(graph, feeds, source)
-        if shape is not None:
-            feeds[source] = _random(np.random.default_rng(2), shape, graph.where)
-    return run(graph.scope, feeds, graph.where)
+    position = {name: index for index, node in enumerate(graph.scope.nodes)
+                for name in node.output}
+    origins = sorted({graph.origin(linear.data)[0] for cell in cells for linear in cell.steps},
+                     key=lambda name: position.get(name, -1))
+    for source in origins:
+        if source in feeds:
+            feeds[source] = _random(rng, feeds[source].shape, graph.where)
+    values = run(graph.scope, feeds, graph.where)
+    for source in origins:
+        shape = graph.shape(source)
+        if source not in values and shape is not None:
+            feeds[source] = _random(rng, shape, graph.where)
+            values = run(graph.scope, feeds, graph.where)
+    return values
 
 
 def _inputs(values: Mapping[str, Any], cell: _Network) -> np.ndarray | None:
