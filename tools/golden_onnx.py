@@ -113,17 +113,6 @@ QUANTIZED_TOLERANCE = 5e-3
 BATCH = 2
 
 
-def _distinct_uniform(rng: np.random.Generator, shape: tuple[int, ...], used: set[float],
-                      scale: float = 0.6) -> np.ndarray:
-    """Uniform values in ±scale, none repeated and none already in ``used``."""
-    while True:
-        values = rng.uniform(-scale, scale, size=shape).astype(np.float32)
-        flat = {float(v) for v in values.ravel()}
-        if len(flat) == values.size and not flat & used:
-            used |= flat
-            return values
-
-
 def _randomize(module: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Every parameter of ``module`` replaced by distinct random values; the state_dict."""
     import torch
@@ -131,7 +120,8 @@ def _randomize(module: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
     used: set[float] = set()
     with torch.no_grad():
         for parameter in module.parameters():
-            parameter.copy_(torch.from_numpy(_distinct_uniform(rng, tuple(parameter.shape), used)))
+            parameter.copy_(torch.from_numpy(golden_manifest.distinct_uniform(
+                rng, tuple(parameter.shape), used)))
     return {name: value.detach().numpy().copy() for name, value in module.state_dict().items()}
 
 
@@ -156,6 +146,25 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, exporter: str,
     for node in model.graph.node:
         del node.metadata_props[:]
     onnx.save(model, str(path))
+
+
+def _exported(name: str, out: Path, module: Any, x: np.ndarray, weights: dict[str, np.ndarray],
+              prefix: str = "") -> tuple[dict[str, np.ndarray], list[str]]:
+    """``module`` exported by the default exporter, run by ONNX Runtime and PyTorch on ``x``
+    (which must agree): the case's arrays (``x``, ``y``, ``y_torch``, the weights under
+    ``weights/<prefix>``) and files."""
+    import torch
+
+    path = out / f"{name}.onnx"
+    _export(module, (torch.from_numpy(x),), path, "dynamo", ["y"])
+    y = _session(path, {"x": x})[0]
+    with torch.no_grad():
+        result = module(torch.from_numpy(x))
+    y_torch = (result[0] if isinstance(result, tuple) else result).numpy()
+    _agree(name, y, y_torch)
+    return {"x": x, "y": y, "y_torch": y_torch,
+            **{f"weights/{prefix}{key.replace('.', '/')}": value
+               for key, value in weights.items()}}, [path.name]
 
 
 def _session(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -225,7 +234,6 @@ def _bidirectional_cells(forward_cell: Any, backward_cell: Any, x: Any, hidden: 
 
 
 def _two_layers(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
-    import torch
     from torch import nn
 
     class TwoLayers(nn.Module):
@@ -243,15 +251,8 @@ def _two_layers(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any
     model = TwoLayers().eval()
     weights = _randomize(model, rng)
     x = rng.uniform(-1, 1, (3, BATCH, 3)).astype(np.float32)
-    path = out / f"{name}.onnx"
-    _export(model, (torch.from_numpy(x),), path, "dynamo", ["y"])
-    y = _session(path, {"x": x})[0]
-    with torch.no_grad():
-        y_torch = model(torch.from_numpy(x)).numpy()
-    _agree(name, y, y_torch)
-    arrays = {"x": x, "y": y, "y_torch": y_torch,
-              **{f"weights/{key.replace('.', '/')}": value for key, value in weights.items()}}
-    return {"arrays": arrays, "files": [path.name], "exporter": "dynamo", "time_major": True,
+    arrays, files = _exported(name, out, model, x, weights)
+    return {"arrays": arrays, "files": files, "exporter": "dynamo", "time_major": True,
             "cells": ["fw0", "bw0", "fw1", "bw1"]}
 
 
@@ -307,20 +308,11 @@ def _reversed_loop_class() -> Any:
 
 
 def _reversed_loop(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
-    import torch
-
     model = _reversed_loop_class()().eval()
     weights = _randomize(model, rng)
     x = rng.uniform(-1, 1, (BATCH, 5, 3)).astype(np.float32)
-    path = out / f"{name}.onnx"
-    _export(model, (torch.from_numpy(x),), path, "dynamo", ["y"])
-    y = _session(path, {"x": x})[0]
-    with torch.no_grad():
-        y_torch = model(torch.from_numpy(x)).numpy()
-    _agree(name, y, y_torch)
-    arrays = {"x": x, "y": y, "y_torch": y_torch,
-              **{f"weights/{key.replace('.', '/')}": value for key, value in weights.items()}}
-    return {"arrays": arrays, "files": [path.name], "exporter": "dynamo", "time_major": False,
+    arrays, files = _exported(name, out, model, x, weights)
+    return {"arrays": arrays, "files": files, "exporter": "dynamo", "time_major": False,
             "cells": ["forward_cell", "backward_cell"]}
 
 
@@ -430,16 +422,8 @@ def _default(kind: str) -> Callable[[str, Path, np.random.Generator], dict[str, 
             3, 4, num_layers=2, bidirectional=True, batch_first=True).eval()
         weights = _randomize(module, rng)
         x = rng.uniform(-1, 1, (BATCH, 5, 3)).astype(np.float32)
-        path = out / f"{name}.onnx"
-        _export(module, (torch.from_numpy(x),), path, "dynamo", ["y"])
-        y = _session(path, {"x": x})[0]
-        with torch.no_grad():
-            y_torch = module(torch.from_numpy(x))[0].numpy()
-        _agree(name, y, y_torch)
-        arrays = {"x": x, "y": y, "y_torch": y_torch,
-                  **{f"weights/{kind}/{key}": value for key, value in weights.items()}}
-        return {"arrays": arrays, "files": [path.name], "exporter": "dynamo",
-                "time_major": False}
+        arrays, files = _exported(name, out, module, x, weights, f"{kind}/")
+        return {"arrays": arrays, "files": files, "exporter": "dynamo", "time_major": False}
     return make
 
 
