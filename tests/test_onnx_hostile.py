@@ -327,3 +327,27 @@ def test_dequantizing_is_paid_for_before_it_is_done() -> None:
             _peak() as peak:
         rnnport.read(model, dequantize=True)
     assert peak[0] < 6_000_000  # the int8 array read, never the float32 one
+
+
+def test_a_huge_constant_of_shape_is_refused_before_the_check_makes_it() -> None:
+    """The check that runs an unrolled cell's graph makes ConstantOfShape's zeros (a zero
+    state for the batch given), paid for first."""
+    rng = np.random.default_rng(0)
+    tensors = [numpy_helper.from_array(rng.standard_normal((INPUT, 8)).astype(np.float32), "W"),
+               numpy_helper.from_array(rng.standard_normal((HIDDEN, 8)).astype(np.float32), "R"),
+               numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "huge")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]),
+             helper.make_node("MatMul", ["h", "R"], ["hr"]),
+             helper.make_node("Add", ["xw", "hr"], ["gates"]),
+             helper.make_node("Tanh", ["gates"], ["y"]),
+             helper.make_node("ConstantOfShape", ["huge"], ["zeros"])]
+    graph = helper.make_graph(
+        nodes, "cell", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, INPUT]),
+                        helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, HIDDEN])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("zeros", TensorProto.FLOAT, None)], tensors)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with _peak() as peak, pytest.raises(BudgetError, match=r"would make a value of shape "
+                                                           r"\(1048576, 1048576\)"):
+        rnnport.read(model)
+    assert peak[0] < 50_000_000

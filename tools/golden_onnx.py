@@ -22,7 +22,9 @@ Cases
     the concatenated outputs. Both exporters unroll the loops: every step is a pair of
     ``Gemm`` nodes (input and state products) except the first of each loop, whose state
     product the exporter folded into a constant (the state is zero). Exported by the default
-    exporter with ``external_data=False`` (one file) and by the TorchScript one.
+    exporter with ``external_data=False`` (one file) and by the TorchScript one with an open
+    batch (``dynamic_axes``: the zero states are then ``ConstantOfShape`` nodes of the
+    batch the graph is given).
 ``gru_cells_reversed_loop_dynamo``
     Two ``nn.GRUCell(3, 4)`` over a batch-first ``(batch, 5, 3)`` sequence from a zero state
     made in ``forward``, one from the first step up, one from the last step down (indices
@@ -138,9 +140,9 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, exporter: str,
         if exporter == "dynamo":
             torch.onnx.export(module, args, str(path), input_names=["x"], output_names=outputs,
                               external_data=False, verbose=False)
-        else:
+        else:  # with an open batch, as models served this way are exported
             torch.onnx.export(module, args, str(path), input_names=["x"], output_names=outputs,
-                              dynamo=False)
+                              dynamo=False, dynamic_axes={"x": {0: "batch"}})
         logging.disable(logging.NOTSET)
     model = onnx.load(str(path))
     for node in model.graph.node:
@@ -438,7 +440,7 @@ CASES: dict[str, tuple[Callable[[str, Path, np.random.Generator], dict[str, Any]
                           "loops from a zero state made in forward, one over torch.flip of "
                           "the columns, outputs concatenated; torch.onnx.export (default)"),
     "crnn_cells_torchscript": (_crnn("torchscript"), "the same CRNN; torch.onnx.export("
-                               "dynamo=False)"),
+                               "dynamo=False, dynamic_axes={'x': {0: 'batch'}})"),
     "lstm_cells_two_layers_dynamo": (_two_layers, "two layers, each two nn.LSTMCell stepped "
                                      "over its input and over torch.flip of it from zero "
                                      "states, outputs concatenated; the second layer takes "

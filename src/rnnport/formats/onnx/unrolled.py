@@ -70,7 +70,7 @@ from .graph import FOLDABLE, MAX_DEPTH, BudgetError, Scope, attributes, exhauste
 __all__ = ["RUN_OPS", "TOLERANCE", "read"]
 
 RUN_OPS = (*FOLDABLE, "Constant", "MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Neg",
-           "SplitToSequence", "SequenceAt")
+           "SplitToSequence", "SequenceAt", "ConstantOfShape")
 TOLERANCE = 1e-4  # of the largest output value, at least 1: float32 in both
 PASS_OPS = {"Squeeze", "Unsqueeze", "Reshape", "Identity", "Cast", "Slice", "Gather",
             "Transpose", "Split", "Flatten"}
@@ -1013,6 +1013,25 @@ def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any],
     return np.split(data, np.cumsum(sizes)[:-1], axis=axis)
 
 
+def _constant_of_shape(shape: np.ndarray, given: Mapping[str, Any], budget: int,
+                       where: str) -> np.ndarray:
+    """ConstantOfShape: ``value``'s one element (float32 zero by default) filling ``shape``."""
+    from onnx import numpy_helper
+
+    if shape.ndim != 1 or shape.dtype.kind not in "iu" or shape.size > 64 or (shape < 0).any():
+        raise ValueError("not a shape")
+    dims = tuple(int(dim) for dim in shape)
+    value = given.get("value")
+    if value is not None and (math.prod(int(dim) for dim in value.dims) != 1 or
+                              value.data_location == 1 or len(value.external_data)):
+        raise ValueError("not one stored value")  # checked before anything is decoded
+    fill = np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
+    if fill.size != 1 or fill.dtype.kind not in "fiub":
+        raise ValueError("not one number")
+    _fits(dims, budget, where)
+    return np.full(dims, fill.reshape(-1)[0], dtype=fill.dtype)
+
+
 def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
              label: str, budget: int) -> dict[str, Any]:
     op = node.op_type
@@ -1020,6 +1039,9 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
         return {node.output[0]: _split_to_sequence(arguments, attributes(node, label), where)}
     if op == "SequenceAt":
         return {node.output[0]: arguments[0][int(arguments[1])]}
+    if op == "ConstantOfShape":  # the zero state a model makes for the batch it is given
+        return {node.output[0]: _constant_of_shape(arguments[0], attributes(node, label),
+                                                   budget, where)}
     if op == "Constant":
         value = scope.constant(node.output[0])
         return {} if value is None else {node.output[0]: value}
