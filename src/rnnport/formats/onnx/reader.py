@@ -86,7 +86,7 @@ def read(source: Any, **options: Any) -> Model:
 Found = tuple[Scope, list[Any]]
 
 
-def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> unrolled.Found:
+def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> unrolled.Stepped:
     """The network a graph without recurrent nodes computes step by step, or the error
     saying there is none."""
     # An op_type that is not UTF-8 comes back from protobuf as bytes: named all the same.

@@ -67,7 +67,7 @@ from ...model import RNN, Model, stack
 from ...spec import Spec
 from .graph import FOLDABLE, MAX_DEPTH, BudgetError, Scope, attributes, exhausted, fold
 
-__all__ = ["RUN_OPS", "TOLERANCE", "read"]
+__all__ = ["RUN_OPS", "TOLERANCE", "Stepped", "find", "listing", "read"]
 
 RUN_OPS = (*FOLDABLE, "Constant", "MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Neg",
            "SplitToSequence", "SequenceAt", "ConstantOfShape")
@@ -78,7 +78,7 @@ SLICING_OPS = {"Slice", "Gather", "Split"}
 ACTIVATIONS = {"Tanh": "tanh", "Relu": "relu"}
 CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
 MEETING_HOPS = 3  # a step's two products meet within this many nodes
-STEP_HOPS = 5  # an LSTM step's product reaches the Mul that takes its c within this many
+STEP_HOPS = 5  # nodes from an LSTM step's state product to the Mul that takes its c, at most
 MAX_PAIRS = 64  # cell candidates checked, at most
 TRIES = 2  # steps checked per pair of matrices: a cell stepped in a loop is read once
 MAX_PIECES = 1 << 16  # pieces one SplitToSequence may make when running the graph
@@ -134,7 +134,7 @@ class _Joined:
 
 
 @dataclass
-class Found:
+class Stepped:
     """What a graph computes step by step: the network read, and how it was found."""
 
     model: Model
@@ -150,7 +150,7 @@ def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
     return None if found is None else found.model
 
 
-def find(scope: Scope, options: Mapping[str, Any]) -> Found | None:
+def find(scope: Scope, options: Mapping[str, Any]) -> Stepped | None:
     """:func:`read`'s network and what it is; None when there is none."""
     where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
     graph = _Search(scope, where)
@@ -159,9 +159,9 @@ def find(scope: Scope, options: Mapping[str, Any]) -> Found | None:
         return None
     network, joined = chosen
     if joined is None:
-        return Found(network.model, _describe(network.model))
-    return Found(network.model, network.what,
-                 [(forward.pick, backward.pick) for forward, backward in joined.layers])
+        return Stepped(network.model, _describe(network.model))
+    return Stepped(network.model, network.what,
+                   [(forward.pick, backward.pick) for forward, backward in joined.layers])
 
 
 def listing(scope: Scope) -> list[tuple[str, str]]:
