@@ -63,6 +63,7 @@ golden: $(VENV)/.test
 	$(PY) tools/golden_tflite.py
 	$(PY) tools/golden_tflite_keras3.py
 	$(PY) tools/golden_jax.py
+	$(PY) tools/golden_onnx.py
 	$(PY) tools/golden_torch_files.py
 
 clean:

@@ -421,6 +421,8 @@ def test_several_unrolled_networks_are_listed_and_node_picks_one(tmp_path: Path)
     names = re.findall(r"node='([^']+)'", str(error.value))
     assert [rnnport.read(path, node=name) for name in names] == [
         rnnport.read(cells.first), rnnport.read(cells.second)]
+    choices = rnnport.formats.get("onnx").networks(path)  # what inspect lists
+    assert choices is not None and [value for value, _ in choices.entries] == names
     with pytest.raises(rnnport.FormatError, match="names none of the nodes"):
         rnnport.read(path, node="nowhere")
 

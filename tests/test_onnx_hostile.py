@@ -249,3 +249,105 @@ def test_activation_lists_must_fit_the_cell(op: str, attributes: dict[str, Any],
                                             message: str) -> None:
     with pytest.raises(rnnport.FormatError, match=rf"ONNX {op} node 'y': attribute {message}"):
         rnnport.read(_model(op=op, **attributes))
+
+
+# -- 6. ONNX Runtime's quantized LSTM, damaged ---------------------------------------------------
+
+
+def _quantized(weight: np.ndarray, scale: np.ndarray, zero: np.ndarray,
+               inputs: Sequence[str] = ("x", "W", "R", "", "", "", "", "", "W_scale",
+                                        "W_zero_point", "R_scale", "R_zero_point")
+               ) -> onnx.ModelProto:
+    """A com.microsoft DynamicQuantizeLSTM node with ``weight``, ``scale`` and ``zero`` as W
+    and its scale and zero point (R well-formed)."""
+    rng = np.random.default_rng(0)
+    tensors = [numpy_helper.from_array(weight, "W"),
+               numpy_helper.from_array(scale, "W_scale"),
+               numpy_helper.from_array(zero, "W_zero_point"),
+               numpy_helper.from_array(rng.integers(-128, 128, (1, HIDDEN, 4 * HIDDEN),
+                                                    dtype=np.int8), "R"),
+               numpy_helper.from_array(np.array([0.01], np.float32), "R_scale"),
+               numpy_helper.from_array(np.array([3], np.int8), "R_zero_point")]
+    node = helper.make_node("DynamicQuantizeLSTM", list(inputs), ["y"], domain="com.microsoft",
+                            hidden_size=HIDDEN)
+    graph = helper.make_graph(
+        [node], "quantized", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                            [5, 1, INPUT])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], tensors)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)])
+
+
+WEIGHT = np.arange(INPUT * 4 * HIDDEN, dtype=np.int8).reshape(1, INPUT, 4 * HIDDEN)
+
+
+def test_a_well_formed_quantized_lstm_reads_with_dequantize() -> None:
+    model = rnnport.read(_quantized(WEIGHT, np.array([0.5], np.float32), np.array([2], np.int8)),
+                         dequantize=True)
+    assert model.spec == rnnport.Spec("lstm", INPUT, HIDDEN, bias=False)
+
+
+@pytest.mark.parametrize("weight, scale, zero, message", [
+    (WEIGHT.astype(np.int16), np.array([0.5], np.float32), np.array([2], np.int16),
+     r"W is int16 of shape \[1, 3, 8\]; expected int8 or uint8 of shape \[directions, in, "
+     r"4·hidden\]"),
+    (WEIGHT, np.array([0.5, 0.5, 0.5], np.float32), np.array([2, 2, 2], np.int8),
+     r"W_scale is float32 of shape \[3\]; expected float32 of shape \[1\] \(one per "
+     r"direction\) or \[1, 8\] \(one per column\)"),
+    (WEIGHT, np.array([0.5], np.float32), np.array([2], np.uint8),
+     r"W_zero_point is uint8 of shape \[1\]; expected int8 of W_scale's shape \[1\]"),
+    (WEIGHT, np.array([0.5], np.float64), np.array([2], np.int8),
+     r"W_scale is float64 of shape \[1\]; expected float32"),
+    (WEIGHT[0], np.array([0.5], np.float32), np.array([2], np.int8),
+     r"W is int8 of shape \[3, 8\]; expected int8 or uint8 of shape \[directions"),
+], ids=["int16", "scales", "zero-type", "scale-type", "rank"])
+def test_a_damaged_quantized_lstm_is_refused(weight: np.ndarray, scale: np.ndarray,
+                                             zero: np.ndarray, message: str) -> None:
+    with pytest.raises(rnnport.FormatError, match=rf"DynamicQuantizeLSTM node 'y': {message}.*"
+                                                  r"The model is damaged"):
+        rnnport.read(_quantized(weight, scale, zero), dequantize=True)
+
+
+def test_a_quantized_lstm_without_its_scales_is_refused() -> None:
+    model = _quantized(WEIGHT, np.array([0.5], np.float32), np.array([2], np.int8),
+                       inputs=("x", "W", "R", "", "", "", "", "", "", "", "R_scale",
+                               "R_zero_point"))
+    with pytest.raises(rnnport.FormatError, match=r"W_scale, W_zero_point not given; expected "
+                                                  r"W, R and each one's scale and zero point"):
+        rnnport.read(model, dequantize=True)
+    with pytest.raises(rnnport.UnsupportedFeatureError, match=r"com\.microsoft\."
+                                                              r"DynamicQuantizeLSTM"):
+        rnnport.read(model)
+
+
+def test_dequantizing_is_paid_for_before_it_is_done() -> None:
+    weight = np.zeros((1, 250_000, 4 * HIDDEN), np.int8)  # 2 MB: 8 MB as float32
+    model = _quantized(weight, np.array([0.5], np.float32), np.array([0], np.int8))
+    with rnnport.limits(expansion=1.0), pytest.raises(BudgetError, match="expansion"), \
+            _peak() as peak:
+        rnnport.read(model, dequantize=True)
+    assert peak[0] < 6_000_000  # the int8 array read, never the float32 one
+
+
+def test_a_huge_constant_of_shape_is_refused_before_the_check_makes_it() -> None:
+    """The check that runs an unrolled cell's graph makes ConstantOfShape's zeros (a zero
+    state for the batch given), paid for first."""
+    rng = np.random.default_rng(0)
+    tensors = [numpy_helper.from_array(rng.standard_normal((INPUT, 8)).astype(np.float32), "W"),
+               numpy_helper.from_array(rng.standard_normal((HIDDEN, 8)).astype(np.float32), "R"),
+               numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "huge")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]),
+             helper.make_node("MatMul", ["h", "R"], ["hr"]),
+             helper.make_node("Add", ["xw", "hr"], ["gates"]),
+             helper.make_node("Tanh", ["gates"], ["y"]),
+             helper.make_node("ConstantOfShape", ["huge"], ["zeros"])]
+    graph = helper.make_graph(
+        nodes, "cell", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, INPUT]),
+                        helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, HIDDEN])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("zeros", TensorProto.FLOAT, None)], tensors)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with _peak() as peak, pytest.raises(BudgetError, match=r"would make a value of shape "
+                                                           r"\(1048576, 1048576\)"):
+        rnnport.read(model)
+    assert peak[0] < 50_000_000

@@ -17,7 +17,8 @@ Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints,
 and frozen graphs in ``tests/golden/tf2``, the files in ``tests/golden/files`` (legacy Keras
 HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the ``.tflite`` files
 TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
-in ``tests/golden/jax``, and golden Keras and PyTorch cases saved by rnnport in every file
+in ``tests/golden/jax``, the ``.onnx`` files PyTorch's exporters and ONNX Runtime's quantizer
+wrote in ``tests/golden/onnx``, and golden Keras and PyTorch cases saved by rnnport in every file
 form a registered format writes (each file name ending it declares; names that give the same
 bytes, such as .pth beside .pt, make one seed). Case ``k`` mutates seed ``k mod n`` with a
 generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any input.
@@ -156,8 +157,10 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
                               str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
     converted = sorted((GOLDEN / "tflite").glob("*.tflite"))  # TensorFlow's converter wrote them
     saved = sorted((GOLDEN / "jax").glob("*.msgpack"))  # flax.serialization wrote them
+    exported = sorted((GOLDEN / "onnx").glob("*.onnx"))  # PyTorch's exporters, ORT's quantizer
     trained = sorted(path for path in (GOLDEN / "torch_files").glob("*/*") if path.is_file())
-    for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved, *trained]:
+    for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved, *exported,
+                 *trained]:
         fmt = formats.sniff(path)
         if fmt in only:
             target = folder / f"framework_{path.parent.name}_{path.name.replace('.', '_')}"
@@ -202,13 +205,15 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
 
 def _quantized(path: Path) -> dict[str, Any]:
     """The options a converted golden file with integer weights is read with (its .npz
-    beside it says whether the converter quantized it)."""
+    beside it says whether the converter quantized it, or names the options)."""
     meta = path.with_suffix(".npz")
-    if path.suffix != ".tflite" or not meta.exists():
+    if path.suffix not in (".tflite", ".onnx") or not meta.exists():
         return {}
     with np.load(meta, allow_pickle=False) as data:
-        return {"dequantize": True} if json.loads(str(data["meta"])).get("quantized") in \
-            ("dynamic", "int8") else {}
+        facts = json.loads(str(data["meta"]))
+    if path.suffix == ".onnx":
+        return dict(facts.get("read_options", {}))
+    return {"dequantize": True} if facts.get("quantized") in ("dynamic", "int8") else {}
 
 
 # -- mutations --------------------------------------------------------------------------------

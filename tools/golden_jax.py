@@ -117,15 +117,7 @@ class Golden:
     variables: Any = None  # linen only: the variables saved as ``<name>.msgpack``
 
 
-def _distinct_uniform(rng: np.random.Generator, shape: tuple[int, ...], used: set[float],
-                      scale: float = 0.6) -> np.ndarray:
-    """Uniform values in ±scale, none repeated and none already in ``used``."""
-    while True:
-        values = rng.uniform(-scale, scale, size=shape).astype(np.float32)
-        flat = {float(v) for v in values.ravel()}
-        if len(flat) == values.size and not flat & used:
-            used |= flat
-            return values
+_distinct_uniform = golden_manifest.distinct_uniform
 
 
 def _key_name(entry: Any) -> str:

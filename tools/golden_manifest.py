@@ -11,7 +11,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+import numpy as np
+
+__all__ = ["distinct_uniform", "main"]
 
 # A case made: the facts the manifest keeps of it, its files (in the output folder), the
 # line to print, and the versions of the libraries that made it.
@@ -46,3 +48,15 @@ def main(argv: list[str] | None, *, description: str, default_out: Path,
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def distinct_uniform(rng: np.random.Generator, shape: tuple[int, ...], used: set[float],
+                     scale: float = 0.6) -> np.ndarray:
+    """Uniform float32 values in ±scale, none repeated and none already in ``used`` (which
+    takes them): random, distinct weights, so that a swapped gate cannot pass."""
+    while True:
+        values = rng.uniform(-scale, scale, size=shape).astype(np.float32)
+        flat = {float(v) for v in values.ravel()}
+        if len(flat) == values.size and not flat & used:
+            used |= flat
+            return values

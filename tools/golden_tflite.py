@@ -77,14 +77,7 @@ BATCH, INPUT = 2, 3
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "tests" / "golden" / "tflite"
 
 
-def _distinct_uniform(rng: np.random.Generator, shape: tuple[int, ...], used: set[float],
-                      scale: float = 0.6) -> np.ndarray:
-    while True:
-        values = rng.uniform(-scale, scale, size=shape).astype(np.float32)
-        flat = {float(v) for v in values.ravel()}
-        if len(flat) == values.size and not flat & used:
-            used |= flat
-            return values
+_distinct_uniform = golden_manifest.distinct_uniform
 
 
 def _randomize(model: Any, rng: np.random.Generator) -> None:

@@ -49,13 +49,22 @@ consumed in order by the functions that take them) become ``Spec.activations``. 
 that changes the numbers and the runtime cannot compute (a function ONNX does not name,
 different functions per direction, weights fed at run time) raises an error naming the
 node and the attribute. A graph with no recurrent node may compute one step by step, as
-PyTorch's default exporter writes ``nn.RNN`` and the cells: :mod:`.unrolled` reads those,
-checking them by running the graph.
+PyTorch's exporters write ``nn.RNN`` and the cells (a cell stepped in a Python loop, two
+cells over a sequence and over it reversed joined as one bidirectional network):
+:mod:`.unrolled` reads those, checking them by running the graph.
+
+ONNX Runtime's quantized LSTM, ``com.microsoft.DynamicQuantizeLSTM`` (what
+``onnxruntime.quantization.quantize_dynamic`` makes of an ``LSTM`` node: int8 or uint8 ``W
+[D, I, 4·H]`` and ``R [D, H, 4·H]`` with scales and zero points per direction or per
+column; :mod:`.quantized`), is a recurrent node too. Reading it changes the numbers, so it
+is refused by name unless ``dequantize=True``, which reads ``scale·(q − zero_point)`` in
+float32; ``notes`` (``rnnport inspect``) then says so.
 
 Running: ``framework_forward`` (``convert --verify`` from an ``.onnx`` file) runs the source
 file in ONNX Runtime, feeding ``x`` in the layout its declared shape names, full lengths to
 an integer ``(batch,)`` input and zeros to rnnport's state inputs; a graph that computes
-more than the network (a head, a second network) or takes other inputs is not checked.
+more than the network (a head, a second network), takes other inputs or holds a quantized
+LSTM (ONNX Runtime computes it with integers) is not checked.
 The ``onnxruntime`` engine (:mod:`.engine`, ``forward(engine="onnxruntime")``) runs any
 network this format holds in an ONNX Runtime session written once.
 """
@@ -76,7 +85,7 @@ from .writer import write
 
 __all__ = ["FORMAT", "run_reference"]
 
-READ_OPTIONS = frozenset({"node", "inputs"})
+READ_OPTIONS = frozenset({"node", "inputs", "dequantize"})
 WRITE_OPTIONS = frozenset({"time_major", "opset", "lengths", "initial_state"})
 
 

@@ -363,6 +363,10 @@ class Scope:
             elif scope.parent is not None:
                 pending.append((scope.parent, current))
 
+    def charge(self, size: int, where: str) -> None:
+        """Count ``size`` bytes about to be computed from the constants against the budget."""
+        self._spend(np.empty(0, np.uint8), [], where, size)
+
     def _spend(self, value: np.ndarray, arguments: list[np.ndarray | None], where: str,
                size: int | None = None) -> None:
         """Count ``value``'s bytes (or ``size``, for one about to be made) against the budget

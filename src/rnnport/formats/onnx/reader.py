@@ -14,10 +14,11 @@ from ...gates import CANONICAL, reorder
 from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import listed
-from . import unrolled
+from . import quantized, unrolled
 from .graph import FOLDABLE, Loaded, Scope, load, scopes
 from .graph import attributes as node_attributes
-from .layout import OPS, ORDERS, PEEPHOLE_ORDER
+from .layout import ORDERS, PEEPHOLE_ORDER
+from .layout import family as recurrent_family
 
 __all__ = ["chains", "notes", "read"]
 
@@ -31,7 +32,7 @@ SHAPING_OPS = {*GLUE_OPS, *FOLDABLE, "Constant", "ConstantOfShape"} - {"Add", "S
 
 def chains(scope: Scope) -> list[list[Any]]:
     """The recurrent nodes of one scope, in chains of layers joined by reshaping glue."""
-    nodes = [n for n in scope.nodes if n.op_type in OPS and n.domain in ("", "ai.onnx")]
+    nodes = [n for n in scope.nodes if recurrent_family(n)]
     consumers = scope.consumers
     dead_ends: set[str] = set()  # names from which no recurrent node is reached: walked once
 
@@ -45,7 +46,7 @@ def chains(scope: Scope) -> list[list[Any]]:
                 continue
             seen.add(name)
             for consumer in consumers.get(name, []):
-                if consumer.op_type in OPS and consumer.input and consumer.input[0] == name:
+                if recurrent_family(consumer) and consumer.input and consumer.input[0] == name:
                     return consumer
                 if consumer.op_type in GLUE_OPS:
                     frontier.extend(consumer.output[:1])
@@ -70,24 +71,30 @@ def _names(node: Any) -> set[str]:
 
 
 def read(source: Any, **options: Any) -> Model:
+    dequantize = options.get("dequantize", False)
+    if not isinstance(dequantize, bool):
+        raise FormatError(f"read(fmt='onnx'): dequantize={dequantize!r}; expected True or "
+                          "False.")
     loaded = load(source)
     every, _, picked = _choose(loaded, options)
     if picked is None:
-        return _unrolled(loaded, every[0], options)
+        return _unrolled(loaded, every[0], options).model
     scope, chain = picked
-    return stack([_read_node(node, scope) for node in chain])
+    return stack([_read_node(node, scope, dequantize) for node in chain])
 
 
 Found = tuple[Scope, list[Any]]
 
 
-def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> Model:
+def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> unrolled.Stepped:
     """The network a graph without recurrent nodes computes step by step, or the error
     saying there is none."""
-    ops = sorted({n.op_type for n in loaded.graph.node})
-    model = unrolled.read(main, options)
-    if model is not None:
-        return model
+    # An op_type that is not UTF-8 comes back from protobuf as bytes: named all the same.
+    ops = sorted({n.op_type if isinstance(n.op_type, str) else repr(n.op_type)
+                  for n in loaded.graph.node})
+    found = unrolled.find(main, options)
+    if found is not None:
+        return found
     sequence_in = any(len(value.type.tensor_type.shape.dim) == 3 for value in main.loaded.graph.input)
     unrolled_looking = sequence_in and {"MatMul", "Gemm"} & set(ops) and {"Tanh", "Relu"} & set(ops)
     hint = (" An nn.RNN exported with a single time step never multiplies its state, so its "
@@ -135,9 +142,11 @@ def _choose(loaded: Loaded, options: Mapping[str, Any]
 def networks(source: Any) -> list[tuple[str, str]]:
     """The separate chains of recurrent nodes: (a name ``node=`` takes, what the chain is)."""
     loaded = load(source)
-    return [(chain[0].name or next(output for output in chain[0].output if output),
-             " → ".join(scope.label(node) for node in chain))
-            for scope in scopes(loaded, {}) for chain in chains(scope)]
+    every = scopes(loaded, {})
+    found = [(chain[0].name or next(output for output in chain[0].output if output),
+              " → ".join(scope.label(node) for node in chain))
+             for scope in every for chain in chains(scope)]
+    return found or unrolled.listing(every[0])
 
 
 def notes(source: Any, **options: Any) -> list[str]:
@@ -147,15 +156,29 @@ def notes(source: Any, **options: Any) -> list[str]:
     loaded = load(source)
     every, found, picked = _choose(loaded, options)
     if picked is None:
-        model = _unrolled(loaded, every[0], options)
-        return [f"no recurrent node: the graph computes {model.spec.describe(article=True)} "
-                "step by step (as PyTorch's default exporter writes nn.RNN and the cells); "
-                "rnnport read its matrices and checked, by running the graph in NumPy, that "
-                "it computes the network read. Nodes around it are not listed."]
+        stepped = _unrolled(loaded, every[0], options)
+        out = [f"no recurrent node: the graph computes {stepped.what} step by step (as "
+               "PyTorch's default exporter writes nn.RNN and the cells); rnnport read its "
+               "matrices and checked, by running the graph in NumPy, that it computes the "
+               "network read. Nodes around it are not listed."]
+        if len(stepped.cells) == 1:
+            (forward, backward), = stepped.cells
+            out.append(f"the bidirectional network is two cells: node={forward!r} reads the "
+                       f"forward one alone, node={backward!r} the backward one (as a cell, "
+                       "stepping forward).")
+        elif stepped.cells:
+            layers = "; ".join(f"layer {index}: node={forward!r} and node={backward!r}"
+                               for index, (forward, backward) in enumerate(stepped.cells))
+            out.append(f"each layer of the bidirectional network is two cells, each read "
+                       f"alone (as a cell, stepping forward) by node= with one of its nodes: "
+                       f"{layers}.")
+        return out
     scope, chain = picked
     out = [f"another recurrent network, {' → '.join(other.label(node) for node in nodes)}; "
            f"not read (node={nodes[0].name or nodes[0].output[0]!r} reads it)."
            for other, nodes in found if nodes is not chain]
+    out += [quantized.note(scope.label(node), node, options.get("dequantize") is True)
+            for node in chain if node.domain not in ("", "ai.onnx")]
     used_nodes = {id(node) for _, nodes in found for node in nodes}
     used_tensors: set[int] = set()
     followed: set[tuple[int, str]] = set()
@@ -267,9 +290,16 @@ def _check_listed(node: Any, family: str, where: str) -> None:
                               f"function ({because}). The model is damaged; re-export it.")
 
 
-def _read_node(node: Any, scope: Scope) -> RNN:
+def _family(node: Any) -> str:
+    found = recurrent_family(node)
+    if found is None:  # never: chains hold recurrent nodes only
+        raise FormatError(f"ONNX {node.op_type} node: not a recurrent operator.")
+    return found
+
+
+def _read_node(node: Any, scope: Scope, dequantize: bool) -> RNN:
     where = scope.label(node)
-    family = OPS[node.op_type]
+    family = _family(node)
     _check_listed(node, family, where)
     attributes = _attributes(node, where)
     directions = {"forward": 1, "reverse": 1, "bidirectional": 2}
@@ -301,8 +331,11 @@ def _read_node(node: Any, scope: Scope) -> RNN:
     if family != "rnn" and attributes.get("layout", 0) not in (0, 1):
         raise FormatError(f"{where}: layout={attributes['layout']!r}; expected 0 or 1.")
     inputs = list(node.input) + [""] * 8
-    weight = scope.value(inputs[1], f"{where}, W")
-    recurrent = scope.value(inputs[2], f"{where}, R")
+    if node.domain in ("", "ai.onnx"):
+        weight = scope.value(inputs[1], f"{where}, W")
+        recurrent = scope.value(inputs[2], f"{where}, R")
+    else:
+        weight, recurrent = quantized.weights(scope, node, where, dequantize)
     bias = scope.value(inputs[3], f"{where}, B") if inputs[3] else None
     peephole = scope.value(inputs[7], f"{where}, P") if family == "lstm" and inputs[7] else None
     declared = attributes.get("hidden_size")

@@ -14,6 +14,7 @@ import numpy as np
 from ...errors import AmbiguousSourceError
 from ...model import Model, Stack
 from .._common import is_path, listed, require
+from .quantized import OP
 from .reader import notes
 
 __all__ = ["framework_forward", "run_reference"]
@@ -64,6 +65,9 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
         # be a head's. Reading already ran the graph and found rnnport's output among its values.
         return ("the graph computes the network step by step, and reading it checked that by "
                 "running the graph" + NO_CHECK)
+    if any(OP in note for note in found):
+        return (f"ONNX Runtime computes the quantized {OP} with integers (x and h quantized "
+                "on every step), which the dequantized weights read do not" + NO_CHECK)
     beside = [note for note in found if note.startswith(
         ("other computing nodes", "another recurrent network"))]
     if beside:

@@ -18,18 +18,33 @@ what counts as one). Only the main graph is searched.
 * *A step* (a cell): two linears of one width G·H whose results meet within a few nodes,
   one of the input ``x``, one of the state ``h`` with H rows; G = 4, 3 or 1 says LSTM, GRU
   or simple RNN, computed as PyTorch's cells compute them. A cell stepped in a loop gives
-  the same step many times, read once.
+  the same step many times, read once. A loop that starts from a zero state made inside
+  the model has no state product in its first step (the exporter folded ``0·Rᵀ + b_hh``
+  into a constant); every later step has one, and is read.
+* *A pair of cells*: two cells of one kind and size, one stepped over a sequence and one
+  over it reversed (``torch.flip``, a reversed slice, or steps taken from the last index
+  down: told by the values the steps take, not by how the graph reverses them), whose
+  outputs the graph joins into one bidirectional network's ``y`` (forward half first, the
+  backward half in time order, time- or batch-major): read as that bidirectional network.
 
 **Checking them.** Shapes do not prove that a graph computes the network its weights
 suggest, so the reader runs the graph in NumPy with random values in place of what the
 network is fed (its input and state; the operators it runs are :data:`RUN_OPS`, others are
 skipped with what depends on them) and requires one of the graph's values to equal
 rnnport's output for the network read, within :data:`TOLERANCE`; otherwise it refuses.
-The weights are the stored constants, transposed back: bit-exact.
+A step is run from the graph's own state where the run computes it; where it cannot (a
+convolutional front end before the loop), from random ``h`` and, fed where the step takes
+it, random ``c``; an LSTM's ``c`` is looked for first among the values the step takes
+near its state product. A pair is run whole: random values fed where both cells' steps
+take their inputs from (through slicing and reshaping), zeros to the graph's other inputs
+(a state fed to the model: rnnport's ``forward`` starts from zeros), and the
+bidirectional network's ``y`` must be among the values. The weights are the stored
+constants, transposed back: bit-exact.
 
 **Several networks** in one graph are an :class:`~rnnport.errors.AmbiguousSourceError`
 listing them; ``node=`` with the name (or output) of one of a network's ``MatMul`` /
-``Gemm`` nodes picks it.
+``Gemm`` nodes picks it. A pair's cells are each picked by their own nodes (the cell
+alone, stepping forward), the pair by the node joining their outputs.
 
 **Refused, with the reason:** a cell exported without its state (PyTorch folds the zero
 state's product into a constant, so ``weight_hh`` is not in the file), a sequence of one
@@ -48,14 +63,14 @@ import numpy as np
 
 from ...activations import function
 from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
-from ...model import RNN, Model
+from ...model import RNN, Model, stack
 from ...spec import Spec
 from .graph import FOLDABLE, MAX_DEPTH, BudgetError, Scope, attributes, exhausted, fold
 
-__all__ = ["RUN_OPS", "TOLERANCE", "read"]
+__all__ = ["RUN_OPS", "TOLERANCE", "Stepped", "find", "listing", "read"]
 
 RUN_OPS = (*FOLDABLE, "Constant", "MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Neg",
-           "SplitToSequence", "SequenceAt")
+           "SplitToSequence", "SequenceAt", "ConstantOfShape")
 TOLERANCE = 1e-4  # of the largest output value, at least 1: float32 in both
 PASS_OPS = {"Squeeze", "Unsqueeze", "Reshape", "Identity", "Cast", "Slice", "Gather",
             "Transpose", "Split", "Flatten"}
@@ -63,7 +78,9 @@ SLICING_OPS = {"Slice", "Gather", "Split"}
 ACTIVATIONS = {"Tanh": "tanh", "Relu": "relu"}
 CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
 MEETING_HOPS = 3  # a step's two products meet within this many nodes
+STEP_HOPS = 5  # nodes from an LSTM step's state product to the Mul that takes its c, at most
 MAX_PAIRS = 64  # cell candidates checked, at most
+TRIES = 2  # steps checked per pair of matrices: a cell stepped in a loop is read once
 MAX_PIECES = 1 << 16  # pieces one SplitToSequence may make when running the graph
 FLOAT_TYPES = (1, 10, 11, 16)  # ONNX float, float16, double, bfloat16
 EXPORT_WITH_STATE = ("export the cell with its state as an input, e.g. torch.onnx.export("
@@ -84,25 +101,111 @@ class Linear:
 
 @dataclass
 class _Network:
-    model: RNN
+    model: Model
     linears: list[Linear]  # the nodes whose matrices it holds
     what: str  # for listings: "an LSTM 3→4 (state 'h')"
+    steps: list[Linear] = field(default_factory=list)  # a cell's: each step's input product
+    joins: tuple[str, ...] = ()  # a paired network's: the node joining its halves, its output
 
     @property
     def names(self) -> set[str]:
-        """What ``node=`` may give to pick it: its nodes' names and outputs."""
+        """What ``node=`` may give to pick it: its nodes' names and outputs (for a pair, the
+        node joining its cells' outputs: each cell's own nodes pick that cell alone)."""
         return {name for linear in self.linears
-                for name in (linear.node.name, *linear.node.output) if name}
+                for name in (linear.node.name, *linear.node.output) if name} | \
+            {name for name in self.joins if name}
+
+    @property
+    def pick(self) -> str:
+        """A name ``node=`` picks it by."""
+        if self.joins:
+            return next(name for name in self.joins if name)
+        return self.linears[0].node.name or self.linears[0].output
+
+
+@dataclass
+class _Joined:
+    """Cells read as one bidirectional network, layer by layer."""
+
+    network: _Network
+    layers: list[tuple[_Network, _Network]]  # per layer: its forward and backward cell
+    x: np.ndarray  # the first layer's input in the check's run, (time, batch, input)
+    y: np.ndarray  # the graph's value equal to the last layer's output, time-major
+
+
+@dataclass
+class Stepped:
+    """What a graph computes step by step: the network read, and how it was found."""
+
+    model: Model
+    what: str  # "an LSTM 3→4", "a bidirectional LSTM 3→4 (two cells, …)"
+    # Paired cells: per layer, the node= values picking its forward and backward cell alone.
+    cells: list[tuple[str, str]] = field(default_factory=list)
 
 
 def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
     """The network ``scope`` computes step by step, checked against rnnport's forward pass;
     None when the graph computes nothing the way a recurrent network does."""
+    found = find(scope, options)
+    return None if found is None else found.model
+
+
+def find(scope: Scope, options: Mapping[str, Any]) -> Stepped | None:
+    """:func:`read`'s network and what it is; None when there is none."""
     where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
     graph = _Search(scope, where)
+    chosen = _choose(graph, _networks(graph, where), options)
+    if chosen is None:
+        return None
+    network, joined = chosen
+    if joined is None:
+        return Stepped(network.model, _describe(network.model))
+    return Stepped(network.model, network.what,
+                   [(forward.pick, backward.pick) for forward, backward in joined.layers])
+
+
+def listing(scope: Scope) -> list[tuple[str, str]]:
+    """The networks the graph computes step by step, as ``read`` tells them apart: (a name
+    ``node=`` picks it by, what it is)."""
+    where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
+    graph = _Search(scope, where)
+    networks, joined = _networks(graph, where)
+    return [(network.pick, network.what) for network in _top(networks, joined)]
+
+
+def _describe(model: Model) -> str:
+    if isinstance(model, RNN):
+        return model.spec.describe(article=True)
+    return f"a stack of {' → '.join(spec.describe() for spec in model.specs)}"
+
+
+def _some(names: set[str], shown: int = 4) -> str:
+    """A few of a network's names, and how many there are."""
+    ordered = sorted(map(repr, names))
+    more = f", … ({len(ordered)} in all)" if len(ordered) > shown else ""
+    return ", ".join(ordered[:shown]) + more
+
+
+def _top(networks: list[_Network], joined: list[_Joined]) -> list[_Network]:
+    """The networks told apart: the cells joined into a network as that network (the one
+    of most layers), in its first cell's place."""
+    owner: dict[int, _Network] = {}
+    for each in sorted(joined, key=lambda each: len(each.layers)):
+        owner.update({id(cell): each.network for layer in each.layers for cell in layer})
+    out: list[_Network] = []
+    for network in networks:
+        chosen = owner.get(id(network), network)
+        if not any(chosen is already for already in out):
+            out.append(chosen)
+    return out
+
+
+def _networks(graph: _Search, where: str) -> tuple[list[_Network], list[_Joined]]:
+    """Every network found (sequences, then cells) and the cells paired into bidirectional
+    networks."""
     linears = _linears(graph)
     if not linears:
-        return None
+        return [], []
     networks = _sequences(graph, linears)
     taken = {id(linear) for network in networks for linear in network.linears}
     cells, problems = _cells(graph, [linear for linear in linears if id(linear) not in taken])
@@ -121,22 +224,31 @@ def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
                 "without a state, h = 0, so PyTorch's exporter computed h·weight_hh + bias_hh "
                 "once, into a constant, and weight_hh is not in the file. Nothing can bring it "
                 f"back; {EXPORT_WITH_STATE}, or read the cell's state_dict.")
+        return [], []
+    return networks, _paired(graph, cells)
+
+
+def _choose(graph: _Search, found: tuple[list[_Network], list[_Joined]],
+            options: Mapping[str, Any]) -> tuple[_Network, _Joined | None] | None:
+    """The network ``node=`` picks (or the only one) and, for joined cells, how."""
+    networks, joined = found
+    if not networks:
         return None
+    every = [each.network for each in joined] + networks
+    top = _top(networks, joined)
     wanted = options.get("node")
     if wanted is not None:
-        picked = [network for network in networks if wanted in network.names]
+        picked = [network for network in every if wanted in network.names]
         if not picked:
-            listed = "; ".join(f"{n.what}: {', '.join(sorted(map(repr, n.names)))}"
-                               for n in networks)
-            raise FormatError(f"{where}: node={wanted!r} names none of the nodes of the "
+            listed = "; ".join(f"{n.what}: {_some(n.names)}" for n in every)
+            raise FormatError(f"{graph.where}: node={wanted!r} names none of the nodes of the "
                               f"networks the graph computes step by step ({listed}).")
-        networks = picked
-    if len(networks) > 1:
-        listed = "; ".join(f"{n.what}, e.g. node={n.linears[0].node.name or n.linears[0].output!r}"
-                           for n in networks)
-        raise AmbiguousSourceError(f"{where}: the graph computes {len(networks)} recurrent "
+        top = picked
+    if len(top) > 1:
+        listed = "; ".join(f"{n.what}, e.g. node={n.pick!r}" for n in top)
+        raise AmbiguousSourceError(f"{graph.where}: the graph computes {len(top)} recurrent "
                                    f"networks step by step ({listed}); pass node= to pick one.")
-    return networks[0].model
+    return top[0], next((each for each in joined if each.network is top[0]), None)
 
 
 # -- the graph: linears, what depends on the inputs, shapes --------------------------------------
@@ -235,20 +347,37 @@ class _Search:
         :data:`MEETING_HOPS` nodes."""
         return bool(self._near(first) & self._near(second))
 
+    def taken_near(self, name: str) -> set[str]:
+        """The values the nodes within :data:`STEP_HOPS` nodes of ``name`` take: where a
+        step's recurrent product goes, the state it updates (an LSTM's c) is taken."""
+        return {item for node in self._walk(name, STEP_HOPS) for item in node.input if item}
+
+    def after(self, name: str) -> set[str]:
+        """The values computed from ``name``, in one pass over the graph's order."""
+        out = {name}
+        for node in self.scope.nodes:
+            if any(item in out for item in node.input):
+                out.update(output for output in node.output if output)
+        return out
+
     def _near(self, name: str) -> set[int]:
-        if name in self._near_cache:
-            return self._near_cache[name]
-        frontier, seen = [name], set()
-        for _ in range(MEETING_HOPS):
+        if name not in self._near_cache:
+            self._near_cache[name] = {id(node) for node in self._walk(name, MEETING_HOPS)}
+        return self._near_cache[name]
+
+    def _walk(self, name: str, hops: int) -> list[Any]:
+        """The nodes reached from ``name`` within ``hops`` nodes, each once."""
+        frontier, seen, found = [name], set(), []
+        for _ in range(hops):
             following: list[str] = []
             for current in frontier:
                 for node in self.consumers.get(current, []):
                     if id(node) not in seen:
                         seen.add(id(node))
+                        found.append(node)
                         following.extend(output for output in node.output if output)
             frontier = following
-        self._near_cache[name] = seen
-        return seen
+        return found
 
 
 def _declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
@@ -415,20 +544,25 @@ def _build(spec: Spec, params: list[list[dict[str, np.ndarray]]], where: str) ->
 def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[str]]:
     """The cells whose steps the graph computes, and why the candidates that are not failed
     the check."""
-    pairs = itertools.islice(  # (input's linear, state's linear), found lazily
-        ((data, state) for state in linears
-         if state.kernel.shape[1] % state.kernel.shape[0] == 0
-         and state.kernel.shape[1] // state.kernel.shape[0] in CELLS
-         for data in linears
-         if data is not state and data.data != state.data
-         and data.kernel.shape[1] == state.kernel.shape[1]
-         and graph.meets(data.output, state.output)), MAX_PAIRS)
+    pairs = (  # (input's linear, state's linear), found lazily
+        (data, state) for state in linears
+        if state.kernel.shape[1] % state.kernel.shape[0] == 0
+        and state.kernel.shape[1] // state.kernel.shape[0] in CELLS
+        for data in linears
+        if data is not state and data.data != state.data
+        and data.kernel.shape[1] == state.kernel.shape[1]
+        and graph.meets(data.output, state.output))
     found: list[_Network] = []
     problems = []
     checked = set()
+    tries: dict[tuple[str, str], int] = {}  # per pair of matrices: the steps of one cell
     for data, state in pairs:
-        if (data.key, state.key) in checked:  # a cell stepped in a loop: read once
+        keys = (data.key, state.key)
+        if keys in checked or tries.get(keys, 0) >= TRIES:  # a cell stepped in a loop: once
             continue
+        if sum(tries.values()) >= MAX_PAIRS:
+            break
+        tries[keys] = tries.get(keys, 0) + 1
         hidden, width = state.kernel.shape
         family = CELLS[width // hidden]
         cells = [f"rnn_{name}" for name in ACTIVATIONS.values()] if family == "rnn" else \
@@ -447,15 +581,150 @@ def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[
             except _Mismatch as error:
                 problems.append(f"as {spec.describe(article=True)}: {error}")
                 continue
-            checked.add((data.key, state.key))
+            checked.add(keys)
+            # Every step of a cell stepped in a loop uses its two matrices.
+            uses = [linear for linear in linears if linear.key in keys]
+            steps = [linear for linear in uses if linear.key == data.key]
             same = next((network for network in found if network.model == model), None)
             if same is None:
-                found.append(_Network(model, [data, state], f"{spec.describe(article=True)} "
-                                      f"(state {state.data!r})"))
+                found.append(_Network(model, uses, f"{spec.describe(article=True)} "
+                                      f"(state {state.data!r})", steps))
             else:
-                same.linears += [data, state]
+                same.linears += uses
+                same.steps += steps
             break
     return found, problems
+
+
+def _paired(graph: _Search, cells: list[_Network]) -> list[_Joined]:
+    """Cells of one kind and size stepped over one sequence and over it reversed, whose
+    outputs the graph joins as one bidirectional network's ``y`` (forward half first, the
+    backward half in time order, as rnnport's ``forward`` gives it): each such pair as one
+    network, and pairs fed another pair's ``y`` as its next layer. Told by the values the
+    graph computes, not by how it reverses the sequence (a ``Flip``, a reversed slice,
+    steps taken from the last index down)."""
+    candidates = [(first, second) for first, second in itertools.combinations(cells, 2)
+                  if isinstance(first.model, RNN) and first.model.spec == second.model.spec
+                  and len(first.steps) == len(second.steps) >= 2]
+    if not candidates:
+        return []
+    values = _sequence_run(graph, [cell for pair in candidates for cell in pair])
+    pairs: list[_Joined] = []
+    for first, second in candidates:
+        if any(cell is taken for pair in pairs for taken in pair.layers[0]
+               for cell in (first, second)):
+            continue
+        sequences = _inputs(values, first), _inputs(values, second)
+        if sequences[0] is None or sequences[1] is None or \
+                not np.array_equal(sequences[0], sequences[1][::-1]):
+            continue
+        for (forward, x), backward in (((first, sequences[0]), second),
+                                       ((second, sequences[1]), first)):
+            joined = _pair(graph, values, forward, backward, x)
+            if joined is not None:
+                pairs.append(joined)
+                break
+    return _stacked(pairs)
+
+
+def _pair(graph: _Search, values: Mapping[str, Any], forward: _Network, backward: _Network,
+          x: np.ndarray) -> _Joined | None:
+    """``forward`` and ``backward`` as one bidirectional network run on ``x`` (time, batch,
+    input), when the graph computes its ``y`` (time- or batch-major)."""
+    if not isinstance(forward.model, RNN) or not isinstance(backward.model, RNN):
+        return None  # cells are one-layer networks
+    spec = forward.model.spec.replace(bidirectional=True)
+    model = RNN(spec, [[*forward.model.params[0], *backward.model.params[0]]])
+    y, _ = model.forward(x, time_major=True)
+    for expected, batch_major in ((y, False), (y.transpose(1, 0, 2), True)):
+        join = _equal(graph, values, expected)
+        if join is not None:
+            found = values[join[1]]
+            what = (f"{spec.describe(article=True)} (two cells, one stepped over the sequence "
+                    f"and one over it reversed, joined by {join[0]!r})")
+            return _Joined(_Network(model, [], what, joins=join), [(forward, backward)], x,
+                           found.transpose(1, 0, 2) if batch_major else found)
+    return None
+
+
+def _stacked(pairs: list[_Joined]) -> list[_Joined]:
+    """``pairs``, and beside them each run of pairs where one takes the ``y`` of the one
+    before (the same values) as its input: one network of their layers, picked by the last
+    one's join (the earlier layers stay pickable alone by theirs)."""
+    following: dict[int, _Joined | None] = {}  # None: taken by two
+    for later in pairs:
+        for earlier in pairs:
+            if earlier is not later and earlier.y.shape == later.x.shape and \
+                    np.array_equal(earlier.y, later.x):
+                following[id(earlier)] = later if id(earlier) not in following else None
+    fed = {id(later) for later in following.values() if later is not None}
+    out = [pair for pair in pairs if id(pair) in following or id(pair) not in fed]
+    for start in pairs:
+        if id(start) in fed:
+            continue
+        chain = [start]
+        while (after := following.get(id(chain[-1]))) is not None and len(chain) <= len(pairs):
+            chain.append(after)
+        if len(chain) == 1:
+            continue
+        model = stack([pair.network.model for pair in chain])
+        last = chain[-1].network
+        what = (f"{_describe(model)} ({len(chain)} layers of two cells, one stepped over the "
+                f"layer's input and one over it reversed, the last joined by {last.joins[0]!r})")
+        out = [pair for pair in out if pair is not chain[-1]]
+        out.append(_Joined(_Network(model, [], what, joins=last.joins),
+                           [layer for pair in chain for layer in pair.layers], chain[0].x,
+                           chain[-1].y))
+    return out
+
+
+def _sequence_run(graph: _Search, cells: list[_Network]) -> dict[str, Any]:
+    """The graph run with random values where the cells' steps take their inputs from
+    (through slicing and reshaping: a graph input, or what a front end the run cannot
+    compute makes, such as convolutions) and zeros for the graph's other inputs (the state
+    a model takes, if any: rnnport's forward starts from zeros). A value the run computes
+    from one fed before it is not fed: a layer's input stays the layer before's output."""
+    rng = np.random.default_rng(2)
+    feeds = {name: np.zeros_like(value) for name, value in _feeds(graph).items()}
+    position = {name: index for index, node in enumerate(graph.scope.nodes)
+                for name in node.output}
+    origins = sorted({graph.origin(linear.data)[0] for cell in cells for linear in cell.steps},
+                     key=lambda name: position.get(name, -1))
+    for source in origins:
+        if source in feeds:
+            feeds[source] = _random(rng, feeds[source].shape, graph.where)
+    values = run(graph.scope, feeds, graph.where)
+    for source in origins:
+        shape = graph.shape(source)
+        if source not in values and shape is not None:
+            feeds[source] = _random(rng, shape, graph.where)
+            values = run(graph.scope, feeds, graph.where)
+    return values
+
+
+def _inputs(values: Mapping[str, Any], cell: _Network) -> np.ndarray | None:
+    """The sequence a cell stepped over in a run, (time, batch, input), in the order its
+    steps come in the graph; None when the run did not compute it."""
+    found = [value for linear in cell.steps
+             if isinstance(value := values.get(linear.data), np.ndarray)]
+    if len(found) != len(cell.steps) or found[0].ndim != 2 or not all(
+            value.shape == found[0].shape and value.dtype.kind == "f" for value in found):
+        return None
+    return np.stack(found)
+
+
+def _equal(graph: _Search, values: Mapping[str, Any],
+           expected: np.ndarray) -> tuple[str, str] | None:
+    """The node computing a value equal to ``expected`` (within :data:`TOLERANCE`) and that
+    value's name; None when there is none."""
+    limit = TOLERANCE * _scale(expected)
+    for name, value in values.items():
+        if isinstance(value, np.ndarray) and value.shape == expected.shape and \
+                value.dtype.kind == "f" and \
+                float(np.max(np.abs(value - expected), initial=0.0)) <= limit:
+            node = graph.scope.producers.get(name)
+            return (node.name if node is not None and node.name else name), name
+    return None
 
 
 def _folded_state(graph: _Search, linears: list[Linear]) -> bool:
@@ -497,8 +766,19 @@ class _StepRun:
         h = values.get(state.data)  # the graph's own state keeps every use of it consistent
         if not (isinstance(h, np.ndarray) and h.shape == (batch, hidden) and
                 h.dtype.kind == "f"):
+            # A state the run cannot compute (a front end it does not run stands before
+            # it): random, and so is what the step takes beside it that the run lacks (an
+            # LSTM's c).
             h = _random(rng, (batch, hidden), graph.where)
-            values = run(graph.scope, {**feeds, state.data: h}, graph.where)
+            feeds[state.data] = h
+            values = run(graph.scope, feeds, graph.where)
+            after = graph.after(state.output)  # the step's own results: not fed
+            for name in sorted(graph.taken_near(state.output) - after, key=str):
+                if name not in values and graph.scope.constant(name) is None and \
+                        graph.shape(name) in (None, h.shape):
+                    feeds[name] = _random(rng, h.shape, graph.where)
+            if len(feeds) > len(values) or any(name not in values for name in feeds):
+                values = run(graph.scope, feeds, graph.where)
         self.h, self.values = h, values
 
     def check(self, model: RNN) -> None:
@@ -509,7 +789,11 @@ class _StepRun:
         if model.spec.cell == "lstm":
             own = self.graph.origin(self.state.data)[0]
             inputs = self.graph.scope.inputs
-            ordered = sorted(self.values.items(), key=lambda item: item[0] not in inputs)
+            taken = self.graph.taken_near(self.state.output)
+            # The c this step updates is taken near its product (a state computed by an
+            # earlier step of a loop), else fed to the graph; then anything of its shape.
+            ordered = sorted(self.values.items(),
+                             key=lambda item: (item[0] not in taken, item[0] not in inputs))
             states = [(h[None], value[None]) for name, value in ordered
                       if name not in (own, self.state.data) and isinstance(value, np.ndarray)
                       and value.shape == h.shape and value.dtype.kind == "f"][:8]
@@ -729,6 +1013,25 @@ def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any],
     return np.split(data, np.cumsum(sizes)[:-1], axis=axis)
 
 
+def _constant_of_shape(shape: np.ndarray, given: Mapping[str, Any], budget: int,
+                       where: str) -> np.ndarray:
+    """ConstantOfShape: ``value``'s one element (float32 zero by default) filling ``shape``."""
+    from onnx import numpy_helper
+
+    if shape.ndim != 1 or shape.dtype.kind not in "iu" or shape.size > 64 or (shape < 0).any():
+        raise ValueError("not a shape")
+    dims = tuple(int(dim) for dim in shape)
+    value = given.get("value")
+    if value is not None and (math.prod(int(dim) for dim in value.dims) != 1 or
+                              value.data_location == 1 or len(value.external_data)):
+        raise ValueError("not one stored value")  # checked before anything is decoded
+    fill = np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
+    if fill.size != 1 or fill.dtype.kind not in "fiub":
+        raise ValueError("not one number")
+    _fits(dims, budget, where)
+    return np.full(dims, fill.reshape(-1)[0], dtype=fill.dtype)
+
+
 def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
              label: str, budget: int) -> dict[str, Any]:
     op = node.op_type
@@ -736,6 +1039,9 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
         return {node.output[0]: _split_to_sequence(arguments, attributes(node, label), where)}
     if op == "SequenceAt":
         return {node.output[0]: arguments[0][int(arguments[1])]}
+    if op == "ConstantOfShape":  # the zero state a model makes for the batch it is given
+        return {node.output[0]: _constant_of_shape(arguments[0], attributes(node, label),
+                                                   budget, where)}
     if op == "Constant":
         value = scope.constant(node.output[0])
         return {} if value is None else {node.output[0]: value}

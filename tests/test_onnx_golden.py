@@ -1,0 +1,142 @@
+"""ONNX files as today's tools write them, read against the tools' own outputs (golden files
+from ``tools/golden_onnx.py``): a CRNN stepping two LSTMCells in Python loops (PyTorch's
+default and TorchScript exporters), ONNX Runtime's quantized DynamicQuantizeLSTM, and
+PyTorch's default exporter on nn.LSTM / nn.GRU / nn.RNN."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rnnport
+from rnnport.cli import main
+from rnnport.formats.onnx.reader import notes
+
+GOLDEN = Path(__file__).parent / "golden" / "onnx"
+MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]
+PAIRED = sorted(name for name in MANIFEST if "_cells_" in name)
+QUANTIZED = sorted(name for name in MANIFEST if name.startswith("qlstm"))
+DEFAULT = sorted(name for name in MANIFEST if name.startswith("torch_default"))
+
+
+def _case(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as data:
+        arrays = {key: data[key] for key in data.files}
+    return arrays, json.loads(str(arrays["meta"]))
+
+
+def _weights(arrays: dict[str, np.ndarray], owner: str) -> dict[str, np.ndarray]:
+    """The PyTorch parameters of one cell or module, as its state_dict names them."""
+    prefix = f"weights/{owner}/"
+    return {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
+
+
+def _inspect(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(["inspect", *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_the_golden_set_is_the_generators() -> None:
+    for name, case in MANIFEST.items():
+        _, meta = _case(name)
+        assert meta["case"] == name and set(case["files"]) == set(meta["files"])
+        assert all((GOLDEN / file).is_file() for file in case["files"])
+
+
+@pytest.mark.parametrize("name", PAIRED)
+def test_cells_over_a_sequence_and_its_reverse_read_as_one_bidirectional_network(
+        name: str) -> None:
+    arrays, meta = _case(name)
+    path = GOLDEN / f"{name}.onnx"
+    model = rnnport.read(path)
+    cells = [_weights(arrays, cell) for cell in meta["cells"]]  # layer by layer, forward first
+    assert model == rnnport.read({f"{key}_l{index // 2}{'_reverse' if index % 2 else ''}": value
+                                  for index, cell in enumerate(cells)
+                                  for key, value in cell.items()}, "torch")
+    y, _ = model.forward(arrays["x"], time_major=meta["time_major"])
+    np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"], rtol=0)
+    # node= picks each cell alone, by the names notes() gives
+    found = notes(path)
+    assert f"{model.spec.describe(article=True)} (" in found[0]
+    names = re.findall(r"node='([^']+)'", found[1])
+    assert [rnnport.read(path, node=node) for node in names] == [
+        rnnport.read(cell, "torch") for cell in cells]
+
+
+def test_a_layer_of_paired_cells_fed_to_another_stacks_and_the_first_reads_alone() -> None:
+    path = GOLDEN / "lstm_cells_two_layers_dynamo.onnx"
+    both, first = rnnport.read(path), rnnport.read(path, node="node_cat")
+    assert both.spec.num_layers == 2 and first.spec.num_layers == 1
+    assert first == both.layers()[0]
+    assert rnnport.read(path, node="node_cat_1") == both
+
+
+def test_inspect_says_how_the_cells_were_read(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _inspect(capsys, str(GOLDEN / "crnn_cells_dynamo.onnx"))
+    assert "bidirectional LSTM 3→4\n" in out
+    assert "the graph computes a bidirectional LSTM 3→4 (two cells, one stepped over the " \
+           "sequence and one over it reversed, joined by 'node_cat') step by step" in out
+    assert re.search(r"-O node=\S+ reads the forward one alone, -O node=\S+ the backward", out)
+
+
+def test_a_cell_of_the_pair_alone_steps_as_pytorch() -> None:
+    arrays, meta = _case("crnn_cells_torchscript")
+    forward = rnnport.read(GOLDEN / "crnn_cells_torchscript.onnx", node="/fw_1/Gemm")
+    y, _ = forward.forward(arrays["x"], time_major=True)
+    np.testing.assert_allclose(y, arrays["y"][..., :4], atol=meta["tolerance"], rtol=0)
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_dynamic_quantize_lstm_reads_dequantized(name: str) -> None:
+    arrays, meta = _case(name)
+    assert meta["read_options"] == {"dequantize": True}
+    model = rnnport.read(GOLDEN / f"{name}.onnx", dequantize=True)
+    # bit-exact: the float LSTM the generator built from scale·(q − zero_point)
+    assert model == rnnport.read(GOLDEN / f"{name}_dequantized.onnx")
+    y, _ = model.forward(arrays["x"], time_major=True)
+    np.testing.assert_allclose(y, arrays["y_dequantized"], atol=1e-5, rtol=0)
+    # ONNX Runtime's integer kernels: within the quantization error the generator states
+    assert meta["tolerance"] == 5e-3
+    np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"], rtol=0)
+
+
+@pytest.mark.parametrize("name", ["qlstm", "qlstm_bidirectional_per_channel"])
+def test_dynamic_quantize_lstm_is_refused_by_name_without_dequantize(name: str) -> None:
+    with pytest.raises(rnnport.UnsupportedFeatureError,
+                       match=r"quantized LSTM \(com\.microsoft\.DynamicQuantizeLSTM\) holds W "
+                             r"and R as int8 integers.*Pass dequantize=True"):
+        rnnport.read(GOLDEN / f"{name}.onnx")
+
+
+def test_inspect_says_the_numbers_changed(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(GOLDEN / "qlstm_bidirectional_per_channel.onnx")
+    out = _inspect(capsys, path, "-O", "dequantize=true")
+    assert "bidirectional LSTM 4→5\n" in out
+    assert re.search(r"dequantized \(-O dequantize=true\): the W and R of ONNX "
+                     r"DynamicQuantizeLSTM node '\S+' \('\S+', '\S+'\) held quantized "
+                     r"integers, read as scale·\(q − zero_point\) in float32; the numbers "
+                     "differ", out)
+    assert main(["inspect", path]) == 1
+    assert "Pass -O dequantize=true" in capsys.readouterr().err
+
+
+def test_dequantize_takes_true_or_false() -> None:
+    with pytest.raises(rnnport.FormatError, match=r"dequantize='yes'; expected True or False"):
+        rnnport.read(GOLDEN / "qlstm.onnx", dequantize="yes")
+    assert rnnport.read(GOLDEN / "torch_default_lstm.onnx", dequantize=True) == \
+        rnnport.read(GOLDEN / "torch_default_lstm.onnx")
+
+
+@pytest.mark.parametrize("name", DEFAULT)
+def test_default_exports_of_the_modules_read_exactly(name: str) -> None:
+    arrays, meta = _case(name)
+    model = rnnport.read(GOLDEN / f"{name}.onnx")
+    assert model == rnnport.read(_weights(arrays, name.rsplit("_", 1)[1]), "torch",
+                                 **({"nonlinearity": "tanh"} if name.endswith("rnn") else {}))
+    y, _ = model.forward(arrays["x"], time_major=meta["time_major"])
+    np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"], rtol=0)
