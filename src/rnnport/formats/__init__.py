@@ -183,7 +183,8 @@ _REGISTRY: dict[str, Entry] = {
               "the flat ROCm MIOpen weight buffer (LSTM gates i f o c)"),
         Entry("torch", "rnnport.formats.torch",
               "PyTorch nn.LSTM/GRU/RNN and LSTMCell/GRUCell/RNNCell modules, their "
-              "state_dicts (.pt, .safetensors)"),
+              "state_dicts, and PyTorch's files told by their bytes (torch.save zips and "
+              "legacy pickles by any name, .safetensors, .pt2), read without PyTorch"),
         Entry("onnx", "rnnport.formats.onnx",
               "ONNX models with LSTM/GRU/RNN nodes (ModelProto, GraphProto, .onnx path, "
               "external data)"),
