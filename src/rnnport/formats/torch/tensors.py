@@ -256,11 +256,13 @@ class _Unbuilt:
 
 
 def _dict(*args: Any) -> dict[Any, Any]:
-    """``collections.OrderedDict()`` and friends: an empty dict the pickle fills."""
-    if args and not (len(args) == 1 and isinstance(args[0], (Global, Builder))):
-        # OrderedDict(iterable) is never pickled; defaultdict(factory) is
-        raise TypeError("expected no arguments")
-    return {}
+    """``collections.OrderedDict()`` and friends: a dict the pickle fills; a
+    ``defaultdict(factory)`` ignores its factory, a ``Counter({…})`` copies its counts."""
+    if not args or (len(args) == 1 and isinstance(args[0], (Global, Builder))):
+        return {}
+    if len(args) == 1 and isinstance(args[0], dict):
+        return dict(args[0])
+    raise TypeError("expected no arguments, a factory or a dict")
 
 
 def _size(items: Any = ()) -> tuple[Any, ...]:
@@ -507,6 +509,9 @@ def pickle_state_dict(state: Mapping[str, np.ndarray]) -> tuple[bytes, list[np.n
     storages = []
     for index, (name, value) in enumerate(state.items()):
         array = np.ascontiguousarray(value)
+        if array.dtype.name not in NUMPY_NAMES:
+            raise FormatError(f"writing a PyTorch file: {name!r} has dtype {array.dtype}; "
+                              f"expected one of {', '.join(NUMPY_NAMES)}.")
         storage = STORAGE_NAMES[NUMPY_NAMES[array.dtype.name]]
         strides = tuple(step // array.itemsize for step in array.strides) if array.size else \
             tuple(math.prod(array.shape[axis + 1:]) for axis in range(array.ndim))
