@@ -97,7 +97,6 @@ FILE_SUFFIXES = tuple(suffix.text for suffix in SUFFIXES)
 MODULE_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 CELL_MODULES = {"LSTMCell": "lstm", "GRUCell": "gru", "RNNCell": "rnn"}
 GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
-_match = match
 
 
 def _is_module(value: Any) -> bool:
@@ -360,7 +359,7 @@ def _notes(tree: Any, options: Mapping[str, Any], location: str,
                        f"(prefix={other.prefix!r} reads it).")
     modules: dict[str, list[str]] = {}
     for name, value in (group.mapping or {}).items():
-        if _match(name) is not None or (group.graph is not None and name in group.keys.values()):
+        if match(name) is not None or (group.graph is not None and name in group.keys.values()):
             continue  # the network read, or another one noted above
         owner = str(name).rsplit(".", 1)[0] if "." in str(name) else ""
         shape = value.shape if isinstance(value, TensorRef) else getattr(value, "shape", None)
