@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import DTypeError, FormatError
 
-__all__ = ["RATIO", "load_npy", "open_zip", "read_member", "read_npy"]
+__all__ = ["RATIO", "load_npy", "open_zip", "read_member", "read_npy", "zip_names"]
 
 RATIO = 1032
 # The zip methods read: stored and deflate (zipfile's deflate reader stops at the declared
@@ -34,6 +34,16 @@ _METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma", 93: "zstandard
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
                NotImplementedError, RuntimeError, KeyError, IndexError, TypeError,
                UnicodeDecodeError, struct.error, zlib.error, OverflowError)
+
+
+def zip_names(path: str | os.PathLike[str]) -> list[str] | None:
+    """The member names of the zip archive at ``path``, or None when it is not one zipfile
+    can read: a cheap look for telling formats apart (nothing is read but the directory)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.namelist()
+    except _ZIP_ERRORS:
+        return None
 
 
 def open_zip(path: str | os.PathLike[str] | bytes, what: str, where: str | None = None

@@ -79,7 +79,7 @@ from ...model import RNN, Model, Stack, exported, stack
 from ...spec import Spec
 from .._common import MAX_LISTED, describe, is_path, listed, require, to_numpy
 from .._protocol import Choices, Engine, Format, Runner, Suffix
-from .files import KINDS, kind_of, opened, safetensors_bytes, write_zip
+from .files import KINDS, kind_of, opened, other_zip, safetensors_bytes, write_zip
 from .networks import Group, descend, find, match, opaque_values, pick
 from .tensors import Loaded, NumpyArray, TensorRef
 
@@ -117,24 +117,13 @@ def sniff(source: Any) -> bool:
         # reader says what is wrong), unless its bytes are plainly another format's.
         return kind_of(source) is not None or (
             Path(source).suffix.lower() in FILE_SUFFIXES and Path(source).is_file()
-            and not _other_zip(source))
+            and not other_zip(source))
     if isinstance(source, Mapping):
         return bool(find(source))
     if isinstance(source, (list, tuple)) and source:
         return all(_is_module(item) or (isinstance(item, Mapping) and sniff(item))
                    for item in source)
     return False
-
-
-def _other_zip(path: Any) -> bool:
-    """Whether ``path`` is a readable zip that is no PyTorch file (a ``.keras`` renamed)."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return bool(archive.namelist())
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return False
 
 
 # -- read ------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import FormatError, UnsupportedFeatureError
-from ...io.archive import open_zip
+from ...io.archive import open_zip, zip_names
 from ...io.pickled import unpickle
 from .pt2 import read_pt2
 from .tensors import (
@@ -68,7 +68,7 @@ from .tensors import (
     zip_root,
 )
 
-__all__ = ["KINDS", "kind_of", "opened", "safetensors_bytes", "write_zip"]
+__all__ = ["KINDS", "kind_of", "opened", "other_zip", "safetensors_bytes", "write_zip"]
 
 # Legacy torch.save's first pickle: the magic number 0x1950a86a20f9469cfc6c, as LONG1
 # (protocol 2, the default) or as text (protocols 0 and 1).
@@ -112,10 +112,8 @@ def kind_of(path: str | os.PathLike[str]) -> str | None:
 
 
 def _zip_kind(path: str | os.PathLike[str]) -> str | None:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+    names = zip_names(path)
+    if names is None:
         return None
     if any(name.rsplit("/", 1)[-1] == "archive_format" for name in names) or \
             any(name.endswith("serialized_exported_program.json") for name in names):
@@ -127,11 +125,16 @@ def _zip_kind(path: str | os.PathLike[str]) -> str | None:
     return "zip"
 
 
+def other_zip(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a readable zip that is no PyTorch file (a ``.keras`` renamed)."""
+    return bool(zip_names(path)) and _zip_kind(path) is None
+
+
 def _tar_kind(path: str | os.PathLike[str]) -> bool:
     try:
         with tarfile.open(path, "r:") as archive:
             names = {member.name for member in itertools.islice(archive, 8)}
-    except (tarfile.TarError, OSError, ValueError, EOFError):
+    except (tarfile.TarError, OSError, ValueError, EOFError, struct.error):
         return False
     return {"storages", "tensors", "pickle"} <= names or "sys_info" in names
 
