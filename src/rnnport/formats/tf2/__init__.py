@@ -134,6 +134,10 @@ def read(source: Any, **options: Any) -> Model:
         return _tf1_read(opened, options)
     _check_options(opened, options)
     keras_layers.check_version_option(options, f"read(fmt='tf2'): {opened.where}")
+    if opened.keras3 is not None:
+        export = opened.keras3
+        return keras_layers.stack_layers(export.read(export.choose(options.get("layer")),
+                                                     options))
     chosen = objects.choose(opened, options.pop("layer", None))
     return keras_layers.stack_layers([_read_layer(opened, layer, options) for layer in chosen])
 
@@ -177,6 +181,8 @@ def notes(source: Any, **options: Any) -> list[str]:
         return [f"a TF1 SavedModel (SavedModelBuilder): its variables are read as a TF1 "
                 f"checkpoint ({opened.name_based}).",
                 *get("tf1").source_notes(str(opened.name_based), **options)]
+    if opened.keras3 is not None:
+        return opened.keras3.notes(opened.keras3.choose(options.get("layer")))
     chosen = objects.choose(opened, options.get("layer"))
     layers = opened.layers()
     found = objects.stacks(opened, layers)
@@ -252,6 +258,11 @@ def choices(source: Any) -> Choices:
         networks = get("tf1").networks
         tf1 = networks(str(opened.name_based)) if networks else Choices("scope", ())
         return tf1
+    if opened.keras3 is not None:
+        export = opened.keras3
+        export.refuse_empty()
+        return Choices("layer", tuple((stack[0].path, export.summary(stack))
+                                      for stack in export.stacks))
     found = objects.stacks(opened, opened.layers())
     return Choices("layer", tuple((stack[0].path, objects.summary(opened, stack))
                                   for stack in found))
