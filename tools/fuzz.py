@@ -14,7 +14,7 @@ than ``--memory`` MiB beyond what the process held before it.
     python tools/fuzz.py --structure 1 --cases 2000 --jobs 2   # structure-aware cases alone
 
 Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints, SavedModels
-and frozen graphs in ``tests/golden/tf2``, the files in ``tests/golden/files`` (legacy Keras
+and frozen graphs in ``tests/golden/tf2``, the Keras 3 exports in ``tests/golden/keras3``, the files in ``tests/golden/files`` (legacy Keras
 HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the ``.tflite`` files
 TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
 in ``tests/golden/jax``, and golden Keras and PyTorch cases saved by rnnport in every file
@@ -125,6 +125,9 @@ class Seed:
 
 # -- seeds ------------------------------------------------------------------------------------
 
+# Layers of tests/golden/keras3/keras3_refused that rnnport refuses by design (not seeds).
+KERAS3_REFUSED = frozenset({"backwards", "summed", "gelu", "sigmoid", "unrolled"})
+
 
 def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
     """Write every seed under ``folder``; each seed gets a folder of its own."""
@@ -154,6 +157,14 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             shutil.copytree(GOLDEN / "tf2" / case["name"], target)
             seeds.append(Seed(case["name"], fmt, target,
                               str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
+    exported = json.loads((GOLDEN / "keras3" / "MANIFEST.json").read_text())
+    for name, case in exported["cases"].items():  # Keras 3's model.export wrote them
+        readable = [stack[0] for stack in case["stacks"] if stack[0] not in KERAS3_REFUSED]
+        fmt = formats.sniff(GOLDEN / "keras3" / name)
+        if fmt in only and readable:
+            target = folder / name
+            shutil.copytree(GOLDEN / "keras3" / name, target)
+            seeds.append(Seed(name, fmt, target, ".", {"layer": readable[0]}))
     converted = sorted((GOLDEN / "tflite").glob("*.tflite"))  # TensorFlow's converter wrote them
     saved = sorted((GOLDEN / "jax").glob("*.msgpack"))  # flax.serialization wrote them
     trained = sorted(path for path in (GOLDEN / "torch_files").glob("*/*") if path.is_file())

@@ -171,6 +171,12 @@ def _refused(keras: Any) -> tuple[Any, list[list[str]]]:
         ["backwards"], ["summed"], ["gelu"], ["sigmoid"], ["unrolled"], ["masked"]]
 
 
+def _no_recurrent(keras: Any) -> tuple[Any, list[list[str]]]:
+    layers = keras.layers
+    model = keras.Sequential([keras.Input((None, 3)), layers.Conv1D(2, 2), layers.Dense(2)])
+    return model, []
+
+
 Builder = Callable[[Any], tuple[Any, list[list[str]]]]
 CASES: dict[str, tuple[Builder, str, str]] = {
     "keras3_lstm": (_lstm, "export", "Sequential([Input((None, 4)), LSTM(5, "
@@ -204,6 +210,9 @@ CASES: dict[str, tuple[Builder, str, str]] = {
                        "Input((6, 3)): LSTM go_backwards=True; Bidirectional(GRU) "
                        "merge_mode='sum'; LSTM activation='gelu'; SimpleRNN "
                        "activation='sigmoid'; LSTM unroll=True; Masking(0.0) -> LSTM."),
+    "keras3_no_recurrent": (_no_recurrent, "export", "Sequential Conv1D(2, 2) -> Dense(2), "
+                            "exported: no recurrent layer, for the refusal to say what it "
+                            "holds."),
 }
 
 

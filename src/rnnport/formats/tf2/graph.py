@@ -56,6 +56,7 @@ PASS = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient"})
 # Ops that move a sequence's data without changing it (the time axis may move or flip).
 LAYOUT = frozenset({*PASS, "Transpose", "ReverseV2", "ReverseSequence"})
 MAX_STEPS_BACK = 10_000  # a chain of Identities longer than this is damage, not a graph
+MAX_PIECES = 1 << 16  # outputs of one Split or Unpack: a cell has a handful
 
 
 @dataclass(frozen=True)
@@ -246,13 +247,15 @@ class Library:
                         if position >= len(arguments):
                             continue
                         slot = (callee, arguments[position].name)
-                        if out.get(slot, held) != held:
+                        if slot in conflicting or out.get(slot) == held:
+                            continue
+                        if slot in out:  # two calls pass different variables: neither holds
                             conflicting.add(slot)
+                            del out[slot]
+                            continue
                         out[slot] = held
                         queue.append(callee)
                         seen.discard(callee)
-        for slot in conflicting:
-            out.pop(slot, None)
 
     def variable(self, ref: Ref) -> int | None:
         """The variable (object graph node id) a resource tensor holds, past Identities."""
@@ -639,6 +642,12 @@ class Evaluator:
             self.values[current] = outputs
             stack.pop()
 
+    def _room(self, shape: tuple[int, ...]) -> None:
+        """Refuse a value of ``shape`` before it is built when it would pass the limit."""
+        if math.prod(shape) * 8 > self.limit - self.used:
+            raise budget.exceeded(self.library.where, "evaluating a loop's step would build a "
+                                  f"value of shape {list(shape)}", "expansion", self.library.size)
+
     def _shape(self, dims: np.ndarray) -> tuple[int, ...]:
         shape = tuple(int(d) for d in np.ravel(dims))
         if any(d < 0 for d in shape) or math.prod(shape) * 8 > self.limit:
@@ -670,6 +679,7 @@ class Evaluator:
             with np.errstate(all="ignore"):
                 return [UNARY[op](inputs[0])]
         if op in BINARY:
+            self._room(np.broadcast_shapes(inputs[0].shape, inputs[1].shape))
             with np.errstate(all="ignore"):
                 return [BINARY[op](inputs[0], inputs[1])]
         if op == "AddN":
@@ -692,6 +702,10 @@ class Evaluator:
                 first = np.swapaxes(first, -1, -2)
             if _flag(node, flags[1]):
                 second = np.swapaxes(second, -1, -2)
+            if first.ndim < 2 or second.ndim < 2:
+                raise ValueError("a matrix product of fewer than two dimensions")
+            self._room((*np.broadcast_shapes(first.shape[:-2], second.shape[:-2]),
+                        first.shape[-2], second.shape[-1]))
             return [np.matmul(first, second)]
         if op == "BiasAdd":
             if attr_text(node, "data_format", "NHWC") != "NHWC":
@@ -699,8 +713,12 @@ class Evaluator:
             return [inputs[0] + inputs[1]]
         if op == "Split":
             count = attr_int(node, "num_split", 1)
+            if not 1 <= count <= MAX_PIECES:
+                raise ValueError(f"num_split {count}")
             return list(np.split(inputs[1], count, axis=int(inputs[0])))
         if op == "SplitV":
+            if inputs[1].size > MAX_PIECES:
+                raise ValueError(f"{inputs[1].size} pieces")
             sizes = [int(s) for s in np.ravel(inputs[1])]
             axis = int(inputs[2])
             if sizes.count(-1) == 1:
@@ -726,6 +744,8 @@ class Evaluator:
             return [np.stack(inputs, axis=attr_int(node, "axis", 0))]
         if op == "Unpack":
             axis = attr_int(node, "axis", 0)
+            if inputs[0].shape[axis] > MAX_PIECES:
+                raise ValueError(f"{inputs[0].shape[axis]} pieces")
             return [np.take(inputs[0], k, axis=axis) for k in range(inputs[0].shape[axis])]
         if op == "Transpose":
             return [np.transpose(inputs[0], [int(p) for p in np.ravel(inputs[1])])]
@@ -740,6 +760,7 @@ class Evaluator:
             return [np.asarray(inputs[0].shape, dtype=np.int64 if attr_type(node, "out_type")
                                == 9 else np.int32)]
         if op in ("Select", "SelectV2"):
+            self._room(np.broadcast_shapes(*(value.shape for value in inputs[1:])))
             condition = inputs[0]
             if op == "Select" and condition.ndim == 1 and inputs[1].ndim > 1:
                 condition = condition.reshape(-1, *[1] * (inputs[1].ndim - 1))

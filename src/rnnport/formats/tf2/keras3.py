@@ -83,7 +83,7 @@ from typing import Any
 import numpy as np
 
 from ... import budget
-from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
+from ...errors import AmbiguousSourceError, FormatError, LimitError, RnnportError, UnsupportedFeatureError
 from ...io import tensorbundle, tfproto
 from ...model import Model, as_float_array
 from .._common import close_matches, listed
@@ -296,10 +296,14 @@ class Export:
             return direction
         try:
             self._read_loop(direction, node, inputs, held, body_name)
+        except LimitError:
+            raise
         except Unevaluable as error:
             direction.problem = (f"{where}: its step applies {error.op} ({error.node}), which "
                                  f"rnnport does not evaluate{f' ({error.why})' if error.why else ''}"
                                  "; the layer computes something rnnport does not read")
+        except RnnportError as error:  # this layer's variables or step, not the file's
+            direction.problem = f"{where}: {error}"
         return direction
 
     def _read_loop(self, direction: Direction, node: tfproto.NodeDef, inputs: list[Ref],
@@ -460,9 +464,13 @@ class Export:
             return direction
         try:
             self._read_cudnn(direction, node, inputs)
+        except LimitError:
+            raise
         except Unevaluable as error:
             direction.problem = (f"{where}: its weights are built with {error.op} "
                                  f"({error.node}), which rnnport does not evaluate")
+        except RnnportError as error:
+            direction.problem = f"{where}: {error}"
         return direction
 
     def _read_cudnn(self, direction: Direction, node: tfproto.NodeDef,
@@ -731,15 +739,27 @@ class Export:
     def refuse_empty(self) -> None:
         if self.stacks:
             return
-        held = [f"{self.names[i]} {self.shape(i)}" for i in sorted(
-            self.bound, key=lambda i: self.names[i])]
+        held = [f"{holder} ({', '.join(roles)})" for holder, roles in self._others().items()]
         loops = sum(1 for function in self.library.nodes.values()
                     for node in function.values() if node.op in LOOPS)
         raise FormatError(
             f"{self.where}: no recurrent layer found in this Keras 3 SavedModel; expected a loop "
             "of its serving function reading a kernel and a recurrent_kernel variable (a Keras "
-            f"LSTM, GRU or SimpleRNN). It holds {len(held)} variable(s) the functions read"
-            f"{': ' + listed(held) if held else ''}, and {loops} loop(s).")
+            f"LSTM, GRU or SimpleRNN). It holds {len(self.bound)} variable(s) the functions "
+            f"read{': ' + '; '.join(held[:8]) if held else ''}"
+            f"{f' … ({len(held)} layers in all)' if len(held) > 8 else ''}, and {loops} "
+            "loop(s).")
+
+    def _others(self) -> dict[str, list[str]]:
+        """The variables no recurrent direction reads, by layer (in the model's order):
+        path → ``role (shape)``."""
+        stepped = {d.holder for d in self.directions}
+        groups: dict[str, list[str]] = {}
+        for node_id in sorted(self.bound, key=lambda i: (self.rank.get(i, len(self.rank)), i)):
+            holder, _, role = self.names[node_id].rpartition("/")
+            if holder not in stepped:
+                groups.setdefault(holder or role, []).append(f"{role} {self.shape(node_id)}")
+        return groups
 
     def choose(self, choice: Any) -> list[KerasLayer]:
         self.refuse_empty()
@@ -806,6 +826,64 @@ class Export:
                                                  location))
         return out
 
+    # -- TensorFlow running it ---------------------------------------------------------
+
+    def matching(self, model: Model) -> list[KerasLayer] | None:
+        """The layers (consecutive in one stack) that ``model`` was read from."""
+        wanted = [(layer.spec.cell, layer.spec.input_size, layer.spec.hidden_size,
+                   layer.spec.num_directions) for layer in model.layers()]
+        for stack in self.stacks:
+            for start in range(len(stack) - len(wanted) + 1):
+                run = stack[start:start + len(wanted)]
+                if not any(layer.problem for layer in run) and [
+                        self._facts(layer) for layer in run] == wanted:
+                    return run
+        return None
+
+    def _facts(self, layer: KerasLayer) -> tuple[str, int, int, int]:
+        shape = self.shape(layer.directions[0].variables["kernel"])
+        recurrent = self.shape(layer.directions[0].variables["recurrent_kernel"])
+        gates = recurrent[1] // recurrent[0] if len(recurrent) == 2 and recurrent[0] else 0
+        cell = {4: "lstm", 3: "gru"}.get(gates) or \
+            f"rnn_{layer.directions[0].options.get('activation', 'tanh')}"
+        return cell, shape[0] if shape else 0, recurrent[0] if recurrent else 0, \
+            len(layer.directions)
+
+    def whole(self, chosen: list[KerasLayer]) -> bool:
+        """Whether the model's serving function computes ``chosen`` alone: the first takes the
+        function's input, and its one output is the last one's whole output sequence."""
+        first, last = chosen[0].directions[0], chosen[-1]
+        if first.source is None or not first.source.is_argument or last.output is None or \
+                not any(chosen == stack for stack in self.stacks):
+            return False
+        function = first.source.function
+        arguments = self.library.functions[function].signature.input_arg
+        returns = self.library.returns[function]
+        if not arguments or arguments[0].name != first.source.node or len(returns) != 1:
+            return False
+        returned = self.library.ref(function, returns[0])
+        if returned is None:
+            return False
+        found, axis, flips = self.library.back(returned, 1)
+        return found == last.output and axis == last.output_axis and flips % 2 == 0
+
+    def rebuilt(self, chosen: list[KerasLayer]) -> list[dict[str, Any]]:
+        """The Keras 3 layers of a Sequential computing ``chosen``, with the checkpoint keys of
+        their weights."""
+        out = []
+        for layer in chosen:
+            direction = layer.directions[0]
+            cls, _, _, directions = self._facts(layer)
+            config: dict[str, Any] = {"units": self._facts(layer)[2], "return_sequences": True,
+                                      "use_bias": "bias" in direction.variables,
+                                      **direction.options}
+            out.append({"class": {"lstm": "LSTM", "gru": "GRU"}.get(cls, "SimpleRNN"),
+                        "config": config, "bidirectional": directions == 2,
+                        "input_size": self._facts(layer)[1],
+                        "keys": [self.keys[d.variables[role]] for d in layer.directions
+                                 for role in ROLES if role in d.variables]})
+        return out
+
     # -- what inspect says ---------------------------------------------------------------
 
     def notes(self, chosen: list[KerasLayer]) -> list[str]:
@@ -834,23 +912,16 @@ class Export:
                 if direction.initial:
                     out.append(f"{direction.path}: takes {direction.initial}; rnnport's "
                                "forward starts from zeros unless state= is given.")
-        stepped = {d.holder for d in self.directions}
-        groups: dict[str, list[str]] = {}
         seeds = []
-        for node_id in sorted(self.bound):
-            name = self.names[node_id]
-            holder, _, role = name.rpartition("/")
-            if holder in stepped:
+        for holder, held in self._others().items():
+            if all(item.startswith("seed_generator_state ") for item in held):
+                seeds.append(holder)
                 continue
-            if role == "seed_generator_state":
-                seeds.append(name)
-            else:
-                groups.setdefault(holder or name, []).append(f"{role} {self.shape(node_id)}")
-        for holder, held in groups.items():
             out.append(f"{holder}: a layer with weights that is not recurrent ({listed(held)}); "
                        "not read (rnnport reads the recurrent layers).")
         if seeds:
-            out.append(f"{listed(seeds)}: random-number state (dropout); not read.")
+            out.append(f"{listed(seeds)}: random-number state (seed_generator_state, for "
+                       "dropout); not read.")
         return out
 
 

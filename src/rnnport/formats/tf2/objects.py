@@ -159,7 +159,8 @@ class Source:
             self.metadata_file = self.saved_model / "keras_metadata.pb"
             self._keras_metadata(self.metadata_file)
         elif saved is not None and keras3.is_keras3(saved):
-            size = (path / "saved_model.pb").stat().st_size
+            size = sum(file.stat().st_size for file in (
+                path / "saved_model.pb", *(path / "variables").glob("variables.*")))
             self.keras3 = keras3.Export(self.where, saved, graph, self.bundle, size)
 
     def _keras_metadata(self, path: Path) -> None:
