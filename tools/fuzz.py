@@ -14,7 +14,8 @@ than ``--memory`` MiB beyond what the process held before it.
     python tools/fuzz.py --structure 1 --cases 2000 --jobs 2   # structure-aware cases alone
 
 Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints, SavedModels
-and frozen graphs in ``tests/golden/tf2``, the Keras 3 exports in ``tests/golden/keras3``, the files in ``tests/golden/files`` (legacy Keras
+and frozen graphs in ``tests/golden/tf2``, the Keras 3 exports in ``tests/golden/keras3``,
+the files in ``tests/golden/files`` (legacy Keras
 HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the ``.tflite`` files
 TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
 in ``tests/golden/jax``, and golden Keras and PyTorch cases saved by rnnport in every file

@@ -72,10 +72,11 @@ TensorFlow with Keras 3, in a process of its own (``TF_USE_LEGACY_KERAS`` unset,
 whole model (and no layer is a ``CudnnRNNV3``, which has no CPU kernel), else a Keras 3
 Sequential of the layers read given the SavedModel's variables. Otherwise, where tensorflow
 and tf_keras are installed, TensorFlow runs in a process of its own
-(``TF_USE_LEGACY_KERAS=1``, :mod:`rnnport.formats.tf2._keras2`). Where the stack read is the whole model (its only
-layers with weights, and besides them only layers that change no numbers), a SavedModel with
-Keras metadata is loaded with ``tf_keras.models.load_model`` and a checkpoint restored with
-``load_weights`` into the Keras 2 Sequential rebuilt for the network read; otherwise (a
+(``TF_USE_LEGACY_KERAS=1``, :mod:`rnnport.formats.tf2._keras2`). Where the stack read is
+the whole model (its only layers with weights, and besides them only layers that change no
+numbers), a SavedModel with Keras metadata is loaded with ``tf_keras.models.load_model``
+and a checkpoint restored with ``load_weights`` into the Keras 2 Sequential rebuilt for the
+network read; otherwise (a
 TimeDistributed(Dense) before it, a stack picked with ``layer=``) that Sequential gets the
 stack's own variables, through ``tf.train.load_checkpoint`` of the checkpoint or of the
 SavedModel's ``variables/variables``, and is run.
