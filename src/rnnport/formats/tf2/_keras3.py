@@ -2,7 +2,8 @@
 
 Run as ``python -m rnnport.formats.tf2._keras3 JOB.json`` (``framework_forward`` does);
 importing it removes ``TF_USE_LEGACY_KERAS`` from the environment, then imports TensorFlow
-and Keras 3. It imports nothing from rnnport, so it computes only what TensorFlow computes.
+and Keras 3. Of rnnport it takes only its command line
+(:func:`rnnport.formats._tensorflow.job_main`), so it computes only what TensorFlow computes.
 ``JOB.json`` holds:
 
 ``saved_model``
@@ -20,7 +21,6 @@ and Keras 3. It imports nothing from rnnport, so it computes only what TensorFlo
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import warnings
@@ -75,12 +75,7 @@ def run_job(job: dict[str, Any]) -> np.ndarray:
     return _serve(job["saved_model"], x) if "saved_model" in job else _rebuilt(job, x)
 
 
-def main(argv: list[str]) -> int:
-    with open(argv[0]) as file:
-        job = json.load(file)
-    np.save(job["y"], run_job(job), allow_pickle=False)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from .._tensorflow import job_main
+
+    sys.exit(job_main(sys.argv[1:], run_job))
