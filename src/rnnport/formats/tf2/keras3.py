@@ -135,11 +135,17 @@ class Direction:
     masked: bool = False
     initial: str = ""             # where the initial state comes from, if not zeros
     cudnn: bool = False
+    calls: int = 1                # loops stepping the same cell in that function (shared)
     problem: str = ""             # why it cannot be read
 
     @property
     def path(self) -> str:
         return self.holder.rpartition("/")[0] or self.holder
+
+    @property
+    def cell(self) -> frozenset[int]:
+        """The cell's identity: its variables (their names need not be unique)."""
+        return frozenset(self.variables.values()) or frozenset({-1 - self.order})
 
 
 @dataclass
@@ -151,15 +157,11 @@ class KerasLayer:
     output: Ref | None            # its whole output sequence, for the next layer to take
     output_axis: int = 0          # the time axis there
     problem: str = ""
-    merge: str = ""               # what combines a bidirectional's directions
     rank: int = 0                 # where its variables are in the model's list
 
     @property
     def name(self) -> str:
         return self.path.rpartition("/")[2]
-
-    def describe(self) -> str:
-        return self.path
 
 
 class Export:
@@ -189,6 +191,7 @@ class Export:
         self.rank = _model_order(objects)
         self._arrays: dict[int, np.ndarray] = {}
         self.limit = budget.allowance("expansion", size)
+        self.stepped: set[int] = set()  # the variables some loop or cuDNN op reads
         self.directions = self._directions()
         self.layers = self._layers()
         self.stacks = self._stacks()
@@ -221,6 +224,7 @@ class Export:
         kernel, recurrent_kernel, bias), one with a problem where they are not one cell's,
         or None where they hold no recurrent kernel."""
         where = f"{node.op} node {node.name!r} ({function})"
+        self.stepped |= ids
         holders: dict[str, dict[str, int]] = {}
         twice = []
         for node_id in sorted(ids):
@@ -268,17 +272,19 @@ class Export:
                     continue
                 if direction is not None:
                     found.append(direction)
-        # Each cell once: from the function that steps the most cells (the model's call),
-        # the others from the first function that steps them.
-        counts: dict[str, set[str]] = {}
+        # Each cell (its variables) once: from the function that steps the most cells (the
+        # model's call), the others from the first function that steps them.
+        counts: dict[str, set[frozenset[int]]] = {}
         for direction in found:
-            counts.setdefault(direction.function, set()).add(direction.holder)
+            counts.setdefault(direction.function, set()).add(direction.cell)
         ranked = sorted(counts, key=lambda function: (-len(counts[function]), function))
-        chosen: dict[str, Direction] = {}
+        chosen: dict[frozenset[int], Direction] = {}
         for function in ranked:
             for direction in found:
                 if direction.function == function:
-                    chosen.setdefault(direction.holder, direction)
+                    first = chosen.setdefault(direction.cell, direction)
+                    if first.function == function:
+                        first.calls += direction is not first
         return sorted(chosen.values(), key=lambda d: (ranked.index(d.function), d.order))
 
     def _loop(self, function: str, node: tfproto.NodeDef, order: int) -> Direction | None:
@@ -370,8 +376,9 @@ class Export:
         x = rng.uniform(-1.0, 1.0, (batch, arrays[0].shape[0]))
         values = {k: rng.uniform(-1.0, 1.0, (batch, hidden)) for k in states}
         feeds = {Ref(body, item.name, "item", 0): x for item, _ in sequences}
-        for item, _ in masks:
-            feeds[Ref(body, item.name, "item", 0)] = np.ones((batch, 1), dtype=bool)
+        for item, _ in masks:  # every step valid: the step as it runs unmasked
+            feeds[Ref(body, item.name, "item", 0)] = np.ones(self._element(body, item, batch),
+                                                             dtype=bool)
         for k, value in values.items():
             feeds[Ref(body, arguments[k])] = value
         feeds[Ref(body, arguments[step])] = np.asarray(0, dtype=np.int32)
@@ -406,6 +413,16 @@ class Export:
         if not all(zeros):
             direction.initial = "an initial state that is not zeros (initial_state=, or " \
                                 "stateful=True)"
+
+    def _element(self, body: str, item: tfproto.NodeDef, batch: int) -> tuple[int, ...]:
+        """The shape of a list's element a ``TensorListGetItem`` reads (its ``element_shape``,
+        -1 the batch), ``(batch, 1)`` where it does not say (Keras's masks)."""
+        ref = self.library.ref(body, item.input[2]) if len(item.input) > 2 else None
+        shape = self.library.constant(ref) if ref is not None else None
+        if shape is None or shape.ndim != 1 or not 1 <= len(shape) <= 4 or any(
+                int(d) < -1 or int(d) > 1 << 16 for d in shape):
+            return (batch, 1)
+        return tuple(batch if int(d) == -1 else int(d) for d in shape)
 
     def _is_zeros(self, ref: Ref) -> bool:
         """Whether a state is zeros: a ``Fill`` of 0, ``ZerosLike`` or a zero ``Const``,
@@ -616,9 +633,20 @@ class Export:
                 "rebuild the layer with unroll=False (the default) and export it again")))
         for layer in layers:
             if layer.directions:
-                layer.rank = min(self.rank.get(node_id, len(self.rank)) for direction in
-                                 layer.directions for node_id in direction.variables.values())
-        return sorted(layers, key=lambda layer: layer.rank)
+                layer.rank = min([self.rank.get(node_id, len(self.rank)) for direction in
+                                  layer.directions for node_id in direction.variables.values()],
+                                 default=len(self.rank))
+        layers.sort(key=lambda layer: layer.rank)
+        # Paths that are not unique (a subclassed model's layers built in its call are all
+        # named by the model's path): numbered in the model's order, so layer= tells them apart.
+        paths: dict[str, list[KerasLayer]] = {}
+        for layer in layers:
+            paths.setdefault(layer.path, []).append(layer)
+        for same in paths.values():
+            if len(same) > 1:
+                for number, layer in enumerate(same):
+                    layer.path = f"{layer.path}[{number}]"
+        return layers
 
     def _go_backwards(self, direction: Direction) -> str:
         siblings = [d for d in self.directions if d is not direction and d.source == direction.source
@@ -663,18 +691,17 @@ class Export:
                        "(merge_mode='concat', as cuDNN, PyTorch and ONNX do). Read the "
                        "layer's arrays with fmt='keras' and combine the halves yourself")
         output = Ref(function, node.name, "output", 0) if both and not problem else None
-        return KerasLayer(path, [first, second], output, axis, problem, node.name)
+        return KerasLayer(path, [first, second], output, axis, problem)
 
     def _unlooped(self) -> dict[str, list[int]]:
         """Cells whose kernel and recurrent kernel no loop or cuDNN op reads: holder → the
         variables."""
-        stepped = {d.holder for d in self.directions}
         holders: dict[str, dict[str, int]] = {}
-        for node_id in sorted(self.bound):
+        for node_id in sorted(self.bound - self.stepped):
             holder, _, role = self.names[node_id].rpartition("/")
             holders.setdefault(holder, {})[role] = node_id
         return {holder: list(roles.values()) for holder, roles in sorted(holders.items())
-                if {"kernel", "recurrent_kernel"} <= set(roles) and holder not in stepped}
+                if {"kernel", "recurrent_kernel"} <= set(roles)}
 
     def _stacks(self) -> list[list[KerasLayer]]:
         """Chains of layers each taking the previous one's whole output (see the docstring)."""
@@ -723,11 +750,14 @@ class Export:
     def kind(self, layer: KerasLayer) -> str:
         if not layer.directions:
             return "unrolled recurrent layer"
-        arrays_shape = self.shape(layer.directions[0].variables["recurrent_kernel"])
-        hidden = arrays_shape[0] if len(arrays_shape) == 2 else 0
-        gates = arrays_shape[1] // hidden if len(arrays_shape) == 2 and hidden else 0
-        cell = GATES.get(gates, "RNN")
-        return f"{'Bidirectional ' if len(layer.directions) == 2 else ''}{cell}({hidden})"
+        variables = layer.directions[0].variables
+        shape = self.shape(variables["recurrent_kernel"]) if variables else ()
+        wrapped = "Bidirectional " if len(layer.directions) == 2 else ""
+        if len(shape) != 2:
+            return f"{wrapped}ConvLSTM{len(shape) - 2}D" if len(shape) in (3, 4, 5) else \
+                f"{wrapped}recurrent layer"
+        gates = shape[1] // shape[0] if shape[0] else 0
+        return f"{wrapped}{GATES.get(gates, 'RNN')}({shape[0]})"
 
     def summary(self, stack: list[KerasLayer]) -> str:
         return " → ".join(f"{layer.path}: {self.kind(layer)}" for layer in stack)
@@ -753,12 +783,12 @@ class Export:
     def _others(self) -> dict[str, list[str]]:
         """The variables no recurrent direction reads, by layer (in the model's order):
         path → ``role (shape)``."""
-        stepped = {d.holder for d in self.directions}
+        unrolled = {i for ids in self._unlooped().values() for i in ids}
         groups: dict[str, list[str]] = {}
-        for node_id in sorted(self.bound, key=lambda i: (self.rank.get(i, len(self.rank)), i)):
+        for node_id in sorted(self.bound - self.stepped - unrolled,
+                              key=lambda i: (self.rank.get(i, len(self.rank)), i)):
             holder, _, role = self.names[node_id].rpartition("/")
-            if holder not in stepped:
-                groups.setdefault(holder or role, []).append(f"{role} {self.shape(node_id)}")
+            groups.setdefault(holder or role, []).append(f"{role} {self.shape(node_id)}")
         return groups
 
     def choose(self, choice: Any) -> list[KerasLayer]:
@@ -908,14 +938,30 @@ class Export:
                            "or mask_zero=True): masked steps keep the state; rnnport's forward "
                            "runs every step unless lengths= gives each sequence's length "
                            "(right-padded batches).")
+            if not layer.directions[0].sequences:
+                out.append(f"{layer.path}: returns its last step alone (return_sequences=False); "
+                           "rnnport's forward returns every step: the layer's output is y[:, -1]"
+                           + (", the backward half at y[:, 0] (where the backward direction "
+                              "ends)" if len(layer.directions) == 2 else "") + ".")
+            if layer.directions[0].calls > 1:
+                out.append(f"{layer.path}: called {layer.directions[0].calls} times in the "
+                           "serving function (a shared layer); its stack is the one of its "
+                           "first call.")
             for direction in layer.directions:
                 if direction.initial:
                     out.append(f"{direction.path}: takes {direction.initial}; rnnport's "
                                "forward starts from zeros unless state= is given.")
         seeds = []
+        recurrent = {layer.path for layer in self.layers} | {
+            d.path for layer in self.layers for d in layer.directions}
         for holder, held in self._others().items():
             if all(item.startswith("seed_generator_state ") for item in held):
                 seeds.append(holder)
+                continue
+            if holder in recurrent:
+                out.append(f"{holder}: the recurrent layer's own state variables "
+                           f"({listed(held)}: stateful=True), the state it was saved with; not "
+                           "read.")
                 continue
             out.append(f"{holder}: a layer with weights that is not recurrent ({listed(held)}); "
                        "not read (rnnport reads the recurrent layers).")
