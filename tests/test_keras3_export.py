@@ -170,6 +170,13 @@ def test_no_recurrent_layer_says_what_the_file_holds() -> None:
         rnnport.read(str(KERAS3 / "keras3_no_recurrent"))
 
 
+def test_a_jax_backend_export_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedFeatureError, match=r"XlaCallModule: a Keras 3 model exported "
+                                                      r"from the JAX backend.*KERAS_BACKEND="
+                                                      r"tensorflow"):
+        rnnport.read(str(KERAS3 / "keras3_jax"))
+
+
 def _renamed(tmp_path: Path, name: str, old: bytes, new: bytes, count: int = 1) -> str:
     """A copy of a golden export whose saved_model.pb has ``old`` replaced by ``new`` (same
     length) ``count`` times (-1: everywhere)."""

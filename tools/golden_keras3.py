@@ -17,7 +17,9 @@ instead of loops. The generator makes Keras believe a GPU is there
 (``keras.src.backend.tensorflow.rnn._is_gpu_available`` returns True while the model is
 traced; TensorFlow is a CUDA build, so Keras takes the same path as on a GPU); the op has no
 CPU kernel, so that model's outputs are Keras's own CPU outputs of the same model, computed
-before the export.
+before the export. ``keras3_jax`` is exported from Keras 3's JAX backend
+(``KERAS_BACKEND=jax``, in a process of its own, ``--jax-case``): jax2tf writes the whole
+computation as one ``XlaCallModule`` op, which rnnport refuses by name.
 
 Weights: every variable is random (uniform, ±0.6) and every value in a case is distinct,
 biases included (never Keras's zero or one initial biases), so a swapped gate or a dropped
@@ -46,7 +48,8 @@ Files, per case ``<name>``
     recurrent kernel, bias, then the backward ones).
 ``meta``
     0-d unicode array holding a JSON object: ``case``, ``description``, ``container``
-    (``export`` or ``saved_model``), ``versions`` (keras, tensorflow, numpy), ``layers`` (one
+    (``export`` or ``saved_model``), ``versions`` (keras, tensorflow, numpy, the Keras
+    backend), ``layers`` (one
     per layer with weights, in the model's order: ``path``, ``class``, ``inner`` for a
     Bidirectional, ``config``: the recurrent settings of its ``get_config()``
     (``units``, ``activation``, ``recurrent_activation``, ``use_bias``, ``reset_after``,
@@ -64,6 +67,7 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import zlib
 from collections.abc import Callable
@@ -177,6 +181,12 @@ def _no_recurrent(keras: Any) -> tuple[Any, list[list[str]]]:
     return model, []
 
 
+def _jax(keras: Any) -> tuple[Any, list[list[str]]]:
+    layers = keras.layers
+    model = keras.Sequential([keras.Input((None, 3)), layers.LSTM(2, return_sequences=True)])
+    return model, []
+
+
 Builder = Callable[[Any], tuple[Any, list[list[str]]]]
 CASES: dict[str, tuple[Builder, str, str]] = {
     "keras3_lstm": (_lstm, "export", "Sequential([Input((None, 4)), LSTM(5, "
@@ -210,10 +220,14 @@ CASES: dict[str, tuple[Builder, str, str]] = {
                        "Input((6, 3)): LSTM go_backwards=True; Bidirectional(GRU) "
                        "merge_mode='sum'; LSTM activation='gelu'; SimpleRNN "
                        "activation='sigmoid'; LSTM unroll=True; Masking(0.0) -> LSTM."),
+    "keras3_jax": (_jax, "export", "Sequential LSTM(2), exported from Keras 3's JAX backend "
+                   "(KERAS_BACKEND=jax, in a process of its own): the serving function is one "
+                   "XlaCallModule op holding StableHLO, and the variables have no paths."),
     "keras3_no_recurrent": (_no_recurrent, "export", "Sequential Conv1D(2, 2) -> Dense(2), "
                             "exported: no recurrent layer, for the refusal to say what it "
                             "holds."),
 }
+JAX_CASES = frozenset({"keras3_jax"})
 
 
 # -- making a case -------------------------------------------------------------------------
@@ -274,6 +288,10 @@ def _save(tf: Any, keras: Any, model: Any, container: str, folder: Path, gpu: bo
 
 
 def make_case(name: str, out: Path) -> dict[str, Any]:
+    if name in JAX_CASES and os.environ.get("KERAS_BACKEND") != "jax":
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--jax-case", name,
+                               str(out)], check=True, capture_output=True, text=True)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
     import keras
     import tensorflow as tf
 
@@ -306,7 +324,7 @@ def make_case(name: str, out: Path) -> dict[str, Any]:
     _save(tf, keras, model, container, folder, gpu=name == "keras3_cudnn")
     meta = {"case": name, "description": description, "container": container,
             "versions": {"keras": keras.__version__, "tensorflow": tf.__version__,
-                         "numpy": np.__version__},
+                         "numpy": np.__version__, "backend": keras.backend.backend()},
             "layers": [_layer_entry(layer) for layer in model.layers if layer.weights],
             "recurrent": [layer.path for layer in recurrent], "stacks": stacks,
             "tolerance": TOLERANCE}
@@ -326,6 +344,11 @@ def _made(name: str, out: Path) -> golden_manifest.Made:
 
 
 def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["--jax-case"]:  # the JAX backend's case, in a process of its own
+        os.environ["KERAS_BACKEND"] = "jax"  # before Keras is imported (make_case imports it)
+        print(json.dumps(make_case(arguments[1], Path(arguments[2]))))
+        return 0
     return golden_manifest.main(argv, description=(__doc__ or "").splitlines()[0],
                                 default_out=DEFAULT_OUT,
                                 cases={name: text for name, (_, _, text) in CASES.items()},

@@ -100,6 +100,7 @@ SIMPLE_ACTIVATIONS = ("tanh", "relu")
 # The ops those activations are made of in a Keras 3 graph (hard_sigmoid: Relu6; linear: none).
 KERAS_OPS = frozenset({"Sigmoid", "Tanh", "Relu", "Relu6", "Softsign", "Softplus", "Elu"})
 CUDNN_OPS = frozenset({"CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"})
+XLA_OPS = frozenset({"XlaCallModule"})  # jax2tf's: a JAX backend's whole computation
 PROBE_BATCH = 3
 TOLERANCE = 1e-6
 GATES = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}
@@ -624,13 +625,22 @@ class Export:
             layers.append(KerasLayer(direction.path, [direction],
                                      direction.output if direction.sequences else None,
                                      direction.output_axis, problem))
+        xla = sorted({node.op for nodes in self.library.nodes.values()
+                      for node in nodes.values() if node.op in XLA_OPS})
         for holder, ids in self._unlooped().items():
-            path = holder.rpartition("/")[0] or holder
+            path = holder.rpartition("/")[0] or holder or "(unnamed)"
+            held = ", ".join(f"{self.names[i].rpartition('/')[2]} {self.shape(i)}" for i in ids)
+            why = (f"the serving functions compute with {', '.join(xla)}: a Keras 3 model "
+                   "exported from the JAX backend, whose computation is serialized StableHLO "
+                   "inside that op, which rnnport does not read. Export it from the TensorFlow "
+                   "backend (KERAS_BACKEND=tensorflow), or read the layer's get_weights() with "
+                   "fmt='keras' and the options its config gives" if xla else
+                   "a layer built with unroll=True (each step spelled out), which rnnport does "
+                   "not read; rebuild the layer with unroll=False (the default) and export it "
+                   "again")
             layers.append(KerasLayer(path, [], None, rank=min(self.rank.get(i, 0) for i in ids),
-                                     problem=(
-                f"{path}: no loop of the serving functions steps its cell ({holder}): a layer "
-                "built with unroll=True (each step spelled out), which rnnport does not read; "
-                "rebuild the layer with unroll=False (the default) and export it again")))
+                                     problem=f"{path}: no loop of the serving functions steps "
+                                             f"its cell ({held}): {why}"))
         for layer in layers:
             if layer.directions:
                 layer.rank = min([self.rank.get(node_id, len(self.rank)) for direction in
@@ -700,7 +710,8 @@ class Export:
         for node_id in sorted(self.bound - self.stepped):
             holder, _, role = self.names[node_id].rpartition("/")
             holders.setdefault(holder, {})[role] = node_id
-        return {holder: list(roles.values()) for holder, roles in sorted(holders.items())
+        return {holder: [roles[role] for role in ROLES if role in roles]
+                for holder, roles in sorted(holders.items())
                 if {"kernel", "recurrent_kernel"} <= set(roles)}
 
     def _stacks(self) -> list[list[KerasLayer]]:
