@@ -123,6 +123,8 @@ def test_what_no_variable_records_comes_from_the_graph() -> None:
         rnnport.read(source, activation="tanh")
     with pytest.raises(FormatError, match="hard_sigmoid"):
         rnnport.read(source, keras_version="2")
+    with pytest.raises(FormatError, match=r"reset_after=True contradicts.*reset_after=False"):
+        rnnport.read(source, layer=["softsign_gru"], reset_after=True)
     assert rnnport.read(source, layer=["relu_lstm"], recurrent_activation="hard_sigmoid").spec \
         == lstm.spec
     notes = " ".join(get("tf2").source_notes(source))
