@@ -22,8 +22,9 @@ import pytest
 
 import rnnport
 from rnnport import cli
-from rnnport.errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from rnnport.errors import AmbiguousSourceError, FormatError, LimitError, UnsupportedFeatureError
 from rnnport.formats import get
+from rnnport.io import tfproto
 
 KERAS3 = Path(__file__).parent / "golden" / "keras3"
 MAX_BYTES = 2_000_000
@@ -236,3 +237,39 @@ def test_convert_verify_runs_the_export_in_tensorflow(
     text = capsys.readouterr().out
     assert "source, TensorFlow running keras3_stack_bidirectional's own serving function" in text
     assert "stage 2, ONNX Runtime" in text and text.count(" ok") >= 3
+
+
+def _function(nodes: list[bytes]) -> tfproto.GraphDef:
+    """A GraphDef whose library holds one function ``f`` of these nodes, returning ``out``."""
+    from rnnport.io import tfproto_encode as encode
+
+    function = encode.function_def("f", [("x", tfproto.DT_FLOAT)], [("y", tfproto.DT_FLOAT)],
+                                   nodes, {"y": "out:output:0"})
+    return tfproto.decode_graph_def(encode.graph_def([], [function]))
+
+
+def test_a_step_that_would_build_huge_values_is_refused_before_it_does() -> None:
+    from rnnport.formats.tf2.graph import Evaluator, Library, Ref
+    from rnnport.io import tfproto_encode as encode
+
+    def const(name: str, value: list[int]) -> bytes:
+        array = np.asarray(value, dtype=np.int32)
+        return encode.node_def(name, "Const", [], {"dtype": encode.attr_type(array.dtype),
+                                                  "value": encode.attr_tensor(array)})
+
+    float32 = encode.attr_type(np.dtype(np.float32))
+    column = [const("tall", [100_000, 1]), const("wide", [1, 100_000]),
+              encode.node_def("a", "Fill", ["tall:output:0", "x"], {"T": float32}),
+              encode.node_def("b", "Fill", ["wide:output:0", "x"], {"T": float32}),
+              encode.node_def("out", "MatMul", ["a:output:0", "b:output:0"], {"T": float32})]
+    library = Library(_function(column), {}, "hostile.pb", 1000)
+    evaluate = Evaluator(library, "f", {Ref("f", "x"): np.float64(1.0)}, lambda _: np.zeros(1),
+                         limit=64 << 20)
+    with pytest.raises(LimitError, match=r"shape \[100000, 100000\]"):
+        evaluate(Ref("f", "out", "output", 0))
+    splits = [const("axis", [0]), encode.node_def("out", "Split", ["axis:output:0", "x"], {
+        "T": float32, "num_split": encode.attr_int(1 << 40)})]
+    evaluate = Evaluator(Library(_function(splits), {}, "hostile.pb", 1000), "f",
+                         {Ref("f", "x"): np.zeros(0)}, lambda _: np.zeros(1), limit=64 << 20)
+    with pytest.raises(FormatError, match="num_split"):
+        evaluate(Ref("f", "out", "output", 0))

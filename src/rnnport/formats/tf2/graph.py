@@ -628,6 +628,8 @@ class Evaluator:
                 self(ref) for ref in self.library.inputs(self.function, node)]
             try:
                 outputs = self._compute(node, inputs)
+            except RnnportError:
+                raise
             except (ValueError, IndexError, TypeError, OverflowError, MemoryError) as error:
                 raise FormatError(f"{self.library.where}: {self.function}: node {node.name!r} "
                                   f"({node.op}) cannot be computed on the values it gets "
