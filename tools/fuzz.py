@@ -126,8 +126,9 @@ class Seed:
 
 # -- seeds ------------------------------------------------------------------------------------
 
-# Layers of tests/golden/keras3/keras3_refused that rnnport refuses by design (not seeds).
-KERAS3_REFUSED = frozenset({"backwards", "summed", "gelu", "sigmoid", "unrolled"})
+# Keras 3 SavedModels of tests/golden/keras3 made seeds: a loop, a bidirectional stack, cuDNN
+# ops and tf.saved_model.save's objects (each read takes a graph analysis: a few, not all).
+KERAS3_SEEDS = ("keras3_lstm", "keras3_stack_bidirectional", "keras3_cudnn", "keras3_saved_model")
 
 
 def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
@@ -159,8 +160,8 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             seeds.append(Seed(case["name"], fmt, target,
                               str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
     exported = json.loads((GOLDEN / "keras3" / "MANIFEST.json").read_text())
-    for name, case in exported["cases"].items():  # Keras 3's model.export wrote them
-        readable = [stack[0] for stack in case["stacks"] if stack[0] not in KERAS3_REFUSED]
+    for name in KERAS3_SEEDS:  # Keras 3's model.export and tf.saved_model.save wrote them
+        readable = [stack[0] for stack in exported["cases"][name]["stacks"]]
         fmt = formats.sniff(GOLDEN / "keras3" / name)
         if fmt in only and readable:
             target = folder / name
