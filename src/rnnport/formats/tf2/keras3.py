@@ -28,7 +28,7 @@ serving function's graph (``saved_model.pb``'s function library, :mod:`.graph`):
   new states (LSTM ``h, c``; GRU and SimpleRNN ``h``; with a mask the previous output
   first, and the mask read from a second list of bools). Each loop that reads a kernel and a
   recurrent kernel is one *direction*; which variables are its kernel, recurrent kernel and
-  bias is told by their names.
+  bias is told by their names. The step counter must start at 0 and count by 1.
 * **The cell.** The body's step is evaluated with NumPy on random inputs and states, with
   the variables' values, and compared with one step of rnnport's own network read from the
   same arrays with Keras's activations (``sigmoid``, ``tanh``, ``relu``, ``linear``,
@@ -37,7 +37,8 @@ serving function's graph (``saved_model.pb``'s function library, :mod:`.graph`):
   ``reset_after`` forms. Exactly one must match (within 1e-6 in float64): that is what the
   layer computes, whatever ops (``implementation=1`` or 2, ``Relu6``/``RealDiv``) spell it.
   A step that none matches is refused, naming the activation ops it applies (``Selu``,
-  ``Erf`` for gelu …) or the operation rnnport does not evaluate.
+  ``Erfc`` for gelu …), the activation (a SimpleRNN's ``sigmoid``) or the operation rnnport
+  does not evaluate. Kernels of 3 to 5 dimensions are a ConvLSTM's, refused by name.
 * **cuDNN.** Exported on a machine with a GPU, an LSTM or a reset-after GRU with the default
   activations and a bias is one ``CudnnRNNV3`` op instead of a loop, its ``params`` built
   from the variables (``Split``, ``Transpose``, ``Reshape``, ``ConcatV2``; Keras 3's
@@ -56,18 +57,27 @@ serving function's graph (``saved_model.pb``'s function library, :mod:`.graph`):
   directions in the input's time order.
 * **Stacks, in call order.** A layer whose input sequence is another layer's whole output
   (its ``TensorListStack``, or its Bidirectional concatenation, through data-moving ops only)
-  follows that layer: chains of such layers are the stacks, ordered by where their first
-  loop is in the function. A layer taking anything else (the model's input, a Conv1D's or
-  a Dense's output, a ``RepeatVector``) starts a stack. A layer with ``unroll=True`` has no
-  loop (its steps are spelled out one by one) and is refused by name; so is a loop that steps
-  two cells (``keras.layers.RNN`` of a list of cells).
+  follows that layer: chains of such layers are the stacks, listed in the model's order of
+  its variables (``model.variables``). A layer taking anything else (the model's input, a
+  Conv1D's or a Dense's output, a ``RepeatVector``) starts a stack. A layer with
+  ``unroll=True`` has no loop (its steps are spelled out one by one) and is refused by name;
+  so is a loop that steps two cells (``keras.layers.RNN`` of a list of cells), and a model
+  exported from the JAX backend, whose serving function is one ``XlaCallModule`` (jax2tf's
+  serialized StableHLO) and whose variables have no paths.
+* **Names.** A layer is picked by its path less the cell (``sequential/encoder``) or its
+  name (``encoder``). A subclassed model's layers built in its ``call`` are all named by
+  the model's own path (``m/kernel``): such layers are told apart by their variables and
+  numbered in the model's order (``m[0]``, ``m[1]``).
 
 What the graph also shows is noted (``notes``): a loop that reads a mask (a ``Masking``
 layer or ``mask_zero``: masked steps keep the state, where rnnport's ``forward`` runs every
-step unless ``lengths`` is given), an initial state that is not zeros, the layers with
+step unless ``lengths`` is given), an initial state that is not zeros (``initial_state=``,
+``stateful=True``, whose state variables are listed), a layer that returns its last step
+alone (``return_sequences=False``), a layer called more than once (shared), the layers with
 weights that are not recurrent (Dense, Conv1D …: their variables listed, not read), the
 random-number state of dropout (``seed_generator_state``). ``activation=``,
-``recurrent_activation=`` and ``reset_after=`` may be given; they must agree with the graph.
+``recurrent_activation=`` and ``reset_after=`` may be given; they must agree with the graph,
+and ``keras_version=`` must be 3 where a layer computes ``hard_sigmoid``.
 The serving function analysed is the one whose loops read the most recurrent layers
 (``__inference___call___N`` behind ``serve``/``serving_default`` for ``model.export``).
 """
