@@ -273,3 +273,17 @@ def test_a_step_that_would_build_huge_values_is_refused_before_it_does() -> None
                          {Ref("f", "x"): np.zeros(0)}, lambda _: np.zeros(1), limit=64 << 20)
     with pytest.raises(FormatError, match="num_split"):
         evaluate(Ref("f", "out", "output", 0))
+
+
+def test_bidirectional_halves_computing_different_cells_are_refused() -> None:
+    """As a custom backward_layer= with another activation reads: each half's loop told."""
+    from rnnport.formats.tf2.objects import Source
+
+    export = Source(str(KERAS3 / "keras3_stack_bidirectional")).keras3
+    backward = next(d for d in export.directions if d.path == "upper/backward_lstm")
+    backward.options = {**backward.options, "activation": "relu"}
+    export.layers = export._layers()
+    export.stacks = export._stacks()
+    with pytest.raises(UnsupportedFeatureError, match=r"upper: its forward and backward layers "
+                                                      r"compute different cells"):
+        export.choose("upper")

@@ -710,6 +710,11 @@ class Export:
                        "bidirectional output concatenates forward and backward "
                        "(merge_mode='concat', as cuDNN, PyTorch and ONNX do). Read the "
                        "layer's arrays with fmt='keras' and combine the halves yourself")
+        if not problem and first.options != second.options:
+            problem = (f"{path}: its forward and backward layers compute different cells "
+                       f"({first.options} and {second.options}, read from their loops); a "
+                       "bidirectional network in rnnport has one cell for both directions. Read "
+                       "each direction's arrays with fmt='keras'")
         output = Ref(function, node.name, "output", 0) if both and not problem else None
         return KerasLayer(path, [first, second], output, axis, problem)
 
