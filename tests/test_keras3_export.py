@@ -11,6 +11,7 @@ a process of its own.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -40,15 +41,16 @@ def _load(name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return json.loads(str(arrays.pop("meta"))), arrays
 
 
-REFUSED = {  # layer of keras3_refused → (error, the words the message must hold)
-    "backwards": (UnsupportedFeatureError, "go_backwards=True outside a Bidirectional"),
-    "summed": (UnsupportedFeatureError, "merge_mode='sum'"),
-    "gelu": (UnsupportedFeatureError, "Erfc, which no activation rnnport computes"),
-    "sigmoid": (UnsupportedFeatureError, "activation='sigmoid'"),
-    "unrolled": (UnsupportedFeatureError, "unroll=True"),
+REFUSED = {  # (case, layer) → the words the UnsupportedFeatureError must hold
+    ("keras3_refused", "backwards"): "go_backwards=True outside a Bidirectional",
+    ("keras3_refused", "summed"): "merge_mode='sum'",
+    ("keras3_refused", "gelu"): "Erfc, which no activation rnnport computes",
+    ("keras3_refused", "sigmoid"): "activation='sigmoid'",
+    ("keras3_refused", "unrolled"): "unroll=True",
+    ("keras3_stacked_cells", "cells"): "steps 2 cells at once",
 }
 READABLE = [(name, stack) for name, case in _manifest()["cases"].items()
-            for stack in case["stacks"] if stack[0] not in REFUSED]
+            for stack in case["stacks"] if (name, stack[0]) not in REFUSED]
 
 
 def test_golden_folders_are_listed_distinct_and_small() -> None:
@@ -146,11 +148,10 @@ def test_inspect_lists_what_the_file_holds(capsys: pytest.CaptureFixture[str]) -
     assert "another recurrent stack, layer='backwards'" in notes
 
 
-@pytest.mark.parametrize("layer", sorted(REFUSED))
-def test_what_rnnport_does_not_compute_is_refused_by_name(layer: str) -> None:
-    error, words = REFUSED[layer]
-    with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
-        rnnport.read(str(KERAS3 / "keras3_refused"), layer=layer)
+@pytest.mark.parametrize(("name", "layer"), sorted(REFUSED), ids=[layer for _, layer in sorted(REFUSED)])
+def test_what_rnnport_does_not_compute_is_refused_by_name(name: str, layer: str) -> None:
+    with pytest.raises(UnsupportedFeatureError, match=re.escape(REFUSED[name, layer])):
+        rnnport.read(str(KERAS3 / name), layer=layer)
 
 
 def test_several_stacks_ask_for_layer_and_lists_chain() -> None:
@@ -287,3 +288,28 @@ def test_bidirectional_halves_computing_different_cells_are_refused() -> None:
     with pytest.raises(UnsupportedFeatureError, match=r"upper: its forward and backward layers "
                                                       r"compute different cells"):
         export.choose("upper")
+
+
+def test_bidirectional_outputs_returned_apart_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two directions over one input whose outputs meet nowhere (merge_mode=None)."""
+    from rnnport.formats.tf2 import keras3
+    from rnnport.formats.tf2.objects import Source
+
+    monkeypatch.setattr(keras3, "_meeting", lambda first, second: None)
+    export = Source(str(KERAS3 / "keras3_stack_bidirectional")).keras3
+    with pytest.raises(UnsupportedFeatureError, match=r"lower/backward_gru: one direction of a "
+                                                      r"Bidirectional layer whose outputs are not "
+                                                      r"concatenated \(merge_mode=None"):
+        export.choose("lower/backward_gru")
+
+
+def test_convolutional_kernels_are_refused_as_convlstm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ConvLSTM1D's kernels are (kernel_size, channels, 4·filters): 3-D."""
+    from rnnport.formats.tf2.keras3 import Export
+    from rnnport.formats.tf2.objects import Source
+
+    shape = Export.shape
+    monkeypatch.setattr(Export, "shape", lambda self, node_id: (2, *shape(self, node_id))
+                        if self.names[node_id].endswith("kernel") else shape(self, node_id))
+    with pytest.raises(UnsupportedFeatureError, match="its kernels are 3-D: a ConvLSTM1D"):
+        Source(str(KERAS3 / "keras3_lstm")).keras3.choose(None)

@@ -181,6 +181,14 @@ def _no_recurrent(keras: Any) -> tuple[Any, list[list[str]]]:
     return model, []
 
 
+def _stacked_cells(keras: Any) -> tuple[Any, list[list[str]]]:
+    layers = keras.layers
+    inputs = keras.Input((TIME, 3))
+    outputs = layers.RNN([layers.SimpleRNNCell(2), layers.SimpleRNNCell(2)],
+                         return_sequences=True, name="cells")(inputs)
+    return keras.Model(inputs, outputs, name="more"), [["cells"]]
+
+
 def _jax(keras: Any) -> tuple[Any, list[list[str]]]:
     layers = keras.layers
     model = keras.Sequential([keras.Input((None, 3)), layers.LSTM(2, return_sequences=True)])
@@ -220,6 +228,9 @@ CASES: dict[str, tuple[Builder, str, str]] = {
                        "Input((6, 3)): LSTM go_backwards=True; Bidirectional(GRU) "
                        "merge_mode='sum'; LSTM activation='gelu'; SimpleRNN "
                        "activation='sigmoid'; LSTM unroll=True; Masking(0.0) -> LSTM."),
+    "keras3_stacked_cells": (_stacked_cells, "export", "Functional 'more' on Input((6, 3)): "
+                             "RNN([SimpleRNNCell(2), SimpleRNNCell(2)], name='cells'): one loop "
+                             "stepping two cells (StackedRNNCells)."),
     "keras3_jax": (_jax, "export", "Sequential LSTM(2), exported from Keras 3's JAX backend "
                    "(KERAS_BACKEND=jax, in a process of its own): the serving function is one "
                    "XlaCallModule op holding StableHLO, and the variables have no paths."),
