@@ -60,6 +60,7 @@ fuzz: $(VENV)/.test
 golden: $(VENV)/.test
 	$(PY) tools/make_golden.py
 	$(PY) tools/golden_tf2.py
+	$(PY) tools/golden_keras3.py
 	$(PY) tools/golden_tflite.py
 	$(PY) tools/golden_tflite_keras3.py
 	$(PY) tools/golden_jax.py

@@ -600,6 +600,10 @@ def test_a_saved_model_of_a_module(tf: Any, pb: SimpleNamespace, tmp_path: Path)
     assert variables["kernel"] == tfproto.SavedVariable("kernel", 1, (2, 3), True, 0, 0, "")
     assert variables["bias"].dtype == 2 and not variables["bias"].trainable
     assert variables["step"].shape == ()
+    bound = ours.meta_graphs[0].object_graph_def.bound_inputs
+    assert bound == {name: tuple(function.bound_inputs) for name, function in
+                     meta.object_graph_def.concrete_functions.items()}
+    assert any(bound.values())  # __call__ captures the kernel
     with pytest.raises(FormatError, match=r"^saved_model\.pb: a length-delimited field of [\d,]+ "
                                           r"bytes runs past the end of its record"):
         tfproto.decode_saved_model(data[:len(data) // 2], where="saved_model.pb")

@@ -14,7 +14,8 @@ than ``--memory`` MiB beyond what the process held before it.
     python tools/fuzz.py --structure 1 --cases 2000 --jobs 2   # structure-aware cases alone
 
 Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints, SavedModels
-and frozen graphs in ``tests/golden/tf2``, the files in ``tests/golden/files`` (legacy Keras
+and frozen graphs in ``tests/golden/tf2``, the Keras 3 exports in ``tests/golden/keras3``,
+the files in ``tests/golden/files`` (legacy Keras
 HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the ``.tflite`` files
 TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
 in ``tests/golden/jax``, the ``.onnx`` files PyTorch's exporters and ONNX Runtime's quantizer
@@ -126,6 +127,10 @@ class Seed:
 
 # -- seeds ------------------------------------------------------------------------------------
 
+# Keras 3 SavedModels of tests/golden/keras3 made seeds: a loop, a bidirectional stack, cuDNN
+# ops and tf.saved_model.save's objects (each read takes a graph analysis: a few, not all).
+KERAS3_SEEDS = ("keras3_lstm", "keras3_stack_bidirectional", "keras3_cudnn", "keras3_saved_model")
+
 
 def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
     """Write every seed under ``folder``; each seed gets a folder of its own."""
@@ -155,6 +160,14 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             shutil.copytree(GOLDEN / "tf2" / case["name"], target)
             seeds.append(Seed(case["name"], fmt, target,
                               str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
+    exported = json.loads((GOLDEN / "keras3" / "MANIFEST.json").read_text())
+    for name in KERAS3_SEEDS:  # Keras 3's model.export and tf.saved_model.save wrote them
+        readable = [stack[0] for stack in exported["cases"][name]["stacks"]]
+        fmt = formats.sniff(GOLDEN / "keras3" / name)
+        if fmt in only and readable:
+            target = folder / name
+            shutil.copytree(GOLDEN / "keras3" / name, target)
+            seeds.append(Seed(name, fmt, target, ".", {"layer": readable[0]}))
     converted = sorted((GOLDEN / "tflite").glob("*.tflite"))  # TensorFlow's converter wrote them
     saved = sorted((GOLDEN / "jax").glob("*.msgpack"))  # flax.serialization wrote them
     exported = sorted((GOLDEN / "onnx").glob("*.onnx"))  # PyTorch's exporters, ORT's quantizer

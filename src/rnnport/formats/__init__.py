@@ -193,8 +193,8 @@ _REGISTRY: dict[str, Entry] = {
         Entry("tf1", "rnnport.formats.tf1",
               "TensorFlow 1.x cells: checkpoints (read without TensorFlow), name→array dicts"),
         Entry("tf2", "rnnport.formats.tf2",
-              "TensorFlow 2 object-based checkpoints and SavedModel folders of Keras 2 layers "
-              "(read without TensorFlow), key→array dicts"),
+              "TensorFlow 2 object-based checkpoints and SavedModel folders of Keras 2 layers, "
+              "Keras 3 model.export folders (read without TensorFlow), key→array dicts"),
         Entry("tfgraph", "rnnport.formats.tfgraph",
               "frozen TensorFlow graphs (.pb GraphDef): TF1 cells, fused LSTM/GRU ops, CudnnRNN"),
         Entry("tflite", "rnnport.formats.tflite",

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TIME_LIMIT", "run_job", "tf_keras_unavailable"]
+__all__ = ["TIME_LIMIT", "job_main", "run_job", "tf_keras_unavailable"]
 
 TIME_LIMIT = 300  # seconds: a check that takes longer says so rather than hang the caller
 
@@ -69,3 +69,12 @@ def run_job(command: list[str], job: Mapping[str, Any], x: np.ndarray, what: str
             why = lines[-1][:500] if lines else f"exit status {done.returncode}"
             return f"TensorFlow could not run {what} ({why})"
         return np.load(folder / "y.npy", allow_pickle=False)
+
+
+def job_main(argv: list[str], run: Callable[[dict[str, Any]], np.ndarray]) -> int:
+    """The command line of a program :func:`run_job` starts: ``JOB.json`` in (its argument),
+    ``run(job)`` saved to the job's ``y``."""
+    with open(argv[0]) as file:
+        job = json.load(file)
+    np.save(job["y"], run(job), allow_pickle=False)
+    return 0

@@ -232,6 +232,7 @@ FIELDS: dict[str, dict[str, Field]] = {
     },
     "tensorflow.SavedObjectGraph": {"nodes": _r(1, "message"), "concrete_functions": _r(2, "message")},
     "tensorflow.SavedObjectGraph.ConcreteFunctionsEntry": _MAP_OF_MESSAGES,
+    "tensorflow.SavedConcreteFunction": {"bound_inputs": _r(2, "int32")},
     "tensorflow.SavedObject": {
         "children": _r(1, "message"), "slot_variables": _r(3, "message"),
         "user_object": _f(4, "message"), "asset": _f(5, "message"), "function": _f(6, "message"),
@@ -652,10 +653,12 @@ class SavedObject:
 @dataclass(frozen=True)
 class SavedObjectGraph:
     """``nodes[0]`` is the root; ``concrete_functions`` the names of the traced functions
-    (sorted)."""
+    (sorted); ``bound_inputs`` each one's captured inputs, the ids of the nodes (variables,
+    resources, constants) that its last inputs take, in order."""
 
     nodes: tuple[SavedObject, ...] = ()
     concrete_functions: tuple[str, ...] = ()
+    bound_inputs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -1236,11 +1239,19 @@ def _saved_object(data: memoryview, where: str, depth: int) -> SavedObject:
         kind=kind, registered_name=fields.text("registered_name"), **kinds)  # type: ignore[arg-type]
 
 
+def _bound_inputs(entry: _Fields, where: str) -> tuple[int, ...]:
+    piece = entry.message("value")
+    fields = _Fields("tensorflow.SavedConcreteFunction",
+                     piece if piece is not None else memoryview(b""), where, entry.depth + 1)
+    return tuple(int(value) for value in fields.numbers("bound_inputs"))
+
+
 def _saved_object_graph(data: memoryview, where: str, depth: int) -> SavedObjectGraph:
     fields = _Fields("tensorflow.SavedObjectGraph", data, where, depth)
-    return SavedObjectGraph(
-        _repeated(fields, "nodes", _saved_object),
-        _keys(fields, "concrete_functions", "tensorflow.SavedObjectGraph.ConcreteFunctionsEntry"))
+    bound = _map(fields, "concrete_functions",
+                 "tensorflow.SavedObjectGraph.ConcreteFunctionsEntry", _bound_inputs)
+    return SavedObjectGraph(_repeated(fields, "nodes", _saved_object), tuple(sorted(bound)),
+                            bound)
 
 
 def _serialized_tensor(data: memoryview, where: str, depth: int) -> SerializedTensor:

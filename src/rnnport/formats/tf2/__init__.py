@@ -50,18 +50,33 @@ one is an error, though only the variables' object graph is used. A TF1
 ``SavedModelBuilder`` export has no object graph: its variables are read by the tf1 format
 (``scope=``, ``forget_bias=``, ``cell_clip=`` apply).
 
+**Keras 3 SavedModels** (``model.export(dir)``, the way Keras 3 ships a model, and
+``tf.saved_model.save`` of a Keras 3 model: no ``keras_metadata.pb`` and no tf.keras layer
+objects, whose identifiers start ``_tf_keras``) hold no Keras layers at all. They are read by
+:mod:`.keras3`: the recurrent layers from the variables' Keras 3 paths
+(``sequential/encoder/lstm_cell/kernel``), and what no variable records (activations,
+``reset_after`` without a bias, ``go_backwards``, a Bidirectional's merge, the order of a
+stack, masks) from the serving function's graph, whose loops' steps are evaluated with NumPy.
+``layer=`` takes a layer's Keras path or name (``sequential/encoder``, ``encoder``);
+``activation=``, ``recurrent_activation=`` and ``reset_after=`` must agree with the graph.
+
 **Writing** (:mod:`.writer`) gives the checkpoint's ``{key: array}``; with ``path=``
 (``dir/ckpt``) the checkpoint itself, which tf_keras's ``model.load_weights("dir/ckpt")``
 restores into ``Sequential([Input((None, I)), …])`` of the layers the keras format names
 (``return_sequences=True``), and ``dir/checkpoint`` names it as the latest. Keras keeps one
 bias for LSTM, SimpleRNN and reset-before GRU cells: writing sums the two.
 
-**Running** (``framework_forward``, ``convert --verify``): where tensorflow and tf_keras are
-installed, TensorFlow runs in a process of its own (``TF_USE_LEGACY_KERAS=1``,
-:mod:`rnnport.formats.tf2._keras2`). Where the stack read is the whole model (its only
-layers with weights, and besides them only layers that change no numbers), a SavedModel with
-Keras metadata is loaded with ``tf_keras.models.load_model`` and a checkpoint restored with
-``load_weights`` into the Keras 2 Sequential rebuilt for the network read; otherwise (a
+**Running** (``framework_forward``, ``convert --verify``): a Keras 3 SavedModel runs in
+TensorFlow with Keras 3, in a process of its own (``TF_USE_LEGACY_KERAS`` unset,
+:mod:`rnnport.formats.tf2._keras3`): its own serving function where the stack read is the
+whole model (and no layer is a ``CudnnRNNV3``, which has no CPU kernel), else a Keras 3
+Sequential of the layers read given the SavedModel's variables. Otherwise, where tensorflow
+and tf_keras are installed, TensorFlow runs in a process of its own
+(``TF_USE_LEGACY_KERAS=1``, :mod:`rnnport.formats.tf2._keras2`). Where the stack read is
+the whole model (its only layers with weights, and besides them only layers that change no
+numbers), a SavedModel with Keras metadata is loaded with ``tf_keras.models.load_model``
+and a checkpoint restored with ``load_weights`` into the Keras 2 Sequential rebuilt for the
+network read; otherwise (a
 TimeDistributed(Dense) before it, a stack picked with ``layer=``) that Sequential gets the
 stack's own variables, through ``tf.train.load_checkpoint`` of the checkpoint or of the
 SavedModel's ``variables/variables``, and is run.
@@ -70,6 +85,7 @@ SavedModel's ``variables/variables``, and is run.
 from __future__ import annotations
 
 import glob
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -134,6 +150,10 @@ def read(source: Any, **options: Any) -> Model:
         return _tf1_read(opened, options)
     _check_options(opened, options)
     keras_layers.check_version_option(options, f"read(fmt='tf2'): {opened.where}")
+    if opened.keras3 is not None:
+        export = opened.keras3
+        return keras_layers.stack_layers(export.read(export.choose(options.get("layer")),
+                                                     options))
     chosen = objects.choose(opened, options.pop("layer", None))
     return keras_layers.stack_layers([_read_layer(opened, layer, options) for layer in chosen])
 
@@ -177,6 +197,8 @@ def notes(source: Any, **options: Any) -> list[str]:
         return [f"a TF1 SavedModel (SavedModelBuilder): its variables are read as a TF1 "
                 f"checkpoint ({opened.name_based}).",
                 *get("tf1").source_notes(str(opened.name_based), **options)]
+    if opened.keras3 is not None:
+        return opened.keras3.notes(opened.keras3.choose(options.get("layer")))
     chosen = objects.choose(opened, options.get("layer"))
     layers = opened.layers()
     found = objects.stacks(opened, layers)
@@ -252,6 +274,11 @@ def choices(source: Any) -> Choices:
         networks = get("tf1").networks
         tf1 = networks(str(opened.name_based)) if networks else Choices("scope", ())
         return tf1
+    if opened.keras3 is not None:
+        export = opened.keras3
+        export.refuse_empty()
+        return Choices("layer", tuple((stack[0].path, export.summary(stack))
+                                      for stack in export.stacks))
     found = objects.stacks(opened, opened.layers())
     return Choices("layer", tuple((stack[0].path, objects.summary(opened, stack))
                                   for stack in found))
@@ -267,7 +294,7 @@ def input_files(path: Path) -> list[Path]:
     """A checkpoint's index and data shards, or a SavedModel's files."""
     if path.is_dir() and (path / "saved_model.pb").is_file():
         variables = path / "variables"
-        return [path / "saved_model.pb", path / "keras_metadata.pb",
+        return [path / "saved_model.pb", path / "keras_metadata.pb", path / "fingerprint.pb",
                 *sorted(variables.glob("variables.*"))]
     try:
         prefix = tensorbundle.checkpoint_prefix(path)
@@ -296,11 +323,13 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     or why not."""
     if not is_path(source):
         return "the source is a dict of arrays, not a file TensorFlow loads: no framework check"
+    opened = Source(source)
+    if opened.keras3 is not None:
+        return _keras3_forward(opened, model, np.asarray(x))
     unavailable = tf_keras_unavailable(x, model.input_size, "Keras 2 models")
     if unavailable is not None:
         return unavailable
     x = np.asarray(x)
-    opened = Source(source)
     if opened.name_based is not None:
         return "a TF1 SavedModel has no Keras model to run: no framework check"
     if opened.saved_model is not None and not opened.metadata:
@@ -331,6 +360,35 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
                  else opened.bundle.prefix.name)
         label = f"tf_keras set_weights from tf.train.load_checkpoint({named}) into the Sequential rebuilt"
     return _run(job, x, model, label)
+
+
+def _keras3_forward(source: Source, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
+    """Keras 3 in a TensorFlow process of its own: the SavedModel's own serving function where
+    the stack read is the whole model, else a Keras 3 Sequential of the layers read given their
+    variables."""
+    missing = [name for name in ("tensorflow", "keras") if importlib.util.find_spec(name) is None]
+    if missing:
+        return (f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed "
+                "(a Keras 3 SavedModel runs in TensorFlow with Keras 3): no framework check")
+    if x.ndim != 3 or x.shape[2] != model.input_size:
+        return (f"x has shape {x.shape}; TensorFlow is run on (batch, time, "
+                f"{model.input_size}): no framework check")
+    export = source.keras3
+    chosen = export.matching(model)
+    if chosen is None:
+        return f"{source.where}: holds no recurrent stack like the network read: no framework check"
+    assert source.saved_model is not None and source.bundle is not None
+    # A CudnnRNNV3 (exported on a GPU) has no CPU kernel: those layers run rebuilt.
+    if export.whole(chosen) and not any(d.cudnn for layer in chosen for d in layer.directions):
+        job: dict[str, Any] = {"saved_model": str(source.saved_model.resolve())}
+        label = f"TensorFlow running {source.saved_model.name}'s own serving function (Keras 3)"
+    else:
+        job = {"checkpoint": str(source.bundle.prefix.resolve()), "layers": export.rebuilt(chosen)}
+        label = (f"Keras 3 set_weights from tf.train.load_checkpoint({source.saved_model.name}/"
+                 "variables/variables) into the Sequential rebuilt")
+    y = run_job(["-m", "rnnport.formats.tf2._keras3"], {**job, "dtype": str(model.dtype)},
+                x.astype(model.dtype, copy=False), "it", legacy_keras=False)
+    return f"{y}: no framework check" if isinstance(y, str) else (label, y)
 
 
 def _whole_model(source: Source, chosen: list[Layer]) -> bool:

@@ -1,8 +1,9 @@
 """tf_keras (Keras 2) running a TF2 checkpoint or SavedModel: only in a process of its own.
 
 Run as ``python -m rnnport.formats.tf2._keras2 JOB.json`` (``framework_forward`` does);
-importing it imports TensorFlow after setting ``TF_USE_LEGACY_KERAS=1``. It imports nothing
-from rnnport, so it computes only what TensorFlow computes. ``JOB.json`` holds:
+importing it imports TensorFlow after setting ``TF_USE_LEGACY_KERAS=1``. Of rnnport it takes
+only its command line (:func:`rnnport.formats._tensorflow.job_main`), so it computes only what
+TensorFlow computes. ``JOB.json`` holds:
 
 ``saved_model``
     A folder for ``tf_keras.models.load_model``; or
@@ -17,7 +18,6 @@ from rnnport, so it computes only what TensorFlow computes. ``JOB.json`` holds:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import warnings
@@ -77,12 +77,7 @@ def run_job(job: dict[str, Any]) -> np.ndarray:
     return np.asarray(y)
 
 
-def main(argv: list[str]) -> int:
-    with open(argv[0]) as file:
-        job = json.load(file)
-    np.save(job["y"], run_job(job), allow_pickle=False)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from .._tensorflow import job_main
+
+    sys.exit(job_main(sys.argv[1:], run_job))

@@ -41,6 +41,7 @@ from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ...io import tensorbundle, tfproto
 from ...model import as_float_array
 from .._common import close_matches, describe, is_path, to_numpy
+from . import keras3
 
 __all__ = ["Layer", "Source", "choose", "is_object_key", "kind", "looks_object_based", "stacks",
            "summary", "unsupported"]
@@ -96,6 +97,7 @@ class Source:
         self.metadata_file: Path | None = None   # keras_metadata.pb, where the folder has one
         self.full_names: dict[str, str] = {}
         self.slots = 0
+        self.keras3: Any = None   # a Keras 3 SavedModel's Export (see .keras3)
         self._arrays: Mapping[str, Any] = {}
         if isinstance(source, Mapping):
             self.where = "tf2 variables"
@@ -116,6 +118,7 @@ class Source:
                 "read(fmt='tf2'): expected a TF2 checkpoint prefix (its .index file or folder), "
                 f"a SavedModel folder, or a dict checkpoint key → array; got {describe(source)}.")
         path = Path(source)
+        saved: tfproto.SavedModel | None = None
         if path.name == "saved_model.pb" and path.is_file():
             path = path.parent
         if path.is_dir() and (path / "saved_model.pb").is_file():
@@ -124,9 +127,9 @@ class Source:
             if not Path(f"{prefix}.index").is_file():
                 raise FormatError(f"{path}: a SavedModel folder without variables/variables.index; "
                                   "copy its variables/ folder with saved_model.pb.")
-            # Decoded (not used further) so that a damaged saved_model.pb is an error here,
-            # as TensorFlow would make it, rather than a folder read from its variables alone.
-            _saved_model(path / "saved_model.pb")
+            # Decoded here so that a damaged saved_model.pb is an error, as TensorFlow would
+            # make it, rather than a folder read from its variables alone.
+            saved = _saved_model(path / "saved_model.pb")
         else:
             prefix = tensorbundle.checkpoint_prefix(path)
         self.bundle = tensorbundle.Bundle(prefix)
@@ -155,6 +158,10 @@ class Source:
         if self.saved_model is not None and (self.saved_model / "keras_metadata.pb").is_file():
             self.metadata_file = self.saved_model / "keras_metadata.pb"
             self._keras_metadata(self.metadata_file)
+        elif saved is not None and keras3.is_keras3(saved):
+            size = sum(file.stat().st_size for file in (
+                path / "saved_model.pb", *(path / "variables").glob("variables.*")))
+            self.keras3 = keras3.Export(self.where, saved, graph, self.bundle, size)
 
     def _keras_metadata(self, path: Path) -> None:
         for node in tfproto.read_saved_metadata(path).nodes:
