@@ -170,3 +170,10 @@ def test_every_pickle_protocol_torch_save_takes_reads(tmp_path: Path, protocol: 
     torch.save({"net": module.state_dict()}, tmp_path / "m.pt", pickle_protocol=protocol,
                _use_new_zipfile_serialization=zipped)
     assert rnnport.read(tmp_path / "m.pt") == rnnport.read(module)
+
+
+def test_a_pt2_archive_is_read_not_written(tmp_path: Path) -> None:
+    model = rnnport.RNN.random(rnnport.Spec("gru", 3, 4))
+    with pytest.raises(FormatError, match="rnnport reads .pt2 files but does not write them"):
+        rnnport.write(model, "torch", path=tmp_path / "m.pt2")
+    assert list(tmp_path.iterdir()) == []

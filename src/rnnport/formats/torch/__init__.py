@@ -534,6 +534,12 @@ def save(state: Mapping[str, np.ndarray], path: Any) -> None:
     """Save a state_dict without PyTorch: a safetensors file for a ``.safetensors`` path, else
     the zip ``torch.save`` writes (``.pt``, ``.pth``, ``pytorch_model.bin`` …), which
     ``torch.load(weights_only=True)`` loads."""
+    if Path(path).suffix.lower() == ".pt2":
+        raise FormatError(f"write(fmt='torch'): {path}: a .pt2 archive holds a program "
+                          "torch.export traced from a module's code, which a state_dict does "
+                          "not have; rnnport reads .pt2 files but does not write them. Write a "
+                          ".pt (or .safetensors) state_dict, load it into your module, and "
+                          "export that with torch.export.")
     if Path(path).suffix.lower() == ".safetensors":
         atomic_write(path, lambda file: file.write(safetensors_bytes(state)))
     else:
