@@ -177,3 +177,14 @@ def test_a_pt2_archive_is_read_not_written(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="rnnport reads .pt2 files but does not write them"):
         rnnport.write(model, "torch", path=tmp_path / "m.pt2")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_saved_without_crc32s_reads_as_pytorch_reads_it(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    module = torch.nn.GRU(3, 4, num_layers=2)
+    torch.serialization.set_crc32_options(False)  # records written with CRC 0, for speed
+    try:
+        torch.save(module.state_dict(), tmp_path / "fast.pt")
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert rnnport.read(tmp_path / "fast.pt") == rnnport.read(module)

@@ -19,12 +19,14 @@ import struct
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import DTypeError, FormatError
 
-__all__ = ["RATIO", "load_npy", "open_zip", "read_member", "read_npy", "zip_names"]
+__all__ = ["RATIO", "load_npy", "member_data", "open_zip", "read_member", "read_npy",
+           "zip_names"]
 
 RATIO = 1032
 # The zip methods read: stored and deflate (zipfile's deflate reader stops at the declared
@@ -103,16 +105,23 @@ def _check(where: str, info: zipfile.ZipInfo, size: int) -> None:
 
 
 def read_member(archive: zipfile.ZipFile, name: str, where: str,
-                limit: int | None = None, length: int | None = None) -> bytes:
+                limit: int | None = None, length: int | None = None,
+                crc: bool = True) -> bytes:
     """The bytes of member ``name`` (checked by :func:`open_zip`), CRC verified; refused
     before reading when it declares more than ``limit`` bytes. With ``length``, its first
-    ``length`` bytes at most, read (and decompressed) no further."""
-    size = archive.getinfo(name).file_size
+    ``length`` bytes at most, read (and decompressed) no further. ``crc=False`` reads a
+    stored member's bytes as they lie in the file, without checking the CRC the archive
+    records (PyTorch can write 0 there, and does not check it either)."""
+    info = archive.getinfo(name)
+    size = info.file_size
     if limit is not None and size > limit:
         raise FormatError(f"{where}: archive member {name!r} declares {size:,} bytes; expected "
                           f"at most {limit:,} for what it holds. The file is damaged or built "
                           "to exhaust memory; nothing was read.")
     try:
+        if not crc and info.compress_type == zipfile.ZIP_STORED:
+            return bytes(_stored(archive, info, where,
+                                 size if length is None else min(length, size)))
         if length is not None and length < size:
             with archive.open(name) as stream:
                 return stream.read(length)
@@ -121,6 +130,42 @@ def read_member(archive: zipfile.ZipFile, name: str, where: str,
         raise FormatError(f"{where}: archive member {name!r} cannot be read "
                           f"({type(error).__name__}: {error}); the file is truncated or "
                           "damaged.") from None
+
+
+def member_data(archive: zipfile.ZipFile, name: str, where: str, length: int) -> bytearray:
+    """The first ``length`` bytes of member ``name``, in a new ``bytearray`` NumPy can use as
+    it is: a stored member's bytes read straight into it, as they lie in the file (its CRC,
+    which PyTorch may leave 0, is not checked); a deflated member's decompressed no further
+    than ``length``, CRC checked when read whole."""
+    if archive.getinfo(name).compress_type != zipfile.ZIP_STORED:
+        return bytearray(read_member(archive, name, where, length=length))
+    try:
+        return _stored(archive, archive.getinfo(name), where,
+                       min(length, archive.getinfo(name).file_size))
+    except _ZIP_ERRORS as error:
+        raise FormatError(f"{where}: archive member {name!r} cannot be read "
+                          f"({type(error).__name__}: {error}); the file is truncated or "
+                          "damaged.") from None
+
+
+def _stored(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str,
+            count: int) -> bytearray:
+    """The first ``count`` bytes of stored member ``info``, from behind its local header."""
+    file: Any = archive.fp
+    if file is None:
+        raise ValueError("the archive is closed")
+    file.seek(info.header_offset)
+    header = file.read(30)
+    if len(header) < 30 or header[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile("its local header is missing")
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    file.seek(info.header_offset + 30 + name_length + extra_length)
+    data = bytearray(count)
+    got = file.readinto(data)
+    if got is None or got < count:
+        raise FormatError(f"{where}: archive member {info.filename!r} holds {got or 0:,} of "
+                          f"its {count:,} bytes; the file is truncated.")
+    return data
 
 
 def load_npy(path: str | os.PathLike[str], where: str) -> np.ndarray:

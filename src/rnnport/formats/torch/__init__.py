@@ -288,8 +288,11 @@ def _read_group(group: Group, options: Mapping[str, Any], where: str) -> RNN:
                 bidirectional=directions == 2,
                 proj_size=projection.shape[0] if projection is not None else 0,
                 bias="bias_ih" in first or "bias_hh" in first)
-    # Copied: a state_dict usually holds a live module's parameters, which training changes.
-    params = [[{name: np.array(array, copy=True)
+    # Copied where they are not new: a state_dict usually holds a live module's parameters,
+    # which training changes (a file's tensors are read into arrays of their own).
+    fresh = {(layer, direction, name) for (layer, direction), named in entries.items()
+             for name, value in named.items() if isinstance(value, (TensorRef, NumpyArray))}
+    params = [[{name: array if (layer, direction, name) in fresh else np.array(array, copy=True)
                 for name, array in arrays[(layer, direction)].items()}
                for direction in range(directions)] for layer in range(layers)]
     return RNN(spec, params, copy=False)

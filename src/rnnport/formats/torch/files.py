@@ -226,7 +226,7 @@ def _read_legacy(data: Any, where: str, size: int) -> Loaded:
 
     def load(key: str) -> Any:
         def read(need: int) -> bytes:
-            return bytes(data[records[key]:records[key] + need])
+            return data[records[key]:records[key] + need]  # a copy: the map is closed after
         return read
 
     def persistent(pid: Any) -> Any:

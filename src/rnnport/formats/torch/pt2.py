@@ -46,7 +46,7 @@ from typing import Any
 
 from ... import budget
 from ...errors import FormatError, UnsupportedFeatureError
-from ...io.archive import open_zip, read_member
+from ...io.archive import member_data, open_zip, read_member
 from .tensors import DTYPES, Ledger, Loaded, Storage, TensorRef, read_zip_tree, zip_root
 
 __all__ = ["SCALAR_TYPES", "GraphNetwork", "read_pt2"]
@@ -120,7 +120,8 @@ def read_pt2(archive: zipfile.ZipFile, where: str, size: int) -> Loaded:
 
 
 def _json(archive: zipfile.ZipFile, member: str, where: str, size: int) -> Any:
-    raw = read_member(archive, member, where, limit=budget.allowance("expansion", size))
+    raw = read_member(archive, member, where, limit=budget.allowance("expansion", size),
+                      crc=False)
     try:
         return json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError, UnicodeDecodeError) as error:
@@ -181,7 +182,8 @@ def _raw_tensor(archive: zipfile.ZipFile, member: str, meta: Any, where: str,
         raise FormatError(f"{where}: {held:,} bytes of {name} for sizes {shape}, strides "
                           f"{strides}; the archive is damaged.")
     storage = Storage(member, dtype, held // dtype.itemsize,
-                      lambda need: read_member(archive, member, where, length=need), ledger)
+                      lambda need: member_data(archive, member, where, need),
+                      ledger)
     return TensorRef(storage, offset, shape, strides, dtype, "parameter")
 
 
@@ -205,7 +207,8 @@ def _nested(archive: zipfile.ZipFile, member: str, where: str, size: int, ledger
     """What a ``torch.save`` zip stored as ``member`` of the archive holds (``what``, for
     the error when it has no ``data.pkl``). The inner archive is in memory, and stays open
     for its tensors to be read from."""
-    raw = read_member(archive, member, where, limit=budget.allowance("expansion", size))
+    raw = read_member(archive, member, where, limit=budget.allowance("expansion", size),
+                      crc=False)
     ledger.charge(len(raw), member)
     inner = open_zip(raw, "torch.save file", where)
     root = zip_root(inner.namelist())

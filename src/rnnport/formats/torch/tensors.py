@@ -34,7 +34,7 @@ import numpy as np
 
 from ... import budget
 from ...errors import FormatError
-from ...io.archive import read_member
+from ...io.archive import member_data, read_member
 from ...io.pickled import Builder, Global, globals_named, unpickle
 
 __all__ = ["DTYPES", "DType", "Ledger", "Loaded", "NumpyArray", "Storage", "StorageType",
@@ -108,6 +108,9 @@ class Ledger:
         self.spent += count
 
 
+Buffer = bytes | bytearray | memoryview
+
+
 @dataclass(eq=False)
 class Storage:
     """A storage a file names: ``numel`` elements of ``dtype``, read by ``load`` (which
@@ -117,17 +120,17 @@ class Storage:
     key: str
     dtype: DType
     numel: int
-    load: Callable[[int], bytes]
+    load: Callable[[int], Buffer]
     ledger: Ledger
     byte_offset: int = 0  # a legacy storage view's start within its root storage's bytes
     big_endian: bool = False  # a file written on a big-endian machine says so
-    _data: bytes | None = field(default=None, repr=False)
+    _data: Buffer | None = field(default=None, repr=False)
 
     @property
     def nbytes(self) -> int:
         return self.numel * self.dtype.itemsize
 
-    def data(self) -> bytes:
+    def data(self) -> Buffer:
         if self._data is None:
             self.ledger.charge(self.nbytes, f"storage {self.key!r}")
             raw = self.load(self.byte_offset + self.nbytes)
@@ -136,7 +139,8 @@ class Storage:
                                   f"{len(raw) - self.byte_offset:,} bytes; expected "
                                   f"{self.nbytes:,} ({self.numel:,} × {self.dtype.name}). "
                                   "The file is truncated or damaged.")
-            self._data = raw[self.byte_offset:self.byte_offset + self.nbytes]
+            self._data = raw if self.byte_offset == 0 and len(raw) == self.nbytes else \
+                memoryview(raw)[self.byte_offset:self.byte_offset + self.nbytes]
         return self._data
 
 
@@ -183,6 +187,10 @@ class TensorRef:
             stored = stored.newbyteorder(">")
         base = np.frombuffer(self.storage.data(), dtype=stored, count=self.storage.numel)
         itemsize = base.itemsize
+        whole = tuple(math.prod(self.shape[axis + 1:]) for axis in range(self.ndim))
+        if self.offset == 0 and count == self.storage.numel and self.stride == whole and \
+                stored.isnative and self.dtype.name != "bfloat16":
+            return base.reshape(self.shape)  # the storage is this tensor: no copy
         view = np.lib.stride_tricks.as_strided(
             base[self.offset:] if count else base[:0], shape=self.shape,
             strides=tuple(step * itemsize for step in self.stride), writeable=False)
@@ -440,13 +448,13 @@ def read_zip_tree(archive: zipfile.ZipFile, root: str, where: str, size: int,
     names = set(archive.namelist())
     big_endian = False
     if f"{root}byteorder" in names:
-        order = read_member(archive, f"{root}byteorder", where, limit=16).strip()
+        order = read_member(archive, f"{root}byteorder", where, limit=16, crc=False).strip()
         if order not in (b"little", b"big"):
             raise FormatError(f"{where}: {root}byteorder says {order[:16]!r}; expected 'little' "
                               "or 'big'. The file is damaged.")
         big_endian = order == b"big"
     data = read_member(archive, f"{root}data.pkl", where,
-                       limit=budget.allowance("expansion", size))
+                       limit=budget.allowance("expansion", size), crc=False)
     storages: dict[str, Storage] = {}
 
     def persistent(pid: Any) -> Storage:
@@ -465,7 +473,8 @@ def read_zip_tree(archive: zipfile.ZipFile, root: str, where: str, size: int,
                 f"({numel * dtype.itemsize:,} bytes), but its member holds {held:,}. The file "
                 "is damaged or built to exhaust memory; nothing was read.")
         storages[key] = Storage(key, dtype, numel,
-                                lambda need: read_member(archive, member, where, length=need), ledger,
+                                lambda need: member_data(archive, member, where, need),
+                                ledger,
                                 big_endian=big_endian)
         return storages[key]
 
