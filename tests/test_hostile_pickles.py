@@ -4,6 +4,7 @@ their data: every one is an rnnport error, and nothing runs (rnnport.io.pickled)
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -125,6 +126,9 @@ def test_keys_that_could_collide_are_kept_apart_unhashed() -> None:
     value, _ = unpickle(b"\x80\x02}(K\x07NX\x01\x00\x00\x00aNG?\xf0\x00\x00\x00\x00\x00\x00Nu.",
                         "test")
     assert [type(key) for key in value] == [int, str, Unhashed]  # a float key is boxed
+    # Tuples hash predictably (pairs can be solved for any hash): every tuple key is boxed.
+    value, _ = unpickle(b"\x80\x02}(K\x01K\x02\x86NK\x03K\x04\x86Nu.", "test")
+    assert all(isinstance(key, Unhashed) for key in value) and len(value) == 2
 
 
 def test_the_work_limit_stops_a_pickle_that_expands_from_a_small_file(tmp_path: Path) -> None:
@@ -189,7 +193,7 @@ def _safetensors(path: Path, header: object, data: bytes = b"") -> Path:
     ({"a": {"dtype": "F32", "shape": [10**9], "data_offsets": [0, 4 * 10**9]}}, bytes(8),
      "in 8 bytes of data"),
     ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, bytes(8), "bytes \\[0, 4\\)"),
-    ({"a": {"dtype": "XX", "shape": [2], "data_offsets": [0, 8]}}, bytes(8), "dtype XX"),
+    ({"a": {"dtype": "XX", "shape": [2], "data_offsets": [0, 8]}}, bytes(8), "dtype 'XX'"),
     ({"a": [1, 2]}, b"", "expected dtype, shape and data_offsets"),
 ])
 def test_hostile_safetensors_headers_are_format_errors(tmp_path: Path, header: object,
@@ -213,3 +217,109 @@ def test_reading_a_hostile_file_imports_nothing_it_names(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=60)
     assert done.stdout.strip() == "False False"
+
+
+BIG = b"\x8b" + struct.pack("<i", 2000) + b"\x01" * 2000  # LONG4: an integer of 4,800 digits
+
+
+def _dag(levels: int) -> bytes:
+    """``L_k = (L_{k-1}, L_{k-1})`` built through the memo: seven bytes a level, a value
+    whose ``str`` would be 2^levels parts long."""
+    out = b")q\x000"
+    for level in range(1, levels + 1):
+        out += b"h%ch%c\x86q%c0" % (level - 1, level - 1, level)
+    return out + b"h" + bytes([levels])
+
+
+@pytest.mark.parametrize(("data", "error"), [
+    # a key (and a storage key, a size) whose str() would never end
+    (b"\x80\x02}(" + _dag(40) + b"Nu.", "no RNN weights found"),
+    (_state(("weight_ih_l0", b"ctorch._utils\n_rebuild_tensor_v2\n((" + _text("storage")
+             + b"ctorch\nFloatStorage\n" + _dag(40) + _text("cpu") + b"K\x01tQK\x00)\x29\x89}tR")),
+     "storage .* of 1 elements"),
+    # integers too long for str(), as a device, a size and an offset
+    (b"\x80\x02}(" + _text("a") + b"ctorch\ndevice\n" + BIG + b"\x85Ru.", "torch.device called"),
+    (_state(("weight_ih_l0", _tensor("0", 4, 0, (4,), (1,)).replace(b"J\x04\x00\x00\x00tQ",
+                                                                    BIG + b"tQ", 1))),
+     "of <an integer of"),
+    # text a builder cannot encode
+    (b"\x80\x02}(" + _text("a") + b"c_codecs\nencode\n" + _text("\u1234") + _text("latin1")
+     + b"\x86Ru.", "_codecs.encode called"),
+    # a tensor subclass rebuilt by itself, nested 5,000 deep
+    (_state(("weight_ih_l0", b"ctorch._tensor\n_rebuild_from_type_v2\nq\x000)"
+             + b"q\x010h\x00Nh\x01\x87" * 5000 + b"q\x010h\x00h\x01R")), "never runs pickled code"),
+    # strides and sizes whose bytes overflow
+    (_state(("weight_ih_l0", _tensor("0", 4, 0, (4, 1), (1, 1)).replace(
+        b"(J\x01\x00\x00\x00J\x01\x00\x00\x00t", b"(J\x01\x00\x00\x00\x8a\x08"
+        + struct.pack("<q", 2**61) + b"t"))), "a tensor's stride is"),
+    # a NumPy dtype code that is a tuple a million deep (hashing it crashed Python)
+    (_state(("weight_ih_l0", b"cnumpy.core.multiarray\n_reconstruct\n(cnumpy\nndarray\n(K\x00tC"
+             b"\x01bt\x81(K\x01(K\x01tcnumpy\ndtype\n()" + b"\x85" * 1_000_000
+             + b"K\x00K\x01tR\x89C\x04\x00\x00\x00\x00tb")), "expansion"),
+])
+def test_values_built_to_break_messages_hashing_or_builders_are_rnnport_errors(
+        tmp_path: Path, data: bytes, error: str) -> None:
+    path = _torch_zip(tmp_path / "bad.pt", data, {"0": bytes(16)})
+    code = ("import sys, rnnport\n"
+            f"try:\n    rnnport.read({str(path)!r})\n"
+            "except rnnport.RnnportError as error:\n    print(str(error)[:3000])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(error, done.stdout), done.stdout
+
+
+def test_builders_that_copy_are_charged_for_what_they_copy(tmp_path: Path) -> None:
+    # torch.Size over one 20,000-item list, called 4,000 times through the memo: 44 KB that
+    # would build 80 million items.
+    data = (b"\x80\x02]q\x02ctorch\nSize\nq\x000]q\x03(" + b"N" * 20_000 + b"e\x85q\x010"
+            + b"h\x00h\x01Ra" * 4000 + b".")
+    with pytest.raises(LimitError, match="the pickle takes more than"):
+        rnnport.read(_torch_zip(tmp_path / "copies.pt", data))
+    # 400,000 empty lists from 800 KB: 50 bytes of objects each
+    with pytest.raises(LimitError, match="builds more than") as error:
+        rnnport.read(_torch_zip(tmp_path / "lists.pt", b"\x80\x02]" + b"]a" * 400_000 + b"."))
+    assert error.value.limit == "expansion"
+
+
+def test_one_pickled_numpy_array_used_everywhere_is_charged_each_time(tmp_path: Path) -> None:
+    hidden = 128
+    array = (b"cnumpy.core.multiarray\n_reconstruct\n(cnumpy\nndarray\n(K\x00tC\x01bt\x81"
+             b"(K\x01(M" + struct.pack("<H", 4 * hidden) + b"M" + struct.pack("<H", hidden)
+             + b"tcnumpy\ndtype\n(X\x02\x00\x00\x00f4K\x00K\x01tR(K\x03X\x01\x00\x00\x00<NNNJ"
+             b"\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb\x89B" + struct.pack("<I", 16 * hidden**2)
+             + bytes(16 * hidden**2) + b"tbq\x07")
+    layers = b"".join(_text(f"{name}_l{layer}") + b"h\x07" for layer in range(1, 300)
+                      for name in ("weight_ih", "weight_hh"))
+    data = b"\x80\x02}(" + _text("weight_ih_l0") + array + _text("weight_hh_l0") + b"h\x07" + \
+        layers + b"u."
+    path = _torch_zip(tmp_path / "numpy.pt", data)
+    assert path.stat().st_size < 2_000_000
+    with pytest.raises(LimitError, match="NumPy array") as error:
+        rnnport.read(path)
+    assert error.value.limit == "expansion"
+
+
+def test_pt2_json_of_the_wrong_types_is_a_format_error(tmp_path: Path) -> None:
+    golden = Path(__file__).parent / "golden" / "torch_files" / "pt2_lstm" / "model.pt2"
+    with zipfile.ZipFile(golden) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    program = next(name for name in members if name.endswith("models/model.json"))
+    weights = next(name for name in members if name.endswith("model_weights_config.json"))
+    for member, change, refused in [
+            (program, lambda doc: doc["graph_module"]["graph"]["nodes"][2]
+             .update(target=["torch.ops.aten.lstm.input"]), False),  # no node: read by names
+            (program, lambda doc: doc["graph_module"]["graph"]["nodes"][2].update(inputs=5),
+             True),
+            (weights, lambda doc: next(iter(doc["config"].values()))["tensor_meta"]
+             .update(dtype=[7]), True)]:
+        document = json.loads(members[member])
+        change(document)
+        with zipfile.ZipFile(tmp_path / "bad.pt2", "w") as archive:
+            for name, raw in members.items():
+                archive.writestr(name, json.dumps(document) if name == member else raw)
+        if refused:
+            with pytest.raises(FormatError):
+                rnnport.read(tmp_path / "bad.pt2")
+        else:
+            assert rnnport.read(tmp_path / "bad.pt2").spec.num_layers == 2

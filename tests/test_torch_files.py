@@ -153,8 +153,10 @@ def test_numpy_arrays_in_a_checkpoint_read_as_its_tensors(tmp_path: Path) -> Non
     module = torch.nn.GRU(3, 4)
     state = {key: value.numpy() for key, value in module.state_dict().items()}
     state["weight_ih_l0"] = np.asfortranarray(state["weight_ih_l0"]).astype(">f4")  # any layout
-    torch.save({"model": state, "step": np.int64(5)}, tmp_path / "arrays.pt")
-    assert rnnport.read(tmp_path / "arrays.pt") == rnnport.read(module)
+    for protocol in (2, 5):  # protocol 5 pickles arrays through numpy's _frombuffer
+        torch.save({"model": state, "step": np.int64(5)}, tmp_path / "arrays.pt",
+                   pickle_protocol=protocol)
+        assert rnnport.read(tmp_path / "arrays.pt") == rnnport.read(module)
     state["weight_hh_l0"] = np.array([object()] * 48, dtype=object).reshape(12, 4)
     torch.save(state, tmp_path / "objects.pt")
     with pytest.raises(FormatError, match="weight_hh_l0: .*an object array"):
@@ -188,3 +190,19 @@ def test_a_file_saved_without_crc32s_reads_as_pytorch_reads_it(tmp_path: Path) -
     finally:
         torch.serialization.set_crc32_options(True)
     assert rnnport.read(tmp_path / "fast.pt") == rnnport.read(module)
+
+
+def test_tensors_of_every_dtype_beside_the_network_leave_it_readable(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    module = torch.nn.LSTM(3, 4)
+    state = dict(module.state_dict())
+    for dtype in (torch.uint16, torch.uint64, torch.float8_e5m2, torch.int8, torch.complex64,
+                  torch.bool):  # the newer dtypes pickle through torch.storage.UntypedStorage
+        state[f"extra_{str(dtype)[6:]}"] = torch.ones(3).to(dtype)
+    torch.save(state, tmp_path / "mixed.pt")
+    assert rnnport.read(tmp_path / "mixed.pt") == rnnport.read(module)
+    state["weight_hh_l0"] = torch.zeros(16, 4, dtype=torch.int8)
+    torch.save(state, tmp_path / "int8.pt")
+    with pytest.raises(rnnport.errors.DTypeError,
+                       match=r"int8.pt, weight_hh_l0: int8 weights; expected float16"):
+        rnnport.read(tmp_path / "int8.pt")

@@ -79,6 +79,10 @@ CASES = {
                     "only the graph records",
     "pt2_gru_cell": "cell.pt2: torch.export.save of an nn.GRUCell stepped over 5 steps",
     "pt2_lstm_proj": "proj.pt2: torch.export.save of an LSTM with proj_size",
+    "pt2_two_models": "package.pt2: two ExportedPrograms in one archive (package_pt2), an "
+                      "encoder LSTM and a Linear head",
+    "tied_safetensors": "model.safetensors: safetensors' save_model of two GRUs sharing "
+                        "weight_hh (the second copy dropped, named in the metadata)",
     "pt2_old_layout": "old_layout.pt2: the archive layout of earlier releases "
                       "(serialized_exported_program.json, serialized_state_dict.pt), written "
                       "from PyTorch's own serializer, a GRU",
@@ -457,6 +461,43 @@ def pt2_old_layout(case: Case) -> Made:
     loaded = torch.export.load(case.path("old_layout.pt2"))  # PyTorch still reads it
     assert set(loaded.state_dict) == {f"gru.{key}" for key in net.gru.state_dict()}
     return case.made("old_layout.pt2", "pt2", CASES["pt2_old_layout"])
+
+
+def pt2_two_models(case: Case) -> Made:
+    import torch
+    from torch.export.pt2_archive._package import package_pt2
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = torch.nn.LSTM(3, 4, batch_first=True)
+
+        def forward(self, x: Any) -> Any:
+            return self.rnn(x)[0]
+
+    encoder, head = Encoder(), torch.nn.Linear(4, 2)
+    _randomize(encoder, case.rng)
+    _randomize(head, case.rng)
+    case.network(encoder.rnn, "enc.rnn.", "rnn.")
+    package_pt2(str(case.path("package.pt2")), exported_programs={
+        "enc": _export(encoder, torch.zeros(BATCH, TIME, 3)),
+        "head": _export(head, torch.zeros(BATCH, TIME, 4))})
+    return case.made("package.pt2", "pt2", CASES["pt2_two_models"])
+
+
+def tied_safetensors(case: Case) -> Made:
+    import torch
+    from safetensors.torch import save_model
+
+    first, second = torch.nn.GRU(3, 4, batch_first=True), torch.nn.GRU(3, 4, batch_first=True)
+    _randomize(first, case.rng)
+    _randomize(second, case.rng)
+    second.weight_hh_l0 = first.weight_hh_l0  # one parameter in both
+    model = _model(a=first, b=second)
+    case.network(first, "a.", "a.")
+    case.network(second, "b.", "b.")
+    save_model(model, str(case.path("model.safetensors")))
+    return case.made("model.safetensors", "safetensors", CASES["tied_safetensors"])
 
 
 MAKERS: dict[str, Callable[[Case], Made]] = {name: globals()[name] for name in CASES}

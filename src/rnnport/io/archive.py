@@ -12,6 +12,7 @@ encryption) becomes a :class:`~rnnport.errors.FormatError` naming the file and t
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import re
@@ -66,9 +67,9 @@ def open_zip(path: str | os.PathLike[str] | bytes, what: str, where: str | None 
         raise FormatError(f"{where}: not a readable {what} ({type(error).__name__}: {error}); "
                           "the file is truncated or damaged.") from None
     try:
-        names = [info.filename for info in infos]
-        if len(set(names)) != len(names):
-            twice = sorted({name for name in names if names.count(name) > 1})
+        counts = collections.Counter(info.filename for info in infos)
+        if len(counts) != len(infos):
+            twice = sorted(name for name, count in counts.items() if count > 1)
             raise FormatError(f"{where}: the archive holds {', '.join(map(repr, twice[:3]))} "
                               "more than once; which copy counts is ambiguous, so the file is "
                               "refused.")

@@ -18,14 +18,19 @@ name and never calls one:
   without one, it is refused. Extension codes (``EXT1/2/4``, a registry of imports) and
   out-of-band buffers (``NEXT_BUFFER``) are refused.
 
-Bounds. The machine takes one step per opcode and is charged against the ``work`` limit for
-the size it is given (a file's), so its time is linear in the pickle; every length a string
-or bytes opcode declares is checked against the bytes that remain before it is read. A dict
-key is hashed only when hashing it is cheap and cannot be made to collide (strings, bytes,
-small integers, ``None``, booleans, small tuples of those, recorded objects by identity);
-any other key is kept inside an :class:`Unhashed` box, hashed by identity. Nothing here
-recurses over the objects built, so nesting depth costs no stack: callers that walk the
-result must bound their own depth.
+Bounds. The machine takes one step per opcode, and a step per item a builder returns,
+charged against the ``work`` limit for the size it is given (a file's), so its time is
+linear in the pickle; every container, string and item it builds is charged against the
+``expansion`` limit (at :data:`OBJECT_BYTES` an object and :data:`ITEM_BYTES` an item), so a
+few bytes repeating a memo reference cannot build gigabytes; every length a string or bytes
+opcode declares is checked against the bytes that remain before it is read. A dict key is
+hashed only when hashing it is cheap and cannot be made to collide (strings and bytes,
+whose hashes Python randomizes, integers below 2⁶⁰, ``None``, booleans, recorded objects by
+identity); any other key (a tuple, a float) is kept inside an :class:`Unhashed` box, hashed
+by identity. Nothing here recurses over the objects built, so nesting depth costs no stack:
+callers that walk the result must bound their own depth, and describe its values with
+:func:`preview`, never ``str`` or ``repr`` (a value built from shared references can have
+a string representation exponentially longer than the file).
 """
 
 from __future__ import annotations
@@ -40,12 +45,13 @@ from typing import Any
 from .. import budget
 from ..errors import FormatError
 
-__all__ = ["Builder", "Global", "Opaque", "Unhashed", "globals_named", "unpickle"]
+__all__ = ["Builder", "Global", "Opaque", "Unhashed", "globals_named", "preview", "unpickle"]
 
 HIGHEST_PROTOCOL = 5
 # Integers up to this size hash to themselves: no two collide.
 SAFE_INT = 2**60
-MAX_KEY_ITEMS = 64  # a tuple key with more items (nested ones counted) is boxed
+OBJECT_BYTES = 64  # what an object the machine builds is charged, beside its items
+ITEM_BYTES = 8  # what each item of a container, or character of a string, is charged
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,52 @@ def globals_named(builders: Mapping[str, Builder]) -> dict[tuple[str, str], Buil
     return {tuple(name.rsplit(".", 1)): builder for name, builder in builders.items()}  # type: ignore[misc]
 
 
+def preview(value: Any, most: int = 60) -> str:
+    """A short description of ``value`` for a message, in time bounded by ``most`` (never
+    ``str``/``repr`` of a container, which a pickle's shared references can make
+    exponentially long, or of an integer with thousands of digits)."""
+    parts: list[str] = []
+    pending: list[Any] = [value]
+    while pending and sum(map(len, parts)) < most:
+        item = pending.pop()
+        if isinstance(item, _Mark):
+            parts.append(str(item))
+        elif isinstance(item, (str, bytes)):
+            parts.append(repr(item[:most]) + ("…" if len(item) > most else ""))
+        elif isinstance(item, bool) or item is None or isinstance(item, float):
+            parts.append(repr(item))
+        elif isinstance(item, int):
+            parts.append(str(item) if abs(item) < 10**30 else
+                         f"<an integer of {item.bit_length()} bits>")
+        elif isinstance(item, (tuple, list)):
+            opening, closing = ("(", ")") if isinstance(item, tuple) else ("[", "]")
+            shown = list(item[:4])
+            tail: list[Any] = [_Mark(f", … ({len(item)} items){closing}" if len(item) > 4
+                                     else closing)]
+            for index, child in enumerate(reversed(shown)):
+                tail.append(child)
+                if index < len(shown) - 1:
+                    tail.append(_Mark(", "))
+            pending.extend(tail)
+            parts.append(opening)
+        elif isinstance(item, dict):
+            parts.append(f"<a dict of {len(item)} entries>")
+        elif isinstance(item, Global):
+            parts.append(f"<{preview(item.module, 40)[1:-1]}.{preview(item.name, 40)[1:-1]}>")
+        elif isinstance(item, Opaque):
+            parts.append(f"<{preview(item.made_by)[1:-1]} object>")
+        elif isinstance(item, Unhashed):
+            pending.append(item.value)
+        else:
+            parts.append(f"<{type(item).__name__}>")
+    text = "".join(parts)
+    return text if len(text) <= most and not pending else text[:most] + "…"
+
+
+class _Mark(str):
+    """Punctuation :func:`preview` writes between the items it shows."""
+
+
 class _Stop(Exception):
     """The STOP opcode: the value is complete."""
 
@@ -110,6 +162,9 @@ class _Machine:
         self.marks: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
         self.steps_allowed = budget.allowance("work", size)
+        self.built_allowed = budget.allowance("expansion", size)
+        self.steps = 0
+        self.built = 0
         self.size = size
 
     # -- reading the opcode stream -----------------------------------------------------
@@ -181,15 +236,38 @@ class _Machine:
             raise self.fail(f"{how} with arguments {type(args).__name__}; expected a tuple")
         if isinstance(function, Builder):
             try:
-                return function.function(*args)
-            except TypeError as error:
-                raise self.fail(f"{function.name} called with {len(args)} argument(s) it does "
-                                f"not take ({error})") from None
-        if isinstance(function, Global):
-            return Opaque(function, args)
-        if isinstance(function, Opaque):
-            return Opaque(function.made_by, args)
+                made = function.function(*args)
+            except FormatError:
+                raise
+            except Exception as error:  # a builder's own check, or arguments it cannot take
+                raise self.fail(f"{function.name} called with arguments it does not take "
+                                f"({type(error).__name__})") from None
+            self.made(_size_of(made))
+            return made
+        if isinstance(function, (Global, Opaque)):
+            self.made(0)
+            return Opaque(function if isinstance(function, Global) else function.made_by, args)
         raise self.fail(f"{how} calls a {type(function).__name__}, which is no function")
+
+    def step(self) -> None:
+        """Count one opcode against the ``work`` limit."""
+        self.steps += 1
+        if self.steps > self.steps_allowed:
+            raise budget.exceeded(self.where, f"the pickle takes more than "
+                                  f"{self.steps_allowed:,} steps", "work", self.size)
+
+    def made(self, items: int, objects: int = 1) -> None:
+        """Count ``objects`` new objects holding ``items`` items in all: their memory against
+        the ``expansion`` limit, a step per item against ``work``."""
+        self.steps += items
+        self.built += OBJECT_BYTES * objects + ITEM_BYTES * items
+        if self.built > self.built_allowed:
+            raise budget.exceeded(self.where, f"the pickle builds more than "
+                                  f"{self.built_allowed:,} bytes of objects", "expansion",
+                                  self.size)
+        if self.steps > self.steps_allowed:
+            raise budget.exceeded(self.where, f"the pickle takes more than "
+                                  f"{self.steps_allowed:,} steps", "work", self.size)
 
     def build(self, target: Any, state: Any) -> None:
         if isinstance(target, Opaque):
@@ -204,28 +282,17 @@ class _Machine:
     def key(self, value: Any) -> Any:
         """``value`` as a dict key: itself where hashing it is bounded and collision-free,
         else boxed."""
-        pending, seen = [value], 0
-        while pending:
-            item = pending.pop()
-            seen += 1
-            if seen > MAX_KEY_ITEMS:
-                return Unhashed(value)
-            if isinstance(item, tuple):
-                pending.extend(item)
-            elif isinstance(item, bool) or item is None or isinstance(item, (str, bytes)):
-                continue
-            elif isinstance(item, int):
-                if abs(item) >= SAFE_INT:
-                    return Unhashed(value)
-            elif not isinstance(item, (Global, Opaque, Unhashed)) and \
-                    getattr(item, "__hash__", None) is not object.__hash__:
-                return Unhashed(value)
-        return value
+        if isinstance(value, (bool, str, bytes, Global, Opaque, Unhashed)) or value is None:
+            return value
+        if isinstance(value, int) and abs(value) < SAFE_INT:
+            return value
+        return Unhashed(value)
 
     def set_items(self, target: Any, items: list[Any]) -> None:
         if len(items) % 2:
             raise self.fail("SETITEMS with an odd number of items")
         pairs = [(items[index], items[index + 1]) for index in range(0, len(items), 2)]
+        self.made(len(items), objects=0)
         if isinstance(target, dict):
             for key, value in pairs:
                 target[self.key(key)] = value
@@ -235,6 +302,7 @@ class _Machine:
             raise self.fail(f"SETITEM(S) on a {type(target).__name__}")
 
     def append(self, target: Any, items: list[Any]) -> None:
+        self.made(len(items), objects=0)
         if isinstance(target, list):
             target.extend(items)
         elif isinstance(target, Opaque):
@@ -251,14 +319,11 @@ class _Machine:
     # -- the machine ---------------------------------------------------------------------
 
     def run(self) -> Any:
-        data, steps = self.data, 0
+        data = self.data
         while True:
             if self.position >= len(data):
                 raise self.fail("the pickle ends before its STOP opcode (truncated)")
-            steps += 1
-            if steps > self.steps_allowed:
-                raise budget.exceeded(self.where, f"the pickle takes more than "
-                                      f"{self.steps_allowed:,} steps", "work", self.size)
+            self.step()
             code = data[self.position]
             self.position += 1
             handler = _OPCODES.get(code)
@@ -268,6 +333,11 @@ class _Machine:
                 handler(self)
             except _Stop:
                 return self.pop()
+
+
+def _size_of(value: Any) -> int:
+    """How many items ``value`` (a string, bytes or container a builder made) holds."""
+    return len(value) if isinstance(value, (str, bytes, tuple, list, dict)) else 1
 
 
 def _text(raw: bytes) -> str | bytes:
@@ -364,12 +434,22 @@ def _tuple(count: int) -> Callable[[_Machine], None]:
             raise machine.fail(f"TUPLE{count} with fewer items on the stack")
         items = machine.stack[len(machine.stack) - count:]
         del machine.stack[len(machine.stack) - count:]
+        machine.made(count)
         machine.stack.append(tuple(items))
     return make
 
 
+def _empty(make: Callable[[], Any]) -> Callable[[_Machine], None]:
+    """An opcode pushing a new empty container."""
+    def build(machine: _Machine) -> None:
+        machine.made(0)
+        machine.stack.append(make())
+    return build
+
+
 def _dict(machine: _Machine) -> None:
     items = machine.pop_mark()
+    machine.made(0)
     made: dict[Any, Any] = {}
     machine.set_items(made, items)
     machine.stack.append(made)
@@ -469,6 +549,7 @@ def _marked(make: Callable[[list[Any]], Any]) -> Callable[[_Machine], None]:
     they are taken)."""
     def build(machine: _Machine) -> None:
         items = machine.pop_mark()
+        machine.made(len(items))
         machine.stack.append(make(items))
     return build
 
@@ -529,15 +610,15 @@ _OPCODES: dict[int, Callable[[_Machine], None]] = {
         "\x85": _tuple(1),
         "\x86": _tuple(2),
         "\x87": _tuple(3),
-        "]": lambda machine: machine.stack.append([]),
+        "]": _empty(list),
         "l": _marked(list),
         "a": _append,
         "e": _appends,
-        "}": lambda machine: machine.stack.append({}),
+        "}": _empty(dict),
         "d": _dict,
         "s": _setitem,
         "u": _setitems,
-        "\x8f": lambda machine: machine.stack.append([]),  # EMPTY_SET: items kept in a list
+        "\x8f": _empty(list),  # EMPTY_SET: its items kept in a list
         "\x90": _additems,
         "\x91": _marked(tuple),
         "c": _global_text,

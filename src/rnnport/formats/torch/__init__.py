@@ -69,18 +69,19 @@ import numpy as np
 from ... import budget
 from ...errors import (
     DeviceError,
+    DTypeError,
     FormatError,
     RnnportError,
     UnsupportedFeatureError,
 )
 from ...io.atomic import atomic_write
-from ...io.pickled import Global, Opaque
+from ...io.pickled import Builder, Global, Opaque, preview
 from ...model import RNN, Model, Stack, exported, stack
 from ...spec import Spec
 from .._common import MAX_LISTED, describe, is_path, listed, require, to_numpy
 from .._protocol import Choices, Engine, Format, Runner, Suffix
 from .files import KINDS, kind_of, opened, other_zip, safetensors_bytes, write_zip
-from .networks import Group, descend, find, match, opaque_values, pick
+from .networks import Group, descend, find, key_text, match, opaque_values, pick
 from .tensors import Loaded, NumpyArray, TensorRef
 
 __all__ = ["ENGINE", "FORMAT", "load", "new_module", "save", "to_module"]
@@ -160,9 +161,7 @@ def _read_loaded(loaded: Loaded, options: Mapping[str, Any]) -> RNN:
 def _found(tree: Any, location: str, loaded: Loaded | None = None) -> list[Group]:
     """The networks ``tree`` holds, or an error saying what it holds instead."""
     graphs = loaded.graphs if loaded is not None else ()
-    models = len(tree) if loaded is not None and loaded.kind == "pt2" and graphs and \
-        len({network.model for network in graphs}) > 1 else 1
-    groups = find(tree, graphs, location, models)
+    groups = find(tree, graphs, location, loaded.models if loaded is not None else 1)
     if groups:
         return groups
     opaque = opaque_values(tree)
@@ -181,8 +180,32 @@ def _found(tree: Any, location: str, loaded: Loaded | None = None) -> list[Group
 
 def _top_keys(tree: Any) -> str:
     if isinstance(tree, Mapping):
-        return ", ".join(list(map(str, tree))[:5])
-    return describe(tree) if not isinstance(tree, TensorRef) else f"one tensor {tree.describe()}"
+        return ", ".join(key_text(key) for key in itertools.islice(tree, 5))
+    return _value_text(tree)
+
+
+def _value_text(value: Any) -> str:
+    """What a value a file holds is, for a message (never its whole ``str``)."""
+    if isinstance(value, (TensorRef, NumpyArray)):
+        return f"one tensor, {value.describe()}"
+    if isinstance(value, (Global, Builder)):
+        return f"the bare name {value if isinstance(value, Global) else value.name}"
+    if isinstance(value, Opaque):
+        return f"an object of {preview(value.made_by)[1:-1]}"
+    if isinstance(value, (Mapping, list, tuple, np.ndarray)) or hasattr(value, "shape"):
+        return describe(value)
+    return preview(value)
+
+
+def _shape_text(value: Any) -> str:
+    """A stored value's shape, as notes list it (empty for a value without one)."""
+    if isinstance(value, TensorRef):
+        return str(value.shape)
+    if isinstance(value, NumpyArray):
+        return preview(value.shape)
+    shape: Any = getattr(value, "shape", None)
+    return str(tuple(shape)) if isinstance(shape, tuple) or type(shape).__name__ == "Size" \
+        else ""
 
 
 def _where(location: str, group: Group) -> str:
@@ -223,7 +246,7 @@ def _array(value: Any, where: str) -> np.ndarray:
         return value.array(where)
     if isinstance(value, (Opaque, Global)) or type(value).__name__ == "_Unbuilt":
         made = getattr(value, "made_by", None) or getattr(value, "function", None) or value
-        name = made.name if hasattr(made, "function") else str(made)
+        name = made.name if isinstance(made, Builder) else preview(made)
         raise FormatError(f"{where}: a value the file builds by calling {name}, which rnnport "
                           "does not do (it never runs pickled code): a quantized, sparse or "
                           "custom tensor type, or another Python object; expected dense float "
@@ -253,6 +276,13 @@ def _read_group(group: Group, options: Mapping[str, Any], where: str) -> RNN:
     arrays = {(layer, direction): {name: _array(value, f"{where}, {key(name, layer, direction)}")
                                    for name, value in named.items()}
               for (layer, direction), named in entries.items()}
+    for (layer, direction), named in arrays.items():
+        for name, array in named.items():
+            if array.dtype.kind != "f":
+                raise DTypeError(
+                    f"{where}, {key(name, layer, direction)}: {array.dtype} weights; expected "
+                    "float16, bfloat16, float32 or float64 (a quantized model's integers mean "
+                    "nothing without their scales). Save the model's float weights.")
     first = arrays[(0, 0)]
     for required in ("weight_ih", "weight_hh"):
         if required not in first:
@@ -341,7 +371,7 @@ def _notes(tree: Any, options: Mapping[str, Any], location: str,
                    "network is read by its parameters' names alone.")
     if group.container and isinstance(tree, Mapping):
         outer = group.container[0]
-        others = [repr(str(key)) for key in tree if str(key) != outer]
+        others = [repr(key_text(key)) for key in tree if key_text(key) != outer]
         out.append(f"a training checkpoint: its {'.'.join(group.container)!r} entry read as "
                    f"the state_dict" + (f"; beside it {listed(others)}, not read." if others
                                         else "."))
@@ -353,10 +383,9 @@ def _notes(tree: Any, options: Mapping[str, Any], location: str,
     for name, value in (group.mapping or {}).items():
         if match(name) is not None or (group.graph is not None and name in group.keys.values()):
             continue  # the network read, or another one noted above
-        owner = str(name).rsplit(".", 1)[0] if "." in str(name) else ""
-        shape = value.shape if isinstance(value, TensorRef) else getattr(value, "shape", None)
-        modules.setdefault(owner, []).append(f"{name} {tuple(shape)}" if shape is not None
-                                             else str(name))
+        text = key_text(name)
+        owner = text.rsplit(".", 1)[0] if "." in text else ""
+        modules.setdefault(owner, []).append(f"{text} {_shape_text(value)}".rstrip())
     for owner, keys in list(modules.items())[:MAX_LISTED]:
         what = f"module {owner!r}" if owner else "top-level keys"
         out.append(f"{what}: {listed(keys)}; not recurrent weights, not read.")

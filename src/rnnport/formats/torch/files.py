@@ -52,7 +52,7 @@ import numpy as np
 
 from ...errors import FormatError, UnsupportedFeatureError
 from ...io.archive import open_zip, zip_names
-from ...io.pickled import unpickle
+from ...io.pickled import preview, unpickle
 from .pt2 import read_pt2
 from .tensors import (
     DTYPES,
@@ -208,18 +208,18 @@ def _read_zip(archive: zipfile.ZipFile, where: str, size: int) -> Loaded:
 
 
 def _read_legacy(data: Any, where: str, size: int) -> Loaded:
-    known = builders(where)
+    ledger = Ledger(where, size)
+    known = builders(where, ledger)
     magic, position = unpickle(data, f"{where}, magic number", size=size)
     if magic != MAGIC_NUMBER:
-        raise FormatError(f"{where}: its first pickle is {str(magic)[:40]}, not PyTorch's "
+        raise FormatError(f"{where}: its first pickle is {preview(magic)}, not PyTorch's "
                           "magic number; the file is damaged.")
     protocol, position = unpickle(data, f"{where}, protocol", size=size, start=position)
     if protocol != LEGACY_PROTOCOL:
-        raise FormatError(f"{where}: legacy protocol version {str(protocol)[:20]}; expected "
+        raise FormatError(f"{where}: legacy protocol version {preview(protocol)}; expected "
                           f"{LEGACY_PROTOCOL}, the only one PyTorch wrote.")
     info, position = unpickle(data, f"{where}, system info", size=size, start=position)
     big_endian = isinstance(info, dict) and info.get("little_endian") is False
-    ledger = Ledger(where, size)
     roots: dict[str, tuple[DType, int]] = {}
     made: dict[str, Storage] = {}
     records: dict[str, int] = {}  # root key → the offset of its bytes, once found
@@ -246,10 +246,10 @@ def _read_legacy(data: Any, where: str, size: int) -> Loaded:
         if not (isinstance(view, tuple) and len(view) == 3 and isinstance(view[1], int)
                 and isinstance(view[2], int) and 0 <= view[1] and 0 <= view[2]
                 and view[1] + view[2] <= numel):
-            raise FormatError(f"{where}: storage view {str(view)[:80]} of {key!r} "
+            raise FormatError(f"{where}: storage view {preview(view)} of {key!r} "
                               f"({numel:,} elements); expected (key, offset, size) inside it. "
                               "The file is damaged.")
-        view_key = str(view[0])
+        view_key = view[0] if isinstance(view[0], str) else preview(view[0])
         if view_key not in made:
             made[view_key] = Storage(view_key, dtype, view[2], load(key), ledger,
                                      byte_offset=view[1] * dtype.itemsize,
@@ -259,7 +259,8 @@ def _read_legacy(data: Any, where: str, size: int) -> Loaded:
     tree, position = unpickle(data, where, known=known, persistent=persistent, size=size,
                               start=position)
     keys, position = unpickle(data, f"{where}, storage list", size=size, start=position)
-    if not isinstance(keys, list) or not all(isinstance(key, (str, int)) for key in keys):
+    if not isinstance(keys, list) or not all(
+            isinstance(key, str) or (isinstance(key, int) and 0 <= key < 2**63) for key in keys):
         raise FormatError(f"{where}: the storage list is {type(keys).__name__}; expected a "
                           "list of keys. The file is damaged.")
     for key in map(str, keys):
@@ -311,7 +312,7 @@ def _read_safetensors(file: Any, where: str, size: int) -> Loaded:
     for name, entry in header.items():
         spot = f"{where}, tensor {name!r}"
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-            raise FormatError(f"{spot}: header entry {str(entry)[:80]}; expected dtype, shape "
+            raise FormatError(f"{spot}: header entry {preview(entry)}; expected dtype, shape "
                               "and data_offsets.")
         dtype_name = SAFETENSORS_DTYPES.get(entry["dtype"]) if isinstance(entry["dtype"], str) \
             else None
@@ -320,8 +321,8 @@ def _read_safetensors(file: Any, where: str, size: int) -> Loaded:
                 isinstance(dim, int) and not isinstance(dim, bool) and 0 <= dim < 2**62
                 for dim in shape) or not isinstance(offsets, list) or len(offsets) != 2 or not all(
                 isinstance(at, int) and not isinstance(at, bool) for at in offsets):
-            raise FormatError(f"{spot}: dtype {str(entry['dtype'])[:20]}, shape "
-                              f"{str(shape)[:60]}, data_offsets {str(offsets)[:60]}; expected "
+            raise FormatError(f"{spot}: dtype {preview(entry['dtype'])}, shape "
+                              f"{preview(shape)}, data_offsets {preview(offsets)}; expected "
                               f"one of {', '.join(SAFETENSORS_DTYPES)}, whole sizes and "
                               "[begin, end].")
         dtype = DTYPES[dtype_name]
@@ -347,8 +348,11 @@ def _read_safetensors(file: Any, where: str, size: int) -> Loaded:
             raise FormatError(f"{where}: tensors {first!r} and {second!r} share bytes; a "
                               "safetensors file stores each tensor once. The file is damaged "
                               "or built to exhaust memory.")
-    return Loaded(tree, "safetensors", where, size,
-                  metadata=metadata if isinstance(metadata, dict) else {})
+    metadata = metadata if isinstance(metadata, dict) else {}
+    for alias, stored in metadata.items():  # safetensors' save_model drops tied copies
+        if isinstance(stored, str) and stored in tree and alias not in header:
+            tree[alias] = tree[stored]
+    return Loaded(tree, "safetensors", where, size, metadata=metadata)
 
 
 # -- writing, without PyTorch -------------------------------------------------------------
@@ -382,7 +386,7 @@ def safetensors_bytes(state: Mapping[str, np.ndarray]) -> bytes:
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     chunks, offset = [], 0
     for name, value in state.items():
-        array = np.ascontiguousarray(value)
+        array = np.require(value, requirements="C")
         raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
         header[name] = {"dtype": NUMPY_SAFETENSORS[array.dtype.name], "shape": list(array.shape),
                         "data_offsets": [offset, offset + len(raw)]}

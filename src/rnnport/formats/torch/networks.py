@@ -16,19 +16,19 @@ alone when only one group has it, with or without the trailing dot.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import AmbiguousSourceError, FormatError
-from ...io.pickled import Global, Opaque
+from ...io.pickled import Global, Opaque, preview
 from .._common import layer_number
 from .pt2 import GraphNetwork, count_check
 
-__all__ = ["KEY", "MAX_DEPTH", "Group", "descend", "find", "match", "opaque_values", "pick"]
+__all__ = ["KEY", "MAX_DEPTH", "Group", "descend", "find", "key_text", "match", "opaque_values",
+           "pick"]
 
 # ``weight_ih_l0``, ``bias_hh_l1_reverse`` (nn.LSTM/GRU/RNN), ``weight_ih`` (the cells).
 KEY = re.compile(r"^(?P<prefix>.*?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
@@ -72,8 +72,48 @@ class Group:
         return what
 
 
-def _segment(key: Any) -> str:
-    return key if isinstance(key, str) else repr(key) if not isinstance(key, int) else str(key)
+def key_text(key: Any) -> str:
+    """A dict key or list position as a part of a key path, or in a message."""
+    return key if isinstance(key, str) else str(key) if isinstance(key, int) and \
+        not isinstance(key, bool) and abs(key) < 2**63 else preview(key)
+
+
+class _Walk:
+    """A breadth-first walk over the containers of a tree, each met once, at most
+    :data:`MAX_DEPTH` deep; a container's path is kept as a link to its parent's (an index
+    and a key), and spelt out only when asked for, so the walk costs a few words per
+    container whatever the depth."""
+
+    def __init__(self, tree: Any) -> None:
+        self.links: list[tuple[int, Any]] = [(-1, None)]  # (parent link, key) per container
+        self.depths = [0]
+        self.pending: deque[tuple[Any, int]] = deque([(tree, 0)])
+        self.seen: set[int] = set()
+
+    def __iter__(self) -> Walk:
+        while self.pending:
+            node, link = self.pending.popleft()
+            if id(node) in self.seen:
+                continue
+            self.seen.add(id(node))
+            yield node, link
+
+    def enter(self, value: Any, parent: int, key: Any) -> None:
+        """Walk ``value`` (met under ``key`` in the container of link ``parent``) later."""
+        if self.depths[parent] < MAX_DEPTH and id(value) not in self.seen:
+            self.links.append((parent, key))
+            self.depths.append(self.depths[parent] + 1)
+            self.pending.append((value, len(self.links) - 1))
+
+    def path(self, link: int) -> tuple[str, ...]:
+        parts = []
+        while link > 0:
+            link, key = self.links[link]
+            parts.append(key_text(key))
+        return tuple(reversed(parts))
+
+
+Walk = Iterator[tuple[Any, int]]
 
 
 def find(tree: Any, graphs: Sequence[GraphNetwork] = (), location: str = "",
@@ -83,14 +123,9 @@ def find(tree: Any, graphs: Sequence[GraphNetwork] = (), location: str = "",
     node, its parameters assigned by the node's argument order."""
     if graphs:
         return _graph_groups(tree, graphs, location, models)
-    groups: dict[tuple[tuple[str, ...], str], Group] = {}
-    seen: set[int] = set()
-    pending: deque[tuple[Any, tuple[str, ...]]] = deque([(tree, ())])
-    while pending:
-        node, path = pending.popleft()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    groups: dict[tuple[int, str], Group] = {}
+    walk = _Walk(tree)
+    for node, link in walk:
         children: Any
         if isinstance(node, Mapping):
             children = node.items()
@@ -101,8 +136,10 @@ def find(tree: Any, graphs: Sequence[GraphNetwork] = (), location: str = "",
         for key, value in children:
             found = match(key) if isinstance(node, Mapping) else None
             if found is not None:
-                group = groups.setdefault((path, found["prefix"]),
-                                          Group(path, found["prefix"], node))
+                group = groups.get((link, found["prefix"]))
+                if group is None:
+                    group = groups[(link, found["prefix"])] = Group(walk.path(link),
+                                                                    found["prefix"], node)
                 layer = 0 if found["layer"] is None else layer_number(found["layer"], location)
                 direction = 1 if found["reverse"] else 0
                 group.entries.setdefault((layer, direction), {})[found["name"]] = value
@@ -111,8 +148,8 @@ def find(tree: Any, graphs: Sequence[GraphNetwork] = (), location: str = "",
                     group.cells = True
                 else:
                     group.layered = True
-            elif isinstance(value, (Mapping, list, tuple)) and len(path) < MAX_DEPTH:
-                pending.append((value, (*path, _segment(key))))
+            elif isinstance(value, (Mapping, list, tuple)):
+                walk.enter(value, link, key)
     return list(groups.values())
 
 
@@ -155,7 +192,7 @@ def descend(tree: Any, container: Sequence[str]) -> Any:
     node = tree
     for segment in container:
         if isinstance(node, Mapping):
-            node = next((value for key, value in node.items() if _segment(key) == segment), None)
+            node = next((value for key, value in node.items() if key_text(key) == segment), None)
         elif isinstance(node, (list, tuple)) and segment.isdigit() and int(segment) < len(node):
             node = node[int(segment)]
         else:
@@ -202,20 +239,18 @@ def opaque_values(tree: Any, most: int = 8) -> list[tuple[str, str]]:
     """``(path, global)`` of the first ``most`` objects in ``tree`` that the pickle would
     have built by calling a global rnnport does not run (a custom class, a Namespace)."""
     found: list[tuple[str, str]] = []
-    seen: set[int] = set()
-    pending: deque[tuple[Any, tuple[str, ...]]] = deque([(tree, ())])
-    while pending and len(found) < most:
-        node, path = pending.popleft()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    walk = _Walk(tree)
+    for node, link in walk:
         if isinstance(node, (Opaque, Global)):
             made = node.made_by if isinstance(node, Opaque) else node
-            found.append((".".join(path) or "the whole file", str(made)))
+            found.append((".".join(walk.path(link)) or "the whole file",
+                          preview(made, 80)[1:-1]))
+            if len(found) == most:
+                break
             continue
         children: Any = node.items() if isinstance(node, Mapping) else \
             enumerate(node) if isinstance(node, (list, tuple)) else ()
-        if len(path) < MAX_DEPTH:
-            pending.extend((value, (*path, _segment(key)))
-                           for key, value in itertools.islice(children, 10_000))
+        for key, value in children:
+            if isinstance(value, (Mapping, list, tuple, Opaque, Global)):
+                walk.enter(value, link, key)
     return found

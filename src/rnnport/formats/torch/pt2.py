@@ -47,6 +47,7 @@ from typing import Any
 from ... import budget
 from ...errors import FormatError, UnsupportedFeatureError
 from ...io.archive import member_data, open_zip, read_member
+from ...io.pickled import preview
 from .tensors import DTYPES, Ledger, Loaded, Storage, TensorRef, read_zip_tree, zip_root
 
 __all__ = ["SCALAR_TYPES", "GraphNetwork", "read_pt2"]
@@ -116,7 +117,7 @@ def read_pt2(archive: zipfile.ZipFile, where: str, size: int) -> Loaded:
             tree = tensors
         else:
             tree[model] = tensors
-    return Loaded(tree, "pt2", where, size, graphs=graphs)
+    return Loaded(tree, "pt2", where, size, graphs=graphs, models=len(programs))
 
 
 def _json(archive: zipfile.ZipFile, member: str, where: str, size: int) -> Any:
@@ -166,13 +167,14 @@ def _raw_tensor(archive: zipfile.ZipFile, member: str, meta: Any, where: str,
                 ledger: Ledger) -> TensorRef:
     if not isinstance(meta, dict):
         raise FormatError(f"{where}: tensor_meta {str(meta)[:80]}; expected an object.")
-    name = SCALAR_TYPES.get(meta.get("dtype"))  # type: ignore[arg-type]
+    code = meta.get("dtype")
+    name = SCALAR_TYPES.get(code) if isinstance(code, int) else None
     if name is None:
-        raise FormatError(f"{where}: ScalarType {str(meta.get('dtype'))[:20]}; expected one of "
+        raise FormatError(f"{where}: ScalarType {preview(code)}; expected one of "
                           f"{sorted(SCALAR_TYPES)}.")
     if meta.get("layout", STRIDED) != STRIDED:
-        raise UnsupportedFeatureError(f"{where}: a tensor of layout {meta.get('layout')} (sparse "
-                                      "or mkldnn); rnnport reads dense (strided) tensors.")
+        raise UnsupportedFeatureError(f"{where}: a tensor of layout {preview(meta.get('layout'))} "
+                                      "(sparse or mkldnn); rnnport reads dense (strided) tensors.")
     dtype = DTYPES[name]
     shape = _ints(meta.get("sizes"), "sizes", where)
     strides = _ints(meta.get("strides"), "strides", where)
@@ -190,12 +192,12 @@ def _raw_tensor(archive: zipfile.ZipFile, member: str, meta: Any, where: str,
 def _ints(values: Any, what: str, where: str) -> tuple[int, ...]:
     """``[{"as_int": 3}, …]`` as ``(3, …)``; a symbolic size is refused."""
     if not isinstance(values, list) or len(values) > 64:
-        raise FormatError(f"{where}: {what} {str(values)[:80]}; expected a list of sizes.")
+        raise FormatError(f"{where}: {what} {preview(values)}; expected a list of sizes.")
     out = []
     for value in values:
         number = value.get("as_int") if isinstance(value, dict) else None
         if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < 2**62:
-            raise FormatError(f"{where}: {what} holds {str(value)[:60]}; expected whole sizes "
+            raise FormatError(f"{where}: {what} holds {preview(value)}; expected whole sizes "
                               "({\"as_int\": n}). A tensor stored with symbolic sizes cannot be "
                               "read.")
         out.append(number)
@@ -259,12 +261,14 @@ def _networks(exported: Any, model: str, where: str) -> list[GraphNetwork]:
     fqn = _parameter_names(signature.get("input_specs"), where)
     found: list[GraphNetwork] = []
     for node in nodes:
-        if not isinstance(node, dict) or node.get("target") not in OPERATORS:
+        target = node.get("target") if isinstance(node, dict) else None
+        if not isinstance(target, str) or target not in OPERATORS:
             continue
-        target = node["target"]
         cell, is_cell = OPERATORS[target]
-        arguments = {entry.get("name"): entry.get("arg") for entry in node.get("inputs", [])
-                     if isinstance(entry, dict)}
+        inputs = node.get("inputs")
+        arguments = {entry["name"]: entry.get("arg") for entry in
+                     (inputs if isinstance(inputs, list) else [])
+                     if isinstance(entry, dict) and isinstance(entry.get("name"), str)}
         name = str(node.get("name") or target)
         spot = f"{where}, node {name!r} ({target.removeprefix('torch.ops.')})"
         if is_cell:

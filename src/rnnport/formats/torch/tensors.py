@@ -35,7 +35,7 @@ import numpy as np
 from ... import budget
 from ...errors import FormatError
 from ...io.archive import member_data, read_member
-from ...io.pickled import Builder, Global, globals_named, unpickle
+from ...io.pickled import Builder, Global, globals_named, preview, unpickle
 
 __all__ = ["DTYPES", "DType", "Ledger", "Loaded", "NumpyArray", "Storage", "StorageType",
            "TensorRef",
@@ -78,6 +78,7 @@ STORAGES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat1
             "ComplexHalf": "complex32", "QInt8": "qint8", "QUInt8": "quint8",
             "QInt32": "qint32", "QUInt4x2": "quint4x2", "QUInt2x4": "quint2x4"}
 MAX_DIMS = 64
+MAX_EXTENT = 2**40  # the largest size, stride or offset read (a tensor of 2⁴⁰ elements)
 
 
 def dtype_named(name: str, where: str) -> DType:
@@ -174,7 +175,9 @@ class TensorRef:
                               "expected float32, float64, float16 or bfloat16 weights. "
                               "Dequantize or cast the weights before saving them.")
         count = self.size
-        if count and (self.offset + sum((dim - 1) * step for dim, step in
+        if not count:
+            return np.zeros(self.shape, dtype=self.dtype.out())
+        if (self.offset + sum((dim - 1) * step for dim, step in
                                         zip(self.shape, self.stride, strict=True)) >= self.storage.numel):
             raise FormatError(
                 f"{where}: tensor {self.describe()} at offset {self.offset} with strides "
@@ -192,7 +195,7 @@ class TensorRef:
                 stored.isnative and self.dtype.name != "bfloat16":
             return base.reshape(self.shape)  # the storage is this tensor: no copy
         view = np.lib.stride_tricks.as_strided(
-            base[self.offset:] if count else base[:0], shape=self.shape,
+            base[self.offset:], shape=self.shape,
             strides=tuple(step * itemsize for step in self.stride), writeable=False)
         array = np.array(view, dtype=stored.newbyteorder("="), copy=True)
         if self.dtype.name == "bfloat16":  # the upper half of a float32: exact
@@ -202,10 +205,10 @@ class TensorRef:
 
 def _whole_numbers(value: Any, what: str, where: str) -> tuple[int, ...]:
     if not isinstance(value, (tuple, list)) or len(value) > MAX_DIMS or not all(
-            isinstance(item, int) and not isinstance(item, bool) and 0 <= item < 2**62
+            isinstance(item, int) and not isinstance(item, bool) and 0 <= item < MAX_EXTENT
             for item in value):
-        raise FormatError(f"{where}: a tensor's {what} is {str(value)[:80]}; expected at most "
-                          f"{MAX_DIMS} non-negative whole numbers. The file is damaged.")
+        raise FormatError(f"{where}: a tensor's {what} is {preview(value)}; expected at most "
+                          f"{MAX_DIMS} whole numbers from 0 to 2⁴⁰. The file is damaged.")
     return tuple(value)
 
 
@@ -216,9 +219,9 @@ def make_tensor(where: str) -> Callable[..., TensorRef]:
         if not isinstance(storage, Storage):
             raise FormatError(f"{where}: a tensor over {type(storage).__name__}, not over a "
                               "storage the file holds; the file is damaged.")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise FormatError(f"{where}: a tensor's storage offset is {offset!r}; expected a "
-                              "non-negative whole number. The file is damaged.")
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < MAX_EXTENT:
+            raise FormatError(f"{where}: a tensor's storage offset is {preview(offset)}; "
+                              "expected a whole number from 0 to 2⁴⁰. The file is damaged.")
         shape = _whole_numbers(size, "size", where)
         strides = _whole_numbers(stride, "stride", where)
         if len(strides) != len(shape):
@@ -249,8 +252,9 @@ def _parameter(data: Any, *rest: Any) -> Any:
 
 def _from_type(function: Any, new_type: Any, args: Any, state: Any = None) -> Any:
     """``torch._tensor._rebuild_from_type_v2``: a tensor subclass's data, rebuilt by the
-    function it names when that is one of :data:`BUILDERS`."""
-    if isinstance(function, Builder) and isinstance(args, tuple):
+    function it names when that is one of the tensor builders (never this one again)."""
+    if isinstance(function, Builder) and function.name in TENSOR_BUILDERS and \
+            isinstance(args, tuple):
         return function.function(*args)
     return _Unbuilt(function, new_type)
 
@@ -305,11 +309,12 @@ class NumpyDType:
             self.byteorder = state[1]
 
     def dtype(self, where: str) -> np.dtype[Any]:
-        if self.code not in NUMPY_CODES:
-            raise FormatError(f"{where}: a NumPy array of dtype {str(self.code)[:20]!r}; "
+        if not isinstance(self.code, str) or self.code not in NUMPY_CODES:
+            raise FormatError(f"{where}: a NumPy array of dtype {preview(self.code)}; "
                               "expected a numeric dtype (an object array is a pickle, never "
                               "built).")
-        return np.dtype(self.code).newbyteorder("=" if self.byteorder == "|" else self.byteorder)
+        return np.dtype(self.code).newbyteorder(">" if self.byteorder == ">" else
+                                                "<" if self.byteorder == "<" else "=")
 
 
 @dataclass(eq=False)
@@ -321,13 +326,14 @@ class NumpyArray:
     kind: Any = None
     fortran: Any = False
     raw: Any = None
+    ledger: Ledger | None = None
 
     def pickle_state(self, state: Any) -> None:
         if isinstance(state, tuple) and len(state) in (4, 5):
             self.shape, self.kind, self.fortran, self.raw = state[-4:]
 
     def describe(self) -> str:
-        return f"NumPy {getattr(self.kind, 'code', '?')} {self.shape}"
+        return f"NumPy {preview(getattr(self.kind, 'code', '?'))} {preview(self.shape)}"
 
     def array(self, where: str) -> np.ndarray:
         if not isinstance(self.kind, NumpyDType) or not isinstance(self.raw, bytes):
@@ -339,20 +345,19 @@ class NumpyArray:
             raise FormatError(f"{where}: a NumPy array of shape {shape} and dtype {dtype} holds "
                               f"{len(self.raw):,} bytes; expected "
                               f"{math.prod(shape) * dtype.itemsize:,}. The file is damaged.")
+        if self.ledger is not None:
+            self.ledger.charge(len(self.raw), f"a NumPy array of shape {shape}", where)
         flat = np.frombuffer(self.raw, dtype=dtype)
         return np.array(flat.reshape(shape, order="F" if self.fortran else "C"),
                         dtype=dtype.newbyteorder("="))
 
 
-def _reconstruct(cls: Any, shape: Any, code: Any) -> NumpyArray:
-    return NumpyArray()
+TENSOR_BUILDERS = ("torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor_v3",
+                   "torch._utils._rebuild_tensor", "torch._utils._rebuild_parameter",
+                   "torch._utils._rebuild_parameter_with_state")
 
 
-def _numpy_scalar(kind: Any, raw: Any = None) -> NumpyArray:
-    return NumpyArray((), kind, False, raw)
-
-
-def builders(where: str) -> dict[tuple[str, str], Any]:
+def builders(where: str, ledger: Ledger) -> dict[tuple[str, str], Any]:
     """The globals a PyTorch pickle may name, as the pickle machine's ``known``."""
     tensor = Builder("torch._utils._rebuild_tensor_v2", make_tensor(where))
     named: dict[str, Any] = {
@@ -379,15 +384,23 @@ def builders(where: str) -> dict[tuple[str, str], Any]:
         "numpy.dtype": Builder("numpy.dtype", lambda code, *flags: NumpyDType(code)),
     }
     for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
-        named[f"{module}._reconstruct"] = Builder(f"{module}._reconstruct", _reconstruct)
-        named[f"{module}.scalar"] = Builder(f"{module}.scalar", _numpy_scalar)
+        named[f"{module}._reconstruct"] = Builder(
+            f"{module}._reconstruct", lambda cls, shape, code: NumpyArray(ledger=ledger))
+        named[f"{module}.scalar"] = Builder(
+            f"{module}.scalar", lambda kind, raw=None: NumpyArray((), kind, False, raw, ledger))
+    for module in ("numpy.core.numeric", "numpy._core.numeric"):  # protocol 5's arrays
+        named[f"{module}._frombuffer"] = Builder(
+            f"{module}._frombuffer", lambda raw, kind, shape, order="C": NumpyArray(
+                shape, kind, order == "F", bytes(raw) if isinstance(raw, bytearray) else raw,
+                ledger))
     known: dict[tuple[str, str], Any] = dict(globals_named(named))
     for name in (*DTYPES, *ALIASES):
         known[("torch", name)] = DTYPES[ALIASES.get(name, name)]
     for prefix, name in STORAGES.items():
         for module in ("torch", "torch.cuda"):
             known[(module, f"{prefix}Storage")] = StorageType(DTYPES[name])
-    known[("torch", "UntypedStorage")] = StorageType(DTYPES["uint8"])
+    for module in ("torch", "torch.storage"):
+        known[(module, "UntypedStorage")] = StorageType(DTYPES["uint8"])
     return known
 
 
@@ -403,18 +416,18 @@ def storage_id(pid: Any, where: str) -> tuple[DType, str, int, tuple[Any, ...] |
     numel, view metadata or None)."""
     if not isinstance(pid, tuple) or len(pid) not in (5, 6) or \
             pid[0] not in ("storage", b"storage"):
-        raise FormatError(f"{where}: a persistent id {str(pid)[:80]}; expected ('storage', "
+        raise FormatError(f"{where}: a persistent id {preview(pid)}; expected ('storage', "
                           "type, key, location, size), the only kind torch.save writes. The "
                           "file is damaged or not a PyTorch file.")
     kind, key, numel = pid[1], pid[2], pid[4]
     if not isinstance(kind, StorageType):
-        raise FormatError(f"{where}: a storage of type {kind}; expected a PyTorch storage type "
-                          "(torch.FloatStorage …).")
+        raise FormatError(f"{where}: a storage of type {preview(kind)}; expected a PyTorch "
+                          "storage type (torch.FloatStorage …).")
     if isinstance(key, bytes):
         key = key.decode("ascii", "replace")
-    if not isinstance(key, (str, int)) or not isinstance(numel, int) or isinstance(numel, bool) \
-            or not 0 <= numel < 2**62:
-        raise FormatError(f"{where}: storage {str(key)[:40]!r} of {str(numel)[:40]} elements; "
+    if not (isinstance(key, str) or (isinstance(key, int) and 0 <= key < 2**63)) or \
+            not isinstance(numel, int) or isinstance(numel, bool) or not 0 <= numel < 2**62:
+        raise FormatError(f"{where}: storage {preview(key)} of {preview(numel)} elements; "
                           "expected a key and a non-negative size. The file is damaged.")
     view = pid[5] if len(pid) == 6 else None
     return kind.dtype, str(key), numel, view
@@ -433,6 +446,7 @@ class Loaded:
     size: int
     graphs: list[Any] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    models: int = 1  # a .pt2 archive's models: the tree holds several under their names
 
 
 def zip_root(names: list[str]) -> str | None:
@@ -478,7 +492,7 @@ def read_zip_tree(archive: zipfile.ZipFile, root: str, where: str, size: int,
                                 big_endian=big_endian)
         return storages[key]
 
-    tree, _ = unpickle(data, f"{where}, {root}data.pkl", known=builders(where),
+    tree, _ = unpickle(data, f"{where}, {root}data.pkl", known=builders(where, ledger),
                          persistent=persistent, size=size)
     return tree
 
@@ -517,7 +531,7 @@ def pickle_state_dict(state: Mapping[str, np.ndarray]) -> tuple[bytes, list[np.n
     out = [b"\x80\x02", b"ccollections\nOrderedDict\nq\x00)R("]
     storages = []
     for index, (name, value) in enumerate(state.items()):
-        array = np.ascontiguousarray(value)
+        array = np.require(value, requirements="C")  # 0-d stays 0-d
         if array.dtype.name not in NUMPY_NAMES:
             raise FormatError(f"writing a PyTorch file: {name!r} has dtype {array.dtype}; "
                               f"expected one of {', '.join(NUMPY_NAMES)}.")
