@@ -142,8 +142,8 @@ def test_reading_a_folder_with_an_unreadable_state_says_to_pass_the_prefix(tmp_p
 
 def test_a_folder_named_checkpoint_stops_the_write(tmp_path: Path) -> None:
     (tmp_path / "checkpoint").mkdir()
-    with pytest.raises(FormatError, match="checkpoint: not a file; expected TensorFlow's "
-                                          "checkpoint state"):
+    with pytest.raises(FormatError, match="checkpoint: is a folder, not a file.*Expected "
+                                          "TensorFlow's checkpoint state"):
         rnnport.write(MODEL, "tf1", path=tmp_path / "model.ckpt")
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint"]
 

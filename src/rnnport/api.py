@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,9 @@ class Conversion:
     write_options: dict[str, Any]
     overwrite: bool = False
     how: str = "pass overwrite=True"
+    # The files the read opened, as the reader opened them (rnnport.io.inputs): no output may
+    # be one of them, whatever the formats declare.
+    opened: list[Path] = field(default_factory=list)
 
     @classmethod
     def plan(cls, source: Any, to: str, *, fmt: str | None = None, path: Any = None,
@@ -137,9 +141,15 @@ class Conversion:
                    overwrite, how)
 
     def read(self) -> Model:
-        """The source, read; writers may hand out views of the arrays the caller passed."""
-        model = _within_limits(get(self.source_format).read(self.source, **self.read_options),
-                               self.source)
+        """The source, read; writers may hand out views of the arrays the caller passed. The
+        files the read opens are recorded in ``opened``."""
+        from .io import inputs
+
+        with inputs.recording() as opened:
+            model = _within_limits(get(self.source_format).read(self.source,
+                                                                **self.read_options),
+                                   self.source)
+        self.opened[:] = opened
         shared_with_caller(model, self.source)
         return model
 
@@ -148,12 +158,11 @@ class Conversion:
         part for a stack written with ``per_part=True``)."""
         if per_part_paths(self.target_format, model, self.path, self.write_options):
             return write_parts(self.target_format, model, self.path, self.overwrite,
-                               self.source, self.how, self.write_options)
-        if self.write_options.get("per_part"):  # one network after all: the path itself
-            check_path(f"convert({self.source_format} → {self.target_format})", self.path,
-                       self.target_format, self.overwrite, self.source, self.how)
+                               self.source, self.how, self.write_options, self.opened)
+        check_path(f"convert({self.source_format} → {self.target_format})", self.path,
+                   self.target_format, self.overwrite, self.source, self.how, self.opened)
         try:
-            with replacing(self.path, self.overwrite, self.how):
+            with replacing(self.path, self.overwrite, self.how, self.opened):
                 return get(self.target_format).write(model, path=self.path, **self.write_options)
         except UnsupportedFeatureError as error:
             raise self.with_remedy(error, model) from None
@@ -190,7 +199,7 @@ def per_part_paths(fmt: str, model: Model, path: Any, options: dict[str, Any]) -
 
 
 def write_parts(fmt: str, model: Model, path: Any, overwrite: bool, source: Any, how: str,
-                options: dict[str, Any]) -> list[Any]:
+                options: dict[str, Any], opened: Sequence[Path] = ()) -> list[Any]:
     """Each part of a stack in its own file: every output checked, and every part written
     in memory, before the first file is saved, so a part the format cannot hold leaves no
     file behind."""
@@ -199,19 +208,20 @@ def write_parts(fmt: str, model: Model, path: Any, overwrite: bool, source: Any,
     from .io.atomic import check_outputs
 
     check_outputs([file for part in paths for file in output_files(fmt, part)],
-                  input_files(source), overwrite, how)
+                  [*input_files(source), *opened], overwrite, how)
     declared = get(fmt)
     for part in model.parts:
         declared.write(part, **options)
-    with replacing(path, overwrite, how):
+    with replacing(path, overwrite, how, opened):
         return [declared.write(part, path=part_file, **options)
                 for part, part_file in zip(model.parts, paths, strict=True)]
 
 
 def check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any,
-               how: str) -> None:
+               how: str, opened: Sequence[Path] = ()) -> None:
     """Before any work: ``path`` names files that can be written, none of them the source's
-    or (unless ``overwrite``) an existing file; ``how`` says how to allow replacing one."""
+    (those its format declares, and ``opened``: those a read opened) or (unless
+    ``overwrite``) an existing file; ``how`` says how to allow replacing one."""
     if path is None:
         return
     if not isinstance(path, (str, os.PathLike)):
@@ -219,18 +229,20 @@ def check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any,
                           "or None to only return the native object.")
     from .io.atomic import check_outputs  # only when saving: tempfile and shutil come with it
 
-    check_outputs(output_files(fmt, path), input_files(source), overwrite, how)
+    check_outputs(output_files(fmt, path), [*input_files(source), *opened], overwrite, how)
 
 
-def replacing(path: Any, overwrite: bool, how: str) -> AbstractContextManager[None]:
+def replacing(path: Any, overwrite: bool, how: str,
+              opened: Sequence[Path] = ()) -> AbstractContextManager[None]:
     """The block in which a format saves to ``path``: its files replace existing ones only
     when ``overwrite`` (checked again as each file is renamed into place, so a file another
-    process creates meanwhile is never replaced); ``how`` says how to allow that."""
+    process creates meanwhile is never replaced), and never one of ``opened`` (the files
+    the read opened, checked before each write starts); ``how`` says how to allow that."""
     if path is None:
         return contextlib.nullcontext()
     from .io import atomic
 
-    return atomic.replacing(overwrite, how)
+    return atomic.replacing(overwrite, how, opened)
 
 
 def check_source(source: Any, where: str) -> None:
@@ -242,7 +254,7 @@ def check_source(source: Any, where: str) -> None:
     try:
         if "\0" in text:
             raise ValueError("embedded null byte")
-        os.stat(text)
+        mode = os.stat(text).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return  # told by the format search, which also tries the path as a prefix
     except (OSError, ValueError) as error:
@@ -255,3 +267,10 @@ def check_source(source: Any, where: str) -> None:
             reason, fix = error.strerror or str(error), "Check the path"
         raise FormatError(f"{where}: {shown(text)} cannot be read; the system says: {reason}. "
                           f"{fix}.") from None
+    from .io.inputs import kind_of_file
+
+    kind = kind_of_file(mode)
+    if kind is not None and kind != "a folder":  # a folder holds a checkpoint or SavedModel
+        raise FormatError(f"{where}: {text} is {kind}, not a file; rnnport reads regular files "
+                          "(and folders holding a checkpoint or a SavedModel): a pipe or a "
+                          "device could block the read for ever. Give the path of the file.")

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
@@ -65,6 +64,7 @@ import numpy as np
 from ..errors import FormatError, UnknownOptionError, UnsupportedFeatureError
 from ..gates import CANONICAL, block
 from ..io.atomic import atomic_write, check_target
+from ..io.inputs import read_file
 from ..model import RNN, Model, stack
 from ..spec import Spec
 from ._common import close_matches, describe, is_path, listed, require, to_numpy
@@ -409,12 +409,7 @@ def _tree(source: Any, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
         from . import _msgpack as msgpack
 
         path = Path(source)
-        try:
-            if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block
-                raise FormatError(f"{path}: not a regular file; expected a .msgpack checkpoint.")
-            data = path.read_bytes()
-        except OSError as error:
-            raise FormatError(f"{path}: cannot be read ({error.strerror or error}).") from None
+        data = read_file(path, str(path))
         return _plain(msgpack.decode(data, source=str(path)), str(path)), str(path)
     if isinstance(source, (bytes, bytearray, memoryview)):
         from . import _msgpack as msgpack

@@ -59,6 +59,7 @@ import numpy as np
 from ..errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from ..gates import reorder
 from ..io import tfproto
+from ..io.inputs import read_file
 from ..model import Model, as_float_array
 from ..spec import Spec
 from ._common import close_matches, describe, is_path, listed
@@ -822,7 +823,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     input_name, output_name, time_major = found
     x = np.asarray(x)
     serialized = source.serialized if isinstance(source, FrozenGraph) else (
-        Path(source).read_bytes() if is_path(source) else None)
+        read_file(source, str(source)) if is_path(source) else None)
     if serialized is None:
         if not isinstance(source, (bytes, bytearray, memoryview)):
             return "the source is a decoded GraphDef, not bytes TensorFlow parses: no " \

@@ -19,12 +19,12 @@ import re
 import struct
 import zipfile
 import zlib
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import DTypeError, FormatError
+from . import inputs
 
 __all__ = ["RATIO", "load_npy", "member_data", "open_zip", "read_member", "read_npy",
            "zip_names"]
@@ -58,8 +58,9 @@ def open_zip(path: str | os.PathLike[str] | bytes, what: str, where: str | None 
     if isinstance(path, bytes):
         size, where, source = len(path), where or "an archive in memory", io.BytesIO(path)
     else:
-        size, where, source = os.path.getsize(path), os.fspath(path) if where is None \
-            else where, path
+        where = os.fspath(path) if where is None else where
+        source = inputs.checked(path, where)  # a regular file, recorded as read
+        size = os.path.getsize(source)
     try:
         archive = zipfile.ZipFile(source)
         infos = archive.infolist()
@@ -171,9 +172,7 @@ def _stored(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str,
 
 def load_npy(path: str | os.PathLike[str], where: str) -> np.ndarray:
     """The array of the ``.npy`` file at ``path``, read as :func:`read_npy` reads bytes."""
-    if not Path(path).is_file():
-        raise FormatError(f"{where}: no such file.")
-    return read_npy(Path(path).read_bytes(), where)
+    return read_npy(inputs.read_file(path, where), where)
 
 
 def read_npy(data: bytes, where: str) -> np.ndarray:

@@ -70,6 +70,7 @@ _NO_LINKS = frozenset(code for code in (
 class _Replacing:
     overwrite: bool
     how: str
+    protected: frozenset[Path] = frozenset()  # real paths of the files the read opened
 
 
 _REPLACING: ContextVar[_Replacing | None] = ContextVar("rnnport_replacing", default=None)
@@ -77,10 +78,14 @@ _SWEPT: ContextVar[bool] = ContextVar("rnnport_swept", default=False)  # see swe
 
 
 @contextlib.contextmanager
-def replacing(overwrite: bool, how: str = "pass overwrite=True") -> Iterator[None]:
+def replacing(overwrite: bool, how: str = "pass overwrite=True",
+              protected: Sequence[Path] = ()) -> Iterator[None]:
     """Within the block, writes replace existing targets only when ``overwrite``; ``how``
-    says, in the error for a target that appeared meanwhile, how to allow replacing it."""
-    token = _REPLACING.set(_Replacing(bool(overwrite), how))
+    says, in the error for a target that appeared meanwhile, how to allow replacing it.
+    No write in the block, of any file a format writes, may be one of ``protected`` (the
+    files a conversion's read opened): checked before any of its files is written."""
+    token = _REPLACING.set(_Replacing(bool(overwrite), how,
+                                      frozenset(path.resolve() for path in protected)))
     try:
         yield
     finally:
@@ -205,6 +210,7 @@ def atomic_write_all(
     together, as a checkpoint's do, names the new ones apart from the old; see
     :func:`rnnport.io.tensorbundle.write_bundle`)."""
     targets = [check_target(path) for path, _ in files]
+    _check_protected(targets)
     replacing_each = list(replace) if replace is not None else [replaces(t) for t in targets]
     temporaries: list[_Temporary] = []
     created: list[tuple[Path, os.stat_result]] = []
@@ -231,6 +237,25 @@ def atomic_write_all(
         for temporary in temporaries:
             temporary.close()
     return targets
+
+
+def _check_protected(targets: Sequence[Path]) -> None:
+    """Refuse, before anything is written, a target that is a file the read opened."""
+    setting = _REPLACING.get()
+    if setting is None or not setting.protected:
+        return
+    for target in targets:
+        try:
+            resolved = target.resolve()
+            same = resolved in setting.protected or (target.exists() and any(
+                os.path.samefile(target, source) for source in setting.protected
+                if source.exists()))
+        except (OSError, ValueError):
+            continue
+        if same:
+            raise FormatError(f"{shown(target)}: is a file the read of this conversion opened; "
+                              "rnnport never writes over its input. Choose another output "
+                              "path. Nothing was written.")
 
 
 class _Temporary:

@@ -48,12 +48,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import FormatError
+from . import inputs
 from .atomic import atomic_write, folder_lock
 
 __all__ = ["STATE_FILE", "CheckpointState", "format_state", "parse_state", "read_state",
            "record", "updated"]
 
 STATE_FILE = "checkpoint"
+MAX_STATE_BYTES = 16 << 20  # thousands of checkpoints take kilobytes
 
 _STRING_FIELDS = ("model_checkpoint_path", "all_model_checkpoint_paths")
 _NUMBER_FIELDS = ("all_model_checkpoint_timestamps", "last_preserved_timestamp")
@@ -93,14 +95,16 @@ def read_state(folder: str | os.PathLike[str], advice: str) -> CheckpointState |
     path = Path(folder) / STATE_FILE
     if not os.path.lexists(path):
         return None
-    if not path.is_file():
-        raise FormatError(f"{path}: not a file; expected TensorFlow's checkpoint state (a text "
-                          f"file). {advice}")
     try:
-        return parse_state(path.read_bytes())
-    except OSError as error:
-        raise FormatError(f"{path}: cannot be read ({error.strerror or error}). {advice}") \
-            from None
+        # Not recorded as an input: a checkpoint written into the folder adds itself to this
+        # file and keeps what it lists (the checkpoints it names are recorded when read).
+        data = inputs.read_file(path, str(path), inside=Path(folder), name=STATE_FILE,
+                                record=False, limit=MAX_STATE_BYTES)
+    except FormatError as error:
+        raise FormatError(f"{error} Expected TensorFlow's checkpoint state (a text file). "
+                          f"{advice}") from None
+    try:
+        return parse_state(data)
     except _Unreadable as error:
         raise FormatError(f"{path}, {error}; expected TensorFlow's checkpoint state, the fields "
                           f"{', '.join((*_STRING_FIELDS, *_NUMBER_FIELDS))} one a line "

@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import budget
 from ..errors import FormatError
+from . import inputs
 
 __all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "Node", "SoftLink", "snapshot"]
 
@@ -111,7 +112,8 @@ def snapshot(source: str | os.PathLike[str] | bytes, where: str) -> Group:
     if isinstance(source, bytes):  # decompression was bounded already: no second factor
         size, argument, stdin, ratio = len(source), "-", source, 1
     else:
-        size, argument, stdin, ratio = os.path.getsize(source), os.fspath(source), b"", 1032
+        path = inputs.checked(source, where)  # a regular file, recorded as read
+        size, argument, stdin, ratio = os.path.getsize(path), os.fspath(path), b"", 1032
     timeout = budget.value("seconds") + size / 10e6  # wall clock and CPU
     command = [sys.executable, "-I", str(CHILD), argument, str(size), str(ratio),
                str(int(timeout))]

@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import budget
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
-from . import _proto, checkpoint_state
+from . import _proto, checkpoint_state, inputs
 from .atomic import atomic_write_all, check_target, folder_lock, overwrite_setting, replaces
 from .crc32c import crc32c, mask, unmask
 
@@ -104,14 +104,25 @@ def is_data_file(path: str | os.PathLike[str]) -> bool:
 
 def checkpoint_prefix(path: str | os.PathLike[str]) -> Path:
     """The prefix a path names: itself, ``X.index`` → ``X``, a folder → its latest checkpoint."""
+    return checkpoint_location(path)[0]
+
+
+def checkpoint_location(path: str | os.PathLike[str]) -> tuple[Path, Path | None]:
+    """The prefix a path names (see :func:`checkpoint_prefix`), and the folder its files must
+    stay in when a file in that folder named it (its ``checkpoint`` state file, or the one
+    index there), else None."""
     path = Path(path)
+    if not str(path).endswith(".index") and not is_data_file(path) and _is_folder(path):
+        return _latest_in(path), path
+    return _prefix_of(path), None
+
+
+def _prefix_of(path: Path) -> Path:
     text = str(path)
     if text.endswith(".index"):
         return Path(text[: -len(".index")])
     if is_data_file(path):
         return path.with_name(path.name.rsplit(".data-", 1)[0])
-    if _is_folder(path):
-        return _latest_in(path)
     return path
 
 
@@ -179,9 +190,12 @@ def _identity(path: Path) -> tuple[int, ...]:
     return status.st_ino, status.st_dev, status.st_mtime_ns, status.st_size
 
 
-def _read_index(path: Path) -> tuple[tuple[int, ...], _Table]:
-    """The index file's identity and table, both of the one file that was opened."""
+def _read_index(path: Path, inside: Path | None) -> tuple[tuple[int, ...], _Table]:
+    """The index file's identity and table, both of the one file that was opened (checked
+    and recorded as every input is: inside ``inside`` when a file there named it)."""
     with path.open("rb") as file:
+        # (A writer may replace the index meanwhile: the caller reads it again then.)
+        inputs.note(path, str(path), inside=inside, name=path.name if inside else None)
         status = os.fstat(file.fileno())
         data = file.read()
     return (status.st_ino, status.st_dev, status.st_mtime_ns, status.st_size), _Table(path, data)
@@ -193,7 +207,7 @@ _NOT_A_FILE = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"
 _MISSING = "is missing"
 
 
-def _open_data(path: Path) -> io.FileIO | str:
+def _open_data(path: Path, inside: Path | None) -> io.FileIO | str:
     """A data shard opened for reading, or why it cannot be read, as the error says it
     ("is missing", "is a FIFO (named pipe), not a file" …; told when a tensor in it is
     read). Anything but a plain file is refused, unopened (a FIFO would block)."""
@@ -215,6 +229,11 @@ def _open_data(path: Path) -> io.FileIO | str:
     if not stat.S_ISREG(mode):
         os.close(descriptor)
         return _not_a_file(path, mode)
+    try:  # a shard a checkpoint state file named must stay in its folder; recorded
+        inputs.note(path, str(path), inside=inside, name=path.name if inside else None)
+    except BaseException:
+        os.close(descriptor)
+        raise
     return os.fdopen(descriptor, "rb", buffering=0)
 
 
@@ -242,8 +261,12 @@ def _close_all(files: dict[int, io.FileIO | str]) -> None:
 class Bundle(Mapping[str, Entry]):
     """The index of a checkpoint: ``bundle[name]`` is the :class:`Entry`, ``read(name)`` the array."""
 
-    def __init__(self, prefix: str | os.PathLike[str]) -> None:
-        self.prefix = checkpoint_prefix(prefix)
+    def __init__(self, prefix: str | os.PathLike[str], inside: Path | None = None) -> None:
+        """The checkpoint at ``prefix`` (a prefix, its index, a data shard or a folder); its
+        files must stay inside ``inside`` (a folder named them, e.g. a SavedModel's) or, for
+        a folder, inside that folder."""
+        self.prefix, named_in = checkpoint_location(prefix)
+        self.inside = inside if inside is not None else named_in
         self.index_path = Path(f"{self.prefix}.index")
         if not self.index_path.is_file():
             raise FormatError(
@@ -264,7 +287,7 @@ class Bundle(Mapping[str, Entry]):
         for attempt in range(_ATTEMPTS):
             _close_all(self._files)
             try:
-                self._seen, table = _read_index(self.index_path)
+                self._seen, table = _read_index(self.index_path, self.inside)
             except FileNotFoundError:
                 if attempt + 1 < _ATTEMPTS:
                     continue
@@ -272,7 +295,7 @@ class Bundle(Mapping[str, Entry]):
                                   "the checkpoint to stay in place. Read it again.") from None
             self._parse(table)
             for shard in sorted({entry.shard for entry in self._entries.values()}):
-                self._files[shard] = _open_data(self.data_path(shard))
+                self._files[shard] = _open_data(self.data_path(shard), self.inside)
             if _identity(self.index_path) == self._seen:
                 return
 

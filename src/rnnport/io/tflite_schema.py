@@ -85,7 +85,6 @@ act(W x + R h + b)``.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -95,6 +94,7 @@ import numpy as np
 
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
 from .flatbuffer import FlatBuffer, Table, slot
+from .inputs import read_file
 
 __all__ = [
     "ACTIVATIONS",
@@ -647,12 +647,7 @@ def decode_model(data: bytes | bytearray | memoryview, *, source: str = "<bytes>
 def read_model(path: str | os.PathLike[str]) -> Model:
     """Read and decode a ``.tflite`` file."""
     path = Path(path)
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block or not end
-            raise FormatError(f"{path}: not a regular file; expected a FlatBuffer model file.")
-        data = path.read_bytes()
-    except OSError as error:
-        raise FormatError(f"{path}: cannot be read ({error.strerror or error})") from None
+    data = read_file(path, str(path))
     return decode_model(data, source=str(path))
 
 

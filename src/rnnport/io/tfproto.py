@@ -106,7 +106,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
-from . import _proto
+from . import _proto, inputs
 
 __all__ = [
     "DATA_TYPES", "FIELDS", "MAX_DEPTH", "MAX_FILL_BYTES", "MAX_ITEMS", "MAX_MESSAGE_BYTES",
@@ -1373,13 +1373,10 @@ def decode_saved_metadata(data: Bytes, *, where: str = "SavedMetadata") -> Saved
 # -- files -----------------------------------------------------------------------------------------
 
 def _read(path: Path, what: str) -> bytes:
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise FormatError(f"{path}: no such file; expected {what}.")
-    size = path.stat().st_size
-    if size > MAX_MESSAGE_BYTES:
-        raise FormatError(f"{path}: {size:,} bytes; expected at most {MAX_MESSAGE_BYTES:,} "
-                          f"(protobuf's limit for one message), so it is not {what}.")
-    return path.read_bytes()
+    # protobuf's limit for one message: a larger file is no such message
+    return inputs.read_file(path, str(path), limit=MAX_MESSAGE_BYTES)
 
 
 def read_graph_def(path: str | os.PathLike[str]) -> GraphDef:

@@ -48,6 +48,7 @@ import numpy as np
 
 from ... import budget
 from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
+from ...io.inputs import checked, open_file, read_file
 from .._common import describe, require
 
 __all__ = ["FOLDABLE", "MAX_DEPTH", "BudgetError", "Loaded", "Scope", "attributes", "exhausted",
@@ -105,10 +106,11 @@ def load(source: Any) -> Loaded:
         return loaded
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise FormatError(f"{path}: no such file; expected an .onnx model.")
+        data = read_file(path, str(path))
         try:
-            model = onnx.load(str(path), load_external_data=False)
+            model = onnx.load_model_from_string(data)
         except Exception as error:  # protobuf raises its own DecodeError types
             raise FormatError(f"{path}: not a readable ONNX model ({type(error).__name__}: "
                               f"{error}); the file may be truncated or not ONNX.") from None
@@ -572,16 +574,8 @@ def _with_external_data(tensor: Any, loaded: Loaded, where: str) -> Any:
                           "rnnport reads only files named relative to the model's own folder, "
                           "without '..'. Nothing was read.")
     path = loaded.folder / relative
-    try:
-        resolved = path.resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise FormatError(f"{where}: tensor {name!r} keeps its data in {location!r}, which is "
-                          f"not in {loaded.folder}; copy the data file beside the model.") \
-            from None
-    if loaded.folder not in resolved.parents or not resolved.is_file():
-        raise FormatError(f"{where}: tensor {name!r}'s external data {location!r} leads out of "
-                          "the model's folder (a link) or is no file; rnnport reads only files "
-                          "inside the model's folder. Nothing was read.")
+    resolved = checked(path, f"{where}: tensor {name!r}'s external data", inside=loaded.folder,
+                       name=location)
     size = resolved.stat().st_size
     try:
         offset = int(entries.get("offset", "0"))
@@ -606,7 +600,7 @@ def _with_external_data(tensor: Any, loaded: Loaded, where: str) -> Any:
         raise FormatError(f"{where}: tensor {name!r} has shape {list(tensor.dims)} "
                           f"({count * itemsize} bytes), but its external data is {length} "
                           "bytes long; the model and its data file do not belong together.")
-    with open(resolved, "rb") as file:
+    with open_file(resolved, where) as file:
         file.seek(offset)
         data = file.read(length)
     copy = type(tensor)()

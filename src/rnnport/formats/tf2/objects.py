@@ -130,9 +130,9 @@ class Source:
             # Decoded here so that a damaged saved_model.pb is an error, as TensorFlow would
             # make it, rather than a folder read from its variables alone.
             saved = _saved_model(path / "saved_model.pb")
+            self.bundle = tensorbundle.Bundle(prefix, inside=path)  # its variables stay in it
         else:
-            prefix = tensorbundle.checkpoint_prefix(path)
-        self.bundle = tensorbundle.Bundle(prefix)
+            self.bundle = tensorbundle.Bundle(path)
         self.where = str(path if self.saved_model else self.bundle.prefix)
         self.keys = list(self.bundle)
         self.shapes = {key: self.bundle[key].shape for key in self.keys}

@@ -45,13 +45,13 @@ import struct
 import tarfile
 import zipfile
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...errors import FormatError, UnsupportedFeatureError
 from ...io.archive import open_zip, zip_names
+from ...io.inputs import checked, open_file
 from ...io.pickled import preview, unpickle
 from .pt2 import read_pt2
 from .tensors import (
@@ -144,12 +144,11 @@ def opened(path: str | os.PathLike[str], where: str | None = None) -> Iterator[L
     """The PyTorch file at ``path``, told apart by its bytes, open while the block runs
     (its tensors read from the file when asked)."""
     where = os.fspath(path) if where is None else where
-    if not Path(path).is_file():
-        raise FormatError(f"{where}: no such file.")
+    path = checked(path, where)  # a regular file, recorded as read
     kind = kind_of(path)
     size = os.path.getsize(path)
     if kind is None:
-        with open(path, "rb") as file:
+        with open_file(path, where) as file:
             head = file.read(16)
         raise FormatError(
             f"{where}: not a PyTorch file; expected a torch.save zip (a member "
@@ -173,10 +172,10 @@ def opened(path: str | os.PathLike[str], where: str | None = None) -> Iterator[L
         with open_zip(path, "PyTorch file", where) as archive:
             yield _read_zip(archive, where, size)
     elif kind == "legacy":
-        with open(path, "rb") as file, _mapped(file, size) as data:
+        with open_file(path, where) as file, _mapped(file, size) as data:
             yield _read_legacy(data, where, size)
     elif kind == "safetensors":
-        with open(path, "rb") as file:
+        with open_file(path, where) as file:
             yield _read_safetensors(file, where, size)
     else:
         with open_zip(path, ".pt2 archive", where) as archive:
