@@ -33,7 +33,8 @@ READABLE = LSTMS + LOOPS
 # Integer weights: read only with dequantize=True; LiteRT's integer kernels compute other
 # numbers than the dequantized float network (each case's bound, measured on its file).
 QUANTIZED = {"gru_dynamic_int8": 2e-2, "lstm_int8": 5e-2}
-# Read, with the file's outputs in reversed time order (the canonical y is in time order).
+# Refused: go_backwards=True outside a Bidirectional (the file keeps its outputs in reversed
+# time order, which no canonical network gives).
 REVERSED = ["gru_go_backwards"]
 
 
@@ -569,13 +570,14 @@ def test_stacked_loops_read_as_one_network() -> None:
     assert not any("time-major" in note for note in notes(GOLDEN / "stacked_gru.tflite"))
 
 
-def test_go_backwards_reads_reversed_and_says_the_file_keeps_reversed_time() -> None:
-    path, data = _golden("gru_go_backwards")
-    model = FORMAT.read(path)
-    assert model.spec.reverse
-    y, _ = model.forward(data["x"])
-    np.testing.assert_allclose(y[:, ::-1], data["y_litert"], rtol=0, atol=1e-5)
-    assert any("go_backwards" in note and "reversed order" in note for note in notes(path))
+def test_go_backwards_outside_a_bidirectional_is_refused_as_tf2_refuses_it() -> None:
+    """Read as a reverse network, its y would be LiteRT's output reversed in time."""
+    path, _ = _golden("gru_go_backwards")
+    with pytest.raises(UnsupportedFeatureError, match=r"operator 2 \(WHILE\): go_backwards=True "
+                                                      r"outside a Bidirectional layer.*reversed "
+                                                      r"order.*Reverse the time axis of x"):
+        FORMAT.read(path)
+    assert "go_backwards=True outside a Bidirectional: refused" in networks(path).entries[0][1]
 
 
 def test_a_batch_of_one_reshaped_to_time_major_is_batch_major() -> None:

@@ -31,14 +31,31 @@ GOLDEN = Path(__file__).parent / "golden" / "tflite_keras3"
 MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())
 # Read, and LiteRT ran them: forward equals y_litert.
 LITERT = ["bi_lstm", "gru", "gru_linear", "gru_reset_before", "gru_stateful", "lstm",
-          "lstm_dropout", "lstm_last", "simple_rnn", "stacked_gru_lstm"]
+          "lstm_dropout", "lstm_flip_go_backwards", "lstm_last", "simple_rnn",
+          "stacked_gru_lstm"]
 AROUND = "conv_lstm_dense"  # Conv1D → LSTM → Dense: the network's own tensors, from LiteRT
 SEQ2SEQ = "gru_encoder_decoder"  # two networks: the encoder's final state starts the decoder
 FLEX = "lstm_open_flex"  # read; the LiteRT installed has no Flex delegate: against Keras
+MERGED = "bi_gru_sum"  # a Bidirectional with merge_mode='sum': its two directions, named
+LAST_STEPS = "bi_gru_last"  # a Bidirectional's last steps: its directions, read one by one
 REFUSED = {"gru_saved_model_variables": r"the weights are not in the file",
            "simple_rnn_linear": r"a simple RNN whose activation is the identity \(no function: "
-                                r"Keras's activation='linear'\)"}
-READ = [*LITERT, AROUND, FLEX, SEQ2SEQ]
+                                r"Keras's activation='linear'\)",
+           # as the tf2 reader refuses the same layer exported (tests/test_keras3_export.py)
+           "lstm_go_backwards": r"operator 2 \(WHILE\): go_backwards=True outside a "
+                                r"Bidirectional layer: the loop runs over the sequence reversed "
+                                r"in time and the file keeps its outputs in that reversed order",
+           "gru_go_backwards_last": r"go_backwards=True outside a Bidirectional layer: the loop "
+                                    r"runs over the sequence reversed in time and the file keeps "
+                                    r"its last step alone \(return_sequences=False",
+           "bi_halves_differ": r"the two directions differ in activations \(forward "
+                               r"Sigmoid/Tanh/Tanh, backward Sigmoid/Relu/Relu\)",
+           "lstm_silu": r"it applies v·sigmoid\(v\) \(Keras's silu\), which no cell rnnport "
+                        r"reads applies",
+           "lstm_mixed_float16": r"Keras computed the layer in float16 \(a dtype policy such as "
+                                 r"'mixed_float16' or 'float16'\), and rnnport computes in "
+                                 r"float32"}
+READ = [*LITERT, AROUND, FLEX, SEQ2SEQ, MERGED, LAST_STEPS]
 
 
 def _data(name: str) -> dict[str, Any]:
@@ -67,7 +84,7 @@ def test_every_golden_case_is_checked_and_small() -> None:
     assert MANIFEST["versions"]["keras"].startswith("3.")
     assert sorted(MANIFEST["cases"]) == sorted([*READ, *REFUSED])
     assert max(p.stat().st_size for p in GOLDEN.iterdir()) < 24_000
-    assert sum(p.stat().st_size for p in GOLDEN.iterdir()) < 256_000
+    assert sum(p.stat().st_size for p in GOLDEN.iterdir()) < 384_000
 
 
 @pytest.mark.parametrize("name", LITERT)
@@ -185,6 +202,51 @@ def test_the_gru_with_no_candidate_function_reads_exactly() -> None:
 def test_refused_by_name(name: str) -> None:
     with pytest.raises(UnsupportedFeatureError, match=REFUSED[name]):
         FORMAT.read(GOLDEN / f"{name}.tflite")
+
+
+def test_a_flip_before_a_go_backwards_layer_is_a_forward_network_on_the_input() -> None:
+    """Lambda(ops.flip) → LSTM(go_backwards=True): REVERSE_V2 (the flip), TRANSPOSE,
+    REVERSE_V2 (go_backwards), WHILE; the reversals cancel, as the tf2 reader finds them."""
+    path = GOLDEN / "lstm_flip_go_backwards.tflite"
+    model = FORMAT.read(path)
+    assert not model.spec.reverse and network_ends(path)[0] == 0  # the file's input
+    assert any("reversed in time twice on the way" in note for note in notes(path))
+
+
+def test_a_bidirectional_merged_by_add_names_its_merge() -> None:
+    """merge_mode='sum': two networks (rnnport's bidirectional concatenates), each named as
+    its direction; read one by one, their outputs add up to LiteRT's."""
+    data = _data(MERGED)
+    path = GOLDEN / f"{MERGED}.tflite"
+    with pytest.raises(rnnport.errors.FormatError,
+                       match=r"(?s)holds 2 recurrent networks.*backward direction of a "
+                             r"Bidirectional layer merged by operator \d+ \(ADD\): "
+                             r"merge_mode='sum'"):
+        FORMAT.read(path)
+    (backward_node, _), (forward_node, _) = networks(path).entries
+    backward = FORMAT.read(path, node=backward_node)
+    forward = FORMAT.read(path, node=forward_node)
+    assert backward.spec.reverse and not forward.spec.reverse
+    y = forward.forward(data["x"])[0] + backward.forward(data["x"])[0]
+    np.testing.assert_allclose(y, data["y_litert"], rtol=0, atol=1e-5)
+    assert any("merge_mode='sum'" in note and "forward + backward" in note
+               for note in notes(path, node=forward_node))
+
+
+def test_a_bidirectional_returning_its_last_steps_reads_each_direction() -> None:
+    """return_sequences=False: the backward loop keeps its last step (time 0) beside the
+    forward one's; a go_backwards loop, not refused as one outside a Bidirectional."""
+    data = _data(LAST_STEPS)
+    path = GOLDEN / f"{LAST_STEPS}.tflite"
+    (backward_node, _), (forward_node, _) = networks(path).entries
+    backward = FORMAT.read(path, node=backward_node)
+    forward = FORMAT.read(path, node=forward_node)
+    assert backward.spec.reverse and not forward.spec.reverse
+    y = np.concatenate([forward.forward(data["x"])[0][:, -1],
+                        backward.forward(data["x"])[0][:, 0]], axis=-1)
+    np.testing.assert_allclose(y, data["y_litert"], rtol=0, atol=1e-5)
+    assert any("y[:, 0] of the reverse network" in note
+               for note in notes(path, node=backward_node))
 
 
 def test_weights_in_variables_nothing_initializes_are_not_in_the_file() -> None:

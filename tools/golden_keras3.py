@@ -175,6 +175,27 @@ def _refused(keras: Any) -> tuple[Any, list[list[str]]]:
         ["backwards"], ["summed"], ["gelu"], ["sigmoid"], ["unrolled"], ["masked"]]
 
 
+def _lookalikes(keras: Any) -> tuple[Any, list[list[str]]]:
+    layers = keras.layers
+    inputs = keras.Input((TIME, 3))
+    flipped = layers.Lambda(lambda t: keras.ops.flip(t, axis=1), name="flip")(inputs)
+    outputs = [
+        layers.SimpleRNN(2, activation="relu6", return_sequences=True, name="relu6_rnn")(inputs),
+        layers.LSTM(2, recurrent_activation="relu6", return_sequences=True,
+                    name="relu6_gates")(inputs),
+        layers.SimpleRNN(2, activation=lambda t: keras.activations.relu(t, max_value=4.0),
+                         return_sequences=True, name="capped")(inputs),
+        layers.LSTM(2, activation="silu", return_sequences=True, name="silu")(inputs),
+        layers.LSTM(2, go_backwards=True, return_sequences=True, name="unflipped")(flipped),
+        layers.LSTM(2, dtype="mixed_float16", return_sequences=True, name="mixed")(inputs),
+        layers.GRU(2, dtype="mixed_bfloat16", return_sequences=True, name="mixed_bf16")(inputs),
+        layers.LSTM(2, dtype="float16", return_sequences=True, name="half")(inputs),
+    ]
+    return keras.Model(inputs, outputs, name="lookalikes"), [
+        [name] for name in ("relu6_rnn", "relu6_gates", "capped", "silu", "unflipped", "mixed",
+                            "mixed_bf16", "half")]
+
+
 def _no_recurrent(keras: Any) -> tuple[Any, list[list[str]]]:
     layers = keras.layers
     model = keras.Sequential([keras.Input((None, 3)), layers.Conv1D(2, 2), layers.Dense(2)])
@@ -228,6 +249,15 @@ CASES: dict[str, tuple[Builder, str, str]] = {
                        "Input((6, 3)): LSTM go_backwards=True; Bidirectional(GRU) "
                        "merge_mode='sum'; LSTM activation='gelu'; SimpleRNN "
                        "activation='sigmoid'; LSTM unroll=True; Masking(0.0) -> LSTM."),
+    "keras3_lookalikes": (_lookalikes, "export", "Functional 'lookalikes', recurrent layers on "
+                          "one Input((6, 3)) computing what rnnport does not, though it agrees "
+                          "with what rnnport does near 0, or in other precision: SimpleRNN "
+                          "activation='relu6'; LSTM recurrent_activation='relu6'; SimpleRNN "
+                          "activation relu(max_value=4) (a lambda, name='capped'); LSTM "
+                          "activation='silu'; Lambda(ops.flip) -> LSTM go_backwards=True "
+                          "(name='unflipped'), which the flip cancels: readable; LSTM "
+                          "dtype='mixed_float16'; GRU dtype='mixed_bfloat16'; LSTM "
+                          "dtype='float16' (float16 variables)."),
     "keras3_stacked_cells": (_stacked_cells, "export", "Functional 'more' on Input((6, 3)): "
                              "RNN([SimpleRNNCell(2), SimpleRNNCell(2)], name='cells'): one loop "
                              "stepping two cells (StackedRNNCells)."),
@@ -269,11 +299,24 @@ def _layer_entry(layer: Any) -> dict[str, Any]:
 
 
 def _randomize(model: Any, rng: np.random.Generator) -> None:
+    used: set[float] = set()
     for layer in model.layers:
         values = layer.get_weights()
         if values:
-            layer.set_weights([rng.uniform(-BOUND, BOUND, v.shape).astype(v.dtype)
-                               for v in values])
+            layer.set_weights([_distinct(rng, v, used) for v in values])
+
+
+def _distinct(rng: np.random.Generator, like: np.ndarray, used: set[float]) -> np.ndarray:
+    """Uniform values of ``like``'s shape and dtype, none repeated in the case (float16
+    values from a few thousand: drawn again where the rounding repeats one)."""
+    while True:
+        values = rng.uniform(-BOUND, BOUND, like.shape).astype(like.dtype)
+        if like.dtype == np.float32:  # as before: the cases made so far keep their values
+            return values
+        flat = {float(v) for v in values.ravel()}
+        if len(flat) == values.size and not flat & used and 0.0 not in flat:
+            used |= flat
+            return values
 
 
 def _save(tf: Any, keras: Any, model: Any, container: str, folder: Path, gpu: bool) -> None:

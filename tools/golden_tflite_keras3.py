@@ -27,6 +27,9 @@ carries h and c; a GRU's body splits the recurrent product with ``STRIDED_SLICE`
   initialized by a ``CALL_ONCE`` subgraph and assigned at each invocation, feeding nothing.
 * ``gru_stateful`` (``stateful=True``): the state is a resource variable (zeros from the
   ``CALL_ONCE`` initializer, assigned after the loop); ``y_litert`` is the first invocation.
+* ``lstm_mixed_float16`` (``dtype="mixed_float16"``): the converter's defaults fail on the
+  float16 loop; with ``SELECT_TF_OPS`` its body is Flex operators on float16 values, which
+  the LiteRT installed cannot run (no ``y_litert``).
 
 Weights: every variable is random (uniform, ±0.6) and every value in a case is distinct,
 biases included, so a swapped gate or a dropped bias cannot pass. Inputs are uniform ±1.
@@ -127,6 +130,30 @@ def _lstm_dropout(keras: Any) -> Any:
                                             recurrent_dropout=0.2, name="lstm")])
 
 
+def _flip_go_backwards(keras: Any) -> Any:
+    flip = keras.layers.Lambda(lambda t: keras.ops.flip(t, axis=1), name="flip")
+    return _model(keras, [flip, keras.layers.LSTM(3, go_backwards=True, return_sequences=True,
+                                                  name="lstm")])
+
+
+def _bi_gru_sum(keras: Any) -> Any:
+    return _model(keras, [keras.layers.Bidirectional(
+        keras.layers.GRU(3, return_sequences=True, name="gru"), merge_mode="sum", name="bi")])
+
+
+def _bi_gru_last(keras: Any) -> Any:
+    return _model(keras, [keras.layers.Bidirectional(keras.layers.GRU(3, name="gru"),
+                                                     name="bi")])
+
+
+def _bi_halves_differ(keras: Any) -> Any:
+    layers = keras.layers
+    return _model(keras, [layers.Bidirectional(
+        layers.LSTM(3, return_sequences=True, name="lstm"),
+        backward_layer=layers.LSTM(3, activation="relu", go_backwards=True,
+                                   return_sequences=True, name="relu_lstm"), name="bi")])
+
+
 # name -> (builder, description, how it is converted: "" from_keras_model with its defaults,
 # "select" with SELECT_TF_OPS, "saved_model" through tf.saved_model.save and from_saved_model)
 CASES: dict[str, tuple[Callable[[Any], Any], str, str]] = {
@@ -159,6 +186,28 @@ CASES: dict[str, tuple[Callable[[Any], Any], str, str]] = {
                      "generator variable, CALL_ONCE initializer", ""),
     "gru_stateful": (_one("GRU", stateful=True), "GRU(4, stateful=True): the state in a "
                      "resource variable, CALL_ONCE initializer", ""),
+    "lstm_go_backwards": (_one("LSTM", 3, go_backwards=True), "LSTM(3, go_backwards=True), "
+                          "return_sequences=True: the outputs in reversed time order", ""),
+    "gru_go_backwards_last": (lambda keras: _model(keras, [keras.layers.GRU(
+        3, go_backwards=True, name="gru")]), "GRU(3, go_backwards=True), "
+        "return_sequences=False: the state after the first step", ""),
+    "lstm_flip_go_backwards": (_flip_go_backwards, "Lambda(ops.flip) then LSTM(3, "
+                               "go_backwards=True, return_sequences=True): the two reversals "
+                               "cancel", ""),
+    "bi_gru_sum": (_bi_gru_sum, "Bidirectional(GRU(3, return_sequences=True), "
+                   "merge_mode='sum'): two loops joined by ADD", ""),
+    "bi_gru_last": (_bi_gru_last, "Bidirectional(GRU(3)), return_sequences=False: each "
+                    "loop's last step (the backward one's at time 0), joined by "
+                    "CONCATENATION", ""),
+    "bi_halves_differ": (_bi_halves_differ, "Bidirectional(LSTM(3), backward_layer=LSTM(3, "
+                         "activation='relu', go_backwards=True)): the directions compute "
+                         "different cells", ""),
+    "lstm_silu": (_one("LSTM", 3, activation="silu"), "LSTM(3, activation='silu'): "
+                  "x·sigmoid(x), no cell rnnport reads", ""),
+    "lstm_mixed_float16": (_one("LSTM", 3, dtype="mixed_float16"), "LSTM(3, "
+                           "dtype='mixed_float16'), SELECT_TF_OPS (the converter's default "
+                           "fails on it): a loop computing in float16 with Flex operators; "
+                           "LiteRT has no Flex delegate", "select"),
 }
 AROUND = {"conv_lstm_dense", "gru_encoder_decoder"}  # cases saving LiteRT's tensors
 

@@ -29,16 +29,25 @@ serving function's graph (``saved_model.pb``'s function library, :mod:`.graph`):
   first, and the mask read from a second list of bools). Each loop that reads a kernel and a
   recurrent kernel is one *direction*; which variables are its kernel, recurrent kernel and
   bias is told by their names. The step counter must start at 0 and count by 1.
-* **The cell.** The body's step is evaluated with NumPy on random inputs and states, with
-  the variables' values, and compared with one step of rnnport's own network read from the
-  same arrays with Keras's activations (``sigmoid``, ``tanh``, ``relu``, ``linear``,
-  ``softsign``, ``softplus``, ``elu``, Keras 3's ``hard_sigmoid`` = ``relu6(x + 3) / 6``)
-  for the activation and recurrent activation, and for a GRU without a bias both
-  ``reset_after`` forms. Exactly one must match (within 1e-6 in float64): that is what the
-  layer computes, whatever ops (``implementation=1`` or 2, ``Relu6``/``RealDiv``) spell it.
-  A step that none matches is refused, naming the activation ops it applies (``Selu``,
-  ``Erfc`` for gelu …), the activation (a SimpleRNN's ``sigmoid``) or the operation rnnport
-  does not evaluate. Kernels of 3 to 5 dimensions are a ConvLSTM's, refused by name.
+* **The cell.** The body's step is evaluated with NumPy, with the variables' values, on
+  random inputs and states (uniform in ±1, then scaled so that every gate's pre-activation
+  ``x·kernel + h·recurrent_kernel`` reaches ±10 and ±100: functions that agree near 0, relu
+  and relu6 or ``relu(max_value=4)``, linear and a clip, part there), and compared with one
+  step of rnnport's own network read from the same arrays with Keras's activations
+  (``sigmoid``, ``tanh``, ``relu``, ``linear``, ``softsign``, ``softplus``, ``elu``,
+  Keras 3's ``hard_sigmoid`` = ``relu6(x + 3) / 6``) for the activation and recurrent
+  activation, and for a GRU without a bias both ``reset_after`` forms. Exactly one must match
+  on every probe (within 1e-6 in float64): that is what the layer computes, whatever ops
+  (``implementation=1`` or 2, ``Relu6``/``RealDiv``) spell it. A step that none matches is
+  refused, naming what it applies that rnnport does not compute: a SimpleRNN's activation by
+  its Keras name (``sigmoid``, ``relu6``, ``hard_tanh`` …), else ``relu6`` (a ``Relu6``
+  not of ``x + 3``), a clip (``Minimum``/``Maximum``: ``relu(max_value=…)``, ``hard_tanh``,
+  ``ops.clip``), ``x·f(x)`` (silu, hard_silu, mish), the ops of no activation rnnport computes
+  (``Selu``, ``Erfc`` for gelu …), or the operation rnnport does not evaluate. Kernels of 3 to
+  5 dimensions are a ConvLSTM's, refused by name.
+* **Precision.** A loop carrying float16 or bfloat16 values, or casting its weights to them
+  (a ``mixed_float16``, ``float16``, ``mixed_bfloat16`` … dtype policy; a ``CudnnRNNV3`` of
+  such a type), computes in half precision, which rnnport does not: it is refused by name.
 * **cuDNN.** Exported on a machine with a GPU, an LSTM or a reset-after GRU with the default
   activations and a bias is one ``CudnnRNNV3`` op instead of a loop, its ``params`` built
   from the variables (``Split``, ``Transpose``, ``Reshape``, ``ConcatV2``; Keras 3's
@@ -54,7 +63,9 @@ serving function's graph (``saved_model.pb``'s function library, :mod:`.graph`):
   meeting in ``AddV2`` (``sum``; then ``RealDiv`` by 2: ``ave``) or ``Mul`` (``mul``), or not
   at all (``merge_mode=None``), the layer is listed and refused when chosen, as is a
   ``go_backwards=True`` layer outside a Bidirectional: rnnport's output concatenates the
-  directions in the input's time order.
+  directions in the input's time order. An even count above 0 (a time flip such as
+  ``Lambda(ops.flip)`` before a ``go_backwards=True`` layer) is a forward network over the
+  tensor before the flips, its output in that tensor's order; ``notes`` says which tensor.
 * **Stacks, in call order.** A layer whose input sequence is another layer's whole output
   (its ``TensorListStack``, or its Bidirectional concatenation, through data-moving ops only)
   follows that layer: chains of such layers are the stacks, listed in the model's order of
@@ -98,7 +109,7 @@ from ...io import tensorbundle, tfproto
 from ...model import Model, as_float_array
 from .._common import close_matches, listed
 from ..keras import layers as keras_layers
-from .graph import ACTIVATION_OPS, LOOPS, Evaluator, Library, Ref, Unevaluable, attr_int, attr_text
+from .graph import ACTIVATION_OPS, LOOPS, Evaluator, Library, Ref, Unevaluable, attr_int, attr_text, attr_type
 
 __all__ = ["Direction", "Export", "KerasLayer", "is_keras3"]
 
@@ -112,7 +123,18 @@ KERAS_OPS = frozenset({"Sigmoid", "Tanh", "Relu", "Relu6", "Softsign", "Softplus
 CUDNN_OPS = frozenset({"CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"})
 XLA_OPS = frozenset({"XlaCallModule"})  # jax2tf's: a JAX backend's whole computation
 PROBE_BATCH = 3
+# The step is evaluated on x, h (and c) uniform in ±1, then again where the gates'
+# pre-activations reach these magnitudes, both signs in every gate: functions that agree near
+# 0 part there (relu and relu6 above 6, linear and a clip, sigmoid and its hard forms).
+PROBE_REACH = (10.0, 100.0)
+WIDE_BATCH = 8
+MAX_SCALE = 1e6
 TOLERANCE = 1e-6
+HALF_TYPES = {tfproto.DT_HALF: "float16", tfproto.DT_BFLOAT16: "bfloat16"}
+CLIP_OPS = frozenset({"Minimum", "Maximum", "ClipByValue"})
+# x·f(x), by f's op: Keras's self-gated activations, which no rnnport cell applies.
+GATED = {"Sigmoid": "silu (x·sigmoid(x))", "Relu6": "hard_silu (x·hard_sigmoid(x))",
+         "Tanh": "x·tanh(…) (mish is x·tanh(softplus(x)))"}
 GATES = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}
 
 
@@ -127,6 +149,11 @@ def is_keras3(saved: tfproto.SavedModel) -> bool:
                    for node in graph.nodes)
 
 
+# One evaluation of a loop's step: x, the initial states (h, or h and c), and what the step
+# computed from them (the output, then the new states).
+Probe = tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]
+
+
 @dataclass
 class Direction:
     """One direction of a recurrent layer: the loop (or cuDNN op) stepping one cell."""
@@ -139,6 +166,7 @@ class Direction:
     source: Ref | None = None     # the sequence it steps through, before data-moving ops
     source_axis: int = 0
     backward: bool = False        # reads its input in reverse (go_backwards=True)
+    flips: int = 0                # reversals of the time axis between the source and the loop
     output: Ref | None = None     # its output sequence (time-major for a loop)
     output_axis: int = 0
     sequences: bool = True        # the output holds every step (return_sequences=True)
@@ -382,37 +410,43 @@ class Export:
                                  f"{carried} (a Keras {GATES.get(gates, 'RNN')} layer's "
                                  "state), and one more with a mask")
             return
-        rng = np.random.default_rng(len(arrays[0].ravel()))
-        batch = PROBE_BATCH
-        x = rng.uniform(-1.0, 1.0, (batch, arrays[0].shape[0]))
-        values = {k: rng.uniform(-1.0, 1.0, (batch, hidden)) for k in states}
-        feeds = {Ref(body, item.name, "item", 0): x for item, _ in sequences}
-        for item, _ in masks:  # every step valid: the step as it runs unmasked
-            feeds[Ref(body, item.name, "item", 0)] = np.ones(self._element(body, item, batch),
-                                                             dtype=bool)
-        for k, value in values.items():
-            feeds[Ref(body, arguments[k])] = value
-        feeds[Ref(body, arguments[step])] = np.asarray(0, dtype=np.int32)
-        evaluate = Evaluator(library, body, feeds, self.array, self.limit)
-        new_step = library.ref(body, returns[step])
-        counted = evaluate(new_step) if new_step is not None else None
-        if start is None or np.ndim(start) or int(start) != 0 or counted is None or \
-                np.ndim(counted) or int(counted) != 1:
-            direction.problem = (f"{where}: its step counter does not start at 0 and count by "
-                                 "1; the loop does not step through the sequence in order")
+        halves = self._half_precision(body, [kinds[k] for k in range(len(inputs))
+                                             if held.get(k) is None])
+        if halves:
+            direction.problem = f"{where}: {halves}"
             return
         output_ref = library.ref(body, write.input[2])
+        new_states = [library.ref(body, returns[k]) for k in states[-carried:]]
+        new_step = library.ref(body, returns[step])
         assert output_ref is not None
-        got = [evaluate(output_ref)]
-        for k in states[-carried:]:
-            new = library.ref(body, returns[k])
-            if new is None:
-                direction.problem = f"{where}: its body returns no new state"
-                return
-            got.append(evaluate(new))
-        initial = [values[k] for k in states[-carried:]]
-        matched = self._match(direction, arrays, x, initial, got, [
-            library.ref(body, returns[k]) for k in states[-carried:]] + [output_ref])
+        if any(new is None for new in new_states):
+            direction.problem = f"{where}: its body returns no new state"
+            return
+
+        def run(x: np.ndarray, values: dict[int, np.ndarray]) -> Evaluator:
+            feeds = {Ref(body, item.name, "item", 0): x for item, _ in sequences}
+            for item, _ in masks:  # every step valid: the step as it runs unmasked
+                feeds[Ref(body, item.name, "item", 0)] = np.ones(
+                    self._element(body, item, len(x)), dtype=bool)
+            for k, value in values.items():
+                feeds[Ref(body, arguments[k])] = value
+            feeds[Ref(body, arguments[step])] = np.asarray(0, dtype=np.int32)
+            return Evaluator(library, body, feeds, self.array, self.limit)
+
+        probes: list[Probe] = []
+        for x, values in _probe_inputs(arrays, states, hidden, carried):
+            evaluate = run(x, values)
+            if not probes:
+                counted = evaluate(new_step) if new_step is not None else None
+                if start is None or np.ndim(start) or int(start) != 0 or counted is None or \
+                        np.ndim(counted) or int(counted) != 1:
+                    direction.problem = (f"{where}: its step counter does not start at 0 and "
+                                         "count by 1; the loop does not step through the "
+                                         "sequence in order")
+                    return
+            got = [evaluate(output_ref), *[evaluate(new) for new in new_states if new]]
+            probes.append((x, [values[k] for k in states[-carried:]], got))
+        matched = self._match(direction, arrays, probes, [*new_states, output_ref])
         if isinstance(matched, str):
             direction.problem = f"{where}: {matched}"
             return
@@ -470,8 +504,8 @@ class Export:
             return
         start = library.ref(made.function, maker.input[0])
         assert start is not None
-        direction.source, direction.source_axis, flips = library.back(start, 0)
-        direction.backward = flips % 2 == 1
+        direction.source, direction.source_axis, direction.flips = library.back(start, 0)
+        direction.backward = direction.flips % 2 == 1
         stacked = [(consumer, function) for consumer, position, function, _, _, _ in
                    library.forward(output, 0) if consumer.op == "TensorListStack"
                    and position == 0]
@@ -516,6 +550,10 @@ class Export:
             direction.problem = (f"{where}: rnn_mode {mode!r}, {settings}; Keras 3 writes an "
                                  "LSTM or GRU, unidirectional, linear_input, num_proj 0")
             return
+        half = HALF_TYPES.get(attr_type(node, "T") or 0)
+        if half:
+            direction.problem = f"{where}: {_half_refusal(half, f'the op computes in {half}')}"
+            return
         arrays = self.arrays(direction)
         options = {"reset_after": True} if mode == "gru" else {}
         try:
@@ -553,12 +591,10 @@ class Export:
 
     # -- the cell a step computes ------------------------------------------------------
 
-    def _match(self, direction: Direction, arrays: list[np.ndarray], x: np.ndarray,
-               initial: list[np.ndarray], got: list[np.ndarray],
+    def _match(self, direction: Direction, arrays: list[np.ndarray], probes: list[Probe],
                refs: list[Ref | None]) -> dict[str, Any] | str:
         """The read options under which rnnport's step of ``arrays`` equals what the loop
-        computed (``got``: the output, then the new states) from ``x`` and ``initial``; or
-        why there are none."""
+        computed in every probe (from its x and initial states); or why there are none."""
         gates = arrays[1].shape[1] // arrays[1].shape[0]
         candidates: list[dict[str, Any]]
         if gates == 1:
@@ -572,38 +608,112 @@ class Export:
                               for c in candidates]
         wide = [np.asarray(a, dtype=np.float64) for a in arrays]
         location = f"{self.where}, {direction.path}"
-        shapes = [np.shape(value) for value in got]
         matched = []
         for options in candidates:
             self.library.charge(sum(a.size for a in wide) // 64 + 1)
             model = keras_layers.read_weights(wide, {**options, "keras_version": "3"}, location)
-            state: Any = tuple(s[None] for s in initial) if gates == 4 else initial[0][None]
-            y, final = model.forward(x[:, None, :], state=state)
-            finals = list(final) if isinstance(final, tuple) else [final]
-            mine = [y[:, 0], *[f[0] for f in finals]]
-            if [np.shape(value) for value in mine] != shapes:
+            agreed = [_agrees(model, probe) for probe in probes[:1]]
+            if agreed == [None]:
                 break
-            if all(np.allclose(a, b, rtol=TOLERANCE, atol=TOLERANCE) for a, b in
-                   zip(mine, got, strict=True)):
+            if agreed == [True] and all(_agrees(model, probe) for probe in probes[1:]):
                 matched.append(options)
                 if len(matched) > 1:
                     break
         if len(matched) == 1:
             return matched[0]
-        applied = sorted({node.op for ref in self.library.slice([r for r in refs if r])
-                          if (node := self.library.node(ref)) is not None
-                          and node.op in ACTIVATION_OPS})
-        unusual = [op for op in applied if op not in KERAS_OPS]
         if len(matched) > 1:
             return (f"its step matches both {matched[0]} and {matched[1]}; rnnport cannot tell "
                     "which the layer computes")
         kind = GATES.get(gates, "RNN")
-        named = _named_simple(wide, x, initial[0], got[1]) if gates == 1 else ""
-        what = named or (f"applies {listed(unusual)}, which no activation rnnport computes uses"
-                         if unusual else f"applies {listed(applied)}" if applied else
-                         "applies no activation")
+        named = _named_simple(wide, probes) if gates == 1 else ""
         return (f"its step computes no Keras {kind} with activations rnnport computes "
-                f"({', '.join(SIMPLE_ACTIVATIONS if gates == 1 else ACTIVATIONS)}); it {what}")
+                f"({', '.join(SIMPLE_ACTIVATIONS if gates == 1 else ACTIVATIONS)}); it "
+                f"{named or self._applied(refs)}")
+
+    def _applied(self, refs: list[Ref | None]) -> str:
+        """What a step that no candidate matches applies, for its refusal: the functions no
+        activation rnnport computes uses (``relu6``, a clip, ``x·sigmoid(x)``, ``Selu`` …),
+        else every activation op it applies."""
+        library = self.library
+        nodes = [node for ref in library.slice([r for r in refs if r])
+                 if (node := library.node(ref)) is not None]
+        function = next((r.function for r in refs if r), "")
+        culprits: dict[str, None] = {}
+        clips = sorted({node.op for node in nodes if node.op in CLIP_OPS})
+        for node in nodes:
+            if node.op == "Relu6" and not self._shifted_by_three(function, node):
+                culprits["relu6 (Relu6)"] = None
+            elif node.op == "Mul":
+                gated = self._self_gated(function, node)
+                if gated:
+                    culprits[gated] = None
+            elif node.op in ACTIVATION_OPS and node.op not in KERAS_OPS:
+                culprits[node.op] = None
+        if clips:
+            culprits[f"a clip ({', '.join(clips)}: relu(max_value=…), hard_tanh or "
+                     "ops.clip)"] = None
+        if culprits:
+            return f"applies {listed(sorted(culprits))}, which no activation rnnport computes uses"
+        applied = sorted({node.op for node in nodes if node.op in ACTIVATION_OPS})
+        return f"applies {listed(applied)}" if applied else "applies no activation"
+
+    def _shifted_by_three(self, function: str, node: tfproto.NodeDef) -> bool:
+        """Whether a ``Relu6`` takes ``x + 3``: Keras 3's hard_sigmoid, relu6(x + 3) / 6."""
+        inputs = self.library.inputs(function, node)
+        added = self.library.node(inputs[0]) if inputs else None
+        if added is None or added.op not in ("AddV2", "Add"):
+            return False
+        return any(value is not None and np.size(value) == 1 and float(np.ravel(value)[0]) == 3
+                   for value in map(self.library.constant, self.library.inputs(function, added)))
+
+    def _self_gated(self, function: str, node: tfproto.NodeDef) -> str:
+        """The name of ``x·f(x)`` where a ``Mul`` is one (:data:`GATED`), else ``""``."""
+        inputs = self.library.inputs(function, node)
+        if len(inputs) != 2:
+            return ""
+        for x, other in (inputs, inputs[::-1]):
+            gate = self.library.node(self._unscaled(other))
+            if gate is None or gate.op not in GATED:
+                continue
+            argument = self.library.inputs(function, gate)[:1]
+            for _ in range(3):  # past β·x (silu), x + 3 (hard_silu), softplus (mish)
+                if not argument or argument[0] == x:
+                    break
+                inner = self.library.node(argument[0])
+                if inner is None or inner.op not in ("Mul", "AddV2", "Add", "Softplus"):
+                    argument = []
+                    break
+                argument = [ref for ref in self.library.inputs(function, inner)
+                            if self.library.constant(ref) is None][:1]
+            if argument and argument[0] == x:
+                return GATED[gate.op]
+        return ""
+
+    def _unscaled(self, ref: Ref) -> Ref:
+        """``ref`` past multiplications and divisions by constants."""
+        for _ in range(3):
+            node = self.library.node(ref)
+            if node is None or node.op not in ("Mul", "RealDiv"):
+                break
+            variable = [r for r in self.library.inputs(ref.function, node)
+                        if self.library.constant(r) is None]
+            if len(variable) != 1:
+                break
+            ref = variable[0]
+        return ref
+
+    def _half_precision(self, body: str, kinds: list[int]) -> str:
+        """Why a loop computing in float16 or bfloat16 (a ``mixed_float16``, ``float16`` …
+        dtype policy) is not read, or ``""``."""
+        cast = {HALF_TYPES[kind] for node in self.library.nodes[body].values()
+                if node.op == "Cast" and (kind := attr_type(node, "DstT") or 0) in HALF_TYPES}
+        carried = {HALF_TYPES[kind] for kind in kinds if kind in HALF_TYPES}
+        if not cast and not carried:
+            return ""
+        half = sorted(cast | carried)[0]
+        return _half_refusal(half, " and ".join(part for part in (
+            f"its state and sequence are {half}" if carried else "",
+            f"it casts its weights to {half}" if cast else "") if part))
 
     # -- layers and stacks -------------------------------------------------------------
 
@@ -674,8 +784,8 @@ class Export:
         if siblings:
             return (f"{direction.path}: one direction of a Bidirectional layer whose outputs are "
                     "not concatenated (merge_mode=None: returned apart); rnnport's bidirectional "
-                    "output concatenates forward and backward. Read the layer's arrays with "
-                    "fmt='keras' and combine the halves yourself")
+                    "output concatenates forward and backward. "
+                    + _concat_advice("the two outputs are y[..., :H] and y[..., H:]"))
         return (f"{direction.path}: go_backwards=True outside a Bidirectional layer: it returns "
                 "the sequence reversed in time, which no other format does. Reverse the time "
                 "axis of x yourself and read a layer built with go_backwards=False")
@@ -708,8 +818,9 @@ class Export:
             described = f"merge_mode={mode!r}" if mode else f"outputs combined by {node.op}"
             problem = (f"{path}: a Bidirectional layer with {described}; rnnport's "
                        "bidirectional output concatenates forward and backward "
-                       "(merge_mode='concat', as cuDNN, PyTorch and ONNX do). Read the "
-                       "layer's arrays with fmt='keras' and combine the halves yourself")
+                       "(merge_mode='concat', as cuDNN, PyTorch and ONNX do). "
+                       + _concat_advice(f"{described} gives " + MERGED.get(
+                           mode, f"{node.op} of y[..., :H] and y[..., H:]")))
         if not problem and first.options != second.options:
             problem = (f"{path}: its forward and backward layers compute different cells "
                        f"({first.options} and {second.options}, read from their loops); a "
@@ -717,6 +828,15 @@ class Export:
                        "each direction's arrays with fmt='keras'")
         output = Ref(function, node.name, "output", 0) if both and not problem else None
         return KerasLayer(path, [first, second], output, axis, problem)
+
+    def _origin(self, direction: Direction) -> str:
+        """The tensor a direction's sequence comes from, in words."""
+        source = direction.source
+        if source is None:
+            return "the layer's input"
+        if source.is_argument:
+            return f"the model's input (argument {source.node!r} of {source.function})"
+        return f"tensor {source.node}:{source.index} of {source.function}"
 
     def _unlooped(self) -> dict[str, list[int]]:
         """Cells whose kernel and recurrent kernel no loop or cuDNN op reads: holder → the
@@ -974,6 +1094,13 @@ class Export:
                            "serving function (a shared layer); its stack is the one of its "
                            "first call.")
             for direction in layer.directions:
+                if direction.flips > 1 and not direction.backward:
+                    out.append(f"{direction.path}: the network's input x is "
+                               f"{self._origin(direction)}, which the layer reads reversed in "
+                               f"time {_times(direction.flips)} on the way (a time flip before "
+                               "it, such as Lambda(ops.flip), and its go_backwards=True cancel): "
+                               "the network runs forward over that tensor, and its y is in that "
+                               "tensor's time order.")
                 if direction.initial:
                     out.append(f"{direction.path}: takes {direction.initial}; rnnport's "
                                "forward starts from zeros unless state= is given.")
@@ -1036,18 +1163,98 @@ def _meeting(first: list[tuple[tfproto.NodeDef, int, str, int, int, Ref]],
     return None
 
 
-def _named_simple(arrays: list[np.ndarray], x: np.ndarray, h: np.ndarray,
-                  got: np.ndarray) -> str:
-    """The Keras activation a simple RNN's step applies to x·kernel + h·recurrent + bias,
-    named where it is one rnnport does not compute for a simple RNN."""
-    pre = x @ arrays[0] + h @ arrays[1] + (arrays[2] if len(arrays) > 2 else 0)
-    functions = {"sigmoid": lambda v: 1 / (1 + np.exp(-v)), "linear": lambda v: v,
-                 "softsign": lambda v: v / (1 + np.abs(v)), "softplus": lambda v: np.logaddexp(0, v),
-                 "elu": lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))),
-                 "hard_sigmoid": lambda v: np.clip(v / 6 + 0.5, 0, 1)}
+# What a Bidirectional's merge_mode computes from rnnport's concatenated y (H: units).
+MERGED = {"sum": "y[..., :H] + y[..., H:]", "mul": "y[..., :H] * y[..., H:]",
+          "ave": "(y[..., :H] + y[..., H:]) / 2"}
+
+
+def _times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
+
+
+def _concat_advice(merged: str) -> str:
+    return ("Export the model with this layer built with merge_mode='concat' and the same "
+            f"weights: rnnport reads that, and {merged} of its y (H = units)")
+
+
+def _half_refusal(half: str, how: str) -> str:
+    """Why a layer Keras computes in ``half`` (float16, bfloat16) is not read."""
+    return (f"Keras computes this layer in {half} ({how}: a dtype policy such as "
+            f"'mixed_{half}' or '{half}'), and rnnport in float32 or float64; the outputs would "
+            f"differ by {half}'s rounding (about {'1e-3' if half == 'float16' else '1e-2'}), "
+            "not agree within 1e-5. Build the model with the float32 dtype policy "
+            "(keras.config.set_dtype_policy('float32'), or dtype='float32' on the layer), load "
+            "the weights into it and export it again")
+
+
+def _probe_inputs(arrays: list[np.ndarray], states: list[int], hidden: int,
+                  carried: int) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
+    """The inputs a loop's step is evaluated on: x and every float state the loop carries
+    (``states``, h the ``carried``-th from the end), uniform in ±1, then scaled so that
+    ``x·kernel + h·recurrent_kernel`` reaches each of :data:`PROBE_REACH` in every gate,
+    above and below 0 where it can."""
+    kernel, recurrent = (np.asarray(a, dtype=np.float64) for a in arrays[:2])
+    rng = np.random.default_rng(len(arrays[0].ravel()))
+    # Kernels that fit no cell are refused when read; until then they are probed unscaled.
+    fits = kernel.ndim == 2 and kernel.shape[1] == recurrent.shape[1] == \
+        recurrent.shape[1] // hidden * hidden
+    out = []
+    for reach in (None, *PROBE_REACH):
+        batch = PROBE_BATCH if reach is None else WIDE_BATCH
+        x = rng.uniform(-1.0, 1.0, (batch, kernel.shape[0]))
+        values = {k: rng.uniform(-1.0, 1.0, (batch, hidden)) for k in states}
+        scale = 1.0
+        if reach is not None and fits:
+            gates = (x @ kernel + values[states[-carried]] @ recurrent).reshape(
+                batch, recurrent.shape[1] // hidden, hidden)
+            top, bottom = gates.max(axis=(0, 2)), -gates.min(axis=(0, 2))
+            both = np.where(np.minimum(top, bottom) > 0, np.minimum(top, bottom),
+                            np.maximum(top, bottom))
+            spread = float(np.min(both))
+            if spread > 0 and np.isfinite(spread):
+                scale = min(max(reach / spread, 1.0), MAX_SCALE)
+        out.append((x * scale, {k: value * scale for k, value in values.items()}))
+    return out
+
+
+def _agrees(model: Model, probe: Probe) -> bool | None:
+    """Whether one step of ``model`` computes what the loop did in ``probe``; None where
+    the shapes differ."""
+    x, initial, got = probe
+    state: Any = tuple(s[None] for s in initial) if len(initial) == 2 else initial[0][None]
+    y, final = model.forward(x[:, None, :], state=state)
+    finals = list(final) if isinstance(final, tuple) else [final]
+    mine = [y[:, 0], *[f[0] for f in finals]]
+    if [np.shape(value) for value in mine] != [np.shape(value) for value in got]:
+        return None
+    return all(np.allclose(a, b, rtol=TOLERANCE, atol=TOLERANCE)
+               for a, b in zip(mine, got, strict=True))
+
+
+# Keras activations a SimpleRNN may apply that rnnport's simple RNN cells do not, for its
+# refusal to name.
+SIMPLE_NAMED: dict[str, Any] = {
+    "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "linear": lambda v: v,
+    "softsign": lambda v: v / (1 + np.abs(v)), "softplus": lambda v: np.logaddexp(0, v),
+    "elu": lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))),
+    "hard_sigmoid": lambda v: np.clip(v / 6 + 0.5, 0, 1), "relu6": lambda v: np.clip(v, 0, 6),
+    "hard_tanh": lambda v: np.clip(v, -1, 1), "silu": lambda v: v / (1 + np.exp(-v)),
+    "hard_silu": lambda v: v * np.clip(v / 6 + 0.5, 0, 1),
+    "leaky_relu": lambda v: np.where(v > 0, v, 0.2 * v),
+    "selu": lambda v: 1.0507009873554805 * np.where(
+        v > 0, v, 1.6732632423543772 * np.expm1(np.minimum(v, 0))),
+    "exponential": np.exp, "mish": lambda v: v * np.tanh(np.logaddexp(0, v)),
+}
+
+
+def _named_simple(arrays: list[np.ndarray], probes: list[Probe]) -> str:
+    """The Keras activation a simple RNN's step applies to x·kernel + h·recurrent + bias in
+    every probe, named where it is one rnnport does not compute for a simple RNN."""
     with np.errstate(all="ignore"):
-        for name, function in functions.items():
-            if np.allclose(function(pre), got, rtol=TOLERANCE, atol=TOLERANCE):
+        for name, function in SIMPLE_NAMED.items():
+            if all(np.allclose(function(x @ arrays[0] + initial[0] @ arrays[1] + (
+                    arrays[2] if len(arrays) > 2 else 0)), got[1], rtol=TOLERANCE,
+                               atol=TOLERANCE) for x, initial, got in probes):
                 return f"applies activation={name!r} (a SimpleRNN computes 'tanh' or 'relu' here)"
     return ""
 

@@ -69,8 +69,15 @@ clips the cell state: a real clip, read as ``Spec.cell_clip``) and variable stat
 ``Bidirectional(LSTM)`` → ``REVERSE_V2`` → ``UNIDIRECTIONAL_SEQUENCE_LSTM`` → ``REVERSE_V2``
 (the backward direction, reversed on the time axis) beside a forward one on the same input,
 joined by ``CONCATENATION`` on the last axis → one bidirectional layer. A reversed op alone
-is a ``reverse`` network. Stacked layers → a chain of ops, each reading the one before
-(through shape-keeping ``DEQUANTIZE``/``RESHAPE`` too) → one network (``rnnport.stack``).
+is a ``reverse`` network when a ``REVERSE_V2`` puts its output back in time order; one whose
+output the file keeps reversed (or whose last step alone it keeps) is a ``go_backwards=True``
+layer outside a Bidirectional, refused by name as the tf2 reader refuses it, and a time flip
+just before it (``Lambda(ops.flip)``, nothing else reading the flipped sequence) cancels its
+reversal: a forward network over the tensor before the flip (a note says so). Two directions
+joined by ``ADD`` (``merge_mode='sum'``, ``'ave'`` with a ``MUL`` by 0.5) or ``MUL``
+(``'mul'``) stay two networks, each listed and noted with the merge. Stacked layers → a
+chain of ops, each reading the one before (through shape-keeping ``DEQUANTIZE``/``RESHAPE``
+too) → one network (``rnnport.stack``).
 Float16 weights feed ``DEQUANTIZE`` ops → read as float32 (exact).
 
 A Keras ``SimpleRNN`` or ``GRU`` → ``TRANSPOSE`` (to time-major) → ``WHILE`` →

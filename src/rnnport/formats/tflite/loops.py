@@ -80,6 +80,7 @@ STRIDED_SLICE = 45
 ACTIVATION_OPS = {LOGISTIC: "sigmoid", TANH: "tanh", RELU: "relu"}
 FUSED = {1: "relu", 4: "tanh"}  # a fused activation (ActivationFunctionType) → its function
 PASS_THROUGH = frozenset({RESHAPE, SQUEEZE, EXPAND_DIMS})
+HALF_TYPES = frozenset({"FLOAT16", "BFLOAT16"})  # loop values of a half-precision layer
 MAX_DEPTH = 256  # nested values in one step: far more than any cell needs
 MAX_PARTS = 64  # terms of one sum (ADD(s, s) doubles them: a chain must not grow unbounded)
 
@@ -401,6 +402,7 @@ ACTIVATIONS: dict[str, tuple[str, float, float]] = {
     "sigmoid": ("Sigmoid", 0.0, 0.0), "tanh": ("Tanh", 0.0, 0.0), "relu": ("Relu", 0.0, 0.0),
     "identity": ("Affine", 1.0, 0.0)}
 SAID = {"identity": "the identity (no function: Keras's activation='linear')"}
+SELF_GATED = {"sigmoid": "v·sigmoid(v) (Keras's silu)"}
 
 
 def _affine(value: Sym, sources: dict[str, Callable[[Sym], bool]], hidden: int) -> Affine:
@@ -473,6 +475,32 @@ def _mix(value: Sym) -> tuple[Sym, Sym]:
                 if isinstance(difference, Sub) and _is("h")(difference.a) and difference.b is a:
                     return z, a
     raise _NoMatch()
+
+
+def _self_gated(values: tuple[Sym, ...]) -> list[str]:
+    """The products ``v·f(v)`` of a value and an activation of itself (Keras's silu,
+    ``x·sigmoid(x)``) that ``values`` are built from, named, each once."""
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+    pending: list[Sym] = list(values)
+    while pending and len(seen) < 1 << 14:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, Mul):
+            for a, b in ((value.a, value.b), (value.b, value.a)):
+                if isinstance(b, Act) and b.arg is a:
+                    found[SELF_GATED.get(b.fn, f"v·{b.fn}(v)")] = None
+            pending.extend((value.a, value.b))
+        elif isinstance(value, Act):
+            pending.append(value.arg)
+        elif isinstance(value, Sub):
+            pending.extend((value.a, value.b))
+        elif isinstance(value, Sum):
+            pending.extend(value.others)
+            pending.extend(term.source for term in value.terms)
+    return list(found)
 
 
 def _bias(found: Affine, side: str, hidden: int) -> np.ndarray:
@@ -712,6 +740,17 @@ class Recogniser:
                               f"{len(graph.inputs)} and gives {len(graph.outputs)}; expected the "
                               "same number everywhere. The file is damaged.")
         tensors = [main.tensors[t] for t in op.inputs]
+        halves = sorted({t.type_name.lower() for t in tensors if t.type_name in HALF_TYPES})
+        if halves:
+            half = halves[0]
+            raise UnsupportedFeatureError(
+                f"{label}: its loop values are {half} (loop values "
+                f"{[f'{t.type_name}{list(t.shape)}' for t in tensors]}): Keras computed the "
+                f"layer in {half} (a dtype policy such as 'mixed_{half}' or '{half}'), and "
+                f"rnnport computes in float32; the outputs would differ by {half}'s rounding, "
+                "not agree within 1e-5. Nothing was read. Convert a model built with the "
+                "float32 dtype policy (keras.config.set_dtype_policy('float32'), or "
+                "dtype='float32' on the layer) and the same weights.")
         floats = [k for k, t in enumerate(tensors) if t.type_name == "FLOAT32"]
         changed = [k for k in range(n) if graph.outputs[k] != graph.inputs[k]]
         self._check_variables(op, body, [k for k in changed if k in floats], label)
@@ -779,11 +818,16 @@ class Recogniser:
             raise UnsupportedFeatureError(f"{label}: its body (subgraph {body}) computes "
                                           f"{matched}. Nothing was read.")
         if matched is None:
-            unknown = ", ".join(dict.fromkeys(evaluation.opaque)) or "none"
+            unknown = ", ".join(dict.fromkeys(evaluation.opaque))
+            gated = _self_gated(evaluation.new)
+            found = f"operations it could not follow: {unknown}" if unknown else (
+                f"it applies {', '.join(gated)}, which no cell rnnport reads applies" if gated
+                else "every operation was followed, but their values do not combine as one of "
+                "these cells")
             raise UnsupportedFeatureError(
                 f"{label}: its body (subgraph {body}) computes a step that is neither a simple "
-                "RNN (tanh or relu), a GRU nor an LSTM as rnnport defines them; operations it "
-                f"could not follow: {unknown}. Nothing was read.")
+                "RNN (tanh or relu), a GRU nor an LSTM as rnnport defines them; "
+                f"{found}. Nothing was read.")
         fields, params, has_bias = dict(matched[0]), dict(matched[1]), matched[2]
         if params["weight_ih"].shape != (params["weight_hh"].shape[0], inputs) or \
                 params["weight_hh"].shape[1] != hidden:

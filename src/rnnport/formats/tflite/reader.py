@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ... import budget
+from ...activations import DEFAULTS
 from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
 from ...io import tflite_schema as tfl
 from ...model import RNN, Model, stack
@@ -39,13 +40,22 @@ __all__ = ["READ_OPTIONS", "fixed_input", "load", "network_ends", "networks", "n
 READ_OPTIONS = frozenset({"node", "dequantize", "cell_clip"})
 LOOPS = "rnnport.loops"  # the writer's Metadata entry describing its WHILE loops
 
+ADD = 0
 CONCATENATION = 2
 DEQUANTIZE = 6
+MUL = 18
+DIV = 42
 FILL = 94
 RESHAPE = 22
 TRANSPOSE = 39
 REVERSE_V2 = 105
 WHILE = 119
+# A Bidirectional layer's merge of its directions other than CONCATENATION (merge_mode), and
+# what it computes of the forward and backward y.
+MERGES = {ADD: "sum", MUL: "mul"}
+MERGED = {"sum": "forward + backward", "ave": "(forward + backward) / 2",
+          "mul": "forward * backward"}
+LAST_STEP = "its last step alone (return_sequences=False: the state at time 0)"
 # Ops a value passes through unchanged between two recurrent ops (when its shape is kept).
 GLUE = frozenset({DEQUANTIZE, RESHAPE})
 RECURRENT = frozenset({tfl.UNIDIRECTIONAL_SEQUENCE_LSTM, tfl.BIDIRECTIONAL_SEQUENCE_LSTM,
@@ -773,6 +783,9 @@ class _Unit:
     reverse: bool = False  # one direction, run backwards (outputs in time order)
     bidirectional: bool = False
     notes: tuple[str, ...] = ()  # what reading the unit tells the reader
+    backwards: str = ""  # a reverse loop whose outputs the file keeps in reversed order: how
+    problem: str = ""  # why reading it is refused
+    merged: str = ""  # one direction of a Bidirectional whose outputs are not concatenated
 
 
 def _integers(file: _File, operator: int) -> list[int] | None:
@@ -869,6 +882,7 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
     FlexTensorListReserve) belong to the unit."""
     op = file.graph.operators[operator]
     members = [operator]
+    notes: list[str] = []
     tensor, reverse = op.inputs[cell.sequence], False
     before = file.producer.get(tensor)
     if before is not None and file.code(before) == REVERSE_V2 and \
@@ -881,18 +895,26 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
         assert before is not None
         members.append(before)
         tensor, time_major = file.graph.operators[before].inputs[0], False
+    if reverse:
+        tensor, reverse, flipped = _flipped_before(file, operator, cell, tensor, time_major,
+                                                   members)
+        if flipped:
+            notes.append(f"{file.label(operator)} reads tensor {file.tensor_name(tensor)!r} "
+                         "reversed in time twice on the way (a time flip before the layer, "
+                         "such as Lambda(ops.flip), and its go_backwards=True cancel): the "
+                         "network runs forward over that tensor, and its y is in that tensor's "
+                         "time order.")
     file.loop_time_major[operator] = time_major
     members.extend(_only_feeding(file, [t for k, t in enumerate(op.inputs)
                                         if k != cell.sequence], members))
     if cell.output < 0:
         return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
                      reverse=reverse, notes=(
-                         f"{file.label(operator)} gives its final state alone (the converter "
-                         "dropped the output sequence nothing read: an encoder's "
-                         "return_state); no tensor of the file holds the network's y.",))
+                         *notes, f"{file.label(operator)} gives its final state alone (the "
+                         "converter dropped the output sequence nothing read: an encoder's "
+                         "return_state); no tensor of the file holds the network's y."))
     output = op.outputs[cell.output]
     output_major = cell.time_axis == 0
-    notes: list[str] = []
     if cell.listed:
         stacks = file.readers.get(output, [])
         if len(stacks) != 1 or file.op_name(stacks[0]) != "FlexTensorListStack" or \
@@ -906,14 +928,14 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
         members.append(stacks[0])
         if cell.listed == "last step":  # return_sequences=False: the last step alone
             return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
-                         reverse=reverse)
+                         reverse=reverse, backwards=LAST_STEP if reverse else "")
         output, output_major = file.graph.operators[stacks[0]].outputs[0], True
     steps = file.graph.tensors[op.inputs[cell.sequence]].signature[cell.time_axis]
     kept = file.graph.tensors[output].signature[0 if cell.listed else cell.time_axis]
     if steps is not None and kept is not None and kept != steps:
         # The converter keeps only what a return_sequences=False layer returns.
         return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), -1,
-                     reverse=reverse)
+                     reverse=reverse, backwards=LAST_STEP if reverse else "")
     undone = not reverse  # the time order put back (the converter: TRANSPOSE, then REVERSE)
     for _ in range(2):
         after = file.readers.get(output, [])
@@ -935,7 +957,25 @@ def _loop_unit(file: _File, operator: int, cell: LoopCell) -> _Unit:
         output = -1
     file.loop_output_major[operator] = output_major
     return _Unit((operator,), tuple(sorted(members)), _origin(file, tensor), output,
-                 reverse=reverse, notes=tuple(notes))
+                 reverse=reverse, notes=tuple(notes),
+                 backwards="" if undone else "its outputs in that reversed order")
+
+
+def _flipped_before(file: _File, operator: int, cell: LoopCell, tensor: int, time_major: bool,
+                    members: list[int]) -> tuple[int, bool, bool]:
+    """(the sequence, whether the loop reads it reversed, whether a flip was undone): a
+    reversed loop whose sequence was itself reversed on the time axis just before, on a path
+    no other operator reads from (``Lambda(ops.flip)`` before a ``go_backwards=True`` layer),
+    reads the tensor before that flip in its own order."""
+    before = file.producer.get(tensor)
+    passed = [file.graph.operators[operator].inputs[cell.sequence]]
+    passed.extend(file.graph.operators[k].outputs[0] for k in members[1:])
+    if before is None or file.code(before) != REVERSE_V2 or \
+            _reverse_axis(file, before) != (0 if time_major else 1) or \
+            any(len(file.readers.get(t, [])) != 1 for t in (*passed, tensor)):
+        return tensor, True, False
+    members.append(before)
+    return file.graph.operators[before].inputs[0], False, True
 
 
 def _only_feeding(file: _File, tensors: list[int], members: list[int]) -> list[int]:
@@ -1029,8 +1069,74 @@ def _units(file: _File) -> list[_Unit]:
         units.append(_Unit((forward.recurrent[0], backward.recurrent[0]),
                            (*forward.operators, *backward.operators, index), forward.input,
                            op.outputs[0], bidirectional=True))
-    units.extend(unit for unit in singles if id(unit) not in paired)
+    alone = [unit for unit in singles if id(unit) not in paired]
+    _merges(file, alone)
+    for unit in alone:
+        # A Bidirectional's backward direction puts its outputs back in time order, or (with
+        # return_sequences=False) keeps its last step beside the forward direction's.
+        if unit.backwards == LAST_STEP and any(
+                other.input == unit.input and not other.reverse and other.output < 0
+                for other in alone):
+            unit.notes = (*unit.notes, (
+                f"{file.label(unit.recurrent[0])} runs backwards beside a forward loop over "
+                "the same input, whose last steps alone the file keeps (a Bidirectional layer "
+                "with return_sequences=False): this direction's is the state at time 0, y[:, 0] "
+                "of the reverse network."))
+        elif unit.backwards:
+            unit.problem = (
+                f"{file.where}: {file.label(unit.recurrent[0])}: go_backwards=True outside a "
+                "Bidirectional layer: the loop runs over the sequence reversed in time and the "
+                f"file keeps {unit.backwards}, which no other format does. Nothing was read. "
+                "Reverse the time axis of x yourself and convert a layer built with "
+                "go_backwards=False.")
+    units.extend(alone)
     return sorted(units, key=lambda unit: min(unit.operators))
+
+
+def _merges(file: _File, singles: list[_Unit]) -> None:
+    """Name the merge of a Bidirectional layer's directions that the converter joins other
+    than by CONCATENATION (merge_mode 'sum': ADD, 'ave': ADD then MUL by 0.5 or DIV by 2,
+    'mul': MUL) in both units' ``merged`` and ``notes``."""
+    by_output = {unit.output: unit for unit in singles if unit.output >= 0}
+    for index in range(len(file.graph.operators)):
+        if file.code(index) not in MERGES:
+            continue
+        op = file.graph.operators[index]
+        pair = [unit for t in op.inputs[:2] if (unit := by_output.get(_origin(file, t)))] \
+            if len(op.inputs) == 2 else []
+        if len(pair) != 2:
+            continue
+        forward, backward = sorted(pair, key=lambda unit: unit.reverse)
+        if forward.reverse or not backward.reverse or forward.input != backward.input or \
+                forward.merged or backward.merged:
+            continue
+        mode = MERGES[file.code(index)]
+        after = file.readers.get(op.outputs[0], []) if len(op.outputs) == 1 else []
+        if mode == "sum" and len(after) == 1 and _halves(file, after[0], op.outputs[0]):
+            mode = "ave"
+        how = f"{file.label(index)}: merge_mode={mode!r}"
+        operators = f"operators {forward.recurrent[0]} and {backward.recurrent[0]}"
+        for unit, role in ((forward, "forward"), (backward, "backward")):
+            unit.merged = f"the {role} direction of a Bidirectional layer merged by {how}"
+            unit.notes = (*unit.notes, (
+                f"{file.label(unit.recurrent[0])} is the {role} direction of a Bidirectional "
+                f"layer ({operators}) whose outputs {how} combines; rnnport's bidirectional "
+                "network concatenates them (merge_mode='concat'): read the other direction "
+                f"with node= too and combine their y as {MERGED[mode]}."))
+
+
+def _halves(file: _File, operator: int, tensor: int) -> bool:
+    """Whether ``operator`` multiplies ``tensor`` by 0.5 or divides it by 2."""
+    op = file.graph.operators[operator]
+    code = file.code(operator)
+    if code not in (MUL, DIV) or len(op.inputs) != 2 or op.inputs[0] != tensor or \
+            op.inputs[1] < 0:
+        return False
+    try:
+        value = tfl.tensor_array(file.model, op.inputs[1]).reshape(-1)
+    except RnnportError:
+        return False
+    return value.size == 1 and float(value[0]) == (0.5 if code == MUL else 2.0)
 
 
 def _chains(file: _File) -> list[list[_Unit]]:
@@ -1060,6 +1166,10 @@ def _describe(file: _File, chain: list[_Unit]) -> str:
         names = "+".join(file.op_name(k) for k in unit.recurrent)
         shape = " as a bidirectional layer" if unit.bidirectional and len(unit.recurrent) == 2 \
             else " reversed" if unit.reverse else ""
+        if unit.merged:
+            shape += f" ({unit.merged})"
+        elif unit.problem:
+            shape += " (go_backwards=True outside a Bidirectional: refused)"
         layers.append(f"{names} (operator{'s' if len(unit.recurrent) > 1 else ''} "
                       f"{', '.join(map(str, unit.recurrent))}){shape}")
     output = chain[-1].output
@@ -1110,17 +1220,22 @@ def _choose(file: _File, options: Mapping[str, Any]) -> tuple[list[_Unit], list[
 
 
 def _layer(file: _File, unit: _Unit, options: Mapping[str, Any], reading: _Reading) -> RNN:
+    if unit.problem:
+        raise UnsupportedFeatureError(unit.problem)
     if len(unit.recurrent) == 1 and unit.bidirectional:
         directions = _bidirectional_op(file, unit.recurrent[0], options, reading)
     else:
         directions = [_one_direction(file, k, options, reading) for k in unit.recurrent]
     labels = ", ".join(file.label(k) for k in unit.recurrent)
     if len(directions) == 2 and directions[0].fields != directions[1].fields:
-        differ = sorted(k for k in directions[0].fields
-                        if directions[0].fields[k] != directions[1].fields.get(k))
+        forward, backward = (d.fields for d in directions)
+        differ = sorted(k for k in {*forward, *backward} if forward.get(k) != backward.get(k))
         raise UnsupportedFeatureError(
-            f"{file.where}: {labels}: the two directions differ in {', '.join(differ)}; the "
-            "canonical bidirectional layer has one shape for both. Nothing was read.")
+            f"{file.where}: {labels}: the two directions differ in "
+            + "; ".join(f"{k} (forward {_field(k, forward)}, backward "
+                        f"{_field(k, backward)})" for k in differ)
+            + "; the canonical bidirectional layer has one cell and shape for both. Nothing "
+            "was read.")
     fields = dict(directions[0].fields)
     if fields.get("cell") == "lstm" and "cell_clip" in options and \
             options["cell_clip"] != fields.get("cell_clip"):
@@ -1155,6 +1270,15 @@ def _layer(file: _File, unit: _Unit, options: Mapping[str, Any], reading: _Readi
             f"{labels} keeps the forward and backward outputs apart (merge_outputs false); "
             "the canonical network's y concatenates them on the last axis, forward first.")
     return RNN(spec, [[d.params for d in directions]], copy=False)
+
+
+def _field(key: str, fields: Mapping[str, Any]) -> str:
+    """A direction's Spec field as a refusal shows it (activations by name)."""
+    value = fields.get(key)
+    if key == "activations":
+        return "/".join(name for name, _, _ in value) if value else \
+            "/".join(DEFAULTS.get(fields.get("cell", ""), ("the defaults",)))
+    return repr(value)
 
 
 def read_with_notes(source: Any, **options: Any) -> tuple[Model, list[str]]:
