@@ -115,3 +115,11 @@ def test_the_state_of_a_process() -> None:
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
+
+
+def test_input_larger_than_a_pipe_reaches_a_slow_reader() -> None:
+    """The input goes on while the child reads it slowly, over several looks at it."""
+    code = ("import sys, time\ntime.sleep(0.3)\ndata = sys.stdin.buffer.read()\n"
+            "sys.stdout.write(str(len(data)))\n")
+    done = processes.run([sys.executable, "-c", code], input=b"x" * (3 << 20), timeout=60)
+    assert done.stdout == str(3 << 20).encode()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -116,19 +117,31 @@ def run(command: Sequence[str], *, timeout: float, input: bytes | None = None,
         ) -> subprocess.CompletedProcess[bytes]:
     """``subprocess.run(command, input=input, capture_output=True)``, waited for at most
     ``timeout`` seconds (on a :class:`Clock`) and less when the process is seen stopped
-    (see :class:`Watch`): then it is killed and :class:`Overdue` raised."""
-    process = subprocess.Popen(list(command), stdin=subprocess.PIPE if input is not None
-                               else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env=env, cwd=cwd)
+    (see :class:`Watch`): then it is killed and :class:`Overdue` raised. ``input`` goes to
+    its standard input from a thread of its own (``communicate()``, called again after a
+    timeout, would not send the rest of it)."""
+    feed = os.pipe() if input else None
+    try:
+        process = subprocess.Popen(
+            list(command), stdin=feed[0] if feed else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    except BaseException:
+        if feed:
+            os.close(feed[1])
+        raise
+    finally:
+        if feed:
+            os.close(feed[0])
+    if feed and input:
+        threading.Thread(target=_write_all, args=(feed[1], input), daemon=True,
+                         name="rnnport-child-input").start()
     watch = Watch(process.pid, timeout)
-    pending = input
     try:
         while True:
             try:
-                stdout, stderr = process.communicate(pending, timeout=POLL)
+                stdout, stderr = process.communicate(timeout=POLL)
                 break
             except subprocess.TimeoutExpired:
-                pending = None  # handed over already: communicate() goes on with it
                 why = watch.overdue()
                 if why is not None:
                     raise Overdue(why, watch.stopped) from None
@@ -136,6 +149,18 @@ def run(command: Sequence[str], *, timeout: float, input: bytes | None = None,
         _kill(process)
         raise
     return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    """``data`` into the pipe ``descriptor``, then closed (early if the reader is gone)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(descriptor, view[:1 << 20]):]
+    except OSError:  # the process ended (or was killed) without reading it all
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
