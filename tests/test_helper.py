@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -465,23 +466,30 @@ def test_without_a_ready_helper_small_steps_run_together(
     assert directions == [2, 2]
 
 
+@contextlib.contextmanager
+def _stopped(running: Any) -> Iterator[None]:
+    """``running`` (the helper) stopped (SIGSTOP) for the block; let go after it, if alive."""
+    os.kill(running.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(running.process.pid, signal.SIGCONT)
+
+
 def test_a_stopped_helper_is_not_waited_for(used: list[bool]) -> None:
     """A helper stopped (SIGSTOP) while it holds a job is noticed within seconds: it is
     ended, with a warning, and its piece runs here; the next helper is used as before."""
     net, x, expected = _lstm_case(9)
     running = helper._HELPER
     assert running is not None
-    os.kill(running.process.pid, signal.SIGSTOP)
-    try:
-        start = time.monotonic()
-        with pytest.warns(HelperFallbackWarning, match=r"\(pid \d+\) was stopped \(SIGSTOP, "
-                                                       r"Ctrl-Z or a debugger\) for 1 s and was "
-                                                       r"ended; the piece ran in this process"):
-            got = net.forward(x, threads=2)[0]
-        waited = time.monotonic() - start
-    finally:
-        with contextlib.suppress(OSError):
-            os.kill(running.process.pid, signal.SIGCONT)
+    start = time.monotonic()
+    with _stopped(running), pytest.warns(
+            HelperFallbackWarning, match=r"\(pid \d+\) was stopped \(SIGSTOP, Ctrl-Z or a "
+                                         r"debugger\) for 1 s and was ended; the piece ran in "
+                                         r"this process"):
+        got = net.forward(x, threads=2)[0]
+    waited = time.monotonic() - start
     np.testing.assert_array_equal(got, expected)
     assert waited < helper.REPLY_FLOOR  # noticed as stopped, before the deadline
     assert used == [False] and running.broken and running.process.poll() is not None
@@ -519,15 +527,11 @@ def test_a_message_to_a_stopped_helper_has_a_deadline(
     net = RNN.random(Spec("lstm", 7, 300, bidirectional=True), seed=3)  # 1.4 MB a direction
     x = np.random.default_rng(4).standard_normal((2, 5, 7)).astype(np.float32)
     expected = net.forward(x, threads=1)[0]
-    os.kill(running.process.pid, signal.SIGSTOP)
-    try:
-        start = time.monotonic()
-        with pytest.warns(HelperFallbackWarning, match=r"took no message within 0\.5 s \(plus 1 s per "
-                                                       r"100 MB\) and was ended"):
-            got = net.forward(x, threads=2)[0]
-        waited = time.monotonic() - start
-    finally:
-        with contextlib.suppress(OSError):
-            os.kill(running.process.pid, signal.SIGCONT)
+    start = time.monotonic()
+    with _stopped(running), pytest.warns(
+            HelperFallbackWarning, match=r"took no message within 0\.5 s \(plus 1 s per 100 MB\) "
+                                         r"and was ended"):
+        got = net.forward(x, threads=2)[0]
+    waited = time.monotonic() - start
     np.testing.assert_array_equal(got, expected)
     assert waited < 10 and running.broken and not used

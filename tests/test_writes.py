@@ -445,6 +445,17 @@ def _full_writes(folder: Path, command: list[str], limit: int) -> list[str]:
     return lines
 
 
+def _two_numbers(lines: list[str], pattern: str) -> list[tuple[int, int]]:
+    """Each writer's line matches ``pattern`` (``fmt name FormatError message``); the
+    numbers of the pattern's two groups, in order."""
+    out = []
+    for line in lines:
+        found = re.fullmatch(r"(\S+) (\S+) FormatError (.*): cannot be written; " + pattern, line)
+        assert found, line
+        out.append((int(found[4].replace(",", "")), int(found[5].replace(",", ""))))
+    return out
+
+
 def test_every_writer_says_a_file_larger_than_the_process_may_write(tmp_path: Path) -> None:
     """RLIMIT_FSIZE (ulimit -f): the system's EFBIG reaches the message from every writer,
     NumPy's .npy writer included (its tofile said "N requested and M written")."""
@@ -452,14 +463,11 @@ def test_every_writer_says_a_file_larger_than_the_process_may_write(tmp_path: Pa
     folder = tmp_path / "out"
     folder.mkdir()
     lines = _full_writes(folder, [], 24_000)
-    pattern = (r"(\S+) (\S+) FormatError (.*): cannot be written; the file is larger than this "
-               r"process may write \(EFBIG: File too large; the limit here is 24,000 bytes\): "
-               r"the file needs at least ([0-9,]+) bytes\. Raise the limit \(ulimit -f\) or write "
-               r"a smaller model\. Nothing was written\.")
-    for line in lines:
-        found = re.fullmatch(pattern, line)
-        assert found, line
-        assert int(found[4].replace(",", "")) > 24_000
+    for limit, needed in _two_numbers(lines, (
+            r"the file is larger than this process may write \(EFBIG: File too large; the "
+            r"limit here is ([0-9,]+) bytes\): the file needs at least ([0-9,]+) bytes\. Raise "
+            r"the limit \(ulimit -f\) or write a smaller model\. Nothing was written\.")):
+        assert limit == 24_000 < needed
     assert rnnport.read(folder / "m.npz") == RNN.random(Spec("lstm", 4, 4), seed=1)
 
 
@@ -480,11 +488,8 @@ def test_every_writer_says_the_disk_is_full_and_keeps_the_old_file(tmp_path: Pat
                       f'exec "$@"\n')
     lines = _full_writes(folder, ["unshare", "--user", "--map-root-user", "--mount", "sh",
                                   str(script)], 0)
-    pattern = (r"(\S+) (\S+) FormatError (.*): cannot be written; the disk is full \(ENOSPC: No "
-               r"space left on device\): the file needs at least ([0-9,]+) bytes, and ([0-9,]+) "
-               r"were free there\. Free some space or choose another folder\. Nothing was "
-               r"written\.")
-    for line in lines:
-        found = re.fullmatch(pattern, line)
-        assert found, line
-        assert int(found[4].replace(",", "")) > int(found[5].replace(",", ""))
+    for needed, free in _two_numbers(lines, (
+            r"the disk is full \(ENOSPC: No space left on device\): the file needs at least "
+            r"([0-9,]+) bytes, and ([0-9,]+) were free there\. Free some space or choose another "
+            r"folder\. Nothing was written\.")):
+        assert needed > free
