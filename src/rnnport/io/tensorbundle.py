@@ -241,6 +241,11 @@ def _open_data(path: Path, inside: Path | None) -> io.FileIO | str:
         return _not_a_file(path, mode)
     try:  # a shard a checkpoint state file named must stay in its folder; recorded
         inputs.note(path, str(path), inside=inside, name=path.name if inside else None)
+    except FormatError:
+        os.close(descriptor)
+        if not os.path.lexists(path):  # removed since it was opened: by a writer that
+            return _MISSING            # replaced the index first (read again, see _load)
+        raise
     except BaseException:
         os.close(descriptor)
         raise
