@@ -849,13 +849,13 @@ def _result(future: Future[FileResult], task: Task) -> FileResult:
 def _not_run(task: Task, error: BaseException) -> FileResult:
     return FileResult(task.name, task.source, task.output, "failed",
                       error=f"not run: worker processes could not start, {GIVE_UP_AFTER} times "
-                            f"({brief(error)})")
+                            f"({error if isinstance(error, _Stalled) else brief(error)})")
 
 
 def _died(task: Task, error: BaseException) -> FileResult:
     return FileResult(task.name, task.source, task.output, "failed",
-                      error=f"its worker process died ({brief(error)})"
-                      if not isinstance(error, _Stalled) else f"not finished: {error}")
+                      error=f"not finished: {error}" if isinstance(error, _Stalled)
+                      else f"its worker process died ({brief(error)})")
 
 
 # -- Dask ----------------------------------------------------------------------------------------
