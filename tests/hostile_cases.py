@@ -696,6 +696,39 @@ case("limit-expansion-flax", _large("flax", "big.msgpack"), _lowered("big.msgpac
      limit="expansion")
 
 
+# 9. names no file system holds, and a child process that stops
+
+def _state_naming(name: str) -> Callable[[Path], None]:
+    """A checkpoint folder whose ``checkpoint`` state file names ``name`` as the newest."""
+    def build(folder: Path) -> None:
+        _tf1_checkpoint(folder)
+        (folder / "checkpoint").write_text(f'model_checkpoint_path: "{name}"\n'
+                                           f'all_model_checkpoint_paths: "{name}"\n')
+    return build
+
+
+# 250 characters: a name a file may have, but not with its shards' suffix.
+case("tf1-state-file-names-a-name-too-long", _state_naming("m" * 250), _read("."))
+case("tf2-state-file-names-a-name-too-long", _state_naming("m" * 250), _read(".", fmt="tf2"))
+case("cli-inspect-state-file-naming-a-name-too-long", _state_naming("m" * 4000),
+     argv=("inspect", "."))
+
+
+def _stopping_hdf5_child(folder: Path) -> Any:
+    """The HDF5 reader's child stops itself (SIGSTOP) before it reads anything."""
+    import rnnport
+    from rnnport.io import hdf5
+
+    rnnport.write(_random_rnn(), "keras", path=folder / "m.weights.h5")
+    (folder / "stop.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n")
+    hdf5.CHILD = folder / "stop.py"
+    with rnnport.limits(seconds=TIMEOUT * 2):  # noticed as stopped long before
+        return rnnport.read(folder / "m.weights.h5")
+
+
+case("hdf5-reader-child-stopped", _nothing, _stopping_hdf5_child)
+
+
 # -- the child --------------------------------------------------------------------------------
 
 

@@ -176,3 +176,33 @@ def test_the_state_is_replaced_atomically_with_the_usual_file_mode(tmp_path: Pat
     mode = (tmp_path / "model.ckpt.index").stat().st_mode
     assert (tmp_path / "checkpoint").stat().st_mode == mode
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]
+
+
+@pytest.mark.parametrize("length", [250, 300, 5000])
+@pytest.mark.parametrize("fmt", [None, "tf1", "tf2"])
+def test_a_state_file_naming_a_name_no_file_can_have_is_a_format_error(
+        tmp_path: Path, fmt: str | None, length: int) -> None:
+    """250 characters fit a file's name, not with the shards' suffix; 300 fit none; 5,000
+    fit no path: looked up, each was an OSError (ENAMETOOLONG)."""
+    rnnport.write(MODEL, "tf1", path=tmp_path / "model.ckpt")
+    name = "m" * length
+    (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "{name}"\n'
+                                         f'all_model_checkpoint_paths: "{name}"\n')
+    with pytest.raises(FormatError, match=rf"checkpoint, model_checkpoint_path: names the file "
+                                          rf"'m{{40}}'…'m{{20}}', a name of {length + 20:,} bytes "
+                                          r"with the '\.data-00000-of-00001' the reader adds; "
+                                          r"expected at most 255 \(because no file system holds "
+                                          r"longer names\)"):
+        rnnport.read(tmp_path, fmt)
+
+
+@pytest.mark.parametrize("fmt", [None, "tf1", "tf2"])
+def test_a_prefix_too_long_for_its_index_is_a_format_error(tmp_path: Path,
+                                                           fmt: str | None) -> None:
+    """A prefix a file may have, whose index (PREFIX.index) no file can have."""
+    prefix = tmp_path / ("p" * 252)
+    message = (r"p\.index \([0-9,]+ characters\) cannot be looked up; the system says: File name "
+               r"too long\. Check the path\." if fmt else
+               r"does not exist \(no such file, folder or checkpoint prefix\)")  # sniffed: no
+    with pytest.raises(FormatError, match=message):
+        rnnport.read(prefix, fmt)

@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -791,3 +792,116 @@ def test_a_run_sweeps_each_output_folder_once_for_killed_writers_leftovers(
     assert summary.done == 5 and not stale.exists() and other.exists()
     outputs = [look for look in looks if look.startswith(str(out))]
     assert len(outputs) == len(set(outputs)) == 3  # out, out/deep, out/deep/er: once each
+
+
+# -- deadlines -----------------------------------------------------------------------------------
+
+
+def _stops_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, victim: str,
+              once: bool = False) -> None:
+    """Worker processes stop themselves (SIGSTOP) on the file named ``victim``, each time
+    (or the first time only)."""
+    hook = tmp_path / "stopping"
+    hook.mkdir()
+    marker = tmp_path / "stopped-once"
+    (hook / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        "from pathlib import Path\n"
+        "from rnnport import corpus\n"
+        "_compute = corpus._compute_and_write\n"
+        "def _stopping(model, task, job):\n"
+        f"    if Path(task.source).name == {victim!r}:\n"
+        f"        if {once!r} and Path({str(marker)!r}).exists():\n"
+        "            return _compute(model, task, job)\n"
+        f"        Path({str(marker)!r}).touch()\n"
+        "        os.kill(os.getpid(), signal.SIGSTOP)\n"
+        "    return _compute(model, task, job)\n"
+        "corpus._compute_and_write = _stopping\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(hook), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+def test_a_stopped_pool_worker_is_ended_and_its_file_fails_alone(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, many: Path, tmp_path: Path) -> None:
+    """A worker stopped mid-file (SIGSTOP) is noticed within seconds, not waited for: it is
+    killed, the files in flight beside it run again, and the file fails alone."""
+    victim = "f05.npy"
+    _stops_on(monkeypatch, tmp_path, victim)
+    start = time.monotonic()
+    summary = corpus.run(model_file, [many], tmp_path / "out", jobs=2)
+    assert time.monotonic() - start < 60
+    assert (summary.done, summary.failed) == (23, 1), summary.lines()
+    (failure,) = summary.failures
+    assert Path(failure.source).name == victim
+    assert re.fullmatch(r"not finished: the worker process \(pid \d+\) was stopped \(SIGSTOP, "
+                        r"Ctrl-Z or a debugger\) for 1 s and was ended", failure.error or "")
+    (many / victim).unlink()
+    _assert_matches(model_file, many, tmp_path / "out")
+
+
+def test_a_stopped_local_dask_worker_is_killed_and_its_task_runs_elsewhere(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, data: Path, tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    _stops_on(monkeypatch, tmp_path, "one.npy", once=True)
+    start = time.monotonic()
+    summary = corpus.run(model_file, [data], tmp_path / "out", jobs=2, dask="local")
+    assert time.monotonic() - start < 60
+    assert (summary.done, summary.failed) == (5, 0), summary.lines()
+    assert (tmp_path / "stopped-once").exists()
+    # Run again by another worker (not here, after the deadline): the stopped one was seen.
+    assert os.getpid() not in {result.worker for result in summary.results}
+    _assert_matches(model_file, data, tmp_path / "out")
+
+
+def test_the_deadline_follows_the_work() -> None:
+    """A pool may go without a result for STALL_FACTOR times a worker's start and the
+    longest group in flight after another as long, at least STALL_FLOOR seconds."""
+    pace = corpus._Pace(read_seconds=2.0, per_byte=1e-6)
+    assert pace.allowed([]) == max(corpus.STALL_FLOOR,
+                                   corpus.STALL_FACTOR * (corpus.WORKER_START + 2.0))
+    big = corpus.Task(__file__, "/out/x", "x")  # this file: some kilobytes
+    size = Path(__file__).stat().st_size
+    assert pace.allowed([[big], [big, big]]) == pytest.approx(max(
+        corpus.STALL_FLOOR, corpus.STALL_FACTOR * (corpus.WORKER_START + 2.0 + 4 * size * 1e-6)))
+    slow = corpus._Pace(read_seconds=0.0, per_byte=1.0)  # a second a byte
+    assert slow.allowed([[big]]) == pytest.approx(
+        corpus.STALL_FACTOR * (corpus.WORKER_START + 2 * size))
+
+
+def test_a_dask_task_that_gives_no_result_runs_here(
+        monkeypatch: pytest.MonkeyPatch, model_file: Path, data: Path, tmp_path: Path) -> None:
+    """A task that never ends (as on a stopped worker) is given up after its deadline,
+    and its files run in this process (here: the test's main thread; the in-process
+    cluster's workers are threads)."""
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    monkeypatch.setattr(corpus, "STALL_FLOOR", 1.0)
+    monkeypatch.setattr(corpus, "STALL_FACTOR", 1.0)
+    monkeypatch.setattr(corpus, "WORKER_START", 0.0)
+    released = threading.Event()
+    task, process = corpus._dask_task, corpus._process
+    here: list[str] = []
+
+    def stuck(one: corpus.Task, job: Any) -> corpus.FileResult:
+        if Path(one.source).name == "one.npy":
+            released.wait(60)
+        return task(one, job)
+
+    def recorded(one: corpus.Task, job: Any) -> corpus.FileResult:
+        if threading.current_thread() is threading.main_thread():
+            here.append(Path(one.source).name)
+            released.set()  # the stuck task may end now: nobody waits for it
+        return process(one, job)
+
+    monkeypatch.setattr(corpus, "_dask_task", stuck)
+    monkeypatch.setattr(corpus, "_process", recorded)
+    start = time.monotonic()
+    try:
+        summary = _on_dask_in_process(distributed, model_file, data, tmp_path / "out")
+    finally:
+        released.set()
+    assert time.monotonic() - start < 30
+    assert (summary.done, summary.failed) == (5, 0), summary.lines()
+    assert "one.npy" in here
+    _assert_matches(model_file, data, tmp_path / "out")

@@ -4,11 +4,15 @@ helper that dies, fails or is interrupted costs nothing but its speed."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import resource
+import signal
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ import numpy as np
 import pytest
 
 from rnnport import RNN, Spec, helper, runtime
+from rnnport.errors import HelperFallbackWarning
 
 pytestmark = pytest.mark.skipif(not helper.available(), reason="the helper needs Linux")
 
@@ -459,3 +464,74 @@ def test_without_a_ready_helper_small_steps_run_together(
     x = np.random.default_rng(4).standard_normal((1, 9, 7)).astype(np.float32)
     np.testing.assert_array_equal(net.forward(x, threads=2)[0], net.forward(x, threads=1)[0])
     assert directions == [2, 2]
+
+
+@contextlib.contextmanager
+def _stopped(running: Any) -> Iterator[None]:
+    """``running`` (the helper) stopped (SIGSTOP) for the block; let go after it, if alive."""
+    os.kill(running.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(running.process.pid, signal.SIGCONT)
+
+
+def test_a_stopped_helper_is_not_waited_for(used: list[bool]) -> None:
+    """A helper stopped (SIGSTOP) while it holds a job is noticed within seconds: it is
+    ended, with a warning, and its piece runs here; the next helper is used as before."""
+    net, x, expected = _lstm_case(9)
+    running = helper._HELPER
+    assert running is not None
+    start = time.monotonic()
+    with _stopped(running), pytest.warns(
+            HelperFallbackWarning, match=r"\(pid \d+\) was stopped \(SIGSTOP, Ctrl-Z or a "
+                                         r"debugger\) for 1 s and was ended; the piece ran in "
+                                         r"this process"):
+        got = net.forward(x, threads=2)[0]
+    waited = time.monotonic() - start
+    np.testing.assert_array_equal(got, expected)
+    assert waited < helper.REPLY_FLOOR  # noticed as stopped, before the deadline
+    assert used == [False] and running.broken and running.process.poll() is not None
+    assert helper._HELPER is not running
+    assert helper.wait_until_ready(60)
+    used.clear()
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used == [True, True]
+
+
+def test_a_helper_that_never_answers_misses_a_deadline_of_its_work(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper that runs but never answers (here: its replies never come, as if it were
+    stuck) is waited for REPLY_FACTOR times this process's piece, at least REPLY_FLOOR."""
+    monkeypatch.setattr(helper, "REPLY_FLOOR", 0.5)
+    net, x, expected = _lstm_case(9)
+    running = helper._HELPER
+    assert running is not None
+    monkeypatch.setattr(running, "poll", lambda timeout: time.sleep(timeout) or False)
+    start = time.monotonic()
+    with pytest.warns(HelperFallbackWarning, match=r"gave no answer within 0\.5 s and was ended"):
+        got = net.forward(x, threads=2)[0]
+    assert time.monotonic() - start < 5
+    np.testing.assert_array_equal(got, expected)
+    assert used == [False] and running.broken
+
+
+def test_a_message_to_a_stopped_helper_has_a_deadline(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer's parameters larger than the socket's buffer, sent to a stopped helper: the
+    send gives up after its deadline, and the layer runs here."""
+    monkeypatch.setattr(helper, "REPLY_FLOOR", 0.5)
+    running = helper._HELPER
+    assert running is not None
+    net = RNN.random(Spec("lstm", 7, 300, bidirectional=True), seed=3)  # 1.4 MB a direction
+    x = np.random.default_rng(4).standard_normal((2, 5, 7)).astype(np.float32)
+    expected = net.forward(x, threads=1)[0]
+    start = time.monotonic()
+    with _stopped(running), pytest.warns(
+            HelperFallbackWarning, match=r"took no message within 0\.5 s \(plus 1 s per 100 MB\) "
+                                         r"and was ended"):
+        got = net.forward(x, threads=2)[0]
+    waited = time.monotonic() - start
+    np.testing.assert_array_equal(got, expected)
+    assert waited < 10 and running.broken and not used

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -341,9 +344,9 @@ def test_a_refusing_folder_a_full_disk_and_a_failed_rename_are_format_errors(
 
     from rnnport.io.atomic import atomic_write
 
-    with pytest.raises(FormatError, match=r"m\.npz: cannot be written; the system says: No space "
-                                          r"left on device\. Free some space .* Nothing was "
-                                          r"written\.$"):
+    with pytest.raises(FormatError, match=r"m\.npz: cannot be written; the disk is full \(ENOSPC: "
+                                          r"No space left on device\)\. Free some space .* "
+                                          r"Nothing was written\.$"):
         atomic_write(target, full)
     assert target.read_bytes() == before and not _partials(tmp_path)
 
@@ -385,3 +388,108 @@ def test_a_refusing_folder_a_full_disk_and_a_failed_rename_are_format_errors(
     finally:
         folder.chmod(0o755)
     assert not os.listdir(folder)
+
+
+# -- a full disk, a file too large: every writer, the real system's errors -------------------
+
+# Run in a child process: every format written over an existing file of a smaller model
+# into FOLDER, where the files do not fit (a tiny file system, or a limit on file sizes);
+# prints one line per writer (its error, or "wrote"), then whether the folder's files are as
+# they were.
+FULL = """
+import os, sys, resource
+from pathlib import Path
+import rnnport
+from rnnport import RNN, Spec
+
+folder, limit = Path(sys.argv[1]), int(sys.argv[2])
+small, big = RNN.random(Spec("lstm", 4, 4), seed=1), RNN.random(Spec("lstm", 48, 48), seed=2)
+TARGETS = [("npz", "m.npz"), ("torch", "m.pt"), ("torch", "m.safetensors"), ("keras", "m.keras"),
+           ("keras", "m.weights.h5"), ("tf1", "m.ckpt"), ("tf2", "t2"), ("onnx", "m.onnx"),
+           ("tflite", "m.tflite"), ("flax", "m.msgpack"), ("cudnn", "m.npy"),
+           ("tfgraph", "m.pb")]
+for fmt, name in TARGETS:
+    rnnport.write(small, fmt, path=folder / name)
+before = {path.name: path.read_bytes() for path in folder.iterdir()}
+if limit:  # EFBIG: no file may grow past the limit (Python ignores SIGXFSZ)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+else:  # ENOSPC: the rest of the file system filled
+    filler = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(filler, bytes(4096))
+    except OSError:
+        os.close(filler)
+for fmt, name in TARGETS:
+    try:
+        rnnport.write(big, fmt, path=folder / name, overwrite=True)
+        print(fmt, name, "wrote")
+    except Exception as error:
+        print(fmt, name, type(error).__name__, " ".join(str(error).split()))
+after = {path.name: path.read_bytes() for path in folder.iterdir() if path.name != "filler"}
+print("as they were" if after == before else f"changed: {sorted(set(after) ^ set(before))}")
+"""
+
+
+def _full_writes(folder: Path, command: list[str], limit: int) -> list[str]:
+    """Every writer's outcome in FULL, run by ``command`` (a prefix), over old files in
+    ``folder`` that must stay as they were."""
+    script = folder.parent / "full.py"
+    script.write_text(FULL)
+    done = subprocess.run([*command, sys.executable, str(script), str(folder), str(limit)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": SOURCE}, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    *lines, last = done.stdout.splitlines()
+    assert len(lines) == 12 and last == "as they were", done.stdout
+    return lines
+
+
+def _two_numbers(lines: list[str], pattern: str) -> list[tuple[int, int]]:
+    """Each writer's line matches ``pattern`` (``fmt name FormatError message``); the
+    numbers of the pattern's two groups, in order."""
+    out = []
+    for line in lines:
+        found = re.fullmatch(r"(\S+) (\S+) FormatError (.*): cannot be written; " + pattern, line)
+        assert found, line
+        out.append((int(found[4].replace(",", "")), int(found[5].replace(",", ""))))
+    return out
+
+
+def test_every_writer_says_a_file_larger_than_the_process_may_write(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE (ulimit -f): the system's EFBIG reaches the message from every writer,
+    NumPy's .npy writer included (its tofile said "N requested and M written")."""
+    pytest.importorskip("resource")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    lines = _full_writes(folder, [], 24_000)
+    for limit, needed in _two_numbers(lines, (
+            r"the file is larger than this process may write \(EFBIG: File too large; the "
+            r"limit here is ([0-9,]+) bytes\): the file needs at least ([0-9,]+) bytes\. Raise "
+            r"the limit \(ulimit -f\) or write a smaller model\. Nothing was written\.")):
+        assert limit == 24_000 < needed
+    assert rnnport.read(folder / "m.npz") == RNN.random(Spec("lstm", 4, 4), seed=1)
+
+
+def test_every_writer_says_the_disk_is_full_and_keeps_the_old_file(tmp_path: Path) -> None:
+    """A real full disk: a 256 KiB tmpfs in a mount namespace of its own (skipped where the
+    system does not allow one)."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        pytest.skip("needs Linux's unshare to mount a small file system")
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                            f"mount -t tmpfs -o size=256k tmpfs {shlex.quote(str(folder))}"],
+                           capture_output=True, timeout=60, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({probe.stderr.decode().strip()[:200]})")
+    script = tmp_path / "in-tiny.sh"
+    script.write_text(f'mount -t tmpfs -o size=256k tmpfs {shlex.quote(str(folder))} && '
+                      f'exec "$@"\n')
+    lines = _full_writes(folder, ["unshare", "--user", "--map-root-user", "--mount", "sh",
+                                  str(script)], 0)
+    for needed, free in _two_numbers(lines, (
+            r"the disk is full \(ENOSPC: No space left on device\): the file needs at least "
+            r"([0-9,]+) bytes, and ([0-9,]+) were free there\. Free some space or choose another "
+            r"folder\. Nothing was written\.")):
+        assert needed > free

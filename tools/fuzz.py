@@ -38,7 +38,10 @@ with 2⁶² or 71 dimensions, its data block listed 50,000 times, every entry ov
 bytes or 5,000 more layers; msgpack counts far past the bytes, maps nested 200,000 deep;
 ONNX dimensions huge or negative, Identity chains 3,000 deep, 400 nodes over one tensor, a
 million activations; FlatBuffer vector lengths made huge or one vector shared by every
-offset; safetensors offsets shared and shapes huge. The builders are those of
+offset; safetensors offsets shared and shapes huge; a ``checkpoint`` state file naming a
+checkpoint longer than a file name or a path may be, under hundreds of folders, by escaped
+bytes, or listed 200,000 times (TensorFlow 2 checkpoints are seeds twice: read by their
+prefix, and by their folder, through that file). The builders are those of
 ``tests/hostile_cases.py``.
 
 Cases run in worker processes with a data-size limit (``RLIMIT_DATA``) and a per-case
@@ -160,6 +163,8 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             shutil.copytree(GOLDEN / "tf2" / case["name"], target)
             seeds.append(Seed(case["name"], fmt, target,
                               str(source.relative_to(GOLDEN / "tf2" / case["name"])), {}))
+            if (target / "checkpoint").is_file():  # its folder, read through its state file
+                seeds.append(Seed(f"{case['name']}_folder", fmt, target, ".", {}))
     exported = json.loads((GOLDEN / "keras3" / "MANIFEST.json").read_text())
     for name in KERAS3_SEEDS:  # Keras 3's model.export and tf.saved_model.save wrote them
         readable = [stack[0] for stack in exported["cases"][name]["stacks"]]
@@ -737,8 +742,34 @@ def mutate_safetensors(rng: random.Random, data: bytes) -> tuple[bytes, str] | N
         f"safetensors {action}"
 
 
+def mutate_state(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """A ``checkpoint`` state file naming a checkpoint no file system holds, or in a way a
+    reader must bound: names of 200 to 5,000 characters, hundreds of folders deep, escaped
+    bytes, or one path listed 200,000 times."""
+    found = re.search(rb'model_checkpoint_path: "([^"]*)"', data)
+    if found is None:
+        return None
+    name = found[1]
+    kind = rng.choice(["long", "deep", "escaped", "listed"])
+    if kind == "long":
+        length = rng.choice([200, 236, 240, 250, 255, 256, 300, 4095, 4096, 5000])
+        name, how = (name * length)[:length] or b"m" * length, f"a name of {length}"
+    elif kind == "deep":
+        depth = rng.choice([100, 300, 2000])
+        name, how = b"d/" * depth + name, f"{depth} folders deep"
+    elif kind == "escaped":
+        escape = rng.choice([b"\\000", b"\\377", b"\\303\\251", b"\\n", b"\\\""])
+        name, how = name + escape * rng.choice([1, 100, 300]), f"escapes {escape.decode()}"
+    else:
+        line = b'all_model_checkpoint_paths: "' + name + b'"\n'
+        return data + line * 200_000, "one path listed 200,000 times"
+    return data[:found.start(1)] + name + data[found.end(1):], f"state file names {how}"
+
+
 def mutate_structure(rng: random.Random, target: Path, data: bytes) -> tuple[bytes, str] | None:
     """One structure-aware mutation of ``target`` (its bytes ``data``), by what it is."""
+    if target.name == "checkpoint":
+        return mutate_state(rng, data)
     if data[:2] == b"PK":
         if target.suffix in (".pt", ".pth") and rng.random() < 0.5:
             return mutate_pickle(rng, data)

@@ -61,6 +61,17 @@ beside it run again one at a time (up to twice the workers, in series), and the 
 on in a new pool (on Dask, a task whose worker dies has its files run again one a task).
 Where workers cannot start at all, :data:`GIVE_UP_AFTER` failed starts in a row end the
 run: the files left fail as not run.
+
+**Deadlines**: no wait on a worker is without end. A pool (or a Dask cluster) that gives no
+result for :data:`STALL_FACTOR` times what its files in flight are expected to take (a
+worker's start, the model's read as long as it took here, and each file's frames at the
+model's pace here, measured once on a short input), and never less than
+:data:`STALL_FLOOR` seconds, is taken for stuck; so is a pool whose worker is seen stopped
+(``SIGSTOP``) for a second (:mod:`rnnport.io.processes`). A stuck pool's workers are
+killed, and its files in flight go on as after a worker's death: one at a time, where a file
+stuck again alone fails, its worker process "ended". On Dask, the files of the tasks that
+gave no result run in this process instead. A pool being shut down waits for its workers
+as long, then kills them.
 """
 
 from __future__ import annotations
@@ -84,6 +95,7 @@ import numpy as np
 
 from . import api, budget, errors, formats, runtime
 from .errors import FormatError, MissingDependencyError, RnnportError, ShapeError, brief
+from .io import processes
 from .io.archive import load_npy, open_zip, read_member, read_npy
 from .io.atomic import (
     NUMPY_ARCHIVE,
@@ -231,9 +243,93 @@ class Summary:
         return lines
 
 
+# A pool or a cluster that gives no result for STALL_FACTOR times what its files in flight
+# are expected to take, and at least STALL_FLOOR seconds, is taken for stuck; a worker's
+# start is expected to take WORKER_START seconds (a spawned interpreter importing NumPy and
+# rnnport) plus the model's read. See _Pace.
+STALL_FACTOR = 8.0
+STALL_FLOOR = 30.0
+WORKER_START = 5.0
+_PACE_STEPS = 32  # time steps of the input that measures the model's pace
+
+
+@dataclass(frozen=True)
+class _Pace:
+    """How long a run's work is expected to take: a worker's start (the model's read here,
+    ``read_seconds``), and a file's run (``per_byte``: seconds per byte of input, one
+    sequence at a time, the slowest way, as measured here)."""
+
+    read_seconds: float = 0.0
+    per_byte: float = 0.0
+
+    @classmethod
+    def measure(cls, model: Model, read_seconds: float) -> _Pace:
+        """The pace of ``model``, read in ``read_seconds``: one sequence of
+        :data:`_PACE_STEPS` steps of float32 zeros run here, in one thread."""
+        x = np.zeros((1, _PACE_STEPS, model.input_size), np.float32)
+        start = time.perf_counter()
+        model.forward(x, threads=1)
+        took = time.perf_counter() - start
+        return cls(read_seconds, took / x.nbytes)
+
+    def allowed(self, groups: Iterable[Sequence[Task]]) -> float:
+        """Seconds a pool or cluster running ``groups`` of files (in flight; a group runs
+        in one task) may go without a result: a worker's start, then the longest group
+        after another as long."""
+        longest = max((sum(_size(task.source) for task in group) for group in groups),
+                      default=0) * self.per_byte
+        return max(STALL_FLOOR,
+                   STALL_FACTOR * (WORKER_START + self.read_seconds + 2 * longest))
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:  # fails when it is read
+        return 0
+
+
+class _Stalled(BrokenProcessPool):
+    """The workers gave no result within their deadline (see :class:`_Pace`), or one was
+    seen stopped: its message ends a sentence ("… was stopped (SIGSTOP …) for 1 s and was
+    ended")."""
+
+
+class _Stall:
+    """Whether a wait for results has gone on too long: no result for what the files in
+    flight should take (:meth:`_Pace.allowed`), or a worker process seen stopped."""
+
+    def __init__(self, pace: _Pace) -> None:
+        self.pace = pace
+        self.clock = processes.Clock()
+        self.watches: dict[int, processes.Watch] = {}
+        self.stopped: int | None = None  # the worker found stopped, if that is why
+
+    def progress(self) -> None:
+        """A result came: the wait starts again."""
+        self.clock = processes.Clock()
+
+    def why(self, groups: Iterable[Sequence[Task]], pids: Iterable[int] = ()) -> str | None:
+        """None while the wait may go on; else why it should not."""
+        waited = self.clock.elapsed()
+        for pid in pids:
+            watch = self.watches.setdefault(pid, processes.Watch(pid, float("inf")))
+            stopped = watch.overdue()
+            if stopped is not None:
+                self.stopped = pid
+                del self.watches[pid]
+                return f"the worker process (pid {pid}) {stopped} and was ended"
+        allowed = self.pace.allowed(groups)
+        if waited >= allowed:
+            return (f"the worker processes gave no result within "
+                    f"{processes.seconds(allowed)} s (stuck?) and were ended")
+        return None
+
+
 @dataclass(frozen=True)
 class _Job:
-    """What every worker needs to run a file: the model to read and how to run it."""
+    """What every worker needs to run a file: the model to read and how to run it (and,
+    for the process waiting on them, how long that takes)."""
 
     model_path: str
     fmt: str | None
@@ -243,6 +339,7 @@ class _Job:
     force: bool
     limits: Mapping[str, float] = field(default_factory=dict)
     version: tuple[tuple[str, int, int], ...] = ()  # the model's files: name, size, mtime
+    pace: _Pace = _Pace()
 
     @property
     def key(self) -> tuple[str, str | None, str, tuple[tuple[str, int, int], ...]]:
@@ -642,25 +739,62 @@ def _run_pool(waiting: list[Task], job: _Job, workers: int, ahead: int,
     the error. With ``probe``, an empty task runs first: if it breaks the pool, the files
     are None (the worker could not start)."""
     executor = _pool(job, workers)
+    stall = _Stall(job.pace)
+    running: dict[Future[FileResult], Task] = {}
     try:
         if probe:
+            started = executor.submit(int)
             try:
-                executor.submit(int).result()
+                while not wait([started], timeout=processes.POLL).done:
+                    why = stall.why([], _workers(executor))
+                    if why is not None:
+                        raise _Stalled(why)
+                started.result()
             except BrokenProcessPool as error:
-                executor.shutdown(wait=True)
+                _shut_down(executor, stall, [], kill=isinstance(error, _Stalled))
                 return None, error
-        broken = _feed(executor, waiting, ahead * workers, report, results)
+        broken = _feed(executor, waiting, running, ahead * workers, report, results, stall)
     except BaseException:
-        executor.shutdown(wait=True, cancel_futures=True)  # the files in progress finish
+        _shut_down(executor, stall, running.values(), cancel=True)  # the files in progress finish
         raise
-    executor.shutdown(wait=True)
+    _shut_down(executor, stall, [], kill=isinstance(broken and broken[1], _Stalled))
     return broken
 
 
-def _feed(executor: ProcessPoolExecutor, waiting: list[Task], ahead: int,
-          report: Callable[[FileResult], None], results: list[FileResult]
+def _workers(executor: ProcessPoolExecutor) -> list[int]:
+    """The process ids of the pool's workers (the pool does not say them otherwise)."""
+    return list(getattr(executor, "_processes", None) or {})
+
+
+def _shut_down(executor: ProcessPoolExecutor, stall: _Stall, tasks: Iterable[Task], *,
+               cancel: bool = False, kill: bool = False) -> None:
+    """Shut the pool down: its workers end after the files they run (``tasks``; none
+    started after this with ``cancel``), waited for as long as those should take (see
+    :class:`_Stall`: a worker seen stopped never ends by itself), then killed; at once
+    with ``kill``."""
+    workers = dict(getattr(executor, "_processes", None) or {})
+    manager = getattr(executor, "_executor_manager_thread", None)
+    executor.shutdown(wait=False, cancel_futures=cancel)
+    stall.progress()
+    groups = [[task] for task in tasks]
+    while not kill and any(worker.is_alive() for worker in workers.values()):
+        if stall.why(groups, [pid for pid, worker in workers.items() if worker.is_alive()]):
+            break
+        time.sleep(processes.POLL)
+    for worker in workers.values():
+        if worker.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                worker.kill()
+    for worker in workers.values():
+        worker.join(_BREAK_SETTLES)
+    if manager is not None:
+        manager.join(_BREAK_SETTLES)
+
+
+def _feed(executor: ProcessPoolExecutor, waiting: list[Task],
+          running: dict[Future[FileResult], Task], ahead: int,
+          report: Callable[[FileResult], None], results: list[FileResult], stall: _Stall
           ) -> tuple[list[Task] | None, BaseException] | None:
-    running: dict[Future[FileResult], Task] = {}
     while waiting or running:
         while waiting and len(running) < ahead:
             task = waiting.pop()
@@ -671,9 +805,18 @@ def _feed(executor: ProcessPoolExecutor, waiting: list[Task], ahead: int,
                 if not running:  # nothing of this pool's left to blame
                     return [], broke
                 break
-        finished, _ = wait(running, return_when=FIRST_COMPLETED)
-        breaks = [failure for failure in (future.exception() for future in finished)
-                  if isinstance(failure, BrokenProcessPool)]
+        finished, _ = wait(running, timeout=processes.POLL, return_when=FIRST_COMPLETED)
+        breaks: list[BaseException] = [
+            failure for failure in (future.exception() for future in finished)
+            if isinstance(failure, BrokenProcessPool)]
+        if finished:
+            stall.progress()
+        elif (why := stall.why([[task] for task in running.values()],
+                               _workers(executor))) is not None:
+            for worker in (getattr(executor, "_processes", None) or {}).values():
+                with contextlib.suppress(OSError, ValueError):
+                    worker.kill()  # the pool breaks: the files in flight go on as below
+            breaks = [_Stalled(why)]
         if breaks:
             # A broken pool fails every file in flight (a future added as it broke might
             # never end: after a while, it counts as lost with them).
@@ -706,12 +849,13 @@ def _result(future: Future[FileResult], task: Task) -> FileResult:
 def _not_run(task: Task, error: BaseException) -> FileResult:
     return FileResult(task.name, task.source, task.output, "failed",
                       error=f"not run: worker processes could not start, {GIVE_UP_AFTER} times "
-                            f"({brief(error)})")
+                            f"({error if isinstance(error, _Stalled) else brief(error)})")
 
 
 def _died(task: Task, error: BaseException) -> FileResult:
     return FileResult(task.name, task.source, task.output, "failed",
-                      error=f"its worker process died ({brief(error)})")
+                      error=f"not finished: {error}" if isinstance(error, _Stalled)
+                      else f"its worker process died ({brief(error)})")
 
 
 # -- Dask ----------------------------------------------------------------------------------------
@@ -800,14 +944,26 @@ def _require_dask(address: str) -> None:
             "(pip install -e '.[dask]' in a clone). Nothing was run.") from None
 
 
+def _nanny_workers(cluster: Any) -> list[int]:
+    """The process ids of a local cluster's workers (none for a cluster elsewhere)."""
+    if cluster is None:
+        return []
+    with contextlib.suppress(Exception):  # the cluster's own thread may change it meanwhile
+        return [pid for pid in (getattr(worker, "pid", None)
+                                for worker in list(cluster.workers.values())) if pid]
+    return []
+
+
 def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
               report: Callable[[FileResult], None]) -> list[FileResult]:
     from distributed import Client
     from distributed import as_completed as completed
 
     with contextlib.ExitStack() as stack:
+        cluster = None
         if address == "local":
-            client = stack.enter_context(Client(stack.enter_context(local_cluster(jobs))))
+            cluster = stack.enter_context(local_cluster(jobs))
+            client = stack.enter_context(Client(cluster))
         else:
             client = stack.enter_context(Client(address))
         groups = _Groups(tasks, jobs)
@@ -839,10 +995,41 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
             return added
 
         results: list[FileResult] = []
+        stall = _Stall(job.pace)
         try:
             # Results come with their futures: no round trip to the scheduler per group.
             finished = completed(top_up(), with_results=True, raise_errors=False)
-            for future, outcome in finished:
+            while not finished.is_empty():
+                if not finished.has_ready():
+                    why = stall.why([group for _, group in running.values()],
+                                    _nanny_workers(cluster))
+                    if why is None:
+                        time.sleep(processes.POLL)
+                        continue
+                    if stall.stopped is not None:
+                        # A local worker stopped: killed, its tasks go to the others (Dask
+                        # runs a dead worker's tasks again) and its nanny starts another.
+                        with contextlib.suppress(OSError):
+                            os.kill(stall.stopped, signal.SIGKILL)
+                        stall.stopped = None
+                        stall.progress()
+                        continue
+                    # No result for too long (stuck workers, or a scheduler elsewhere that
+                    # runs nothing): the files of the tasks in flight run here instead.
+                    stuck = list(running.values())
+                    running.clear()
+                    client.cancel([future for future, _ in stuck])
+                    for _, group in stuck:
+                        for task in group:
+                            _report(_process(task, again), report, results)
+                    stall.progress()
+                    for following in top_up():
+                        finished.add(following)
+                    continue
+                future, outcome = next(finished)
+                stall.progress()
+                if future.key not in running:  # given up above, and run here
+                    continue
                 _, group = running.pop(future.key)
                 done: list[FileResult] = []
                 if isinstance(outcome, list):
@@ -862,6 +1049,8 @@ def _run_dask(tasks: Sequence[Task], job: _Job, address: str, jobs: int,
         except BaseException:
             client.cancel([future for future, _ in running.values()])
             raise
+        finally:
+            _MODELS.pop(again.key, None)  # read here if files ran here
         return results
 
 
@@ -992,7 +1181,10 @@ def run(model_path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[s
     job = _Job(model_file, fmt, dict(options or {}), time_major,
                None if lengths is None else np.asarray(lengths), force, budget.current(),
                _version(model_file))
-    api.read(model_file, fmt, **job.options)  # a model that cannot be read stops everything
+    reading = time.perf_counter()
+    model = api.read(model_file, fmt, **job.options)  # one that cannot be read stops everything
+    if jobs:  # how long the workers' files should take (see _Pace)
+        job = dataclasses.replace(job, pace=_Pace.measure(model, time.perf_counter() - reading))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     todo = [task for task in tasks if force or not os.path.lexists(task.output)]
     # Finished outputs too: a writer killed between linking its output in and unlinking

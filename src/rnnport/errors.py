@@ -16,6 +16,7 @@ __all__ = [
     "DeviceError",
     "EngineFallbackWarning",
     "FormatError",
+    "HelperFallbackWarning",
     "LimitError",
     "MissingDependencyError",
     "RnnportError",
@@ -103,6 +104,12 @@ class DeviceError(RnnportError, ValueError):
 class EngineFallbackWarning(UserWarning):
     """``forward(engine=...)`` ran rnnport's own NumPy runtime instead of the engine asked for,
     because that engine cannot compute this network exactly; the message says why."""
+
+
+class HelperFallbackWarning(UserWarning):
+    """``forward``'s helper process (:mod:`rnnport.helper`) missed its deadline (it was
+    stopped, or stuck) and was ended; the piece it was running ran in the calling process
+    instead: the same numbers, more slowly. The message says what happened."""
 
 
 def brief(error: BaseException, length: int = 200) -> str:

@@ -30,6 +30,12 @@ there, first step to last, while the first runs here, and the two meet once per 
   :data:`GIVE_UP_AFTER` such ends, or a failed start, no helper starts again in this
   process. It ends when this process shuts it down or exits (it reads the end of its
   socket); a child made by ``fork()`` drops its copy of it and starts its own if needed.
+* No wait on it is without end (:mod:`rnnport.io.processes`). Its piece's result is waited
+  for at most :data:`REPLY_FACTOR` times as long as this process took for its own piece
+  (the same work), and never less than :data:`REPLY_FLOOR` seconds; a helper seen stopped
+  (``SIGSTOP``) for a second is not waited for longer. A message to it may take
+  :data:`REPLY_FLOOR` seconds, plus one per 100 MB. A helper that misses its deadline is
+  shut down, and its piece runs here, with a :class:`~rnnport.errors.HelperFallbackWarning`.
 """
 
 from __future__ import annotations
@@ -46,17 +52,22 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from itertools import count
 from mmap import mmap
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ARENA_KEPT", "GIVE_UP_AFTER", "Job", "available", "job", "serve", "shut_down",
-           "wait_until_ready"]
+from .errors import HelperFallbackWarning
+from .io import processes
+
+__all__ = ["ARENA_KEPT", "GIVE_UP_AFTER", "REPLY_FACTOR", "REPLY_FLOOR", "Job", "available", "job",
+           "serve", "shut_down", "wait_until_ready"]
 
 _HEADER = struct.Struct("<Q")
 _LARGEST_MESSAGE = 1 << 34  # a layer direction's parameters: far below
@@ -82,7 +93,15 @@ def _frame(message: Any) -> bytes:
 
 
 def _send(sock: socket.socket, message: Any) -> None:
-    sock.sendall(_frame(message))
+    _send_bytes(sock, _frame(message))
+
+
+def _send_bytes(sock: socket.socket, data: bytes) -> None:
+    """``data`` sent whole; on this process's side of the socket (which has a timeout: see
+    :meth:`_Helper.__init__`), within :data:`REPLY_FLOOR` seconds plus one per 100 MB."""
+    if sock.gettimeout() is not None:
+        sock.settimeout(REPLY_FLOOR + len(data) / _SEND_RATE)
+    sock.sendall(data)
 
 
 def _receive_exactly(sock: socket.socket, size: int) -> bytes:
@@ -153,6 +172,13 @@ ARENA_KEPT = 64 << 20
 # Helpers that died or were shut down on an error, after which none starts again.
 GIVE_UP_AFTER = 3
 _UNUSABLE = -1  # a layer direction the helper cannot take: it runs here
+# The helper's piece is the same work as this process's: its result is waited for at most
+# REPLY_FACTOR times as long as this process's piece took, and at least REPLY_FLOOR
+# seconds (a busy machine may keep the helper off its core for a moment). A message to it
+# takes at most REPLY_FLOOR seconds plus one per _SEND_RATE bytes.
+REPLY_FACTOR = 4.0
+REPLY_FLOOR = 5.0
+_SEND_RATE = 100e6
 
 
 class _Helper:
@@ -189,6 +215,10 @@ class _Helper:
             raise
         finally:
             theirs.close()
+        # Every read and write here has a deadline (a helper stopped while this process
+        # writes to it would otherwise block the write once the socket's buffer is full);
+        # waits for a piece's result poll first (see Job.finish).
+        mine.settimeout(REPLY_FLOOR)
         self.sock = mine
 
     def poll(self, timeout: float) -> bool:
@@ -224,7 +254,7 @@ class _Helper:
             except Exception:  # e.g. a Spec of a class defined in a function: runs here
                 token = _UNUSABLE
             else:
-                self.sock.sendall(framed)
+                _send_bytes(self.sock, framed)
             tokens[direction] = token
         return token
 
@@ -263,7 +293,8 @@ class _Helper:
             with contextlib.suppress(OSError):
                 self.sock.close()
             self.kill()
-            self.process.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):  # collected later if not
+                self.process.wait(REPLY_FLOOR)
             arena, self.arena = self.arena, None
             if arena is not None:
                 with contextlib.suppress(OSError):
@@ -401,16 +432,24 @@ class Job:
     def __init__(self, helper: _Helper, layer: Any, direction: int,
                  arrays: list[np.ndarray]) -> None:
         self.helper, self.layer, self.direction, self.arrays = helper, layer, direction, arrays
+        self.started = time.monotonic()
         self.unfinished = weakref.finalize(self, _dropped, helper)
 
     def finish(self, history: np.ndarray, cell: np.ndarray | None) -> bool:
-        """Wait for the helper; copy its h history ``(T+1, b, H_out)`` and final cell
-        ``(b, H)`` into ``history`` and ``cell``. False if it failed (the caller then
-        computes the piece itself)."""
+        """Wait for the helper (see the module docstring for how long); copy its h history
+        ``(T+1, b, H_out)`` and final cell ``(b, H)`` into ``history`` and ``cell``. False
+        if it failed (the caller then computes the piece itself)."""
         helper = self.helper
         if not self.unfinished.detach():  # already ended
             return False
         try:
+            own = time.monotonic() - self.started  # this process's piece, the same work
+            overdue = _await_reply(helper, max(REPLY_FLOOR, REPLY_FACTOR * own))
+            if overdue is not None:
+                self.arrays = []
+                _end(helper, failed=True)
+                _warn(helper, overdue)
+                return False
             reply = _receive(helper.sock)
             done = reply == ("done",)
             if done:
@@ -442,6 +481,37 @@ class Job:
         if self.unfinished.detach():
             self.arrays = []
             _dropped(self.helper)
+
+
+def _warn(helper: _Helper, overdue: str) -> None:
+    """Say that ``helper`` was ended for missing a deadline (``overdue`` says how)."""
+    warnings.warn(f"forward: the helper process that runs one of a layer's two pieces beside "
+                  f"this one (pid {helper.process.pid}) {overdue} and was ended; the piece ran "
+                  "in this process instead (the same numbers, more slowly)."
+                  + (" No helper starts again in this process." if _FAILED else ""),
+                  HelperFallbackWarning, stacklevel=_callers_level())
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the first frame outside rnnport, for a warning raised from the
+    caller of this function: the line that called ``forward``."""
+    package = os.path.dirname(__file__) + os.sep
+    frame: FrameType | None = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _await_reply(helper: _Helper, allowed: float) -> str | None:
+    """Wait until the helper's reply is waiting, at most ``allowed`` seconds (less when
+    it is seen stopped): None then, else why it is overdue."""
+    watch = processes.Watch(helper.process.pid, allowed)
+    while not helper.poll(min(processes.POLL, watch.left())):
+        why = watch.overdue()
+        if why is not None:
+            return why
+    return None
 
 
 def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
@@ -480,8 +550,11 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
                 _send(helper.sock, ("run", token, steps, batch, width, inputs.dtype.str,
                                     c0 is not None, errors))
                 started = Job(helper, layer, direction, arrays)  # holds the lock from here
-    except Exception:  # a dead helper (OSError, EOFError …) or anything unexpected
+    except Exception as error:  # a dead helper (OSError, EOFError …) or anything unexpected
         _dropped(helper, failed=True)
+        if isinstance(error, TimeoutError):  # a message it did not take (stopped, stuck)
+            _warn(helper, f"took no message within {processes.seconds(REPLY_FLOOR)} s (plus 1 s "
+                          "per 100 MB)")
         return None
     except BaseException:  # interrupted: whatever was sent, the helper cannot be trusted
         if started is None:

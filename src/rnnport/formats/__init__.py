@@ -246,7 +246,7 @@ def get(name: str) -> Format:
 
 def sniff(source: Any) -> str:
     """The one format ``source`` can be read as, or an error listing the candidates."""
-    matches = [name for name in _REGISTRY if get(name).sniff(source)]
+    matches = [name for name in _REGISTRY if _sniffs(name, source)]
     if len(matches) == 1:
         return matches[0]
     if not matches and isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
@@ -261,6 +261,15 @@ def sniff(source: Any) -> str:
     raise AmbiguousSourceError(
         f"read: {what} could be read as {' or '.join(matches)}; pass fmt= with one "
         f"of them (e.g. fmt={matches[0]!r}).")
+
+
+def _sniffs(name: str, source: Any) -> bool:
+    """Whether format ``name`` takes ``source``; not when a file it would look for beside
+    a path cannot even be looked up (a name too long once its suffix is added …)."""
+    try:
+        return get(name).sniff(source)
+    except OSError:
+        return False
 
 
 def resolve(source: Any, fmt: str | None) -> str:

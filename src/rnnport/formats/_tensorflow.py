@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -19,9 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from ..io import processes
+
 __all__ = ["TIME_LIMIT", "job_main", "run_job", "tf_keras_unavailable"]
 
-TIME_LIMIT = 300  # seconds: a check that takes longer says so rather than hang the caller
+# Seconds: a check that takes longer says so rather than hang the caller (one whose process
+# is stopped says so after a second: rnnport.io.processes).
+TIME_LIMIT = 300
 
 
 def tf_keras_unavailable(x: np.ndarray, input_size: int, runs: str) -> str | None:
@@ -59,13 +62,13 @@ def run_job(command: list[str], job: Mapping[str, Any], x: np.ndarray, what: str
         if legacy_keras:
             environment["TF_USE_LEGACY_KERAS"] = "1"
         try:
-            done = subprocess.run([sys.executable, *command, str(folder / "job.json")],
-                                  cwd=folder, env=environment, capture_output=True, text=True,
-                                  timeout=TIME_LIMIT, check=False)
-        except subprocess.TimeoutExpired:
-            return f"TensorFlow did not finish within {TIME_LIMIT} s"
+            done = processes.run([sys.executable, *command, str(folder / "job.json")],
+                                 cwd=folder, env=environment, timeout=TIME_LIMIT)
+        except processes.Overdue as overdue:
+            return f"TensorFlow's process {overdue} and was ended"
         if done.returncode != 0 or not (folder / "y.npy").is_file():
-            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            lines = [line.strip() for line in done.stderr.decode("utf-8", "replace").splitlines()
+                     if line.strip()]
             why = lines[-1][:500] if lines else f"exit status {done.returncode}"
             return f"TensorFlow could not run {what} ({why})"
         return np.load(folder / "y.npy", allow_pickle=False)

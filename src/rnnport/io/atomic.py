@@ -20,13 +20,20 @@ What a write guarantees, crash (even ``kill -9``) and concurrent writers include
   ``replacing(False)``: a file that appears meanwhile is never overwritten.
 * The operating system's errors (a NUL byte in a path, a name too long, a folder that is
   read-only, a full disk, a failed rename) are FormatErrors that name the path and the
-  system's reason, and say that nothing was written.
+  system's reason, and say that nothing was written. A full disk (``ENOSPC``), a file larger
+  than the process may write (``EFBIG``, ``ulimit -f``) and a used-up quota (``EDQUOT``) are
+  named as such, with the bytes the file needed at least and those free. Every writer
+  writes through the same file object (:class:`_Output`), which counts what it was asked to
+  write and hands every write to the system with Python's own calls, so that a failed write
+  keeps its reason whatever library writes the bytes (NumPy's ``tofile``, used on real
+  files, reports a short write without it: "N requested and M written").
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import re
 import secrets
@@ -118,23 +125,94 @@ def shown(path: str | os.PathLike[str]) -> str:
 
 
 def system_error(path: str | os.PathLike[str], doing: str, error: OSError | ValueError,
-                 fix: str) -> FormatError:
+                 fix: str, *, needed: int = 0, descriptor: int | None = None) -> FormatError:
     """The FormatError for an operating-system error while ``doing`` something to
-    ``path``: the system's reason kept, and ``fix`` said."""
+    ``path``: the system's reason kept, and ``fix`` said. For a full disk, a file too large
+    or a used-up quota, ``needed`` (the bytes the file needs at least, when known) and the
+    open ``descriptor`` of the partly written file (to tell the space free) say more."""
     if isinstance(error, ValueError):  # Python refuses a NUL byte before the system sees it
-        reason = f"{error}: the path contains a NUL byte, which no file name may hold"
+        reason = f"the system says: {error}: the path contains a NUL byte, which no file name " \
+                 "may hold"
         fix = "remove the NUL byte (\\x00) from the path"
     else:
-        reason = error.strerror or str(error)
+        reason = f"the system says: {error.strerror or error}"
         if error.errno == errno.ENAMETOOLONG:
             fix = (f"choose a shorter name (writing adds {len(_SUFFIX) + _RANDOM + 2} "
                    "characters to it for a moment)")
-        elif error.errno == errno.ENOSPC:
-            fix = "free some space or choose another folder"
+        elif error.errno in _NO_ROOM:
+            reason, fix = _no_room(error, needed, descriptor)
         elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             fix = "choose a folder you can write to"
-    return FormatError(f"{shown(path)}: cannot {doing}; the system says: {reason}. "
+    return FormatError(f"{shown(path)}: cannot {doing}; {reason}. "
                        f"{fix[:1].upper()}{fix[1:]}. Nothing was written.")
+
+
+# Errors by which the system says a file does not fit: what each means, and what to do.
+_NO_ROOM = {
+    errno.ENOSPC: ("the disk is full (ENOSPC: {reason})", "free some space or choose another "
+                                                          "folder"),
+    errno.EFBIG: ("the file is larger than this process may write (EFBIG: {reason}; the "
+                  "limit here is {limit})", "raise the limit (ulimit -f) or write a smaller model"),
+    **({errno.EDQUOT: ("the disk quota is used up (EDQUOT: {reason})",
+                       "free some of your space or choose another folder")}
+       if hasattr(errno, "EDQUOT") else {}),
+}
+
+
+def _no_room(error: OSError, needed: int, descriptor: int | None) -> tuple[str, str]:
+    """What a full disk, a file too large or a used-up quota says: the reason, with the
+    bytes the file needs at least and those free where known, and the fix."""
+    what, fix = _NO_ROOM[error.errno or 0]
+    limit = "unknown"
+    with contextlib.suppress(ImportError, OSError, ValueError, AttributeError):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        limit = "no limit" if soft == resource.RLIM_INFINITY else f"{soft:,} bytes"
+    reason = what.format(reason=error.strerror or error, limit=limit)
+    free = None
+    if descriptor is not None and error.errno == errno.ENOSPC:
+        with contextlib.suppress(OSError, AttributeError):
+            space, held = os.fstatvfs(descriptor), os.fstat(descriptor)
+            # What was free before this write: the partly written file's blocks count.
+            free = space.f_bavail * space.f_frsize + held.st_blocks * 512
+    if needed:
+        reason += f": the file needs at least {needed:,} bytes"
+        if free is not None:
+            reason += f", and {free:,} were free there"
+    return reason, fix
+
+
+class _Output(io.BufferedIOBase):
+    """The file a writer fills: the temporary's buffered file, seekable, whose furthest byte
+    asked for is counted (``needed``: what a full disk's message says the file needs at
+    least). NumPy does not take it for a real file (``numpy.lib.format.isfileobj``), so
+    ``numpy.save`` writes through :meth:`write` too, and a failed write keeps its reason."""
+
+    def __init__(self, file: io.BufferedWriter) -> None:
+        super().__init__()
+        self._file = file
+        self.needed = 0
+
+    def write(self, data: Any) -> int:
+        size = memoryview(data).nbytes
+        self.needed = max(self.needed, self._file.tell() + size)
+        return self._file.write(data)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._file.seek(offset, whence)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
 
 
 def check_target(path: str | os.PathLike[str]) -> Path:
@@ -298,14 +376,15 @@ class _Temporary:
 
     def fill(self, write: Callable[[BinaryIO], Any]) -> None:
         file = os.fdopen(self.descriptor, "wb", closefd=False)
+        output = _Output(file)
         try:
             with file:
-                write(file)
+                write(output)  # type: ignore[arg-type]  # a BinaryIO in all a writer uses
                 file.flush()
                 os.fsync(self.descriptor)
         except OSError as error:
-            raise system_error(self.target, "be written", error,
-                               "choose another output path") from None
+            raise system_error(self.target, "be written", error, "choose another output path",
+                               needed=output.needed, descriptor=self.descriptor) from None
         self.status = os.fstat(self.descriptor)
 
     def commit(self, may_replace: bool) -> None:

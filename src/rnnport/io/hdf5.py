@@ -3,11 +3,13 @@
 The HDF5 library parses files in native code, and a damaged or hostile file can make it
 hang or crash. So h5py runs in a child process (``python -I _hdf5_child.py``, which
 imports nothing from rnnport) with a memory limit, a CPU-time limit and a wall-clock
-timeout. The child copies the tree out: groups, their links (hard links are followed,
-soft and external links only named), attributes, and each dataset's array. The caller
-gets plain objects with the few h5py-like methods the Keras reader uses (:class:`Group`,
-:class:`Dataset`, :class:`HardLink`), or a :class:`~rnnport.errors.FormatError` when the child fails,
-crashes, runs out of time or memory, or returns something malformed.
+timeout; a child seen stopped (``SIGSTOP``) for a second is ended then, without waiting
+for the timeout (:mod:`rnnport.io.processes`). The child copies the tree out: groups,
+their links (hard links are followed, soft and external links only named), attributes,
+and each dataset's array. The caller gets plain objects with the few h5py-like methods
+the Keras reader uses (:class:`Group`, :class:`Dataset`, :class:`HardLink`), or a
+:class:`~rnnport.errors.FormatError` when the child fails, crashes, stops, runs out of time
+or memory, or returns something malformed.
 
 The child's bounds come from the file's own size: the bytes of uncompressed datasets at
 most the file's size, of compressed ones at most 1032 times it (deflate's largest
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -33,7 +34,7 @@ import numpy as np
 
 from .. import budget
 from ..errors import FormatError
-from . import inputs
+from . import inputs, processes
 
 __all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "Node", "SoftLink", "snapshot"]
 
@@ -121,9 +122,13 @@ def snapshot(source: str | os.PathLike[str] | bytes, where: str) -> Group:
                    if not key.startswith(("HDF5_", "PYTHON"))}
     environment["HDF5_PLUGIN_PRELOAD"] = "::"  # a file cannot make HDF5 load native code
     try:
-        done = subprocess.run(command, input=stdin, capture_output=True, timeout=timeout,
-                              check=False, env=environment)
-    except subprocess.TimeoutExpired:
+        done = processes.run(command, input=stdin, timeout=timeout, env=environment)
+    except processes.Overdue as overdue:
+        if overdue.stopped:  # not the file's doing
+            raise FormatError(f"{where}: the process reading this file with the HDF5 library "
+                              f"{overdue} and was ended; nothing was read (the HDF5 library "
+                              "never runs in rnnport's own process). Read the file again, and "
+                              "let the process run.") from None
         raise budget.exceeded(where, f"the HDF5 library did not finish reading the file within "
                               f"{timeout:.0f} s (damaged, or built to stall a reader?)",
                               "seconds") from None

@@ -9,19 +9,24 @@ library that opens a path itself (zipfile, the HDF5 child process), takes the pa
 * for a file that another file names (a checkpoint's index and shards named by its
   ``checkpoint`` state file, a SavedModel's variables, ONNX external data: ``inside`` the
   folder it was named from), refuses a name that is absolute, holds a drive, a NUL byte or
-  ``..``, and a file whose real path lies outside that folder (a link leading out);
+  ``..``, or is longer than a file system allows (:data:`NAME_MAX` bytes a part, with what
+  the reader appends to it; looked up, it would fail), and a file whose real path lies
+  outside that folder (a link leading out);
 * records the file's real path in the read being recorded (:func:`recording`), so that no
   output of a conversion can replace any file its read opened, whatever the format: the
   record is what the reader really opened, not what a format says it will.
 
 A file is opened with ``O_NONBLOCK`` and checked on its open descriptor, so a regular
-file swapped for a FIFO between the check and the open is refused too.
+file swapped for a FIFO between the check and the open is refused too. A reader that asks
+whether a file is there (:func:`is_file`) learns it, or gets an error that says why the
+system could not look (a name too long, a folder it may not search).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -29,8 +34,12 @@ from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from ..errors import FormatError
+from .atomic import shown
 
-__all__ = ["checked", "kind_of_file", "note", "open_file", "opened", "read_file", "recording"]
+__all__ = ["NAME_MAX", "check_name", "checked", "is_file", "kind_of_file", "note", "open_file",
+           "opened", "read_file", "recording"]
+
+NAME_MAX = 255  # bytes in one part of a path: the limit of Linux's file systems, and most others
 
 _RECORD: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar(
     "rnnport_opened", default=None)
@@ -79,14 +88,35 @@ def _not_regular(where: str, path: str | os.PathLike[str], kind: str) -> FormatE
                        "Give the path of the file itself.")
 
 
-def _named_check(where: str, name: str) -> None:
-    """Refuse a file name, written in another file, that could lead out of its folder."""
+def _named_check(where: str, name: str, adds: str = "") -> None:
+    """Refuse a file name, written in another file, that could lead out of its folder, or
+    that no file can have (with ``adds``, what the reader appends to it)."""
     parts = PurePath(name.replace("\\", "/")).parts
     if not name or PurePath(name).is_absolute() or name.startswith(("/", "\\")) or \
             ".." in parts or ":" in name:
-        raise FormatError(f"{where}: names the file {name!r}; rnnport reads only files named "
-                          "relative to the folder of the file naming them, without '..' or a "
-                          "drive. Nothing was read.")
+        raise FormatError(f"{where}: names the file {_preview(name)}; rnnport reads only files "
+                          "named relative to the folder of the file naming them, without '..' "
+                          "or a drive. Nothing was read.")
+    check_name(where, name, adds=adds)
+
+
+def check_name(where: str, name: str, *, adds: str = "") -> None:
+    """Refuse a file name that another file gives (``name``; ``adds``: what the reader
+    appends to it, a suffix) when a part of it is longer than :data:`NAME_MAX` bytes: the
+    system would refuse to look it up (ENAMETOOLONG)."""
+    parts = (name + adds).replace("\\", "/").split("/")
+    longest = max(len(os.fsencode(part)) for part in parts)
+    if longest > NAME_MAX:
+        with_suffix = f" with the {adds!r} the reader adds" if adds else ""
+        raise FormatError(f"{where}: names the file {_preview(name)}, a name of {longest:,} "
+                          f"bytes{with_suffix}; expected at most {NAME_MAX} (because no file "
+                          "system holds longer names). The file naming it is damaged or built "
+                          "to break a reader. Nothing was read.")
+
+
+def _preview(name: str) -> str:
+    """``name`` for a message: quoted, and cut in the middle when long."""
+    return repr(name) if len(name) <= 80 else f"{name[:40]!r}…{name[-20:]!r}"
 
 
 def note(path: str | os.PathLike[str], where: str, *, inside: Path | None = None,
@@ -164,6 +194,24 @@ def open_file(path: str | os.PathLike[str], where: str, *, inside: Path | None =
     except BaseException:
         os.close(descriptor)
         raise
+
+
+def is_file(path: str | os.PathLike[str], where: str) -> bool:
+    """Whether ``path`` is a regular file (links followed), as ``Path.is_file`` says; but a
+    path the system cannot look up for another reason than its absence (a name too long, a
+    folder it may not search) is a FormatError that says why, not an OSError."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a loop of links: no file (as Path.is_file says)
+            return False
+        raise FormatError(f"{where}: {shown(path)} cannot be looked up; the system says: "
+                          f"{error.strerror or error}. Check the path.") from None
+    except ValueError:  # a NUL byte
+        raise FormatError(f"{where}: the path {shown(path)} holds a NUL byte, which no file "
+                          "name may.") from None
 
 
 def read_file(path: str | os.PathLike[str], where: str, *, inside: Path | None = None,

@@ -164,6 +164,9 @@ def _latest_in(folder: Path) -> Path:
         if name in ("", ".", ".."):
             raise FormatError(f"{folder / checkpoint_state.STATE_FILE}: model_checkpoint_path "
                               f"names no checkpoint ({value!r}); pass the prefix.")
+        # Its longest file's name (a data shard's) must be one a file system can hold.
+        inputs.check_name(f"{folder / checkpoint_state.STATE_FILE}, model_checkpoint_path",
+                          name, adds=_data_path(Path(name), 0, 1).name[len(name):])
         return folder / name
     indexes = sorted(folder.glob("*.index"))
     if len(indexes) == 1:
@@ -193,7 +196,14 @@ def _identity(path: Path) -> tuple[int, ...]:
 def _read_index(path: Path, inside: Path | None) -> tuple[tuple[int, ...], _Table]:
     """The index file's identity and table, both of the one file that was opened (checked
     and recorded as every input is: inside ``inside`` when a file there named it)."""
-    with path.open("rb") as file:
+    try:
+        file = path.open("rb")
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise FormatError(f"{path}: cannot be opened; the system says: "
+                          f"{error.strerror or error}. Check its permissions.") from None
+    with file:
         # (A writer may replace the index meanwhile: the caller reads it again then.)
         inputs.note(path, str(path), inside=inside, name=path.name if inside else None)
         status = os.fstat(file.fileno())
@@ -231,6 +241,11 @@ def _open_data(path: Path, inside: Path | None) -> io.FileIO | str:
         return _not_a_file(path, mode)
     try:  # a shard a checkpoint state file named must stay in its folder; recorded
         inputs.note(path, str(path), inside=inside, name=path.name if inside else None)
+    except FormatError:
+        os.close(descriptor)
+        if not os.path.lexists(path):  # removed since it was opened: by a writer that
+            return _MISSING            # replaced the index first (read again, see _load)
+        raise
     except BaseException:
         os.close(descriptor)
         raise
@@ -268,7 +283,7 @@ class Bundle(Mapping[str, Entry]):
         self.prefix, named_in = checkpoint_location(prefix)
         self.inside = inside if inside is not None else named_in
         self.index_path = Path(f"{self.prefix}.index")
-        if not self.index_path.is_file():
+        if not inputs.is_file(self.index_path, str(self.prefix)):
             raise FormatError(
                 f"{self.prefix}: no checkpoint here; expected the index file {self.index_path} "
                 "(a TensorFlow checkpoint is PREFIX.index plus PREFIX.data-*). Pass the prefix "

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
-from ...io import tensorbundle, tfproto
+from ...io import inputs, tensorbundle, tfproto
 from ...model import as_float_array
 from .._common import close_matches, describe, is_path, to_numpy
 from . import keras3
@@ -119,12 +119,13 @@ class Source:
                 f"a SavedModel folder, or a dict checkpoint key → array; got {describe(source)}.")
         path = Path(source)
         saved: tfproto.SavedModel | None = None
-        if path.name == "saved_model.pb" and path.is_file():
+        where = f"read(fmt='tf2'): {path}"
+        if path.name == "saved_model.pb" and inputs.is_file(path, where):
             path = path.parent
-        if path.is_dir() and (path / "saved_model.pb").is_file():
+        if path.is_dir() and inputs.is_file(path / "saved_model.pb", where):
             self.saved_model = path
             prefix = path / "variables" / "variables"
-            if not Path(f"{prefix}.index").is_file():
+            if not inputs.is_file(Path(f"{prefix}.index"), where):
                 raise FormatError(f"{path}: a SavedModel folder without variables/variables.index; "
                                   "copy its variables/ folder with saved_model.pb.")
             # Decoded here so that a damaged saved_model.pb is an error, as TensorFlow would
