@@ -41,7 +41,8 @@ from types import MappingProxyType
 
 from .errors import LimitError, SpecError, UnknownOptionError
 
-__all__ = ["LIMITS", "Limit", "LimitError", "allowance", "current", "exceeded", "limits", "value"]
+__all__ = ["LIMITS", "Limit", "LimitError", "Meter", "allowance", "current", "exceeded", "limits",
+           "value"]
 
 
 @dataclass(frozen=True)
@@ -158,3 +159,33 @@ def limits(**values: float) -> Iterator[dict[str, float]]:
         yield current()
     finally:
         _VALUES.reset(token)
+
+
+class Meter:
+    """What one read spends of limit ``name`` (relative to a file of ``size`` bytes), counted
+    *before* the work or memory it stands for is taken: :meth:`charge` adds units and raises
+    the limit's :class:`LimitError` once they pass what the limit allows. ``what`` says what
+    the units are (“bytes of arrays decoded”, “steps”) in that error."""
+
+    __slots__ = ("allowed", "name", "scale", "size", "spent", "what", "where")
+
+    def __init__(self, name: str, size: int, where: str, what: str, scale: int = 1) -> None:
+        """``scale``: units the meter allows per unit the limit allows (what one unit of the
+        limit is worth in the units counted here)."""
+        self.name, self.size, self.where, self.what = name, max(size, 0), where, what
+        self.scale = scale
+        self.allowed = min(allowance(name, self.size) * scale, sys.maxsize)
+        self.spent = 0
+
+    @property
+    def left(self) -> int:
+        """Units still allowed."""
+        return max(self.allowed - self.spent, 0)
+
+    def charge(self, units: int, doing: str = "") -> None:
+        """Count ``units`` about to be spent; ``doing`` says on what, for the error."""
+        self.spent += max(units, 0)
+        if self.spent > self.allowed:
+            on = f" ({doing})" if doing else ""
+            raise exceeded(self.where, f"reading it would take {self.spent:,} {self.what}{on}",
+                           self.name, self.size, self.spent // self.scale)

@@ -2,10 +2,11 @@
 and, read only, the graphs and object graphs of ``io/tfproto.py``.
 
 :func:`fields` yields ``(field number, value)`` pairs: an ``int`` for varint and
-fixed-width fields, ``bytes`` for length-delimited ones. :func:`scan` yields
-``(number, wire type, value)`` with ``memoryview`` slices instead of copies and skips
-groups; :func:`packed_varints` and :func:`fixed_array` decode packed repeated fields with
-NumPy. Malformed input raises ``ProtoError``; the caller adds where it was.
+fixed-width fields, ``bytes`` for length-delimited ones. :func:`positions` yields
+``(number, wire type, position)``, where each value starts, copying nothing and skipping
+groups, and :func:`value_at` reads a value there (a ``memoryview`` slice instead of a
+copy); :func:`scan` does both. :func:`packed_varints` and :func:`fixed_array` decode
+packed repeated fields with NumPy. Malformed input raises ``ProtoError``; the caller adds where it was.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 
 __all__ = ["MAX_FIELD_NUMBER", "WIRE_END_GROUP", "WIRE_FIXED32", "WIRE_FIXED64", "WIRE_LEN",
            "WIRE_NAMES", "WIRE_START_GROUP", "WIRE_VARINT", "ProtoError", "fields", "fixed_array",
-           "key", "packed_varints", "read_varint", "scan", "varint"]
+           "key", "packed_varints", "positions", "read_varint", "scan", "skip", "tag_at",
+           "value_at", "varint"]
 
 
 class ProtoError(ValueError):
@@ -146,51 +148,77 @@ def _skip_value(data: memoryview, position: int, wire: int) -> int:
     raise ProtoError(f"wire type {wire}, which protobuf does not define")
 
 
-def scan(data: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
-    """Every field of one message, in order: ``(number, wire type, value)``.
+def tag_at(data: memoryview, position: int) -> tuple[int, int, int]:
+    """The field number and wire type of the tag at ``position``, and the position after it."""
+    if position >= len(data):
+        raise ProtoError("a tag runs past the end of its record")
+    return _tag(data, position)
 
-    The value is an ``int`` for varint and fixed-width fields (the raw bits, unsigned) and a
-    ``memoryview`` slice of ``data`` (no copy) for length-delimited fields and for groups,
-    which are skipped whole. A field that runs past the end, an end-group tag without its
-    start, a field number outside 1..2^29-1 and wire types 6 and 7 raise ``ProtoError``.
+
+def skip(data: memoryview, position: int, wire: int, number: int) -> int:
+    """The position after the value of wire type ``wire`` (of field ``number``) that starts
+    at ``position``: a group is skipped whole; an end-group tag without its start, wire
+    types 6 and 7, and a value running past the end raise ``ProtoError``."""
+    if wire == WIRE_LEN or wire == WIRE_VARINT:
+        byte = data[position] if position < len(data) else 0x80
+        if byte < 0x80:  # a one-byte length or value, the usual case, inline
+            length, position = byte, position + 1
+        else:
+            length, position = read_varint(data, position)
+        if wire == WIRE_VARINT:
+            return position
+        if length > len(data) - position:
+            raise ProtoError(f"a length-delimited field of {length:,} bytes runs past the end "
+                             f"of its record ({len(data) - position:,} bytes left)")
+        return position + length
+    if wire == WIRE_START_GROUP:
+        return _skip_group(data, position, number)
+    if wire == WIRE_END_GROUP:
+        raise ProtoError(f"an end-group tag for field {number} without its start")
+    return _skip_value(data, position, wire)
+
+
+def positions(data: memoryview) -> Iterator[tuple[int, int, int]]:
+    """Every field of one message, in order: ``(number, wire type, position)``, where the
+    position is where the field's value starts in ``data`` (:func:`value_at` reads it).
+
+    Nothing is copied or sliced: a caller keeps what it needs as numbers. Groups are skipped
+    whole. A field that runs past the end, an end-group tag without its start, a field
+    number outside 1..2^29-1 and wire types 6 and 7 raise ``ProtoError``.
     """
     position, end = 0, len(data)
-    value: int | memoryview
     while position < end:
         byte = data[position]
-        if byte < 0x80 and byte >= 8:  # a one-byte tag (fields 1..15), the usual case, inline
+        if 8 <= byte < 0x80:  # a one-byte tag (fields 1..15), the usual case, inline
             number, wire, position = byte >> 3, byte & 7, position + 1
         else:
             number, wire, position = _tag(data, position)
-        if wire == WIRE_VARINT or wire == WIRE_LEN:  # a varint first: the value, or a length
-            byte = data[position] if position < end else 0x80
-            if byte < 0x80:  # one byte, the usual case, inline
-                number_or_length, position = byte, position + 1
-            else:
-                number_or_length, position = read_varint(data, position)
-            if wire == WIRE_VARINT:
-                value = number_or_length
-            else:
-                if number_or_length > end - position:
-                    raise ProtoError(f"a length-delimited field of {number_or_length:,} bytes runs "
-                                     f"past the end of its record ({end - position:,} bytes left)")
-                value = data[position:position + number_or_length]
-                position += number_or_length
-        elif wire == WIRE_FIXED64 or wire == WIRE_FIXED32:
-            width = 8 if wire == WIRE_FIXED64 else 4
-            if position + width > end:
-                raise ProtoError("a fixed-width field runs past the end of its record")
-            value = int.from_bytes(data[position:position + width], "little")
-            position += width
-        elif wire == WIRE_START_GROUP:
-            start = position
-            position = _skip_group(data, position, number)
-            value = data[start:position]
-        elif wire == WIRE_END_GROUP:
-            raise ProtoError(f"an end-group tag for field {number} without its start")
+        start = position
+        position = skip(data, position, wire, number)
+        yield number, wire, start
+
+
+def value_at(data: memoryview, position: int, wire: int) -> int | memoryview:
+    """The value of wire type ``wire`` (not a group) starting at ``position``, which
+    :func:`positions` found and checked: an ``int`` (the raw bits, unsigned) for varint and
+    fixed-width fields, a ``memoryview`` slice of ``data`` (no copy) for length-delimited ones."""
+    if wire == WIRE_VARINT:
+        return read_varint(data, position)[0]
+    if wire == WIRE_LEN:
+        length, position = read_varint(data, position)
+        return data[position:position + length]
+    width = 8 if wire == WIRE_FIXED64 else 4
+    return int.from_bytes(data[position:position + width], "little")
+
+
+def scan(data: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """Every field of one message, in order: ``(number, wire type, value)``, the value as
+    :func:`value_at` gives it (for a group, a slice of its fields)."""
+    for number, wire, position in positions(data):
+        if wire == WIRE_START_GROUP:
+            yield number, wire, data[position:_skip_group(data, position, number)]
         else:
-            raise ProtoError(f"wire type {wire}, which protobuf does not define")
-        yield number, wire, value
+            yield number, wire, value_at(data, position, wire)
 
 
 def packed_varints(data: memoryview) -> np.ndarray:

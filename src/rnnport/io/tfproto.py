@@ -69,17 +69,31 @@ Limits (what keeps a damaged or hostile file from costing more than its size)
 * Input of at most :data:`MAX_MESSAGE_BYTES` (protobuf's own limit, 2 GiB - 1); every
   length is checked against the bytes left before anything is sliced.
 * Messages nested at most :data:`MAX_DEPTH` deep (protobuf's default recursion limit),
-  counted across ``AttrValue`` lists and function attributes alike.
+  counted across ``AttrValue`` lists and function attributes alike. Nesting never takes
+  Python's stack: the messages that can nest are built by generators kept on an explicit
+  stack, so how deep a file nests, and where the caller's own stack stands, never meet
+  Python's recursion limit.
 * At most :data:`MAX_ITEMS` elements in one repeated message or string field, and shapes
   of at most :data:`MAX_RANK` dimensions (TensorFlow's own limit).
+* Memory in proportion to the input, counted as it is built: a field's occurrence is kept
+  as one 8-byte number until its value is asked for; a message given in many pieces is read
+  piece by piece, never joined into a copy; empty messages of one kind share one object;
+  a name is cut short where it is repeated in the place of the messages under it. Every
+  message built is charged to the read's ``expansion`` limit (:mod:`rnnport.budget`) as
+  CPython lays it out, about: 64 bytes a message, 8 a field value, 56 a string's object, a
+  tensor's place and array. Decoded messages may take :data:`DECODE_SCALE` times what the
+  limit allows for arrays (real graphs take about 8 bytes a byte of input); past that the
+  decode is a :class:`~rnnport.errors.LimitError` that names the limit.
 * Strings must be UTF-8 (proto3's rule); varints at most ten bytes (64 bits).
 * :func:`checkpoint_keys`'s object paths come to at most :data:`MAX_PATH_CHARS`
   characters in all (each path repeats its parent's, so a deep chain would cost its square).
 * A tensor's ``tensor_content`` must match its declared shape before anything is
   allocated; the fill of a short typed list is built only when :meth:`TensorValue.numpy`
   is asked for it, and only up to ``max_fill_bytes`` (:data:`MAX_FILL_BYTES`, 64 MiB, by
-  default), so a shape alone never decides how much memory is taken. A shape whose
-  sizes, zeros aside, multiply to 2**59 or more is refused (NumPy could not shape it).
+  default) and what the reader's ``meter`` has left, so a shape alone never decides how
+  much memory is taken; the array is made once and kept, however many nodes read it. A
+  shape whose sizes, zeros aside, multiply to 2**59 or more is refused (NumPy could not
+  shape it).
 * Decoded values are views into the input where they can be (``tensor_content``, packed
   floats): a :class:`TensorValue` kept alive keeps the input's bytes alive.
 
@@ -97,14 +111,19 @@ from __future__ import annotations
 import math
 import os
 import struct
+import sys
+from array import array
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from types import GeneratorType, MappingProxyType
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from ..budget import Meter
 from ..errors import DTypeError, FormatError, UnsupportedFeatureError
 from . import _proto, inputs
 
@@ -342,12 +361,13 @@ def _numpy_dtype(code: int) -> np.dtype:
 Shape = tuple[int, ...] | None  # None: unknown rank; -1: an unknown dimension
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class TensorValue:
     """A ``TensorProto``: its type and shape now, its values on :meth:`numpy`.
 
     ``dtype`` is TensorFlow's DataType number (:func:`dtype_name` names it); ``shape`` is
-    fully known. ``where`` says where the tensor was, for messages.
+    fully known. ``where`` says where the tensor was, for messages. The array is made on the
+    first :meth:`numpy` and kept: a tensor many nodes read is decoded (and paid for) once.
     """
 
     dtype: int
@@ -355,6 +375,7 @@ class TensorValue:
     where: str
     _content: memoryview | None = field(default=None, repr=False)
     _values: np.ndarray | None = field(default=None, repr=False)
+    _array: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __eq__(self, other: object) -> bool:
         """Equal when of the same type and shape and stored alike (the place aside)."""
@@ -381,15 +402,31 @@ class TensorValue:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    def numpy(self, *, max_fill_bytes: int = MAX_FILL_BYTES) -> np.ndarray:
-        """The values as a read-only array of ``shape``.
+    def allocates(self) -> int:
+        """The bytes :meth:`numpy` would allocate beyond what the input holds (its peak): a
+        short typed list's fill, bfloat16 widened, bools made; 0 for a view of the input, or
+        once the array is made."""
+        if self._array is not None or self.dtype not in _NUMBERS:
+            return 0
+        count = self.size
+        if self._content is not None:
+            return count * {DT_BFLOAT16: 8, DT_BOOL: 1}.get(self.dtype, 0)
+        stored = 0 if self._values is None else len(self._values)
+        return 0 if stored >= count else count * _numpy_dtype(self.dtype).itemsize
+
+    def numpy(self, *, max_fill_bytes: int = MAX_FILL_BYTES, meter: Meter | None = None
+              ) -> np.ndarray:
+        """The values as a read-only array of ``shape``, made on the first call and kept.
 
         float32/float64/half/int*/uint*/bool/complex keep their type; bfloat16 becomes
         float32 (exactly); strings become an object array of ``bytes``. A typed list shorter
         than the shape is filled by repeating its last value; that fill may take at most
-        ``max_fill_bytes``. Types that hold no plain numbers raise
-        :class:`~rnnport.errors.DTypeError`.
+        ``max_fill_bytes``. What the array takes beyond the input (:meth:`allocates`) is
+        charged to ``meter``, a read's budget, before it is made. Types that hold no plain
+        numbers raise :class:`~rnnport.errors.DTypeError`.
         """
+        if self._array is not None:
+            return self._array
         numbers = _NUMBERS.get(self.dtype)
         if numbers is None:
             name = self.dtype_name
@@ -398,11 +435,12 @@ class TensorValue:
                              "a float, integer, bool or string tensor. It cannot be read as an "
                              "array.")
         count = self.size
+        if self._content is not None and self.dtype == DT_STRING:
+            raise UnsupportedFeatureError(
+                f"{self.where}: a string tensor stored in tensor_content; TensorFlow writes "
+                "string tensors in string_val, the only form rnnport reads.")
         if self._content is not None:
-            if self.dtype == DT_STRING:
-                raise UnsupportedFeatureError(
-                    f"{self.where}: a string tensor stored in tensor_content; TensorFlow writes "
-                    "string tensors in string_val, the only form rnnport reads.")
+            self._charge(meter)
             array = np.frombuffer(self._content, dtype=numbers.stored)
             array = _native(array, self.dtype)
         else:
@@ -420,6 +458,7 @@ class TensorValue:
                         f"rest, which would take {need:,} bytes, more than the {max_fill_bytes:,} "
                         "allowed. The file is damaged or built to exhaust memory; if it is "
                         "genuine, pass a larger max_fill_bytes.")
+                self._charge(meter)
                 array = np.empty(count, dtype=out_dtype)
                 array[:len(stored)] = stored
                 if len(stored):
@@ -430,7 +469,12 @@ class TensorValue:
                     array[:] = 0
         array = array.reshape(self.shape)
         array.flags.writeable = False
+        object.__setattr__(self, "_array", array)
         return array
+
+    def _charge(self, meter: Meter | None) -> None:
+        if meter is not None:
+            meter.charge(self.allocates(), f"{self.where}: a tensor of shape {list(self.shape)}")
 
 
 def _native(array: np.ndarray, code: int) -> np.ndarray:
@@ -446,7 +490,7 @@ def _native(array: np.ndarray, code: int) -> np.ndarray:
     return array
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NameAttrList:
     """A function and its attributes (an ``AttrValue``'s ``func``)."""
 
@@ -454,7 +498,7 @@ class NameAttrList:
     attr: Mapping[str, AttrValue]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttrList:
     """An ``AttrValue``'s ``list``: every kind of list at once, most of them empty."""
 
@@ -471,7 +515,7 @@ class AttrList:
 AttrKind = str  # "s", "i", "f", "b", "type", "shape", "tensor", "list", "func", "placeholder" or ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttrValue:
     """One attribute: ``kind`` is the name of the oneof member set (``""`` for none), and
     ``value`` its value: ``bytes`` (s), ``int`` (i, type: a DataType number), ``float`` (f),
@@ -482,7 +526,7 @@ class AttrValue:
     value: bytes | int | float | bool | Shape | TensorValue | AttrList | NameAttrList | str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeDef:
     name: str
     op: str
@@ -491,14 +535,14 @@ class NodeDef:
     attr: Mapping[str, AttrValue] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VersionDef:
     producer: int = 0
     min_consumer: int = 0
     bad_consumers: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ArgDef:
     name: str
     type: int = 0
@@ -508,7 +552,7 @@ class ArgDef:
     is_ref: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OpDef:
     """A function's signature: its name and its arguments (the rest of an OpDef is skipped)."""
 
@@ -517,7 +561,7 @@ class OpDef:
     output_arg: tuple[ArgDef, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FunctionDef:
     signature: OpDef
     attr: Mapping[str, AttrValue] = field(default_factory=dict)
@@ -526,12 +570,12 @@ class FunctionDef:
     control_ret: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FunctionDefLibrary:
     function: tuple[FunctionDef, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GraphDef:
     node: tuple[NodeDef, ...] = ()
     versions: VersionDef | None = None
@@ -548,7 +592,7 @@ class GraphDef:
                 yield function.signature.name, node
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetaInfoDef:
     meta_graph_version: str = ""
     tags: tuple[str, ...] = ()
@@ -556,7 +600,7 @@ class MetaInfoDef:
     tensorflow_git_version: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SaverDef:
     filename_tensor_name: str = ""
     save_tensor_name: str = ""
@@ -567,27 +611,27 @@ class SaverDef:
     version: int = 0  # 0 and 1: the old V1 checkpoint format, 2: the TensorBundle (V2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObjectReference:
     node_id: int
     local_name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SlotVariableReference:
     original_variable_node_id: int
     slot_name: str
     slot_variable_node_id: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedUserObject:
     identifier: str
     version: VersionDef | None = None
     metadata: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedVariable:
     name: str
     dtype: int = 0
@@ -598,29 +642,29 @@ class SavedVariable:
     device: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedFunction:
     concrete_functions: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedBareConcreteFunction:
     concrete_function_name: str
     argument_keywords: tuple[str, ...] = ()
     allowed_positional_arguments: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedConstant:
     operation: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedResource:
     device: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CapturedTensor:
     name: str
     concrete_function: str = ""
@@ -630,7 +674,7 @@ SavedKind = str  # "user_object", "asset", "function", "variable", "bare_concret
 #                  "constant", "resource", "captured_tensor" or "" (none set)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedObject:
     """One node of a SavedModel's object graph. ``kind`` names which of the kind fields is
     set; the others are ``None`` (``asset`` is the asset file's index)."""
@@ -650,7 +694,7 @@ class SavedObject:
     registered_name: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedObjectGraph:
     """``nodes[0]`` is the root; ``concrete_functions`` the names of the traced functions
     (sorted); ``bound_inputs`` each one's captured inputs, the ids of the nodes (variables,
@@ -661,7 +705,7 @@ class SavedObjectGraph:
     bound_inputs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetaGraphDef:
     """One graph of a SavedModel; ``signature_def`` holds the signatures' names only (sorted),
     ``object_graph_def`` is ``None`` in SavedModels written before TF2."""
@@ -673,13 +717,13 @@ class MetaGraphDef:
     object_graph_def: SavedObjectGraph | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedModel:
     saved_model_schema_version: int = 0
     meta_graphs: tuple[MetaGraphDef, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SerializedTensor:
     """One value an object saves: ``name`` (``VARIABLE_VALUE`` for a variable's value),
     ``full_name`` (the variable's graph name) and the bundle's ``checkpoint_key``."""
@@ -689,7 +733,7 @@ class SerializedTensor:
     checkpoint_key: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TrackableObject:
     children: tuple[ObjectReference, ...] = ()
     attributes: tuple[SerializedTensor, ...] = ()
@@ -698,14 +742,14 @@ class TrackableObject:
     has_checkpoint_values: bool | None = None  # None: not recorded (older checkpoints)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TrackableObjectGraph:
     """A TF2 checkpoint's object graph; ``nodes[0]`` is the root (the saved object)."""
 
     nodes: tuple[TrackableObject, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedMetadataNode:
     """One layer's or model's entry in Keras 2's ``keras_metadata.pb``: its node in the
     SavedModel's object graph, its path (``root.layer-0``), the class identifier
@@ -718,7 +762,7 @@ class SavedMetadataNode:
     version: VersionDef | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SavedMetadata:
     nodes: tuple[SavedMetadataNode, ...] = ()
 
@@ -730,61 +774,119 @@ _WIRE_OF = {"int32": 0, "int64": 0, "uint32": 0, "uint64": 0, "bool": 0, "enum":
 _FIXED_DTYPE = {"float": "<f4", "double": "<f8"}
 
 
+# What decoding costs in memory, estimated as CPython lays the objects out (see the module
+# docstring's limits): a message's object (its own fields, a dict entry, a tuple's slot), a
+# field's value (a slot) and a string's or bytes' object beyond its characters.
+MESSAGE_COST, VALUE_COST, STRING_COST = 64, 8, 56
+VIEW_COST = 192  # a tensor's array or memoryview object, beyond what it holds
+DECODE_SCALE = 4  # decoded messages may take this many times the arrays' 'expansion' allowance
+
+
 @dataclass(frozen=True)
 class _Known:
     name: str
     field: Field
     wire: int
     packable: bool
+    cost: int  # of one occurrence
 
 
 _KNOWN: dict[str, dict[int, _Known]] = {
     message: {f.number: _Known(name, f, _WIRE_OF[f.type],
-                               f.repeated and f.type not in ("string", "bytes", "message"))
+                               f.repeated and f.type not in ("string", "bytes", "message"),
+                               STRING_COST if f.type in ("string", "bytes") else VALUE_COST)
               for name, f in fields.items()}
     for message, fields in FIELDS.items()
 }
+# The meter of the decode under way (see _decode): every message built is charged to it.
+_METER: ContextVar[Meter | None] = ContextVar("rnnport_tfproto_meter", default=None)
 
-Occurrence = tuple[int, int, int | memoryview]  # (position among the fields, wire, value)
+
+def _spend(units: int, where: str) -> None:
+    meter = _METER.get()
+    if meter is not None:
+        meter.charge(units, f"at {where}")
+
+# A message as its builder gets it: one piece of the input, or the pieces a message given
+# more than once is merged from (read one after the other, as if concatenated, never joined).
+Message = memoryview | tuple[memoryview, ...]
+_PIECE_SHIFT = 32  # an occurrence: (piece << 32 | position) << 3 | wire; positions < 2**31
+_LISTED = 32  # occurrences of a field kept in a list before an array of 8-byte numbers takes them
+_POSITION_MASK = (1 << _PIECE_SHIFT) - 1
 
 
 class _Fields:
-    """The known fields of one message, collected in one pass, read by name with their types."""
+    """The known fields of one message, found in one pass, read by name with their types.
 
-    __slots__ = ("depth", "found", "schema", "where")
+    Each occurrence of a field is kept as one number (which piece, where its value starts,
+    its wire type) in an array of 8-byte integers, and its value is read from the input
+    only when asked for: a million two-byte fields cost 8 MB here, not a million objects.
+    The number's order is the fields' order in the message."""
 
-    def __init__(self, message: str, data: memoryview, where: str, depth: int) -> None:
+    __slots__ = ("depth", "found", "pieces", "schema", "where")
+
+    def __init__(self, message: str, data: Message, where: str, depth: int) -> None:
         if depth > MAX_DEPTH:
             raise FormatError(
                 f"{where}: messages nested more than {MAX_DEPTH} deep; expected at most {MAX_DEPTH} "
                 "(protobuf's own limit, which TensorFlow's graphs stay far below), so the file is "
                 "damaged or built to exhaust the stack.")
         self.schema, self.where, self.depth = message, where, depth
+        self.pieces = pieces = (data,) if isinstance(data, memoryview) else data
         known = _KNOWN[message]
-        found: dict[str, list[Occurrence]] = {}
+        found: dict[str, list[int] | array[int]] = {}
+        cost = MESSAGE_COST
+        meter = _METER.get()
+        left = sys.maxsize if meter is None else meter.left
         try:
-            for sequence, (number, wire, value) in enumerate(_proto.scan(data)):
-                spec = known.get(number)
-                if spec is None:
-                    continue  # a field this reader does not need, or a newer one
-                if wire != spec.wire and not (spec.packable and wire == _proto.WIRE_LEN):
-                    raise FormatError(
-                        f"{_join(where, depth, spec.name)}: field {number} comes as a "
-                        f"{_proto.WIRE_NAMES[wire]} value; expected {_proto.WIRE_NAMES[spec.wire]} "
-                        f"(it is a {spec.field.type}), so the data is damaged or not this message.")
-                bucket = found.get(spec.name)
-                if bucket is None:
-                    found[spec.name] = [(sequence, wire, value)]
-                else:
-                    if len(bucket) >= MAX_ITEMS:
+            for index, piece in enumerate(pieces):
+                base = index << _PIECE_SHIFT
+                position, end = 0, len(piece)
+                while position < end:  # _proto.positions, inline: this is the hot loop
+                    byte = piece[position]
+                    if 8 <= byte < 0x80:
+                        number, wire, position = byte >> 3, byte & 7, position + 1
+                    else:
+                        number, wire, position = _proto.tag_at(piece, position)
+                    start = position
+                    byte = piece[position] if position < end else 0x80
+                    if byte < 0x80 and wire == _proto.WIRE_LEN and position + 1 + byte <= end:
+                        position += 1 + byte  # a short string or message, inline
+                    elif byte < 0x80 and wire == _proto.WIRE_VARINT:
+                        position += 1
+                    else:
+                        position = _proto.skip(piece, position, wire, number)
+                    spec = known.get(number)
+                    if spec is None:
+                        continue  # a field this reader does not need, or a newer one
+                    if wire != spec.wire and not (spec.packable and wire == _proto.WIRE_LEN):
                         raise FormatError(
-                            f"{_join(where, depth, spec.name)}: more than {MAX_ITEMS:,} entries; "
-                            f"expected at most {MAX_ITEMS:,}, so the data is damaged or built to "
-                            "exhaust memory.")
-                    bucket.append((sequence, wire, value))
+                            f"{_join(where, depth, spec.name)}: field {number} comes as a "
+                            f"{_proto.WIRE_NAMES[wire]} value; expected "
+                            f"{_proto.WIRE_NAMES[spec.wire]} (it is a {spec.field.type}), so "
+                            "the data is damaged or not this message.")
+                    cost += spec.cost
+                    if cost > left:  # refused before the rest is read
+                        meter.charge(cost, f"at {where}")  # type: ignore[union-attr]
+                    bucket = found.get(spec.name)
+                    if bucket is None:
+                        found[spec.name] = [(base | start) << 3 | wire]
+                    elif len(bucket) < _LISTED:
+                        bucket.append((base | start) << 3 | wire)
+                    elif len(bucket) < MAX_ITEMS:
+                        if len(bucket) == _LISTED:  # many: 8 bytes each from here on
+                            bucket = found[spec.name] = array("q", bucket)
+                        bucket.append((base | start) << 3 | wire)
+                    else:
+                        raise FormatError(
+                            f"{_join(where, depth, spec.name)}: more than {MAX_ITEMS:,} "
+                            f"entries; expected at most {MAX_ITEMS:,}, so the data is "
+                            "damaged or built to exhaust memory.")
         except _proto.ProtoError as error:
             raise FormatError(f"{where}: {error}; the data is truncated or damaged.") from None
         self.found = found
+        if meter is not None:
+            meter.charge(cost, f"at {where}")
 
     def child(self, piece: str) -> str:
         return _join(self.where, self.depth, piece)
@@ -795,9 +897,26 @@ class _Fields:
     def has(self, name: str) -> bool:
         return name in self.found
 
+    def count(self, name: str) -> int:
+        """How many times field ``name`` occurs (a packed piece counts once)."""
+        return len(self.found.get(name, ()))
+
+    def _value(self, occurrence: int) -> int | memoryview:
+        piece = self.pieces[occurrence >> (_PIECE_SHIFT + 3)]
+        position, wire = (occurrence >> 3) & _POSITION_MASK, occurrence & 7
+        byte = piece[position]
+        if byte < 0x80 and wire == _proto.WIRE_LEN:  # a short string or message, inline
+            return piece[position + 1:position + 1 + byte]
+        return _proto.value_at(piece, position, wire)
+
+    def _values(self, name: str) -> Iterator[int | memoryview]:
+        value = self._value
+        for occurrence in self.found.get(name, ()):
+            yield value(occurrence)
+
     def _last(self, name: str) -> int | memoryview | None:
         occurrences = self.found.get(name)
-        return occurrences[-1][2] if occurrences else None
+        return self._value(occurrences[-1]) if occurrences else None
 
     def integer(self, name: str) -> int:
         value = self._last(name)
@@ -821,20 +940,31 @@ class _Fields:
     def text(self, name: str) -> str:
         return _utf8(self.view(name), self.child(name))
 
-    def message(self, name: str, after: int = -1) -> memoryview | None:
-        """A singular message field: its pieces after position ``after``, merged."""
-        pieces = [value for sequence, _, value in self.found.get(name, ())
-                  if sequence > after and isinstance(value, memoryview)]
+    def message(self, name: str, after: int = -1) -> Message | None:
+        """A singular message field: its pieces after position ``after`` (see
+        :meth:`last_of`), to be read as one message."""
+        pieces = tuple(value for occurrence in self.found.get(name, ())
+                       if occurrence >> 3 > after
+                       and isinstance(value := self._value(occurrence), memoryview))
         if not pieces:
             return None
-        return pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
+        return pieces[0] if len(pieces) == 1 else pieces
 
-    def messages(self, name: str) -> list[memoryview]:
-        return [value for _, _, value in self.found.get(name, ()) if isinstance(value, memoryview)]
+    def messages(self, name: str) -> Iterator[memoryview]:
+        """A repeated message (or string) field's values, one at a time."""
+        value = self._value
+        for occurrence in self.found.get(name, ()):
+            if occurrence & 7 == _proto.WIRE_LEN:
+                yield value(occurrence)  # type: ignore[misc]
 
     def texts(self, name: str) -> tuple[str, ...]:
-        return tuple(_utf8(value, self.child(f"{name}[{index}]"))
-                     for index, value in enumerate(self.messages(name)))
+        out = []
+        for value in self.messages(name):
+            try:
+                out.append(str(value, "utf-8"))
+            except UnicodeDecodeError:
+                _utf8(value, self.child(f"{name}[{len(out)}]"))  # raises, saying where
+        return tuple(out)
 
     def blobs(self, name: str) -> tuple[bytes, ...]:
         return tuple(bytes(value) for value in self.messages(name))
@@ -848,7 +978,7 @@ class _Fields:
         pieces: list[np.ndarray] = []
         singles: list[int] = []
         try:
-            for _, _, value in self.found.get(name, ()):
+            for value in self._values(name):
                 if isinstance(value, int):
                     singles.append(value)
                     continue
@@ -868,13 +998,20 @@ class _Fields:
     def last_of(self, names: tuple[str, ...]) -> tuple[str, int]:
         """The oneof member given last (``""`` for none) and the position of the last field
         of any other member: a message member merges only the pieces after it."""
-        positions = sorted((occurrence[0], name) for name in names
-                           for occurrence in self.found.get(name, ()))
-        if not positions:
+        last = {name: self.found[name][-1] >> 3 for name in names if name in self.found}
+        if not last:
             return "", -1
-        winner = positions[-1][1]
-        others = [position for position, name in positions if name != winner]
-        return winner, (others[-1] if others else -1)
+        winner = max(last, key=last.__getitem__)
+        # The winner's own fields before another member's last one are cut off by it.
+        others = [position for name in names if name != winner and name in self.found
+                  for position in (self.found[name][-1] >> 3,)]
+        return winner, max(others, default=-1)
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut short past 80 characters: a name repeated in the
+    place of every message under it must not cost its length each time."""
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}… ({len(text):,} characters)"
 
 
 def _join(where: str, depth: int, piece: str) -> str:
@@ -919,46 +1056,137 @@ def _utf8(data: memoryview, where: str) -> str:
                           "be UTF-8, so the data is damaged.") from None
 
 
-def _repeated(fields: _Fields, name: str, build: Callable[[memoryview, str, int], T]) -> tuple[T, ...]:
-    return tuple(build(piece, fields.child(f"{name}[{index}]"), fields.depth + 1)
+# -- building messages without recursion ---------------------------------------------------------
+#
+# The messages that may nest without bound (an AttrValue's list holds functions whose
+# attributes are AttrValues, a graph's library holds functions holding nodes) are built by
+# generators: a builder yields a _Build for each message inside it and is sent what that
+# built, and _run keeps the builders waiting on an explicit stack. However deep the input
+# nests, and wherever the caller's own stack stands, Python's stack holds a few frames
+# (MAX_DEPTH still bounds the nesting, as protobuf's parsers do). The other messages hold no
+# such nesting and are built by plain functions.
+
+Builder = Callable[[Message, str, int], Any]  # a plain builder's result, or a generator
+Building = Generator["_Build", Any, T]
+
+
+class _Build(NamedTuple):
+    """A message a builder needs built: by ``build`` from ``data``, at ``where`` and
+    ``depth``."""
+
+    build: Builder
+    data: Message
+    where: str
+    depth: int
+
+
+def _run(build: Builder, data: Message, where: str, depth: int) -> Any:
+    """``build(data, where, depth)``, run with every message it nests built on an explicit
+    stack."""
+    first = build(data, where, depth)
+    if not isinstance(first, GeneratorType):
+        return first
+    stack: list[Generator[_Build, Any, Any]] = [first]
+    value: Any = None
+    while stack:
+        try:
+            request = stack[-1].send(value)
+        except StopIteration as done:
+            stack.pop()
+            value = done.value
+            continue
+        made = request.build(request.data, request.where, request.depth)
+        if isinstance(made, GeneratorType):
+            stack.append(made)
+            value = None
+        else:
+            value = made
+    return value
+
+
+def _repeated(fields: _Fields, name: str, build: Callable[[Message, str, int], T]) -> tuple[T, ...]:
+    """A repeated message field whose messages hold no unbounded nesting."""
+    return tuple(_empty(build) if not piece and build is not _tensor else
+                 build(piece, fields.child(f"{name}[{index}]"), fields.depth + 1)
                  for index, piece in enumerate(fields.messages(name)))
 
 
-def _optional(fields: _Fields, name: str, build: Callable[[memoryview, str, int], T],
+def _nested(fields: _Fields, name: str,
+            build: Callable[[Message, str, int], Building[T]]) -> Building[tuple[T, ...]]:
+    """A repeated message field built by ``build``, a generator builder (through :func:`_run`)."""
+    out = []
+    for index, piece in enumerate(fields.messages(name)):
+        out.append(_empty(build) if not piece else
+                   (yield _Build(build, piece, fields.child(f"{name}[{index}]"), fields.depth + 1)))
+    return tuple(out)
+
+
+_EMPTY: dict[Builder, Any] = {}  # each builder's message of no fields, built once (immutable)
+
+
+def _empty(build: Builder) -> Any:
+    """What ``build`` makes of an empty message: one object shared by every empty message
+    of its kind (a million empty entries cost a million slots, not a million objects); not
+    for a tensor, which keeps where it was."""
+    found = _EMPTY.get(build)
+    if found is None:
+        found = _EMPTY[build] = _run(build, memoryview(b""), "", 0)
+    return found
+
+
+def _optional(fields: _Fields, name: str, build: Callable[[Message, str, int], T],
               after: int = -1) -> T | None:
     piece = fields.message(name, after)
     return None if piece is None else build(piece, fields.child(name), fields.depth + 1)
 
 
-def _map(fields: _Fields, name: str, entry: str,
-         value: Callable[[_Fields, str], T]) -> dict[str, T]:
-    """A map field: ``{key: value(entry fields, where)}``, the last entry of a key counting."""
-    out: dict[str, T] = {}
+def _entries(fields: _Fields, name: str, entry: str) -> Iterator[tuple[str, _Fields, str]]:
+    """A map field's entries: ``(key, entry fields, where)``; a key given again replaces the
+    entry before (the caller's dict keeps the last)."""
     for index, piece in enumerate(fields.messages(name)):
         entry_fields = _Fields(entry, piece, fields.child(f"{name} entry {index}"), fields.depth + 1)
         key = entry_fields.text("key")
-        out[key] = value(entry_fields, fields.child(f"{name}[{key!r}]"))
-    return out
+        yield key, entry_fields, fields.child(f"{name}[{_shown(key)}]")
+
+
+def _map(fields: _Fields, name: str, entry: str,
+         value: Callable[[_Fields, str], T]) -> dict[str, T]:
+    """A map field: ``{key: value(entry fields, where)}``, the last entry of a key counting."""
+    return {key: value(entry_fields, where)
+            for key, entry_fields, where in _entries(fields, name, entry)}
+
+
+def _attr_map(fields: _Fields, name: str, entry: str) -> Building[Mapping[str, AttrValue]]:
+    """A map of ``AttrValue`` (a node's, a function's, a function reference's attributes)."""
+    out: dict[str, AttrValue] = {}
+    for key, entry_fields, where in _entries(fields, name, entry):
+        piece = entry_fields.message("value")
+        out[key] = yield _Build(_attr_value, piece if piece is not None else memoryview(b""),
+                                where, entry_fields.depth + 1)
+    return out if out else _NO_ATTRS
+
+
+_NO_ATTRS: Mapping[str, AttrValue] = MappingProxyType({})  # shared by every message without
 
 
 # -- the messages, one builder each (data, where, depth) -------------------------------------------
 
-def _shape(data: memoryview, where: str, depth: int) -> Shape:
+def _shape(data: Message, where: str, depth: int) -> Shape:
     """A shape as attributes and variables carry it: sizes below -1 are symbolic dimensions
     (grappler writes them into ``_input_shapes``/``_output_shapes``), read as -1, unknown."""
     sizes = _tensor_shape(data, where, depth, symbolic=True)
     return None if sizes is None else tuple(max(size, -1) for size in sizes)
 
 
-def _tensor_shape(data: memoryview, where: str, depth: int, *, symbolic: bool = False) -> Shape:
+def _tensor_shape(data: Message, where: str, depth: int, *, symbolic: bool = False) -> Shape:
     """A ``TensorProto``'s shape: sizes below -1 are damage (a tensor's values fill it)."""
     fields = _Fields("tensorflow.TensorShapeProto", data, where, depth)
-    dims = fields.messages("dim")
-    if len(dims) > MAX_RANK:
-        raise FormatError(f"{where}: {len(dims):,} dimensions; expected at most {MAX_RANK} "
-                          "(TensorFlow's limit), so the data is damaged.")
+    if fields.count("dim") > MAX_RANK:
+        raise FormatError(f"{where}: {fields.count('dim'):,} dimensions; expected at most "
+                          f"{MAX_RANK} (TensorFlow's limit), so the data is damaged.")
     sizes = tuple(_Fields("tensorflow.TensorShapeProto.Dim", dim, fields.child(f"dim[{index}]"),
-                          depth + 1).integer("size") for index, dim in enumerate(dims))
+                          depth + 1).integer("size")
+                  for index, dim in enumerate(fields.messages("dim")))
     if fields.flag("unknown_rank"):
         return None
     if not symbolic and any(size < -1 for size in sizes):
@@ -967,8 +1195,9 @@ def _tensor_shape(data: memoryview, where: str, depth: int, *, symbolic: bool = 
     return sizes
 
 
-def _tensor(data: memoryview, where: str, depth: int) -> TensorValue:
+def _tensor(data: Message, where: str, depth: int) -> TensorValue:
     fields = _Fields("tensorflow.TensorProto", data, where, depth)
+    _spend(len(where), where)  # the tensor keeps it
     code = fields.integer("dtype")
     piece = fields.message("tensor_shape")
     shape = () if piece is None else _tensor_shape(piece, _join(where, depth, "tensor_shape"),
@@ -994,10 +1223,11 @@ def _tensor(data: memoryview, where: str, depth: int) -> TensorValue:
                     f"{where}: tensor_content holds {len(content):,} bytes, but shape "
                     f"{list(shape)} of {dtype_name(code)} needs {count * itemsize:,} "
                     f"({count:,} × {itemsize}); the data is damaged.")
+        _spend(VIEW_COST, where)
         return TensorValue(code, shape, where, _content=content)
     values: np.ndarray
     if code == DT_STRING:
-        values = np.empty(len(fields.found.get("string_val", ())), dtype=object)
+        values = np.empty(fields.count("string_val"), dtype=object)
         values[:] = fields.blobs("string_val")
     else:
         raw = fields.numbers(numbers.values_field)
@@ -1010,6 +1240,7 @@ def _tensor(data: memoryview, where: str, depth: int) -> TensorValue:
             values = raw.astype(np.bool_)
         else:
             values = _native(raw.astype(np.dtype(numbers.stored).newbyteorder("=")), code)
+    _spend(VIEW_COST + values.nbytes, where)
     values.flags.writeable = False
     return TensorValue(code, shape, where, _values=values)
 
@@ -1017,7 +1248,7 @@ def _tensor(data: memoryview, where: str, depth: int) -> TensorValue:
 _ATTR_KINDS = ("list", "s", "i", "f", "b", "type", "shape", "tensor", "placeholder", "func")
 
 
-def _attr_value(data: memoryview, where: str, depth: int) -> AttrValue:
+def _attr_value(data: Message, where: str, depth: int) -> Building[AttrValue]:
     fields = _Fields("tensorflow.AttrValue", data, where, depth)
     kind, after = fields.last_of(_ATTR_KINDS)
     value: bytes | int | float | bool | Shape | TensorValue | AttrList | NameAttrList | str | None
@@ -1034,14 +1265,15 @@ def _attr_value(data: memoryview, where: str, depth: int) -> AttrValue:
     elif kind == "placeholder":
         value = fields.text("placeholder")
     else:
-        build = {"list": _attr_list, "shape": _shape, "tensor": _tensor, "func": _name_attr_list}[kind]
+        build = {"list": _attr_list, "shape": _shape, "tensor": _tensor,
+                 "func": _name_attr_list}[kind]
         piece = fields.message(kind, after)
-        value = build(piece if piece is not None else memoryview(b""), _join(where, depth, kind),
-                      depth + 1)
+        value = yield _Build(build, piece if piece is not None else memoryview(b""),
+                             _join(where, depth, kind), depth + 1)
     return AttrValue(kind, value)
 
 
-def _attr_list(data: memoryview, where: str, depth: int) -> AttrList:
+def _attr_list(data: Message, where: str, depth: int) -> Building[AttrList]:
     fields = _Fields("tensorflow.AttrValue.ListValue", data, where, depth)
     return AttrList(
         s=fields.blobs("s"),
@@ -1051,86 +1283,85 @@ def _attr_list(data: memoryview, where: str, depth: int) -> AttrList:
         type=tuple(fields.numbers("type").tolist()),
         shape=_repeated(fields, "shape", _shape),
         tensor=_repeated(fields, "tensor", _tensor),
-        func=_repeated(fields, "func", _name_attr_list),
+        func=(yield from _nested(fields, "func", _name_attr_list)),
     )
-
-
-def _attr_entry(entry: _Fields, where: str) -> AttrValue:
-    piece = entry.message("value")
-    return _attr_value(piece if piece is not None else memoryview(b""), where, entry.depth + 1)
 
 
 def _string_entry(entry: _Fields, where: str) -> str:
     return entry.text("value")
 
 
-def _name_attr_list(data: memoryview, where: str, depth: int) -> NameAttrList:
+def _name_attr_list(data: Message, where: str, depth: int) -> Building[NameAttrList]:
     fields = _Fields("tensorflow.NameAttrList", data, where, depth)
     name = fields.text("name")
-    return NameAttrList(name, _map(fields, "attr", "tensorflow.NameAttrList.AttrEntry", _attr_entry))
+    return NameAttrList(name, (yield from _attr_map(fields, "attr",
+                                                    "tensorflow.NameAttrList.AttrEntry")))
 
 
-def _node_def(data: memoryview, where: str, depth: int) -> NodeDef:
+def _node_def(data: Message, where: str, depth: int) -> Building[NodeDef]:
     fields = _Fields("tensorflow.NodeDef", data, where, depth)
     name = fields.text("name")
     if name:
-        fields.where = f"{where} ({name!r})"
+        fields.where = f"{where} ({_shown(name)})"
     return NodeDef(name, fields.text("op"), fields.texts("input"), fields.text("device"),
-                   _map(fields, "attr", "tensorflow.NodeDef.AttrEntry", _attr_entry))
+                   (yield from _attr_map(fields, "attr", "tensorflow.NodeDef.AttrEntry")))
 
 
-def _version_def(data: memoryview, where: str, depth: int,
+def _version_def(data: Message, where: str, depth: int,
                  message: str = "tensorflow.VersionDef") -> VersionDef:
     fields = _Fields(message, data, where, depth)
     return VersionDef(fields.integer("producer"), fields.integer("min_consumer"),
                       tuple(fields.numbers("bad_consumers").tolist()))
 
 
-def _arg_def(data: memoryview, where: str, depth: int) -> ArgDef:
+def _arg_def(data: Message, where: str, depth: int) -> ArgDef:
     fields = _Fields("tensorflow.OpDef.ArgDef", data, where, depth)
     return ArgDef(fields.text("name"), fields.integer("type"), fields.text("type_attr"),
                   fields.text("number_attr"), fields.text("type_list_attr"), fields.flag("is_ref"))
 
 
-def _op_def(data: memoryview, where: str, depth: int) -> OpDef:
+def _op_def(data: Message, where: str, depth: int) -> OpDef:
     fields = _Fields("tensorflow.OpDef", data, where, depth)
     return OpDef(fields.text("name"), _repeated(fields, "input_arg", _arg_def),
                  _repeated(fields, "output_arg", _arg_def))
 
 
-def _function_def(data: memoryview, where: str, depth: int) -> FunctionDef:
+def _function_def(data: Message, where: str, depth: int) -> Building[FunctionDef]:
     fields = _Fields("tensorflow.FunctionDef", data, where, depth)
     signature = _optional(fields, "signature", _op_def) or OpDef("")
     if signature.name:
-        fields.where = f"{where} ({signature.name!r})"
+        fields.where = f"{where} ({_shown(signature.name)})"
     return FunctionDef(
         signature,
-        _map(fields, "attr", "tensorflow.FunctionDef.AttrEntry", _attr_entry),
-        _repeated(fields, "node_def", _node_def),
+        (yield from _attr_map(fields, "attr", "tensorflow.FunctionDef.AttrEntry")),
+        (yield from _nested(fields, "node_def", _node_def)),
         _map(fields, "ret", "tensorflow.FunctionDef.RetEntry", _string_entry),
         _map(fields, "control_ret", "tensorflow.FunctionDef.ControlRetEntry", _string_entry),
     )
 
 
-def _library(data: memoryview, where: str, depth: int) -> FunctionDefLibrary:
+def _library(data: Message, where: str, depth: int) -> Building[FunctionDefLibrary]:
     fields = _Fields("tensorflow.FunctionDefLibrary", data, where, depth)
-    return FunctionDefLibrary(_repeated(fields, "function", _function_def))
+    return FunctionDefLibrary((yield from _nested(fields, "function", _function_def)))
 
 
-def _graph_def(data: memoryview, where: str, depth: int) -> GraphDef:
+def _graph_def(data: Message, where: str, depth: int) -> Building[GraphDef]:
     fields = _Fields("tensorflow.GraphDef", data, where, depth)
-    return GraphDef(_repeated(fields, "node", _node_def), _optional(fields, "versions", _version_def),
-                    _optional(fields, "library", _library) or FunctionDefLibrary(),
+    nodes = yield from _nested(fields, "node", _node_def)
+    piece = fields.message("library")
+    library = FunctionDefLibrary() if piece is None else \
+        (yield _Build(_library, piece, fields.child("library"), depth + 1))
+    return GraphDef(nodes, _optional(fields, "versions", _version_def), library,
                     fields.integer("version"))
 
 
-def _meta_info_def(data: memoryview, where: str, depth: int) -> MetaInfoDef:
+def _meta_info_def(data: Message, where: str, depth: int) -> MetaInfoDef:
     fields = _Fields("tensorflow.MetaGraphDef.MetaInfoDef", data, where, depth)
     return MetaInfoDef(fields.text("meta_graph_version"), fields.texts("tags"),
                        fields.text("tensorflow_version"), fields.text("tensorflow_git_version"))
 
 
-def _saver_def(data: memoryview, where: str, depth: int) -> SaverDef:
+def _saver_def(data: Message, where: str, depth: int) -> SaverDef:
     fields = _Fields("tensorflow.SaverDef", data, where, depth)
     return SaverDef(fields.text("filename_tensor_name"), fields.text("save_tensor_name"),
                     fields.text("restore_op_name"), fields.integer("max_to_keep"),
@@ -1145,41 +1376,44 @@ def _keys(fields: _Fields, name: str, entry: str) -> tuple[str, ...]:
                              lambda entry_fields, where: entry_fields.message("value"))))
 
 
-def _meta_graph_def(data: memoryview, where: str, depth: int) -> MetaGraphDef:
+def _meta_graph_def(data: Message, where: str, depth: int) -> Building[MetaGraphDef]:
     fields = _Fields("tensorflow.MetaGraphDef", data, where, depth)
+    piece = fields.message("graph_def")
+    graph = GraphDef() if piece is None else \
+        (yield _Build(_graph_def, piece, fields.child("graph_def"), depth + 1))
     return MetaGraphDef(
         _optional(fields, "meta_info_def", _meta_info_def) or MetaInfoDef(),
-        _optional(fields, "graph_def", _graph_def) or GraphDef(),
+        graph,
         _optional(fields, "saver_def", _saver_def),
         _keys(fields, "signature_def", "tensorflow.MetaGraphDef.SignatureDefEntry"),
         _optional(fields, "object_graph_def", _saved_object_graph),
     )
 
 
-def _saved_model(data: memoryview, where: str, depth: int) -> SavedModel:
+def _saved_model(data: Message, where: str, depth: int) -> Building[SavedModel]:
     fields = _Fields("tensorflow.SavedModel", data, where, depth)
     return SavedModel(fields.integer("saved_model_schema_version"),
-                      _repeated(fields, "meta_graphs", _meta_graph_def))
+                      (yield from _nested(fields, "meta_graphs", _meta_graph_def)))
 
 
-def _object_reference(data: memoryview, where: str, depth: int) -> ObjectReference:
+def _object_reference(data: Message, where: str, depth: int) -> ObjectReference:
     fields = _Fields(_OBJECT_REFERENCE, data, where, depth)
     return ObjectReference(fields.integer("node_id"), fields.text("local_name"))
 
 
-def _slot_reference(data: memoryview, where: str, depth: int) -> SlotVariableReference:
+def _slot_reference(data: Message, where: str, depth: int) -> SlotVariableReference:
     fields = _Fields(_SLOT_REFERENCE, data, where, depth)
     return SlotVariableReference(fields.integer("original_variable_node_id"),
                                  fields.text("slot_name"), fields.integer("slot_variable_node_id"))
 
 
-def _user_object(data: memoryview, where: str, depth: int) -> SavedUserObject:
+def _user_object(data: Message, where: str, depth: int) -> SavedUserObject:
     fields = _Fields("tensorflow.SavedUserObject", data, where, depth)
     return SavedUserObject(fields.text("identifier"), _optional(fields, "version", _version_def),
                            fields.text("metadata"))
 
 
-def _variable(data: memoryview, where: str, depth: int) -> SavedVariable:
+def _variable(data: Message, where: str, depth: int) -> SavedVariable:
     fields = _Fields("tensorflow.SavedVariable", data, where, depth)
     shape = _optional(fields, "shape", _shape)
     return SavedVariable(fields.text("name"), fields.integer("dtype"),
@@ -1188,43 +1422,43 @@ def _variable(data: memoryview, where: str, depth: int) -> SavedVariable:
                          fields.text("device"))
 
 
-def _function(data: memoryview, where: str, depth: int) -> SavedFunction:
+def _function(data: Message, where: str, depth: int) -> SavedFunction:
     return SavedFunction(_Fields("tensorflow.SavedFunction", data, where, depth)
                          .texts("concrete_functions"))
 
 
-def _bare_function(data: memoryview, where: str, depth: int) -> SavedBareConcreteFunction:
+def _bare_function(data: Message, where: str, depth: int) -> SavedBareConcreteFunction:
     fields = _Fields("tensorflow.SavedBareConcreteFunction", data, where, depth)
     return SavedBareConcreteFunction(fields.text("concrete_function_name"),
                                      fields.texts("argument_keywords"),
                                      fields.integer("allowed_positional_arguments"))
 
 
-def _constant(data: memoryview, where: str, depth: int) -> SavedConstant:
+def _constant(data: Message, where: str, depth: int) -> SavedConstant:
     return SavedConstant(_Fields("tensorflow.SavedConstant", data, where, depth).text("operation"))
 
 
-def _resource(data: memoryview, where: str, depth: int) -> SavedResource:
+def _resource(data: Message, where: str, depth: int) -> SavedResource:
     return SavedResource(_Fields("tensorflow.SavedResource", data, where, depth).text("device"))
 
 
-def _asset(data: memoryview, where: str, depth: int) -> int:
+def _asset(data: Message, where: str, depth: int) -> int:
     return _Fields("tensorflow.SavedAsset", data, where, depth).integer("asset_file_def_index")
 
 
-def _captured(data: memoryview, where: str, depth: int) -> CapturedTensor:
+def _captured(data: Message, where: str, depth: int) -> CapturedTensor:
     fields = _Fields("tensorflow.CapturedTensor", data, where, depth)
     return CapturedTensor(fields.text("name"), fields.text("concrete_function"))
 
 
-_SAVED_KINDS: dict[str, Callable[[memoryview, str, int], object]] = {
+_SAVED_KINDS: dict[str, Callable[[Message, str, int], object]] = {
     "user_object": _user_object, "asset": _asset, "function": _function, "variable": _variable,
     "bare_concrete_function": _bare_function, "constant": _constant, "resource": _resource,
     "captured_tensor": _captured,
 }
 
 
-def _saved_object(data: memoryview, where: str, depth: int) -> SavedObject:
+def _saved_object(data: Message, where: str, depth: int) -> SavedObject:
     fields = _Fields("tensorflow.SavedObject", data, where, depth)
     kind, after = fields.last_of(tuple(_SAVED_KINDS))
     kinds: dict[str, object] = {}
@@ -1246,7 +1480,7 @@ def _bound_inputs(entry: _Fields, where: str) -> tuple[int, ...]:
     return tuple(int(value) for value in fields.numbers("bound_inputs"))
 
 
-def _saved_object_graph(data: memoryview, where: str, depth: int) -> SavedObjectGraph:
+def _saved_object_graph(data: Message, where: str, depth: int) -> SavedObjectGraph:
     fields = _Fields("tensorflow.SavedObjectGraph", data, where, depth)
     bound = _map(fields, "concrete_functions",
                  "tensorflow.SavedObjectGraph.ConcreteFunctionsEntry", _bound_inputs)
@@ -1254,14 +1488,14 @@ def _saved_object_graph(data: memoryview, where: str, depth: int) -> SavedObject
                             bound)
 
 
-def _serialized_tensor(data: memoryview, where: str, depth: int) -> SerializedTensor:
+def _serialized_tensor(data: Message, where: str, depth: int) -> SerializedTensor:
     fields = _Fields("tensorflow.TrackableObjectGraph.TrackableObject.SerializedTensor", data, where,
                      depth)
     return SerializedTensor(fields.text("name"), fields.text("full_name"),
                             fields.text("checkpoint_key"))
 
 
-def _trackable_object(data: memoryview, where: str, depth: int) -> TrackableObject:
+def _trackable_object(data: Message, where: str, depth: int) -> TrackableObject:
     fields = _Fields("tensorflow.TrackableObjectGraph.TrackableObject", data, where, depth)
     saver = fields.message("registered_saver")
     has_values = fields.message("has_checkpoint_values")
@@ -1277,12 +1511,12 @@ def _trackable_object(data: memoryview, where: str, depth: int) -> TrackableObje
     )
 
 
-def _object_graph(data: memoryview, where: str, depth: int) -> TrackableObjectGraph:
+def _object_graph(data: Message, where: str, depth: int) -> TrackableObjectGraph:
     fields = _Fields("tensorflow.TrackableObjectGraph", data, where, depth)
     return TrackableObjectGraph(_repeated(fields, "nodes", _trackable_object))
 
 
-def _metadata_node(data: memoryview, where: str, depth: int) -> SavedMetadataNode:
+def _metadata_node(data: Message, where: str, depth: int) -> SavedMetadataNode:
     fields = _Fields("SavedMetadata.SavedObject", data, where, depth)
     piece = fields.message("version")
     return SavedMetadataNode(
@@ -1292,14 +1526,27 @@ def _metadata_node(data: memoryview, where: str, depth: int) -> SavedMetadataNod
                                                 "SavedMetadata.VersionDef"))
 
 
-def _saved_metadata(data: memoryview, where: str, depth: int) -> SavedMetadata:
+def _saved_metadata(data: Message, where: str, depth: int) -> SavedMetadata:
     fields = _Fields("SavedMetadata", data, where, depth)
     return SavedMetadata(_repeated(fields, "nodes", _metadata_node))
 
 
 # -- the public decoders ---------------------------------------------------------------------------
 
-def _decode(build: Callable[[memoryview, str, int], T], data: Bytes, where: str) -> T:
+def _decode(build: Callable[[Message, str, int], T], data: Bytes, where: str) -> T:
+    """``build``'s message from ``data``: a plain builder's."""
+    result: T = _decoded(build, data, where)
+    return result
+
+
+def _decode_nested(build: Callable[[Message, str, int], Building[T]], data: Bytes,
+                   where: str) -> T:
+    """``build``'s message from ``data``: a generator builder's."""
+    result: T = _decoded(build, data, where)
+    return result
+
+
+def _decoded(build: Builder, data: Bytes, where: str) -> Any:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise FormatError(f"{where}: expected the serialized message as bytes, got "
                           f"{type(data).__name__}.")
@@ -1307,12 +1554,14 @@ def _decode(build: Callable[[memoryview, str, int], T], data: Bytes, where: str)
     if len(raw) > MAX_MESSAGE_BYTES:
         raise FormatError(f"{where}: {len(raw):,} bytes; expected at most {MAX_MESSAGE_BYTES:,} "
                           "(protobuf's limit for one message).")
+    meter = Meter("expansion", len(raw), where, "bytes of decoded messages (an estimate; "
+                  f"decoded messages may take {DECODE_SCALE} times what the limit allows)",
+                  scale=DECODE_SCALE)
+    token = _METER.set(meter)
     try:
-        return build(memoryview(raw), where, 0)
-    except RecursionError:
-        # MAX_DEPTH keeps nesting to a few hundred frames; this is for a caller already deep.
-        raise FormatError(f"{where}: nested too deep for the Python stack that is left; the "
-                          "data is damaged or built to exhaust the stack.") from None
+        return _run(build, memoryview(raw), where, 0)
+    finally:
+        _METER.reset(token)
 
 
 def decode_tensor_value(data: Bytes, *, where: str = "TensorProto") -> TensorValue:
@@ -1334,25 +1583,25 @@ def decode_shape(data: Bytes, *, where: str = "TensorShapeProto") -> Shape:
 
 
 def decode_attr_value(data: Bytes, *, where: str = "AttrValue") -> AttrValue:
-    return _decode(_attr_value, data, where)
+    return _decode_nested(_attr_value, data, where)
 
 
 def decode_node_def(data: Bytes, *, where: str = "NodeDef") -> NodeDef:
-    return _decode(_node_def, data, where)
+    return _decode_nested(_node_def, data, where)
 
 
 def decode_graph_def(data: Bytes, *, where: str = "GraphDef") -> GraphDef:
     """A serialized ``GraphDef`` (a frozen graph's ``.pb`` file) with its function library."""
-    return _decode(_graph_def, data, where)
+    return _decode_nested(_graph_def, data, where)
 
 
 def decode_meta_graph_def(data: Bytes, *, where: str = "MetaGraphDef") -> MetaGraphDef:
-    return _decode(_meta_graph_def, data, where)
+    return _decode_nested(_meta_graph_def, data, where)
 
 
 def decode_saved_model(data: Bytes, *, where: str = "SavedModel") -> SavedModel:
     """A serialized ``SavedModel`` (the ``saved_model.pb`` of a SavedModel folder)."""
-    return _decode(_saved_model, data, where)
+    return _decode_nested(_saved_model, data, where)
 
 
 def decode_saved_object_graph(data: Bytes, *, where: str = "SavedObjectGraph") -> SavedObjectGraph:
