@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import budget
 from ..errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from ..gates import reorder
 from ..io import tfproto
@@ -121,18 +122,29 @@ class _Graph:
         if isinstance(source, FrozenGraph):
             self.where = "frozen graph"
             self.graph = tfproto.decode_graph_def(source.serialized, where=self.where)
+            size = len(source.serialized)
         elif is_path(source):
             self.where = os.fspath(source)
             self.graph = tfproto.read_graph_def(source)
+            size = os.stat(source).st_size
         elif isinstance(source, (bytes, bytearray, memoryview)):
             self.where = "GraphDef bytes"
             self.graph = tfproto.decode_graph_def(source, where=self.where)
+            size = memoryview(source).nbytes
         elif isinstance(source, tfproto.GraphDef):
             self.where = "GraphDef"
             self.graph = source
+            size = sum(_stored(node) for _, node in source.all_nodes())
         else:
             raise FormatError(f"read(fmt='tfgraph'): expected a frozen graph (a .pb path, its "
                               f"bytes or an rnnport.io.tfproto.GraphDef); got {describe(source)}.")
+        # What one read may build (the Consts' arrays: a short typed list is filled out to its
+        # shape) and do (inputs followed, cell steps matched), both in proportion to the file.
+        self.arrays = budget.Meter("expansion", size, self.where, "bytes of Const arrays")
+        self.work = budget.Meter("work", size, self.where, "steps (graph inputs followed back, "
+                                 "cell steps matched to cells)")
+        self.sources: dict[tuple[str, str], tuple[str, tfproto.NodeDef] | None] = {}
+        self.arguments: dict[str, dict[str, int]] = {}
         self.nodes: dict[tuple[str, str], tfproto.NodeDef] = {}
         for function, node in self.graph.all_nodes():
             self.nodes[function, node.name] = node
@@ -168,25 +180,51 @@ class _Graph:
 
     def source(self, function: str, ref: str) -> tuple[str, tfproto.NodeDef] | None:
         """The node an input ``ref`` of a node in ``function`` reads, past Identity, Enter
-        and variable reads, and out of a While body through its caller's inputs."""
+        and variable reads, and out of a While body through its caller's inputs. Every name
+        passed on the way is remembered with the answer, so a chain many nodes read is
+        followed once; each step is counted against the ``work`` limit."""
+        passed: list[tuple[str, str]] = []
+        found: tuple[str, tfproto.NodeDef] | None = None
         for _ in range(1000):  # a cycle of Identities is damage, not a loop to follow
             name = ref.lstrip("^").split(":")[0]
+            if (function, name) in self.sources:
+                found = self.sources[function, name]
+                break
+            self.work.charge(1, f"following {name!r} back")
+            passed.append((function, name))
             node = self.nodes.get((function, name))
             if node is None and function:
-                index = next((i for i, arg in enumerate(
-                    self.functions[function].signature.input_arg) if arg.name == name), None)
                 callers = self.callers.get(function, [])
+                index = self._argument(function, name)
                 if index is None or len(callers) != 1 or index >= len(callers[0].input):
-                    return None
+                    break
                 function, ref = "", callers[0].input[index]
                 continue
             if node is None:
-                return None
+                break
             if node.op in PASS_THROUGH and node.input:
                 ref = node.input[0]
                 continue
-            return function, node
-        return None
+            found = function, node
+            break
+        for key in passed:
+            self.sources[key] = found
+        return found
+
+    def _argument(self, function: str, name: str) -> int | None:
+        """The position of argument ``name`` of ``function``'s signature (None: not one)."""
+        positions = self.arguments.get(function)
+        if positions is None:
+            arguments = self.functions[function].signature.input_arg
+            self.work.charge(len(arguments), f"indexing function {function!r}'s arguments")
+            positions = self.arguments[function] = {}
+            for index, argument in enumerate(arguments):
+                positions.setdefault(argument.name, index)
+        return positions.get(name)
+
+    def array(self, node: tfproto.NodeDef) -> np.ndarray:
+        """A Const node's array, made once and paid for against the ``expansion`` limit."""
+        return _value(node).numpy(meter=self.arrays)
 
     def const(self, function: str, ref: str, where: str) -> np.ndarray:
         """The array of the Const that input ``ref`` reads; anything else is refused."""
@@ -202,7 +240,7 @@ class _Graph:
             raise UnsupportedFeatureError(
                 f"{self.where}: {where} comes from node {node.name!r}, a {node.op} op; expected "
                 f"a Const holding the weight, which rnnport reads.{frozen}")
-        return as_float_array(_value(node).numpy(), f"{self.where}: {node.name}")
+        return as_float_array(self.array(node), f"{self.where}: {node.name}")
 
     def shape(self, function: str, ref: str) -> tuple[int, ...] | None:
         """The static shape of input ``ref`` (-1 unknown) where a Const, a Placeholder's
@@ -222,15 +260,25 @@ class _Graph:
             if dims is None:
                 return None
             if dims[1].op == "Const":
-                return tuple(int(v) for v in _value(dims[1]).numpy().ravel())
+                sizes = self._integers(dims[1])
+                return None if sizes is None or sizes.ndim > 1 else tuple(sizes.tolist())
             if dims[1].op == "Pack":
                 out = []
                 for item in dims[1].input:
                     part = self.source(dims[0], item)
-                    out.append(int(_value(part[1]).numpy())
-                               if part is not None and part[1].op == "Const" else -1)
+                    size = None if part is None or part[1].op != "Const" else \
+                        self._integers(part[1])
+                    out.append(int(size) if size is not None and size.ndim == 0 else -1)
                 return tuple(out)
         return None
+
+    def _integers(self, node: tfproto.NodeDef) -> np.ndarray | None:
+        """A Const of integers (a shape's sizes), or None when it holds anything else
+        (floats, NaN among them, strings, more than a shape's sizes): no size is known then."""
+        value = _value(node)
+        if value.dtype_name not in ("DT_INT32", "DT_INT64") or value.size > tfproto.MAX_RANK:
+            return None
+        return self.array(node)
 
 
 def _scopes(calls: Mapping[str, list[tuple[str, tfproto.NodeDef]]]) -> dict[str, str]:
@@ -260,6 +308,14 @@ def _scopes(calls: Mapping[str, list[tuple[str, tfproto.NodeDef]]]) -> dict[str,
             if not left:
                 ready.append(inner)
     return scopes
+
+
+def _stored(node: tfproto.NodeDef) -> int:
+    """The bytes a node's tensor holds as decoded (a decoded GraphDef's size, near enough)."""
+    attr = node.attr.get("value")
+    if attr is None or not isinstance(attr.value, tfproto.TensorValue):
+        return 64
+    return 64 + attr.value.stored_bytes
 
 
 def _value(node: tfproto.NodeDef) -> tfproto.TensorValue:
@@ -321,25 +377,54 @@ def _cell_bases(names: Any) -> list[str]:
     return list(dict.fromkeys(bases))
 
 
-def _match_base(path: str, bases: list[str]) -> list[str]:
-    """The TF1 cells (variable bases) whose step the node path ``path`` may belong to: those
-    whose scope names all appear in ``path`` in order, ending with the cell's own name
+class _Cells:
+    """The TF1 cells (variable bases) a node path of a cell's step may belong to: those
+    whose scope names all appear in the path in order, ending with the cell's own name
     (``rnn/while/rnn/multi_rnn_cell/cell_0/lstm_cell`` → ``rnn/multi_rnn_cell/cell_0/lstm_cell``);
     else, for a function's names no caller scopes (``lstm_cell``), the cells they end. One
-    cell is an answer; several, or none, are not."""
-    parts = [part for part in path.split("/") if part != "while"]
+    cell is an answer; several, or none, are not.
 
-    def subsequence(base: str) -> bool:
-        wanted = base.split("/")
-        if not parts or parts[-1] != wanted[-1]:
-            return False
-        remaining = iter(parts)
-        return all(any(part == piece for part in remaining) for piece in wanted)
+    The bases are kept in a trie of their scope names, so a path is matched by walking it
+    once (the trie's nodes its names reach so far), not against every cell: a graph of
+    many cells and many steps costs their sum, not their product. Each path is matched
+    once; the steps are counted against the ``work`` limit."""
 
-    full = [base for base in bases if subsequence(base)]
-    if full:
-        return full
-    return [base for base in bases if base.split("/")[-len(parts):] == parts]
+    END = ""  # a trie node's key for the base ending there (scope names are never empty)
+
+    def __init__(self, bases: list[str], work: budget.Meter) -> None:
+        self.work = work
+        self.trie: dict[str, Any] = {}
+        self.suffixes: dict[tuple[str, ...], list[str]] = {}
+        self.matched: dict[str, list[str]] = {}
+        for base in bases:
+            pieces = base.split("/")
+            work.charge(len(pieces), "indexing the cells' scopes")
+            node = self.trie
+            for piece in pieces:
+                node = node.setdefault(piece, {})
+            node.setdefault(self.END, base)
+            for start in range(len(pieces)):
+                self.suffixes.setdefault(tuple(pieces[start:]), []).append(base)
+
+    def match(self, path: str) -> list[str]:
+        found = self.matched.get(path)
+        if found is None:
+            found = self.matched[path] = self._match(path)
+        return found
+
+    def _match(self, path: str) -> list[str]:
+        parts = [part for part in path.split("/") if part != "while"]
+        if not parts:
+            return []
+        # The trie nodes the names so far reach, as a subsequence, each once.
+        reached: dict[int, dict[str, Any]] = {id(self.trie): self.trie}
+        for part in parts:
+            self.work.charge(len(reached), "matching the cells' steps to cells")
+            for node in [node[part] for node in reached.values() if part in node]:
+                reached.setdefault(id(node), node)
+        full = {node[self.END] for node in reached.values() if self.END in node}
+        ending = [base for base in full if base.rpartition("/")[2] == parts[-1]]
+        return ending or list(self.suffixes.get(tuple(parts), []))
 
 
 def _is_forget_bias(graph: _Graph, function: str, node: tfproto.NodeDef) -> float | None:
@@ -366,7 +451,7 @@ def _scalar(graph: _Graph, function: str, ref: str) -> float | None:
     value = _value(found[1])
     if value.size != 1 or value.dtype_name not in ("DT_FLOAT", "DT_DOUBLE", "DT_HALF"):
         return None
-    return float(value.numpy().ravel()[0])
+    return float(graph.array(found[1]).ravel()[0])
 
 
 def _find(source: Any) -> _Found:
@@ -383,14 +468,17 @@ def _find(source: Any) -> _Found:
     fused: list[tuple[str, tfproto.NodeDef]] = []
     used: set[str] = set()
 
+    cells = _Cells(bases, graph.work)
+    takes = {option: {base for base in bases if option in STEP_OPTIONS.get(base.rpartition("/")[2],
+                                                                            ())}
+             for option in ("forget_bias", "cell_clip", "activation")}
+
     def note(path: str, option: str, value: float | str) -> None:
-        takes = [base for base in bases
-                 if option in STEP_OPTIONS.get(base.rpartition("/")[2], ())]
-        candidates = _match_base(path, takes)
+        candidates = [base for base in cells.match(path) if base in takes[option]]
         if len(candidates) == 1:
             evidence.setdefault(candidates[0], {}).setdefault(option, set()).add(value)
-        elif takes:  # a step seen, but whose: reading must not guess (see _recovered)
-            unattributed.append((option, value, frozenset(candidates or takes)))
+        elif takes[option]:  # a step seen, but whose: reading must not guess (see _recovered)
+            unattributed.append((option, value, frozenset(candidates or takes[option])))
 
     for function, node in graph.graph.all_nodes():
         scope = graph.scopes.get(function, "")
@@ -430,7 +518,7 @@ def _find(source: Any) -> _Found:
                 continue
             fused.append((function, node))
             used.update(name for name in names if name is not None)
-    weights = {name: value.numpy() for name, value in consts.items()
+    weights = {name: value.numpy(meter=graph.arrays) for name, value in consts.items()
                if name not in used and value.dtype_name in ("DT_FLOAT", "DT_DOUBLE", "DT_HALF",
                                                             "DT_BFLOAT16")
                and len(value.shape) >= 1}
@@ -465,9 +553,13 @@ def _all(found: _Found) -> list[_Network]:
     return out
 
 
-def _listing(networks: list[_Network]) -> str:
-    return "\n".join(f"  - {network.option}={network.value!r}: {network.what}"
-                     for network in networks)
+def _listing(networks: list[_Network], shown: int = 20) -> str:
+    """The networks, one a line (the first ``shown`` of them: a graph may hold thousands)."""
+    lines = [f"  - {network.option}={network.value!r}: {network.what}"
+             for network in networks[:shown]]
+    if len(networks) > shown:
+        lines.append(f"  … and {len(networks) - shown:,} more")
+    return "\n".join(lines)
 
 
 def _choose(found: _Found, options: Mapping[str, Any]) -> _Network:

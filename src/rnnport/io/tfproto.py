@@ -402,6 +402,13 @@ class TensorValue:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def stored_bytes(self) -> int:
+        """The bytes the input holds for the values (``tensor_content``, or the typed list)."""
+        if self._content is not None:
+            return self._content.nbytes
+        return 0 if self._values is None else int(self._values.nbytes)
+
     def allocates(self) -> int:
         """The bytes :meth:`numpy` would allocate beyond what the input holds (its peak): a
         short typed list's fill, bfloat16 widened, bools made; 0 for a view of the input, or
