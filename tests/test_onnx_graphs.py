@@ -469,8 +469,12 @@ def test_function_calls_cannot_multiply_a_small_file_into_millions_of_nodes() ->
     graph = helper.make_graph(calls, "g", [_value("x", [2])], [_value("y0", None)])
     model = helper.make_model(graph, functions=[function], opset_imports=[
         helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
-    with pytest.raises(rnnport.FormatError, match="more than 500,000 nodes"):
-        rnnport.read(model)
+    with pytest.raises(rnnport.LimitError, match="taking the nodes of") as error:
+        rnnport.read(model)  # the work limit, relative to the file's size, stops it first
+    assert error.value.limit == "work"
+    with rnnport.limits(work=1e6), pytest.raises(rnnport.FormatError,
+                                                 match="more than 500,000 nodes"):
+        rnnport.read(model)  # however far the limit is raised
 
 
 def test_declared_shapes_of_an_unrolled_graph_are_checked_before_feeding_it() -> None:

@@ -340,7 +340,8 @@ def test_a_huge_constant_of_shape_is_refused_before_the_check_makes_it() -> None
              helper.make_node("MatMul", ["h", "R"], ["hr"]),
              helper.make_node("Add", ["xw", "hr"], ["gates"]),
              helper.make_node("Tanh", ["gates"], ["y"]),
-             helper.make_node("ConstantOfShape", ["huge"], ["zeros"])]
+             helper.make_node("ConstantOfShape", ["huge"], ["zeros"]),
+             helper.make_node("Add", ["y", "zeros"], ["padded"])]  # near the step: run
     graph = helper.make_graph(
         nodes, "cell", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, INPUT]),
                         helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, HIDDEN])],

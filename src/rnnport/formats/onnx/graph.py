@@ -24,13 +24,19 @@ absolute path, no ``..``, no link leading out), and its offset and length must l
 the file and match the tensor's shape. Nothing else is opened.
 
 **Budgets.** A hostile graph cannot make the reader allocate or recurse without bound:
-computed values are cached, and the bytes of every new array folding makes (a view of an
-array already held costs nothing, a copy costs its size, however a NumPy operation hid it)
-may not exceed what the ``expansion`` limit (:mod:`rnnport.budget`) allows for the bytes
-the model's stored tensors hold: four times them, plus 16 MiB, unless raised with
-``rnnport.limits(expansion=…)``; folding the graph offline, which stores the weights as
-tensors, also raises it. Values are followed with an explicit stack, never Python recursion, and one
-computed through more than :data:`MAX_DEPTH` nested nodes is refused. A tensor declaring a
+stored tensors are decoded once, however many nodes, scopes and function calls read them,
+and computed values are cached; every array decoded, every new array folding makes (a view
+of an array already held costs nothing, a copy costs its size, however a NumPy operation
+hid it) and every recurrent node's weights copied into the network read are charged,
+before they are made, against what the ``expansion`` limit (:mod:`rnnport.budget`) allows
+for the bytes the model's stored tensors hold: four times them, plus 16 MiB, unless raised
+with ``rnnport.limits(expansion=…)``; folding the graph offline, which stores the weights
+as tensors, also raises it. The nodes of every scope (each function call's body again),
+the values followed and the nodes run to check an unrolled network count against the
+``work`` limit, relative to the model's size. Values are followed with an explicit stack,
+never Python recursion, and one computed through more than :data:`MAX_DEPTH` nested nodes
+is refused; scopes nest at most :data:`MAX_SCOPE_DEPTH` deep, a scope's path names only
+the innermost few, and a function that calls itself is refused. A tensor declaring a
 negative dimension, or holding strings, is refused before it is decoded.
 """
 
@@ -47,17 +53,20 @@ from typing import Any
 import numpy as np
 
 from ... import budget
+from ...budget import Meter
 from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
 from ...io.inputs import checked, open_file, read_file
 from .._common import describe, require
 
-__all__ = ["FOLDABLE", "MAX_DEPTH", "BudgetError", "Loaded", "Scope", "attributes", "exhausted",
-           "external_files", "fold", "is_proto", "load", "scopes"]
+__all__ = ["FOLDABLE", "MAX_DEPTH", "MAX_SCOPE_DEPTH", "BudgetError", "Loaded", "Scope",
+           "attributes", "exhausted", "external_files", "fold", "is_proto", "load", "scopes"]
 
 FOLDABLE = ("Identity", "Cast", "Unsqueeze", "Squeeze", "Slice", "Concat", "Split", "Reshape",
             "Transpose", "Gather", "Shape", "Expand", "Add", "Sub", "Mul", "Div")
 MAX_DEPTH = 200
 MAX_NODES = 500_000  # nodes in all scopes, each function call's body counted again
+MAX_SCOPE_DEPTH = 64  # subgraphs and function calls inside one another
+TRAIL = 3  # the innermost scopes a scope's path names
 EXTERNAL = 1  # TensorProto.EXTERNAL
 STRING = 8  # TensorProto.STRING
 # A Constant node's numeric attributes and their AttributeProto types: FLOAT, FLOATS, INT, INTS.
@@ -91,16 +100,25 @@ class Loaded:
     limit: int = 0  # the budget, in all
     stored: int = 0  # bytes the model's tensors store, of which the budget is made
     opsets: list[Any] = field(default_factory=list)  # the model's opset_import
+    size: int = 0  # the serialized model's bytes, which the work limit is relative to
+    work: Meter = field(init=False)
+    # id(TensorProto) → the tensor (kept, so that its id stays its own) and its array
+    decoded: dict[int, tuple[Any, np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.work = Meter("work", self.size, self.where, "steps (nodes of every scope "
+                                 "and function call, values followed, nodes run to check a "
+                                 "network)")
 
 
 def load(source: Any) -> Loaded:
     """``source`` (a ModelProto, a GraphProto or a path) as a :class:`Loaded`."""
     onnx = require("onnx", extra="onnx", purpose="read(fmt='onnx')")
-    folder = None
+    folder, size = None, 0
     if is_proto(source, "ModelProto"):
         model, where = source, "ONNX model"
     elif is_proto(source, "GraphProto"):
-        loaded = Loaded(source, {}, None, "ONNX graph")
+        loaded = Loaded(source, {}, None, "ONNX graph", size=source.ByteSize())
         loaded.stored = _stored_bytes(source, {}, None)
         loaded.budget = loaded.limit = budget.allowance("expansion", loaded.stored)
         return loaded
@@ -115,11 +133,13 @@ def load(source: Any) -> Loaded:
             raise FormatError(f"{path}: not a readable ONNX model ({type(error).__name__}: "
                               f"{error}); the file may be truncated or not ONNX.") from None
         folder, where = path.resolve().parent, str(path)
+        size = len(data)
     else:
         raise FormatError(f"read(fmt='onnx'): expected an onnx.ModelProto, a GraphProto or a "
                           f"path to an .onnx file, got {describe(source)}.")
     functions = {(function.domain, function.name): function for function in model.functions}
-    loaded = Loaded(model.graph, functions, folder, where, opsets=list(model.opset_import))
+    loaded = Loaded(model.graph, functions, folder, where, opsets=list(model.opset_import),
+                    size=size if folder is not None else model.ByteSize())
     loaded.stored = _stored_bytes(model.graph, functions, folder)
     loaded.budget = loaded.limit = budget.allowance("expansion", loaded.stored)
     return loaded
@@ -200,6 +220,9 @@ class Scope:
     nodes: list[Any]
     path: str  # "" for the main graph; "If 'cond' then_branch", "function 'f'" …
     parent: Scope | None = None
+    depth: int = 0  # scopes around it
+    trail: tuple[str, ...] = ()  # the innermost few pieces of its path
+    function: tuple[str, str] | None = None  # (domain, name) of the function it is a call of
     initializers: dict[str, Any] = field(default_factory=dict)
     inputs: set[str] = field(default_factory=set)  # names fed at run time
     bindings: dict[str, str] = field(default_factory=dict)  # function input → caller's name
@@ -223,8 +246,18 @@ class Scope:
         return self._consumers
 
     def label(self, node: Any) -> str:
-        own = f"ONNX {node.op_type} node {node.name or next((o for o in node.output if o), '')!r}"
+        own = _own_label(node)
         return f"{self.path}: {own}" if self.path else own
+
+    def inner(self, piece: str, **fields: Any) -> tuple[str, int, tuple[str, ...]]:
+        """The path, depth and trail of a scope ``piece`` inside this one: a path names the
+        innermost :data:`TRAIL` scopes and how many are around them, so that a path never
+        repeats the whole nesting (a function called inside a function inside … would cost
+        the square of its depth)."""
+        trail = (*self.trail, piece)[-TRAIL:]
+        depth = self.depth + 1
+        out = f"… ({depth - TRAIL} scopes out): " if depth > TRAIL else ""
+        return out + ": ".join(trail), depth, trail
 
     # -- values ----------------------------------------------------------------------------
 
@@ -267,7 +300,7 @@ class Scope:
             return None
         try:
             return self.value(name, self.path or "ONNX graph")
-        except BudgetError:
+        except LimitError:  # a BudgetError, or the work limit
             raise
         except RnnportError:
             self.not_constant.add(name)
@@ -408,9 +441,15 @@ class Scope:
                                       "numeric weights.")
 
     def _tensor(self, tensor: Any, where: str) -> np.ndarray:
+        """A stored tensor's array, decoded once however many nodes, scopes and function
+        calls read it, and paid for before it is decoded."""
         from onnx import numpy_helper
 
-        _check_tensor(tensor, where)
+        done = self.loaded.decoded.get(id(tensor))
+        if done is not None and done[0] is tensor:
+            return done[1]
+        self.charge(_check_tensor(tensor, where), where)
+        stored = tensor
         if tensor.data_location == EXTERNAL or len(tensor.external_data):
             tensor = _with_external_data(tensor, self.loaded, where)
         try:
@@ -422,6 +461,7 @@ class Scope:
                               "data does not match its type and shape.") from None
         if array.dtype.name == "bfloat16":  # the top half of a float32: widening is exact
             array = array.astype(np.float32)
+        self.loaded.decoded[id(stored)] = (stored, array)
         return array
 
 
@@ -445,8 +485,21 @@ def _only(got: list[np.ndarray | None]) -> np.ndarray:
     return value
 
 
-def _check_tensor(tensor: Any, where: str) -> None:
-    """Refuse, before decoding it, a tensor no weight can be: a negative dimension, strings."""
+def _own_label(node: Any) -> str:
+    name = node.name or next((output for output in node.output if output), "")
+    return f"ONNX {_shown(node.op_type)} node {_shown(name)!r}"
+
+
+def _shown(text: Any) -> str:
+    """A name from the file for a message, cut short past 80 characters: a label is
+    repeated in the path of every scope inside its node."""
+    text = text if isinstance(text, str) else repr(text)  # protobuf's bytes for bad UTF-8
+    return text if len(text) <= 80 else f"{text[:60]}… ({len(text):,} characters)"
+
+
+def _check_tensor(tensor: Any, where: str) -> int:
+    """Refuse, before decoding it, a tensor no weight can be: a negative dimension, strings;
+    else the bytes decoding it takes (bfloat16 is widened to float32)."""
     from onnx import helper
 
     dims = [int(dim) for dim in tensor.dims]
@@ -461,17 +514,21 @@ def _check_tensor(tensor: Any, where: str) -> None:
                           "is no recurrent network's weight: check which tensor the node is "
                           "fed, or re-export the model.")
     try:
-        helper.tensor_dtype_to_np_dtype(tensor.data_type)
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
     except (KeyError, TypeError, ValueError):
         raise FormatError(f"{where}: tensor {tensor.name!r} has data type {tensor.data_type}, "
                           "which is no ONNX tensor type; expected a numeric one. The model is "
                           "damaged; re-export it.") from None
+    return math.prod(dims) * (dtype.itemsize + (4 if dtype.name == "bfloat16" else 0))
 
 
 def scopes(loaded: Loaded, given: Mapping[str, Any]) -> list[Scope]:
     """The main graph and every graph inside it (subgraphs, called functions) that holds
-    nodes, outermost first."""
-    main = _graph_scope(loaded, loaded.graph, "", None)
+    nodes, outermost first. Every scope's nodes are counted against the ``work`` limit as
+    they are taken (a function called many times counts each time); scopes nest at most
+    :data:`MAX_SCOPE_DEPTH` deep, and a function that calls itself, directly or through
+    others, is refused (its calls would never end)."""
+    main = _graph_scope(loaded, loaded.graph, None, "")
     main.given = given
     unknown = sorted(set(given) - main.inputs)
     if unknown:
@@ -481,14 +538,21 @@ def scopes(loaded: Loaded, given: Mapping[str, Any]) -> list[Scope]:
     out: list[Scope] = []
     pending = deque([main])
     calls, nodes = 0, len(main.nodes)
+    loaded.work.charge(len(main.nodes), "taking the graph's nodes")
 
-    def count(more: int) -> None:  # before a scope's nodes are taken
+    def count(more: int, inside: Scope, node: Any) -> None:  # before a scope's nodes are taken
         nonlocal nodes
         nodes += more
         if nodes > MAX_NODES:
             raise FormatError(f"{loaded.where}: more than {MAX_NODES:,} nodes, counting those of "
                               "subgraphs and of every function call; the model is built to "
                               "break a reader.")
+        if inside.depth >= MAX_SCOPE_DEPTH:
+            raise FormatError(f"{inside.label(node)}: a subgraph or function call nested "
+                              f"{inside.depth + 1} scopes deep; expected at most "
+                              f"{MAX_SCOPE_DEPTH} (exporters nest a few), so the model is "
+                              "damaged or built to break a reader.")
+        loaded.work.charge(1 + more, f"taking the nodes of {inside.label(node)}'s scope")
 
     while pending:
         scope = pending.popleft()
@@ -497,28 +561,50 @@ def scopes(loaded: Loaded, given: Mapping[str, Any]) -> list[Scope]:
             for attribute in node.attribute:
                 graphs = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
                 for graph in graphs:
-                    count(len(graph.node))
-                    path = f"{scope.label(node)} {attribute.name}"
-                    pending.append(_graph_scope(loaded, graph, path, scope))
-            function = loaded.functions.get((node.domain, node.op_type))
+                    count(len(graph.node), scope, node)
+                    piece = f"{_own_label(node)} {_shown(attribute.name)}"
+                    pending.append(_graph_scope(loaded, graph, scope, piece))
+            key = (node.domain, node.op_type)
+            function = loaded.functions.get(key)
             if function is not None:
                 calls += 1
                 if calls > 10_000:
                     raise FormatError(f"{loaded.where}: more than 10,000 function calls, "
                                       "counting nested ones; the model is built to break a "
                                       "reader.")
-                count(len(function.node))
+                _refuse_recursion(scope, node, key)
+                count(len(function.node), scope, node)
                 bindings = {formal: actual for formal, actual in zip(function.input, node.input,
                                                                       strict=False) if actual}
-                body = Scope(loaded, list(function.node), f"{scope.label(node)} (function "
-                             f"{function.name!r})", scope, bindings=bindings)
+                path, depth, trail = scope.inner(
+                    f"{_own_label(node)} (function {_shown(function.name)!r})")
+                body = Scope(loaded, list(function.node), path, scope, depth, trail, key,
+                             bindings=bindings)
                 body.inputs = set(function.input) - set(bindings)
                 pending.append(body)
     return out
 
 
-def _graph_scope(loaded: Loaded, graph: Any, path: str, parent: Scope | None) -> Scope:
-    scope = Scope(loaded, list(graph.node), path, parent)
+def _refuse_recursion(scope: Scope, node: Any, key: tuple[str, str]) -> None:
+    """Refuse a call of function ``key`` made inside a call of that function."""
+    chain: list[tuple[str, str]] = []
+    around: Scope | None = scope
+    while around is not None:  # at most MAX_SCOPE_DEPTH scopes
+        if around.function is not None:
+            chain.append(around.function)
+            if around.function == key:
+                calls = " → ".join(repr(_shown(name)) for _, name in [*reversed(chain), key])
+                raise FormatError(
+                    f"{scope.label(node)}: function {_shown(key[1])!r} calls itself ({calls}); "
+                    "expected functions that call others without coming back (ONNX functions "
+                    "are expanded where they are called, and this expansion would never end), "
+                    "so the model is damaged or built to break a reader.")
+        around = around.parent
+
+
+def _graph_scope(loaded: Loaded, graph: Any, parent: Scope | None, piece: str) -> Scope:
+    path, depth, trail = ("", 0, ()) if parent is None else parent.inner(piece)
+    scope = Scope(loaded, list(graph.node), path, parent, depth, trail)
     scope.initializers = {tensor.name: tensor for tensor in graph.initializer}
     scope.inputs = {value.name for value in graph.input}
     return scope

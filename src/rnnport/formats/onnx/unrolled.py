@@ -62,10 +62,11 @@ from typing import Any
 import numpy as np
 
 from ...activations import function
-from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
+from ...budget import Meter
+from ...errors import AmbiguousSourceError, FormatError, LimitError, RnnportError, UnsupportedFeatureError
 from ...model import RNN, Model, stack
 from ...spec import Spec
-from .graph import FOLDABLE, MAX_DEPTH, BudgetError, Scope, attributes, exhausted, fold
+from .graph import FOLDABLE, MAX_DEPTH, Scope, attributes, exhausted, fold
 
 __all__ = ["RUN_OPS", "TOLERANCE", "Stepped", "find", "listing", "read"]
 
@@ -78,6 +79,8 @@ SLICING_OPS = {"Slice", "Gather", "Split"}
 ACTIVATIONS = {"Tanh": "tanh", "Relu": "relu"}
 CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
 MEETING_HOPS = 3  # a step's two products meet within this many nodes
+STEP_CONE = 16  # a step's results lie within this many nodes of its products
+RUN_STEPS = 4  # steps of the work limit a node run to check a network counts, besides its inputs
 STEP_HOPS = 5  # nodes from an LSTM step's state product to the Mul that takes its c, at most
 MAX_PAIRS = 64  # cell candidates checked, at most
 TRIES = 2  # steps checked per pair of matrices: a cell stepped in a loop is read once
@@ -266,6 +269,7 @@ def _dynamic(scope: Scope) -> set[str]:
 
 def _linears(graph: _Search) -> list[Linear]:
     scope = graph.scope
+    graph.charge(2 * len(scope.nodes), "finding the graph's products")
     dynamic = _dynamic(scope)
     consumers = scope.consumers
     found = []
@@ -311,6 +315,8 @@ class _Search:
         self.consumers = scope.consumers
         self._shapes: dict[str, tuple[int, ...]] | None = None
         self._near_cache: dict[str, set[int]] = {}
+        # The linears paired, and each node → the positions of those whose results reach it.
+        self._meeting: tuple[list[Linear], dict[int, list[int]]] | None = None
 
     def origin(self, name: str) -> tuple[str, list[Any]]:
         """Follow ``name`` back through :data:`PASS_OPS` (their data input), at most
@@ -347,6 +353,25 @@ class _Search:
         :data:`MEETING_HOPS` nodes."""
         return bool(self._near(first) & self._near(second))
 
+    def meeting(self, linear: Linear, linears: list[Linear]) -> list[Linear]:
+        """The ``linears`` whose results meet ``linear``'s (:meth:`meets`), in their order:
+        found through the nodes near each result, not by trying every pair, and each one
+        found counted against the ``work`` limit (a graph whose products all meet still
+        has as many pairs as its products squared)."""
+        if self._meeting is None or self._meeting[0] is not linears:
+            near: dict[int, list[int]] = {}
+            for index, other in enumerate(linears):
+                for node in self._near(other.output):
+                    near.setdefault(node, []).append(index)
+            self._meeting = linears, near
+        found = sorted({index for node in self._near(linear.output)
+                        for index in self._meeting[1].get(node, ())})
+        self.charge(len(found), "pairing the products that meet")
+        return [linears[index] for index in found]
+
+    def charge(self, steps: int, doing: str) -> None:
+        self.scope.loaded.work.charge(steps, doing)
+
     def taken_near(self, name: str) -> set[str]:
         """The values the nodes within :data:`STEP_HOPS` nodes of ``name`` take: where a
         step's recurrent product goes, the state it updates (an LSTM's c) is taken."""
@@ -355,10 +380,31 @@ class _Search:
     def after(self, name: str) -> set[str]:
         """The values computed from ``name``, in one pass over the graph's order."""
         out = {name}
+        self.charge(len(self.scope.nodes), "following what a step computes")
         for node in self.scope.nodes:
             if any(item in out for item in node.input):
                 out.update(output for output in node.output if output)
         return out
+
+    def walk(self, name: str, hops: int) -> list[Any]:
+        """The nodes reached from ``name`` within ``hops`` nodes, each once."""
+        return self._walk(name, hops)
+
+    def needed(self, names: Iterable[str]) -> set[int]:
+        """The nodes (by id) that compute ``names``: their producers and, back through their
+        inputs, every node those take from, each once and counted."""
+        producers = self.scope.producers
+        pending, seen, nodes = list(names), set(), set()
+        while pending:
+            name = pending.pop()
+            node = producers.get(name)
+            if name in seen or node is None or id(node) in nodes:
+                continue
+            seen.add(name)
+            nodes.add(id(node))
+            self.charge(1 + len(node.input), "finding what a check computes")
+            pending.extend(item for item in node.input if item)
+        return nodes
 
     def _near(self, name: str) -> set[int]:
         if name not in self._near_cache:
@@ -371,6 +417,7 @@ class _Search:
         for _ in range(hops):
             following: list[str] = []
             for current in frontier:
+                self.charge(1 + len(self.consumers.get(current, ())), "walking near a product")
                 for node in self.consumers.get(current, []):
                     if id(node) not in seen:
                         seen.add(id(node))
@@ -468,6 +515,7 @@ def _follows(graph: _Search, layer: list[_Step], before: list[_Step]) -> bool:
                for after in graph.consumers.get(node.output[0], []) for output in after.output}
     pending, seen = [layer[0].weight.data], set[str]()
     while pending and len(seen) < 100_000:
+        graph.charge(1, "following a layer's input back")
         name = pending.pop()
         if name in outputs:
             return True
@@ -548,10 +596,9 @@ def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[
         (data, state) for state in linears
         if state.kernel.shape[1] % state.kernel.shape[0] == 0
         and state.kernel.shape[1] // state.kernel.shape[0] in CELLS
-        for data in linears
+        for data in graph.meeting(state, linears)
         if data is not state and data.data != state.data
-        and data.kernel.shape[1] == state.kernel.shape[1]
-        and graph.meets(data.output, state.output))
+        and data.kernel.shape[1] == state.kernel.shape[1])
     found: list[_Network] = []
     problems = []
     checked = set()
@@ -762,7 +809,13 @@ class _StepRun:
         rng = np.random.default_rng(0)
         self.x = _random(rng, (batch, inputs), graph.where)
         feeds = {**_feeds(graph), data.data: self.x}
-        values = run(graph.scope, feeds, graph.where)
+        # Only what the step's check looks at is run: the values within STEP_CONE nodes of
+        # its two products, the state it takes, and what they are computed from (running a
+        # whole large graph for each pair of products tried cost its size times theirs).
+        near = {output for linear in (data, state)
+                for node in graph.walk(linear.output, STEP_CONE) for output in node.output}
+        only = graph.needed({*near, state.data, *graph.taken_near(state.output)})
+        values = run(graph.scope, feeds, graph.where, only)
         h = values.get(state.data)  # the graph's own state keeps every use of it consistent
         if not (isinstance(h, np.ndarray) and h.shape == (batch, hidden) and
                 h.dtype.kind == "f"):
@@ -771,14 +824,14 @@ class _StepRun:
             # LSTM's c).
             h = _random(rng, (batch, hidden), graph.where)
             feeds[state.data] = h
-            values = run(graph.scope, feeds, graph.where)
+            values = run(graph.scope, feeds, graph.where, only)
             after = graph.after(state.output)  # the step's own results: not fed
             for name in sorted(graph.taken_near(state.output) - after, key=str):
                 if name not in values and graph.scope.constant(name) is None and \
                         graph.shape(name) in (None, h.shape):
                     feeds[name] = _random(rng, h.shape, graph.where)
             if len(feeds) > len(values) or any(name not in values for name in feeds):
-                values = run(graph.scope, feeds, graph.where)
+                values = run(graph.scope, feeds, graph.where, only)
         self.h, self.values = h, values
 
     def check(self, model: RNN) -> None:
@@ -885,6 +938,9 @@ def _dims(tensor: Any) -> tuple[int, ...]:
 
 
 MAX_FED = 1 << 22  # values fed to the graph's inputs when running it
+# Products (multiply-adds) one step of the work limit stands for when running a graph: a
+# step elsewhere is a Python operation, about a microsecond, the time NumPy takes for these.
+PRODUCTS_PER_STEP = 1024
 
 
 def _scale(expected: np.ndarray) -> float:
@@ -925,38 +981,52 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
-def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, Any]:
+def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str,
+        only: set[int] | None = None) -> dict[str, Any]:
     """Every value of ``scope`` that :data:`RUN_OPS` compute from ``feeds`` and the
-    constants, in the graph's order; a node of another operator, and what depends on it, is
-    skipped. ``feeds`` may name any value, which then takes the place of what the graph
-    computes there. Values may take as much memory as the folding budget allows."""
+    constants, in the graph's order (of the nodes in ``only``, by id, when given); a node of
+    another operator, and what depends on it, is skipped. ``feeds`` may name any value,
+    which then takes the place of what the graph computes there. Values may take as much
+    memory as the folding budget allows; each node run is counted against the ``work``
+    limit (:data:`RUN_STEPS` steps and one an input), and so are the products computed."""
     values: dict[str, Any] = dict(feeds)  # arrays, and lists for ONNX sequences
     budget = scope.loaded.budget + sum(int(value.nbytes) for value in feeds.values())
-    for node in scope.nodes:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in RUN_OPS or \
-                all(name in values for name in node.output if name):
-            continue
-        arguments = _arguments(scope, node, values)
-        if arguments is None:
-            continue  # an input the run could not compute
-        try:
-            with np.errstate(all="ignore"):
-                outputs = _compute(scope, node, arguments, where, scope.label(node), budget)
-        except (BudgetError, TooManyPieces):
-            raise
-        except RnnportError:
-            continue
-        except (ValueError, TypeError, IndexError, AttributeError, ArithmeticError):
-            continue  # shapes that do not fit: the value is simply not there
-        for name, value in outputs.items():
-            if name in feeds:
+    work = scope.loaded.work
+    with np.errstate(all="ignore"):
+        for node in scope.nodes:
+            if (only is not None and id(node) not in only) or \
+                    node.domain not in ("", "ai.onnx") or node.op_type not in RUN_OPS or \
+                    all(name in values for name in node.output if name):
                 continue
-            budget -= sum(int(item.nbytes) for item in _items(value))
-            if budget < 0:
-                raise exhausted(where, "running the graph to check the network it computes "
-                                "takes", scope.loaded.stored, scope.loaded.limit - budget)
-            values[name] = value
+            work.charge(RUN_STEPS + len(node.input), "running the graph to check the network "
+                        "it computes")
+            budget = _run_node(scope, node, values, feeds, budget, where)
     return values
+
+
+def _run_node(scope: Scope, node: Any, values: dict[str, Any], feeds: Mapping[str, np.ndarray],
+              budget: int, where: str) -> int:
+    """One node of :func:`run`, its outputs added to ``values``; the budget left after."""
+    arguments = _arguments(scope, node, values)
+    if arguments is None:
+        return budget  # an input the run could not compute
+    try:
+        outputs = _compute(scope, node, arguments, where, scope.label(node), budget)
+    except (LimitError, TooManyPieces):  # BudgetError among them
+        raise
+    except RnnportError:
+        return budget
+    except (ValueError, TypeError, IndexError, AttributeError, ArithmeticError):
+        return budget  # shapes that do not fit: the value is simply not there
+    for name, value in outputs.items():
+        if name in feeds:
+            continue
+        budget -= sum(int(item.nbytes) for item in _items(value))
+        if budget < 0:
+            raise exhausted(where, "running the graph to check the network it computes takes",
+                            scope.loaded.stored, scope.loaded.limit - budget)
+        values[name] = value
+    return budget
 
 
 class TooManyPieces(FormatError):
@@ -984,11 +1054,17 @@ def _arguments(scope: Scope, node: Any, values: Mapping[str, Any]) -> list[Any] 
     return arguments
 
 
-def _fits(shape: tuple[int, ...], budget: int, where: str) -> None:
-    """Refuse, before computing it, a result larger than the run may still take."""
+def _fits(shape: tuple[int, ...], budget: int, where: str, work: Meter | None = None,
+          products: int = 1) -> None:
+    """Refuse, before computing it, a result larger than the run may still take; count
+    computing it against the ``work`` limit: its values, each the sum of ``products``
+    products, :data:`PRODUCTS_PER_STEP` products a step."""
     if math.prod(shape) * 8 > budget:
         raise exhausted(where, f"running the graph to check the network it computes would "
                         f"make a value of shape {shape}", needed=math.prod(shape) * 8)
+    if work is not None:
+        work.charge(math.prod(shape) * products // PRODUCTS_PER_STEP,
+                    f"computing a value of shape {shape} to check the network")
 
 
 def _split_to_sequence(arguments: list[Any], attributes: Mapping[str, Any],
@@ -1045,11 +1121,13 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
     if op == "Constant":
         value = scope.constant(node.output[0])
         return {} if value is None else {node.output[0]: value}
+    work = scope.loaded.work
     if op == "Gemm":
         a, b, *rest = arguments
         given = attributes(node, label)
         _fits((a.shape[1] if given.get("transA", 0) else a.shape[0],
-               b.shape[0] if given.get("transB", 0) else b.shape[1]), budget, where)
+               b.shape[0] if given.get("transB", 0) else b.shape[1]), budget, where, work,
+              a.shape[0] if given.get("transA", 0) else a.shape[-1])
         return {node.output[0]: _gemm(a, b, rest[0] if rest else None, given)}
     if op in ELEMENTWISE and (op not in FOLDABLE or any(
             argument is not None and argument.dtype.kind == "f" for argument in arguments)):
@@ -1057,9 +1135,10 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
         if op == "MatMul":
             a, b = (np.atleast_2d(operand) for operand in operands)
             _fits((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]),
-                  budget, where)
+                  budget, where, work, a.shape[-1])
         else:
-            _fits(np.broadcast_shapes(*(operand.shape for operand in operands)), budget, where)
+            _fits(np.broadcast_shapes(*(operand.shape for operand in operands)), budget, where,
+                  work)
         return {node.output[0]: np.asarray(ELEMENTWISE[op](*operands))}
     return {name: fold(node, arguments, name, where, label, budget)
             for name in node.output if name}
