@@ -41,6 +41,13 @@ take their inputs from (through slicing and reshaping), zeros to the graph's oth
 bidirectional network's ``y`` must be among the values. The weights are the stored
 constants, transposed back: bit-exact.
 
+**What the search may cost.** Products are paired through the nodes near their results,
+never pair by pair; a step's check runs only the nodes within :data:`STEP_CONE` of its two
+products and what those take, not the whole graph; every node walked, pair found and node
+run counts against the ``work`` limit (a node run :data:`RUN_STEPS` steps, a product's
+multiply-adds one step per :data:`PRODUCTS_PER_STEP`), every value run against the
+``expansion`` budget, and each network built (its matrices copied) is paid for first.
+
 **Several networks** in one graph are an :class:`~rnnport.errors.AmbiguousSourceError`
 listing them; ``node=`` with the name (or output) of one of a network's ``MatMul`` /
 ``Gemm`` nodes picks it. A pair's cells are each picked by their own nodes (the cell
@@ -560,15 +567,20 @@ def _sequence(graph: _Search, layers: list[list[_Step]]) -> _Network:
                     step.recurrent.kernel.shape != (hidden, hidden):
                 raise _refuse(where, f"layer {index}'s matrices are {step.weight.kernel.shape} "
                               f"and {step.recurrent.kernel.shape}, which do not chain")
-        params.append([_params(step.weight, step.recurrent, spec.bias) for step in layer])
-    model = _build(spec, params, where)
+        params.append([_params(graph, step.weight, step.recurrent, spec.bias)
+                       for step in layer])
+    model = _build(graph, spec, params)
     _check_sequence(graph, model, first)
     linears = [linear for layer in layers for step in layer
                for linear in (step.weight, step.recurrent, *step.others)]
     return _Network(model, linears, f"{spec.describe(article=True)} (unrolled)")
 
 
-def _params(weight: Linear, recurrent: Linear, bias: bool) -> dict[str, np.ndarray]:
+def _params(graph: _Search, weight: Linear, recurrent: Linear, bias: bool
+            ) -> dict[str, np.ndarray]:
+    """One direction's parameters, the matrices transposed back into fresh arrays (paid for
+    first: many steps may share one matrix, which is copied for each network built)."""
+    graph.scope.charge(weight.kernel.nbytes + recurrent.kernel.nbytes, graph.where)
     named = {"weight_ih": np.ascontiguousarray(weight.kernel.T),
              "weight_hh": np.ascontiguousarray(recurrent.kernel.T)}
     if bias:
@@ -578,11 +590,14 @@ def _params(weight: Linear, recurrent: Linear, bias: bool) -> dict[str, np.ndarr
     return named
 
 
-def _build(spec: Spec, params: list[list[dict[str, np.ndarray]]], where: str) -> RNN:
+def _build(graph: _Search, spec: Spec, params: list[list[dict[str, np.ndarray]]]) -> RNN:
+    where = graph.where
     dtypes = {array.dtype for layer in params for entry in layer for array in entry.values()}
     if len(dtypes) != 1:
         raise FormatError(f"{where}: the network's constants are of several dtypes "
                           f"({', '.join(sorted(map(str, dtypes)))}); expected one.")
+    graph.scope.charge(sum(array.nbytes for layer in params for entry in layer
+                           for array in entry.values()), where)
     return RNN(spec, params, copy=True)
 
 
@@ -622,7 +637,7 @@ def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[
         for cell in cells:
             spec = Spec(cell=cell, input_size=data.kernel.shape[0], hidden_size=hidden,
                         bias=data.bias is not None or state.bias is not None)
-            model = _build(spec, [[_params(data, state, spec.bias)]], graph.where)
+            model = _build(graph, spec, [[_params(graph, data, state, spec.bias)]])
             try:
                 step.check(model)
             except _Mismatch as error:
