@@ -729,6 +729,144 @@ def _stopping_hdf5_child(folder: Path) -> Any:
 case("hdf5-reader-child-stopped", _nothing, _stopping_hdf5_child)
 
 
+# 10. graphs that share, call themselves, nest, repeat: ONNX and TensorFlow's protobufs
+#
+# The builders are used by tests/test_hostile_graphs.py (small sizes, in the test's process)
+# and by tools/fuzz.py; the cases below run them at the sizes the crafted files had.
+
+
+def _pb_field(number: int, payload: bytes) -> bytes:
+    return _key(number, 2) + varint(len(payload)) + payload
+
+
+def onnx_lstm_chain(layers: int, hidden: int) -> Any:
+    """``layers`` LSTM nodes in a chain (each Squeezed into the next), all taking the one
+    initializer "W" (1, 4·hidden, hidden) as both W and R: one stored tensor, shared."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((1, 4 * hidden, hidden)).astype(np.float32)
+    nodes, previous = [], "x"
+    for layer in range(layers):
+        nodes += [helper.make_node("LSTM", [previous, "W", "W"], [f"y{layer}"], hidden_size=hidden),
+                  helper.make_node("Squeeze", [f"y{layer}", "axis"], [f"s{layer}"])]
+        previous = f"s{layer}"
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, hidden])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "W"),
+         numpy_helper.from_array(np.array([1], np.int64), "axis")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def onnx_calling(chain: Sequence[str], back: bool) -> Any:
+    """Model-local functions ``chain[0]`` → ``chain[1]`` → …, each calling the next; with
+    ``back`` the last calls the first again (``["f"]``: a function calling itself)."""
+    from onnx import TensorProto, helper
+
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    functions = []
+    for index, name in enumerate(chain):
+        callee = chain[index + 1] if index + 1 < len(chain) else (chain[0] if back else "")
+        body = [helper.make_node(callee, ["a"], ["b"], domain="local") if callee else
+                helper.make_node("Identity", ["a"], ["b"])]
+        functions.append(helper.make_function("local", name, ["a"], ["b"], body, opsets))
+    graph = helper.make_graph([helper.make_node(chain[0], ["x"], ["y"], domain="local")], "calls",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, functions=functions, opset_imports=opsets)
+
+
+def onnx_products(count: int, width: int = 16, filler: int = 0) -> Any:
+    """``count`` MatMul → Tanh steps in a chain from input x, all by one matrix (every pair
+    of products meets another), then ``filler`` Neg nodes after x: no recurrent network."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, previous = [], "x"
+    for step in range(count):
+        nodes += [helper.make_node("MatMul", [previous, "K"], [f"m{step}"]),
+                  helper.make_node("Tanh", [f"m{step}"], [f"t{step}"])]
+        previous = f"t{step}"
+    nodes += [helper.make_node("Neg", ["x" if n == 0 else f"n{n - 1}"], [f"n{n}"])
+              for n in range(filler)]
+    matrix = np.random.default_rng(0).standard_normal((width, width)).astype(np.float32)
+    graph = helper.make_graph(
+        nodes, "products", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, width])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(matrix, "K")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def graphdef_empty_strings(count: int) -> bytes:
+    """A GraphDef of one node whose input list is ``count`` empty strings (two bytes each)."""
+    node = _pb_field(1, b"n") + _pb_field(2, b"NoOp") + b"\x1a\x00" * count
+    return _pb_field(1, node)
+
+
+def graphdef_split_nesting(levels: int, payload: int) -> bytes:
+    """A GraphDef node whose attribute nests ``levels`` function references (AttrValue.func
+    → NameAttrList.attr → AttrValue …) over a ``payload``-byte string, each level's func
+    message given in two pieces, the second holding all the rest (protobuf merges them)."""
+    value = _pb_field(2, b"\0" * payload)  # AttrValue.s
+    for _ in range(levels):
+        rest = _pb_field(2, _pb_field(1, b"k") + _pb_field(2, value))  # NameAttrList.attr
+        value = _pb_field(10, _pb_field(1, b"f")) + _pb_field(10, rest)  # func, in two pieces
+    node = _pb_field(1, b"n") + _pb_field(2, b"NoOp") + _pb_field(5, _pb_field(1, b"deep")
+                                                                   + _pb_field(2, value))
+    return _pb_field(1, node)
+
+
+def graphdef_filled_consts(count: int, side: int) -> bytes:
+    """``count`` TF1 kernel Consts of shape (side, side) each storing one float_val, which
+    TensorFlow repeats to fill the shape."""
+    dims = b"".join(_pb_field(2, _key(1, 0) + varint(side)) for _ in range(2))
+    tensor = _key(1, 0) + varint(1) + _pb_field(2, dims) + _key(5, 5) + struct.pack("<f", 0.5)
+    nodes = b""
+    for index in range(count):
+        node = (_pb_field(1, f"rnn/cell_{index}/lstm_cell/kernel".encode()) + _pb_field(2, b"Const")
+                + _pb_field(5, _pb_field(1, b"value") + _pb_field(2, _pb_field(8, tensor))))
+        nodes += _pb_field(1, node)
+    return nodes
+
+
+def graphdef_cell_steps(count: int) -> bytes:
+    """``count`` TF1 LSTM cells (a kernel Const each) and as many cell steps (an AddV2 of a
+    Split's gate f and a scalar, as LSTMCell adds its forget bias), each under its own
+    cell's scope: every step must be matched to its cell."""
+    from rnnport.io import tfproto_encode as encode
+
+    nodes = [encode.node_def("split", "Split", ["axis", "x"], {"num_split": encode.attr_int(4)}),
+             encode.node_def("bias", "Const", [], {"value": encode.attr_tensor(np.float32(1))})]
+    kernel = encode.attr_tensor(np.zeros(1, np.float32))
+    for index in range(count):
+        nodes += [encode.node_def(f"rnn/cell_{index}/lstm_cell/kernel", "Const", [],
+                                  {"value": kernel}),
+                  encode.node_def(f"rnn/while/rnn/cell_{index}/lstm_cell/add", "AddV2",
+                                  ["split:2", "bias"])]
+    return encode.graph_def(nodes)
+
+
+def _write(name: str, make: Callable[[], Any]) -> Callable[[Path], None]:
+    def build(folder: Path) -> None:
+        made = make()
+        (folder / name).write_bytes(made if isinstance(made, bytes) else made.SerializeToString())
+    return build
+
+
+case("onnx-400-lstm-nodes-sharing-one-4mib-w", _write("m.onnx", lambda: onnx_lstm_chain(400, 512)),
+     _ONNX, limit="expansion")
+case("onnx-function-calling-itself", _write("m.onnx", lambda: onnx_calling(["f"], back=True)),
+     _ONNX)
+case("onnx-8000-products-by-one-matrix", _write("m.onnx", lambda: onnx_products(8000)), _ONNX)
+_GRAPH = _read("m.pb")
+case("tfgraph-2-million-empty-inputs", _write("m.pb", lambda: graphdef_empty_strings(2_000_000)),
+     _GRAPH)
+case("tfgraph-func-split-in-two-at-30-levels", _write("m.pb", lambda: graphdef_split_nesting(
+    30, 4 << 20)), _GRAPH)
+case("tfgraph-60-consts-filled-from-one-float", _write("m.pb", lambda: graphdef_filled_consts(
+    60, 4096)), _GRAPH, limit="expansion")
+case("tfgraph-3000-cells-3000-steps", _write("m.pb", lambda: graphdef_cell_steps(3000)), _GRAPH)
+
+
 # -- the child --------------------------------------------------------------------------------
 
 

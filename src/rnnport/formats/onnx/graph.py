@@ -398,9 +398,18 @@ class Scope:
             elif scope.parent is not None:
                 pending.append((scope.parent, current))
 
-    def charge(self, size: int, where: str) -> None:
-        """Count ``size`` bytes about to be computed from the constants against the budget."""
-        self._spend(np.empty(0, np.uint8), [], where, size)
+    def charge(self, size: int, where: str, what: str = "") -> None:
+        """Count ``size`` bytes about to be computed from the constants against the budget;
+        ``what`` names what they are, when not values folded (decoded tensors, a network's
+        copies): its refusal is then the plain limit error, not the advice to fold."""
+        if not what:
+            self._spend(np.empty(0, np.uint8), [], where, size)
+            return
+        self.loaded.budget -= size
+        if self.loaded.budget < 0:
+            spent = self.loaded.limit - self.loaded.budget
+            raise budget.exceeded(where, f"{what} would come to {spent:,} bytes with the other "
+                                  "arrays read", "expansion", self.loaded.stored, spent)
 
     def _spend(self, value: np.ndarray, arguments: list[np.ndarray | None], where: str,
                size: int | None = None) -> None:
@@ -448,7 +457,7 @@ class Scope:
         done = self.loaded.decoded.get(id(tensor))
         if done is not None and done[0] is tensor:
             return done[1]
-        self.charge(_check_tensor(tensor, where), where)
+        self.charge(_check_tensor(tensor, where), where, f"decoding tensor {_shown(tensor.name)!r}")
         stored = tensor
         if tensor.data_location == EXTERNAL or len(tensor.external_data):
             tensor = _with_external_data(tensor, self.loaded, where)

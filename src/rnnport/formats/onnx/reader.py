@@ -358,7 +358,7 @@ def _read_node(node: Any, scope: Scope, dequantize: bool) -> RNN:
     # The layer's own copies, in canonical order: paid for before they are made (many nodes
     # may share one stored W, which is decoded once but copied for each).
     scope.charge(sum(array.nbytes for array in (weight, recurrent, bias, peephole)
-                     if array is not None), where)
+                     if array is not None), where, "the layers' weights copied in canonical order")
     spec = Spec(cell=cell, input_size=int(weight.shape[2]), hidden_size=hidden,
                 bidirectional=count == 2, bias=bias is not None, peepholes=peephole is not None,
                 gate_clip=clip, input_forget=input_forget, activations=functions,

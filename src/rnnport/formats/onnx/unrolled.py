@@ -580,7 +580,8 @@ def _params(graph: _Search, weight: Linear, recurrent: Linear, bias: bool
             ) -> dict[str, np.ndarray]:
     """One direction's parameters, the matrices transposed back into fresh arrays (paid for
     first: many steps may share one matrix, which is copied for each network built)."""
-    graph.scope.charge(weight.kernel.nbytes + recurrent.kernel.nbytes, graph.where)
+    graph.scope.charge(weight.kernel.nbytes + recurrent.kernel.nbytes, graph.where,
+                       "the matrices of the networks tried, transposed back")
     named = {"weight_ih": np.ascontiguousarray(weight.kernel.T),
              "weight_hh": np.ascontiguousarray(recurrent.kernel.T)}
     if bias:
@@ -597,7 +598,7 @@ def _build(graph: _Search, spec: Spec, params: list[list[dict[str, np.ndarray]]]
         raise FormatError(f"{where}: the network's constants are of several dtypes "
                           f"({', '.join(sorted(map(str, dtypes)))}); expected one.")
     graph.scope.charge(sum(array.nbytes for layer in params for entry in layer
-                           for array in entry.values()), where)
+                           for array in entry.values()), where, "the networks tried")
     return RNN(spec, params, copy=True)
 
 
