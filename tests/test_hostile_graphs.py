@@ -16,8 +16,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hostile_cases import (graphdef_cell_steps, graphdef_empty_strings, graphdef_filled_consts,
-                           graphdef_split_nesting, onnx_calling, onnx_lstm_chain, onnx_products)
+from hostile_cases import (
+    graphdef_cell_steps,
+    graphdef_empty_strings,
+    graphdef_filled_consts,
+    graphdef_split_nesting,
+    onnx_calling,
+    onnx_lstm_chain,
+    onnx_products,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 import rnnport
