@@ -37,12 +37,14 @@ every level, a list holding itself or one tensor listed 100,000 times; a checkpo
 with 2⁶² or 71 dimensions, its data block listed 50,000 times, every entry over the same
 bytes or 5,000 more layers; msgpack counts far past the bytes, maps nested 200,000 deep;
 ONNX dimensions huge or negative, Identity chains 3,000 deep, 400 nodes over one tensor, a
-million activations; FlatBuffer vector lengths made huge or one vector shared by every
-offset; safetensors offsets shared and shapes huge; a ``checkpoint`` state file naming a
-checkpoint longer than a file name or a path may be, under hundreds of folders, by escaped
-bytes, or listed 200,000 times (TensorFlow 2 checkpoints are seeds twice: read by their
-prefix, and by their folder, through that file). The builders are those of
-``tests/hostile_cases.py``.
+million activations, a local function calling itself, 2,000 products by one matrix; frozen
+graphs with a million empty strings, messages split in pieces at every level of a deep
+nesting, Consts of 4096² filled from one float, 2,000 cells with their steps; FlatBuffer
+vector lengths made huge or one vector shared by every offset; safetensors offsets shared
+and shapes huge; a ``checkpoint`` state file naming a checkpoint longer than a file name or
+a path may be, under hundreds of folders, by escaped bytes, or listed 200,000 times
+(TensorFlow 2 checkpoints are seeds twice: read by their prefix, and by their folder,
+through that file). The builders are those of ``tests/hostile_cases.py``.
 
 Cases run in worker processes with a data-size limit (``RLIMIT_DATA``) and a per-case
 alarm; the parent notices a worker that dies or stops answering, reports the case and
@@ -640,10 +642,12 @@ def mutate_msgpack(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
 def mutate_onnx(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     """An ONNX model with a tensor's dimensions made huge, negative or 71 of them, an
     Identity chain 150 … 3,000 deep in front of a recurrent node's weight, 400 nodes each
-    computing from one stored tensor, or a million activations."""
+    computing from one stored tensor, a million activations, a local function that calls
+    itself (directly or through another) called from the graph, or 2,000 products by one
+    matrix beside the network, every one meeting the next."""
     try:
         import onnx
-        from hostile_cases import identity_chain
+        from hostile_cases import identity_chain, onnx_calling, onnx_products
         from onnx import helper
 
         model = onnx.load_from_string(data)
@@ -652,7 +656,7 @@ def mutate_onnx(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     graph = model.graph
     recurrent = [node for node in graph.node if node.op_type in ("LSTM", "GRU", "RNN")]
     stored = list(graph.initializer)
-    action = rng.choice(("dimensions", "chain", "fan", "activations"))
+    action = rng.choice(("dimensions", "chain", "fan", "activations", "recursion", "products"))
     if action == "dimensions" and stored:
         tensor = rng.choice(stored)
         dims = rng.choice(([1 << 62], [1 << 31, 1 << 31], [-1, *tensor.dims[1:]], [1] * 71,
@@ -681,9 +685,51 @@ def mutate_onnx(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
         del node.attribute[:]
         node.attribute.extend([*kept, helper.make_attribute("activations",
                                                             ["Sigmoid"] * 1_000_000)])
+    elif action == "recursion" and graph.input:
+        calling = onnx_calling(rng.choice((["fuzz_f"], ["fuzz_f", "fuzz_g"])), back=True)
+        call = calling.graph.node[0]
+        call.input[0], call.output[0] = graph.input[0].name, "fuzz_called"
+        graph.node.append(call)
+        model.functions.extend(calling.functions)
+        model.opset_import.extend(op for op in calling.opset_import if op.domain == "local")
+    elif action == "products" and graph.input:
+        products = onnx_products(2000).graph
+        renamed = {"x": graph.input[0].name}
+        for node in products.node:
+            node.input[:] = [renamed.get(name, f"fuzz_{name}") for name in node.input]
+            node.output[:] = [f"fuzz_{name}" for name in node.output]
+        for tensor in products.initializer:
+            tensor.name = f"fuzz_{tensor.name}"
+        graph.node.extend(products.node)
+        graph.initializer.extend(products.initializer)
     else:
         return None
     return model.SerializeToString(), f"onnx {action}"
+
+
+def mutate_graphdef(rng: random.Random, data: bytes) -> tuple[bytes, str]:
+    """A frozen graph (a GraphDef) with nodes added that a protobuf merges into it: one
+    whose input list is 100,000 or a million empty strings, one whose attribute nests 30
+    or 40 function references each given in two pieces over a 1 MiB string, 60 kernel
+    Consts of shape 4096² each filled from one float, or 2,000 TF1 cells each with its
+    cell's step."""
+    from hostile_cases import (
+        graphdef_cell_steps,
+        graphdef_empty_strings,
+        graphdef_filled_consts,
+        graphdef_split_nesting,
+    )
+
+    action = rng.choice(("empty strings", "split nesting", "filled consts", "cell steps"))
+    if action == "empty strings":
+        added = graphdef_empty_strings(rng.choice((100_000, 1_000_000)))
+    elif action == "split nesting":
+        added = graphdef_split_nesting(rng.choice((30, 40)), 1 << 20)
+    elif action == "filled consts":
+        added = graphdef_filled_consts(60, 4096)
+    else:
+        added = graphdef_cell_steps(2000)
+    return data + added, f"graphdef {action}"
 
 
 def mutate_flatbuffer_vectors(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
@@ -782,6 +828,9 @@ def mutate_structure(rng: random.Random, target: Path, data: bytes) -> tuple[byt
         return mutate_msgpack(rng, data)
     if target.suffix == ".onnx":
         return mutate_onnx(rng, data)
+    if target.suffix == ".pb" and target.name not in ("saved_model.pb", "keras_metadata.pb",
+                                                      "fingerprint.pb"):
+        return mutate_graphdef(rng, data)  # a frozen graph
     if target.suffix == ".safetensors":
         return mutate_safetensors(rng, data)
     return None
