@@ -389,7 +389,7 @@ class _Cells:
     many cells and many steps costs their sum, not their product. Each path is matched
     once; the steps are counted against the ``work`` limit."""
 
-    END = ""  # a trie node's key for the base ending there (scope names are never empty)
+    END = "/"  # a trie node's key for the base ending there (no scope name holds a "/")
 
     def __init__(self, bases: list[str], work: budget.Meter) -> None:
         self.work = work

@@ -1157,10 +1157,12 @@ def _entries(fields: _Fields, name: str, entry: str) -> Iterator[tuple[str, _Fie
 
 
 def _map(fields: _Fields, name: str, entry: str,
-         value: Callable[[_Fields, str], T]) -> dict[str, T]:
-    """A map field: ``{key: value(entry fields, where)}``, the last entry of a key counting."""
-    return {key: value(entry_fields, where)
-            for key, entry_fields, where in _entries(fields, name, entry)}
+         value: Callable[[_Fields, str], T]) -> Mapping[str, T]:
+    """A map field: ``{key: value(entry fields, where)}``, the last entry of a key counting
+    (an empty one is one shared, immutable mapping)."""
+    out = {key: value(entry_fields, where)
+           for key, entry_fields, where in _entries(fields, name, entry)}
+    return out if out else _NO_ENTRIES
 
 
 def _attr_map(fields: _Fields, name: str, entry: str) -> Building[Mapping[str, AttrValue]]:
@@ -1173,7 +1175,8 @@ def _attr_map(fields: _Fields, name: str, entry: str) -> Building[Mapping[str, A
     return out if out else _NO_ATTRS
 
 
-_NO_ATTRS: Mapping[str, AttrValue] = MappingProxyType({})  # shared by every message without
+_NO_ENTRIES: Mapping[str, Any] = MappingProxyType({})  # shared by every empty map: immutable
+_NO_ATTRS: Mapping[str, AttrValue] = _NO_ENTRIES
 
 
 # -- the messages, one builder each (data, where, depth) -------------------------------------------
