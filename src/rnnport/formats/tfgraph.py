@@ -38,6 +38,13 @@ network; its attributes give the forget bias and clip. Other fused ops are netwo
 own, picked by ``node=`` (their node's name); TF1 networks by ``scope=``. Weights that come
 from anything but a Const (a variable: the graph is not frozen) are refused by name.
 
+What a read may cost follows the file's size (:mod:`rnnport.budget`): each Const's array is
+made once, however many nodes read it, and what it takes beyond the file's bytes (a short
+``float_val`` repeated to fill its shape) is charged to the ``expansion`` limit before it is
+made; following inputs back (each name once) and matching cells' steps to their cells
+(through a trie of the cells' scopes, each step's path once) count against ``work``. A
+size is taken only from integer Consts: NaN, text or a vector there tells no size.
+
 Writing (:func:`write`) builds a graph TensorFlow runs: Placeholder ``x`` (batch, time,
 input), Identity ``y`` (batch, time, D·H_out) and ``h_n``/``c_n`` (layers·D, batch, ·),
 weights as Consts under TF1 variable names (the tf1 writer's), one functional ``While`` per
