@@ -2,11 +2,12 @@
 and, read only, the graphs and object graphs of ``io/tfproto.py``.
 
 :func:`fields` yields ``(field number, value)`` pairs: an ``int`` for varint and
-fixed-width fields, ``bytes`` for length-delimited ones. :func:`positions` yields
-``(number, wire type, position)``, where each value starts, copying nothing and skipping
-groups, and :func:`value_at` reads a value there (a ``memoryview`` slice instead of a
-copy); :func:`scan` does both. :func:`packed_varints` and :func:`fixed_array` decode
-packed repeated fields with NumPy. Malformed input raises ``ProtoError``; the caller adds where it was.
+fixed-width fields, ``bytes`` for length-delimited ones. For messages read field by field
+without copies (``io/tfproto.py``): :func:`tag_at` reads a tag, :func:`skip` steps over a
+value (a group whole) and :func:`value_at` reads one where it starts (a ``memoryview``
+slice instead of a copy); :func:`packed_varints` and :func:`fixed_array` decode packed
+repeated fields with NumPy. Malformed input raises ``ProtoError``; the caller adds where
+it was.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import numpy as np
 
 __all__ = ["MAX_FIELD_NUMBER", "WIRE_END_GROUP", "WIRE_FIXED32", "WIRE_FIXED64", "WIRE_LEN",
            "WIRE_NAMES", "WIRE_START_GROUP", "WIRE_VARINT", "ProtoError", "fields", "fixed_array",
-           "key", "packed_varints", "positions", "read_varint", "scan", "skip", "tag_at",
-           "value_at", "varint"]
+           "key", "packed_varints", "read_varint", "skip", "tag_at", "value_at", "varint"]
 
 
 class ProtoError(ValueError):
@@ -178,29 +178,9 @@ def skip(data: memoryview, position: int, wire: int, number: int) -> int:
     return _skip_value(data, position, wire)
 
 
-def positions(data: memoryview) -> Iterator[tuple[int, int, int]]:
-    """Every field of one message, in order: ``(number, wire type, position)``, where the
-    position is where the field's value starts in ``data`` (:func:`value_at` reads it).
-
-    Nothing is copied or sliced: a caller keeps what it needs as numbers. Groups are skipped
-    whole. A field that runs past the end, an end-group tag without its start, a field
-    number outside 1..2^29-1 and wire types 6 and 7 raise ``ProtoError``.
-    """
-    position, end = 0, len(data)
-    while position < end:
-        byte = data[position]
-        if 8 <= byte < 0x80:  # a one-byte tag (fields 1..15), the usual case, inline
-            number, wire, position = byte >> 3, byte & 7, position + 1
-        else:
-            number, wire, position = _tag(data, position)
-        start = position
-        position = skip(data, position, wire, number)
-        yield number, wire, start
-
-
 def value_at(data: memoryview, position: int, wire: int) -> int | memoryview:
     """The value of wire type ``wire`` (not a group) starting at ``position``, which
-    :func:`positions` found and checked: an ``int`` (the raw bits, unsigned) for varint and
+    a scan found and checked (:func:`skip`): an ``int`` (the raw bits, unsigned) for varint and
     fixed-width fields, a ``memoryview`` slice of ``data`` (no copy) for length-delimited ones."""
     if wire == WIRE_VARINT:
         return read_varint(data, position)[0]
@@ -209,16 +189,6 @@ def value_at(data: memoryview, position: int, wire: int) -> int | memoryview:
         return data[position:position + length]
     width = 8 if wire == WIRE_FIXED64 else 4
     return int.from_bytes(data[position:position + width], "little")
-
-
-def scan(data: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
-    """Every field of one message, in order: ``(number, wire type, value)``, the value as
-    :func:`value_at` gives it (for a group, a slice of its fields)."""
-    for number, wire, position in positions(data):
-        if wire == WIRE_START_GROUP:
-            yield number, wire, data[position:_skip_group(data, position, number)]
-        else:
-            yield number, wire, value_at(data, position, wire)
 
 
 def packed_varints(data: memoryview) -> np.ndarray:

@@ -849,7 +849,7 @@ class _Fields:
             for index, piece in enumerate(pieces):
                 base = index << _PIECE_SHIFT
                 position, end = 0, len(piece)
-                while position < end:  # _proto.positions, inline: this is the hot loop
+                while position < end:  # every field: the hot loop, its common cases inline
                     byte = piece[position]
                     if 8 <= byte < 0x80:
                         number, wire, position = byte >> 3, byte & 7, position + 1
