@@ -308,6 +308,41 @@ def test_several_networks_ask_for_a_node() -> None:
     assert rnnport.read(merged, node=gru.name).spec == Spec("gru", 3, 2)
 
 
+def _glued(proto: onnx.ModelProto, *nodes: Any) -> onnx.ModelProto:
+    """``proto`` (two layers written by rnnport) with ``nodes`` between the first layer's
+    glue and the second layer, which takes the last one's output."""
+    second = [node for node in proto.graph.node if node.op_type in ("LSTM", "GRU", "RNN")][1]
+    name = second.input[0]
+    for node in nodes:
+        node.input[0] = name
+        name = node.output[0]
+    second.input[0] = name
+    position = list(proto.graph.node).index(second)
+    for offset, node in enumerate(nodes):
+        proto.graph.node.insert(position + offset, node)
+    return proto
+
+
+def test_glue_that_hands_the_output_on_unchanged_joins_layers() -> None:
+    model = RNN.random(Spec("gru", 3, 4, num_layers=2, bidirectional=True), seed=2)
+    proto = _glued(rnnport.write(model, "onnx", time_major=True),
+                   helper.make_node("Dropout", ["?"], ["dropped"]),
+                   helper.make_node("Identity", ["?"], ["same"]))
+    assert rnnport.read(proto) == model
+
+
+def test_glue_that_moves_the_output_leaves_two_networks() -> None:
+    model = RNN.random(Spec("lstm", 3, 4, num_layers=2, bidirectional=True), seed=3)
+    proto = _glued(rnnport.write(model, "onnx", time_major=True),
+                   helper.make_node("Transpose", ["?"], ["swapped"], perm=[1, 0, 2]))
+    with pytest.raises(AmbiguousSourceError, match=r"2 separate recurrent networks .*the nodes "
+                       r"between them rearrange its Y \(a stack's next layer takes Y \[T, D, B, "
+                       r"H\] as X \[T, B, D·H\]"):
+        rnnport.read(proto)
+    first = next(node for node in proto.graph.node if node.op_type == "LSTM")
+    assert rnnport.read(proto, node=first.name) == model.layers()[0]
+
+
 def test_truncated_file(tmp_path: Path) -> None:
     target = tmp_path / "model.onnx"
     rnnport.write(RNN.random(Spec("lstm", 3, 4)), "onnx", path=target)

@@ -22,6 +22,7 @@ MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]
 PAIRED = sorted(name for name in MANIFEST if "_cells_" in name)
 QUANTIZED = sorted(name for name in MANIFEST if name.startswith("qlstm"))
 DEFAULT = sorted(name for name in MANIFEST if name.startswith("torch_default"))
+APART = sorted(name for name in MANIFEST if name.startswith("apart_"))
 
 
 def _case(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -140,3 +141,32 @@ def test_default_exports_of_the_modules_read_exactly(name: str) -> None:
                                  **({"nonlinearity": "tanh"} if name.endswith("rnn") else {}))
     y, _ = model.forward(arrays["x"], time_major=meta["time_major"])
     np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"], rtol=0)
+
+
+# What the second module takes of the first's batch-first output y, as the cases' models do.
+GLUES = {"interleave": lambda y: y.reshape(*y.shape[:2], 2, -1).transpose(0, 1, 3, 2).reshape(
+    y.shape), "swap": lambda y: y.transpose(1, 0, 2)}
+
+
+@pytest.mark.parametrize("name", APART)
+def test_a_node_taking_another_ones_output_but_not_as_its_next_layer_is_read_alone(
+        name: str) -> None:
+    arrays, meta = _case(name)
+    path = GOLDEN / f"{name}.onnx"
+    why = r"starts from a state computed from '[^']+', an output of that node \(as a decoder" \
+        if meta["glue"] == "state" else r"the nodes between them rearrange its Y"
+    with pytest.raises(rnnport.AmbiguousSourceError,
+                       match=rf"holds 2 separate recurrent networks .*{why}.*not the next layer "
+                             "of a stack, so each is read as a network of its own"):
+        rnnport.read(path)
+    (first_node, _), (second_node, _) = rnnport.formats.get("onnx").networks(path).entries
+    first, second = rnnport.read(path, node=first_node), rnnport.read(path, node=second_node)
+    assert first == rnnport.read(_weights(arrays, "first"), "torch")
+    assert second == rnnport.read(_weights(arrays, "second"), "torch")
+    # each read alone, and joined as the model joins them, gives ONNX Runtime's output
+    y, state = first.forward(arrays["x"])
+    if meta["glue"] == "state":
+        z, _ = second.forward(y, state=state)
+    else:
+        z, _ = second.forward(GLUES[meta["glue"]](y))
+    np.testing.assert_allclose(z, arrays["y"], atol=meta["tolerance"], rtol=0)

@@ -45,6 +45,20 @@ Cases
     ``<name>_dequantized.onnx``: the same graph with the node replaced by an ``LSTM`` whose
     ``W`` and ``R`` are ``scale·(q − zero_point)`` computed here in float32, transposed to
     the ``LSTM`` operator's ``[D, 4H, in]``.
+``apart_encoder_decoder_gru_torchscript``, ``apart_encoder_decoder_lstm_dynamo``
+    ``nn.GRU(3, 4)`` (``nn.LSTM``) over a batch-first ``(batch, 5, 3)`` sequence, then
+    ``nn.GRU(4, 4)`` over its output from its final state (an encoder handing its state to a
+    decoder); the TorchScript exporter, and the default one. The decoder's node takes the
+    encoder's ``Y`` as a next layer would, and its ``initial_h`` (``initial_c``) from the
+    encoder's ``Y_h`` (``Y_c``): two networks, not a stack.
+``apart_interleaved_lstm_torchscript``
+    ``nn.LSTM(3, 4, bidirectional=True)`` then ``nn.LSTM(8, 4)`` over its output with the
+    directions' features interleaved (``y.reshape(B, T, 2, 4).transpose(2, 3)``); the
+    TorchScript exporter.
+``apart_swapped_gru_torchscript``, ``apart_swapped_gru_dynamo``
+    ``nn.GRU(3, 4)`` then ``nn.GRU(4, 4)`` over ``y.transpose(0, 1)`` (the second steps over
+    the batch axis); both exporters. ``meta`` names the modules (``networks``) and the
+    ``glue`` (``state``, ``interleave``, ``swap``).
 ``torch_default_lstm``, ``torch_default_gru``, ``torch_default_rnn``
     ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` ``(3, 4, num_layers=2, bidirectional=True,
     batch_first=True)`` exported by the default exporter (``external_data=False``): LSTM
@@ -151,14 +165,16 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, exporter: str,
 
 
 def _exported(name: str, out: Path, module: Any, x: np.ndarray, weights: dict[str, np.ndarray],
-              prefix: str = "") -> tuple[dict[str, np.ndarray], list[str]]:
-    """``module`` exported by the default exporter, run by ONNX Runtime and PyTorch on ``x``
-    (which must agree): the case's arrays (``x``, ``y``, ``y_torch``, the weights under
-    ``weights/<prefix>``) and files."""
+              prefix: str = "", exporter: str = "dynamo"
+              ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """``module`` exported (by the default exporter unless ``exporter`` says
+    ``torchscript``), run by ONNX Runtime and PyTorch on ``x`` (which must agree): the
+    case's arrays (``x``, ``y``, ``y_torch``, the weights under ``weights/<prefix>``) and
+    files."""
     import torch
 
     path = out / f"{name}.onnx"
-    _export(module, (torch.from_numpy(x),), path, "dynamo", ["y"])
+    _export(module, (torch.from_numpy(x),), path, exporter, ["y"])
     y = _session(path, {"x": x})[0]
     with torch.no_grad():
         result = module(torch.from_numpy(x))
@@ -318,6 +334,46 @@ def _reversed_loop(name: str, out: Path, rng: np.random.Generator) -> dict[str, 
             "cells": ["forward_cell", "backward_cell"]}
 
 
+# -- two recurrent modules, one taking the other's output: not one stack -----------------------
+
+def _apart(kind: str, exporter: str, glue: str
+           ) -> Callable[[str, Path, np.random.Generator], dict[str, Any]]:
+    """``nn.GRU``/``nn.LSTM`` ``first`` then ``second``, batch-first, ``second`` taking
+    ``first``'s output: from ``first``'s final state (``glue="state"``, an encoder and its
+    decoder), with the directions' features interleaved (``"interleave"``, ``first``
+    bidirectional), or with the batch and time axes swapped (``"swap"``)."""
+    def make(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+        from torch import nn
+
+        module = {"gru": nn.GRU, "lstm": nn.LSTM}[kind]
+
+        class Apart(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                bidirectional = glue == "interleave"
+                self.first = module(3, 4, batch_first=True, bidirectional=bidirectional)
+                self.second = module(8 if bidirectional else 4, 4, batch_first=True)
+
+            def forward(self, x: Any) -> Any:
+                y, state = self.first(x)
+                if glue == "state":
+                    return self.second(y, state)[0]
+                if glue == "interleave":  # [forward | backward] → (f0, b0, f1, b1, …)
+                    batch, steps = y.shape[:2]
+                    y = y.reshape(batch, steps, 2, 4).transpose(2, 3).reshape(batch, steps, 8)
+                else:  # the second runs over the batch axis
+                    y = y.transpose(0, 1)
+                return self.second(y)[0]
+
+        model = Apart().eval()
+        weights = _randomize(model, rng)
+        x = rng.uniform(-1, 1, (BATCH, 5, 3)).astype(np.float32)
+        arrays, files = _exported(name, out, model, x, weights, exporter=exporter)
+        return {"arrays": arrays, "files": files, "exporter": exporter, "time_major": False,
+                "networks": ["first", "second"], "glue": glue}
+    return make
+
+
 # -- ONNX Runtime's DynamicQuantizeLSTM ---------------------------------------------------------
 
 def _quantized(bidirectional: bool, per_channel: bool, unsigned: bool
@@ -449,6 +505,21 @@ CASES: dict[str, tuple[Callable[[str, Path, np.random.Generator], dict[str, Any]
                                        "batch-first sequence from a zero state, one from the "
                                        "last step down (no flip), outputs concatenated; "
                                        "torch.onnx.export (default)"),
+    "apart_encoder_decoder_gru_torchscript": (
+        _apart("gru", "torchscript", "state"), "nn.GRU(3, 4) then nn.GRU(4, 4) over its output "
+        "from its final state (an encoder and its decoder); torch.onnx.export(dynamo=False)"),
+    "apart_encoder_decoder_lstm_dynamo": (
+        _apart("lstm", "dynamo", "state"), "nn.LSTM(3, 4) then nn.LSTM(4, 4) over its output "
+        "from its final state (h, c); torch.onnx.export (default)"),
+    "apart_interleaved_lstm_torchscript": (
+        _apart("lstm", "torchscript", "interleave"), "nn.LSTM(3, 4, bidirectional=True) then "
+        "nn.LSTM(8, 4) over its output with the directions' features interleaved; "
+        "torch.onnx.export(dynamo=False)"),
+    "apart_swapped_gru_torchscript": (
+        _apart("gru", "torchscript", "swap"), "nn.GRU(3, 4) then nn.GRU(4, 4) over its output "
+        "with batch and time swapped; torch.onnx.export(dynamo=False)"),
+    "apart_swapped_gru_dynamo": (
+        _apart("gru", "dynamo", "swap"), "the same; torch.onnx.export (default)"),
     "qlstm": (_quantized(False, False, False), "nn.LSTM(4, 5) through quantize_dynamic: "
               "DynamicQuantizeLSTM, int8, one scale"),
     "qlstm_bidirectional_per_channel": (_quantized(True, True, False), "nn.LSTM(4, 5, "

@@ -44,7 +44,12 @@ the defaults, read the same.
 Reading finds the RNN nodes of a graph, takes W/R/B/P from initializers or Constant nodes
 (through Cast/Identity), and follows chains of nodes joined by reshaping glue (as
 PyTorch's exporter writes a stacked RNN) into one network; ``node=`` picks one chain when
-a graph holds several. ``activations`` (with ``activation_alpha``/``activation_beta``,
+a graph holds several. A node is the next layer of the one whose ``Y`` it takes only when
+the glue hands ``Y [T, D, B, H]`` on as ``X [T, B, D·H]`` (checked by running it on
+distinct numbers: a glue that swaps batch and time or interleaves the directions does
+not) and its initial state is not computed from a recurrent node's outputs (a decoder
+started from an encoder's final state); otherwise each is a network of its own, and the
+listing says why. ``activations`` (with ``activation_alpha``/``activation_beta``,
 consumed in order by the functions that take them) become ``Spec.activations``. Anything
 that changes the numbers and the runtime cannot compute (a function ONNX does not name,
 different functions per direction, weights fed at run time) raises an error naming the

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...activations import PARAMETERS
-from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from ...errors import AmbiguousSourceError, FormatError, RnnportError, UnsupportedFeatureError
 from ...gates import CANONICAL, reorder
 from ...model import RNN, Model, stack
 from ...spec import Spec
@@ -30,8 +30,11 @@ SHAPING_OPS = {*GLUE_OPS, *FOLDABLE, "Constant", "ConstantOfShape"} - {"Add", "S
                                                                       "Div"}
 
 
-def chains(scope: Scope) -> list[list[Any]]:
-    """The recurrent nodes of one scope, in chains of layers joined by reshaping glue."""
+def chains(scope: Scope, apart: list[str] | None = None) -> list[list[Any]]:
+    """The recurrent nodes of one scope, in chains of layers: a node is the next layer of the
+    node whose ``Y`` it takes through reshaping glue, unless its initial state is computed
+    from a recurrent node's outputs (a decoder started from an encoder's final state is a
+    network of its own). Why two nodes joined so are read apart is added to ``apart``."""
     nodes = [n for n in scope.nodes if recurrent_family(n)]
     consumers = scope.consumers
     dead_ends: set[str] = set()  # names from which no recurrent node is reached: walked once
@@ -54,6 +57,23 @@ def chains(scope: Scope) -> list[list[Any]]:
         return None
 
     successor = {id(n): next_rnn(n) for n in nodes}
+    for node in nodes:
+        after = successor[id(node)]
+        source = None if after is None else _state_source(scope, after)
+        if after is not None and source is not None:
+            successor[id(node)] = None
+            if apart is not None:
+                owner = "that node" if source[0] is node else scope.label(source[0])
+                apart.append(f"{scope.label(after)} takes the output of {scope.label(node)} "
+                             f"but starts from a state computed from {source[1]!r}, an output "
+                             f"of {owner} (as a decoder starts from an encoder's final state): "
+                             "not the next layer of a stack, so each is read as a network of "
+                             "its own")
+    links = [(node, successor[id(node)]) for node in nodes if successor[id(node)] is not None]
+    for node, reason in _glue(scope, links).items():
+        successor[node] = None
+        if apart is not None:
+            apart.append(reason)
     has_predecessor = {id(s) for s in successor.values() if s is not None}
     found = []
     for node in nodes:
@@ -66,6 +86,118 @@ def chains(scope: Scope) -> list[list[Any]]:
     return found
 
 
+def _state_source(scope: Scope, node: Any) -> tuple[Any, str] | None:
+    """The recurrent node (and its output) that ``node``'s ``initial_h`` or ``initial_c`` is
+    computed from, if any; a ``Shape`` taken on the way reads sizes, not values."""
+    inputs = list(node.input) + [""] * 8
+    pending = [name for name in inputs[5:7] if name]
+    seen: set[str] = set()
+    while pending and len(seen) < 100_000:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        producer = scope.producers.get(name)
+        if producer is None:
+            continue
+        if recurrent_family(producer):
+            return producer, name
+        if producer.op_type != "Shape":
+            pending.extend(item for item in producer.input if item)
+    return None
+
+
+def _glue(scope: Scope, links: list[tuple[Any, Any]]) -> dict[int, str]:
+    """Why the glue of each link ``(a, b)`` (``b`` takes ``a``'s ``Y`` through reshaping
+    nodes) does not hand ``Y`` on as the next layer of a stack takes it, by ``id(a)``;
+    links whose glue does are left out. A stack's next layer takes ``Y`` [T, D, B, H]
+    ([B, T, D, H] with ``layout=1``) as X [T, B, D·H] ([B, T, D·H]), the directions'
+    features side by side, forward first. Checked by running the graph in NumPy
+    (:func:`.unrolled.run`) with each ``Y`` fed as distinct numbers: a glue that swaps the
+    batch and time axes, interleaves the directions or adds features gives other numbers
+    there, and one the run cannot compute is not taken on trust."""
+    if not links:
+        return {}
+    where = scope.loaded.where + (f", {scope.path}" if scope.path else "")
+    reasons: dict[int, str] = {}
+    feeds: dict[str, np.ndarray] = {}
+    fed: dict[int, np.ndarray] = {}  # id(a) → the Y fed, as [T, B, D, H]
+    try:
+        if not scope.path:
+            feeds = unrolled.input_feeds(scope, where, distinct=True)
+        pending = [a for a, _ in links]
+        values = unrolled.run(scope, feeds, where)
+        guessed = False
+        while pending:
+            added = [a for a in pending if _feed_y(scope, a, values.get(a.input[0]), feeds,
+                                                   fed, where)]
+            if not added and not guessed:  # an input the run cannot compute: its declared shape
+                shapes = unrolled.declared_shapes(scope) if not scope.path else {}
+                added = [a for a in pending if _feed_y(scope, a, shapes.get(a.input[0]), feeds,
+                                                       fed, where)]
+                guessed = True
+            if not added:
+                break
+            pending = [a for a in pending if id(a) not in fed]
+            values = unrolled.run(scope, feeds, where)
+    except RnnportError as error:
+        return {id(a): _apart(scope, a, b, f"the nodes between them could not be run to check "
+                              f"that they pass its Y on unchanged ({error})") for a, b in links}
+    for a, b in links:
+        expected = fed.get(id(a))
+        got = values.get(b.input[0])
+        if expected is None or not isinstance(got, np.ndarray):
+            reasons[id(a)] = _apart(scope, a, b, "the nodes between them could not be run to "
+                                    "check that they pass its Y on unchanged")
+            continue
+        time, batch, directions, hidden = expected.shape
+        expected = expected.reshape(time, batch, directions * hidden)
+        if _layout(b) == 1:
+            expected = expected.transpose(1, 0, 2)
+        if got.shape != expected.shape or not np.array_equal(got, expected):
+            reasons[id(a)] = _apart(scope, a, b, "the nodes between them rearrange its Y (a "
+                                    "stack's next layer takes Y [T, D, B, H] as X [T, B, D·H], "
+                                    "time, batch and the directions' features in place; these "
+                                    "move them)")
+    return reasons
+
+
+def _apart(scope: Scope, before: Any, after: Any, why: str) -> str:
+    return (f"{scope.label(after)} takes the output of {scope.label(before)}, but {why}: "
+            "not the next layer of a stack, so each is read as a network of its own")
+
+
+def _layout(node: Any) -> int:
+    layout = next((attribute.i for attribute in node.attribute if attribute.name == "layout"), 0)
+    return 1 if layout == 1 else 0
+
+
+def _feed_y(scope: Scope, node: Any, x: Any, feeds: dict[str, np.ndarray],
+            fed: dict[int, np.ndarray], where: str) -> bool:
+    """Feed ``node``'s ``Y`` as distinct numbers shaped for its input ``x`` (an array or a
+    shape), and keep it as [T, B, D, H] in ``fed``; False when ``x`` says no shape."""
+    shape = x.shape if isinstance(x, np.ndarray) else x
+    if not isinstance(shape, tuple) or len(shape) != 3:
+        return False
+    attributes = node_attributes(node, scope.label(node))
+    directions = 2 if attributes.get("direction") == "bidirectional" else 1
+    hidden = attributes.get("hidden_size")
+    if not isinstance(hidden, int) or hidden <= 0:
+        return False
+    time, batch = (shape[1], shape[0]) if _layout(node) == 1 else shape[:2]
+    size = time * batch * directions * hidden
+    if size > unrolled.MAX_FED:
+        raise FormatError(f"{where}: {scope.label(node)}'s output would take {size:,} "
+                          f"values, more than {unrolled.MAX_FED:,}")
+    start = sum(value.size for value in fed.values()) + 1
+    tagged = np.arange(start, start + size, dtype=np.float32).reshape(
+        time, batch, directions, hidden)
+    fed[id(node)] = tagged
+    feeds[node.output[0]] = tagged.transpose(1, 0, 2, 3) if _layout(node) == 1 else \
+        tagged.transpose(0, 2, 1, 3)
+    return True
+
+
 def _names(node: Any) -> set[str]:
     return {node.name, *(output for output in node.output if output)} - {""}
 
@@ -76,7 +208,7 @@ def read(source: Any, **options: Any) -> Model:
         raise FormatError(f"read(fmt='onnx'): dequantize={dequantize!r}; expected True or "
                           "False.")
     loaded = load(source)
-    every, _, picked = _choose(loaded, options)
+    every, _, picked, _ = _choose(loaded, options)
     if picked is None:
         return _unrolled(loaded, every[0], options).model
     scope, chain = picked
@@ -107,17 +239,19 @@ def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> unroll
 
 
 def _choose(loaded: Loaded, options: Mapping[str, Any]
-            ) -> tuple[list[Scope], list[Found], Found | None]:
-    """The model's scopes, every chain of recurrent nodes in them, and the chain ``node=``
-    picks (or the only one; None when there is none)."""
+            ) -> tuple[list[Scope], list[Found], Found | None, list[str]]:
+    """The model's scopes, every chain of recurrent nodes in them, the chain ``node=``
+    picks (or the only one; None when there is none), and why nodes that take another's
+    output are not its next layer."""
     given = options.get("inputs") or {}
     if not isinstance(given, Mapping):
         raise FormatError(f"read(fmt='onnx'): inputs={given!r}; expected a mapping of graph "
                           "input names to arrays, e.g. inputs={'W': W}.")
     every = scopes(loaded, given)
-    found = [(scope, chain) for scope in every for chain in chains(scope)]
+    apart: list[str] = []
+    found = [(scope, chain) for scope in every for chain in chains(scope, apart)]
     if not found:
-        return every, found, None
+        return every, found, None, apart
     picked = found
     wanted = options.get("node")
     if wanted is not None and not isinstance(wanted, str):
@@ -133,10 +267,11 @@ def _choose(loaded: Loaded, options: Mapping[str, Any]
     if len(picked) > 1:
         listing = listed(" → ".join(scope.label(node) for node in chain)
                          for scope, chain in picked)
+        why = f" ({'; '.join(apart)}.)" if apart else ""
         raise AmbiguousSourceError(f"read(fmt='onnx'): the model holds {len(picked)} separate "
                                    f"recurrent networks ({listing}); pass node= with the name "
-                                   "of one of their nodes.")
-    return every, found, picked[0]
+                                   f"of one of their nodes.{why}")
+    return every, found, picked[0], apart
 
 
 def networks(source: Any) -> list[tuple[str, str]]:
@@ -154,7 +289,7 @@ def notes(source: Any, **options: Any) -> list[str]:
     initial states and lengths those nodes are fed, the graph's other computing nodes and
     initializers (see ``Format.notes``). Shapes only; no other tensor is read."""
     loaded = load(source)
-    every, found, picked = _choose(loaded, options)
+    every, found, picked, apart = _choose(loaded, options)
     if picked is None:
         stepped = _unrolled(loaded, every[0], options)
         out = [f"no recurrent node: the graph computes {stepped.what} step by step (as "
@@ -177,6 +312,7 @@ def notes(source: Any, **options: Any) -> list[str]:
     out = [f"another recurrent network, {' → '.join(other.label(node) for node in nodes)}; "
            f"not read (node={nodes[0].name or nodes[0].output[0]!r} reads it)."
            for other, nodes in found if nodes is not chain]
+    out += [f"{reason}." for reason in apart]
     out += [quantized.note(scope.label(node), node, options.get("dequantize") is True)
             for node in chain if node.domain not in ("", "ai.onnx")]
     used_nodes = {id(node) for _, nodes in found for node in nodes}

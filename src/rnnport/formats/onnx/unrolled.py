@@ -67,10 +67,11 @@ from ...model import RNN, Model, stack
 from ...spec import Spec
 from .graph import FOLDABLE, MAX_DEPTH, BudgetError, Scope, attributes, exhausted, fold
 
-__all__ = ["RUN_OPS", "TOLERANCE", "Stepped", "find", "listing", "read"]
+__all__ = ["MAX_FED", "RUN_OPS", "TOLERANCE", "Stepped", "declared_shapes", "find",
+           "input_feeds", "listing", "read", "run"]
 
 RUN_OPS = (*FOLDABLE, "Constant", "MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Neg",
-           "SplitToSequence", "SequenceAt", "ConstantOfShape")
+           "SplitToSequence", "SequenceAt", "ConstantOfShape", "Dropout", "Flatten")
 TOLERANCE = 1e-4  # of the largest output value, at least 1: float32 in both
 PASS_OPS = {"Squeeze", "Unsqueeze", "Reshape", "Identity", "Cast", "Slice", "Gather",
             "Transpose", "Split", "Flatten"}
@@ -330,7 +331,7 @@ class _Search:
         """``name``'s shape as the model declares or ONNX's shape inference finds it (a
         named size taken as 2); None when unknown."""
         if self._shapes is None:
-            self._shapes = _declared_shapes(self.scope)
+            self._shapes = declared_shapes(self.scope)
         return self._shapes.get(name)
 
     def flips(self, nodes: Sequence[Any]) -> bool:
@@ -380,7 +381,9 @@ class _Search:
         return found
 
 
-def _declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
+def declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
+    """The shapes of the main graph's values as declared or as ONNX's shape inference finds
+    them (a named size taken as 2)."""
     from onnx import helper, shape_inference
 
     graph = scope.loaded.graph
@@ -861,27 +864,43 @@ def _computed_shape(graph: _Search, feeds: Mapping[str, np.ndarray],
 
 def _feeds(graph: _Search) -> dict[str, np.ndarray]:
     """Random values for the graph's inputs fed at run time (a named size taken as 2)."""
+    return input_feeds(graph.scope, graph.where)
+
+
+def input_feeds(scope: Scope, where: str, distinct: bool = False) -> dict[str, np.ndarray]:
+    """Random values for the main graph's inputs fed at run time: floats in [-1, 1), zeros
+    for the others; a named or unknown size taken as 2, or with ``distinct`` as 2, 3, 4 …
+    one per name (so that a batch and a time axis differ)."""
     rng = np.random.default_rng(0)
     feeds, total = {}, 0
-    for value in graph.scope.loaded.graph.input:
-        if value.name in graph.scope.initializers:
+    named: dict[str, int] | None = {} if distinct else None
+    for value in scope.loaded.graph.input:
+        if value.name in scope.initializers:
             continue
         tensor = value.type.tensor_type
-        dims = _dims(tensor)
+        dims = _dims(tensor, named)
         total += math.prod(dims)
         if total > MAX_FED or len(dims) > 64:
-            raise FormatError(f"{graph.where}: the graph's inputs (up to {value.name!r}, "
+            raise FormatError(f"{where}: the graph's inputs (up to {value.name!r}, "
                               f"{dims[:8]}) take more than {MAX_FED:,} values; too large to "
                               "check the network it computes by running it.")
-        feeds[value.name] = _random(rng, dims, graph.where) \
+        feeds[value.name] = _random(rng, dims, where) \
             if tensor.elem_type in FLOAT_TYPES else np.zeros(dims, np.int64)
     return feeds
 
 
-def _dims(tensor: Any) -> tuple[int, ...]:
-    """A tensor type's shape, a named or unknown size taken as 2."""
-    return tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else 2
-                 for dim in tensor.shape.dim)
+def _dims(tensor: Any, named: dict[str, int] | None = None) -> tuple[int, ...]:
+    """A tensor type's shape, a named or unknown size taken as 2 (or, given ``named``, the
+    size it holds for that name, a new one for a new name)."""
+    out = []
+    for dim in tensor.shape.dim:
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            out.append(dim.dim_value)
+        elif named is not None and dim.HasField("dim_param") and dim.dim_param:
+            out.append(named.setdefault(dim.dim_param, 2 + len(named)))
+        else:
+            out.append(2)
+    return tuple(out)
 
 
 MAX_FED = 1 << 22  # values fed to the graph's inputs when running it
@@ -1045,6 +1064,16 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
     if op == "Constant":
         value = scope.constant(node.output[0])
         return {} if value is None else {node.output[0]: value}
+    if op == "Dropout":  # inference: the identity, unless asked to train
+        if len(arguments) > 2 and arguments[2] is not None and np.any(arguments[2]):
+            raise ValueError("training_mode")
+        return {node.output[0]: arguments[0]}
+    if op == "Flatten":
+        data = arguments[0]
+        axis = int(attributes(node, label).get("axis", 1))
+        axis = axis + data.ndim if axis < 0 else axis
+        return {node.output[0]: data.reshape(math.prod(data.shape[:axis]),
+                                             math.prod(data.shape[axis:]))}
     if op == "Gemm":
         a, b, *rest = arguments
         given = attributes(node, label)
