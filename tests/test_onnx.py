@@ -343,6 +343,18 @@ def test_glue_that_moves_the_output_leaves_two_networks() -> None:
     assert rnnport.read(proto, node=first.name) == model.layers()[0]
 
 
+def test_a_state_that_does_not_fit_the_node_is_refused() -> None:
+    proto = rnnport.write(RNN.random(Spec("gru", 3, 4), seed=4), "onnx")
+    node = next(node for node in proto.graph.node if node.op_type == "GRU")
+    while len(node.input) < 6:
+        node.input.append("")
+    node.input[5] = "h0"
+    proto.graph.initializer.append(numpy_helper.from_array(np.zeros((2, 1, 4), np.float32), "h0"))
+    with pytest.raises(FormatError, match=r"initial_h \[2, batch, 4\]; expected \[1, batch, 4\] "
+                       r"\(1 direction\(s\), hidden_size=4\)\. The node's state does not fit"):
+        rnnport.read(proto)
+
+
 def test_truncated_file(tmp_path: Path) -> None:
     target = tmp_path / "model.onnx"
     rnnport.write(RNN.random(Spec("lstm", 3, 4)), "onnx", path=target)

@@ -170,3 +170,13 @@ def test_a_node_taking_another_ones_output_but_not_as_its_next_layer_is_read_alo
     else:
         z, _ = second.forward(GLUES[meta["glue"]](y))
     np.testing.assert_allclose(z, arrays["y"], atol=meta["tolerance"], rtol=0)
+
+
+@pytest.mark.parametrize("name", ["projected_lstm_dynamo", "projected_lstm_two_layers_dynamo"])
+def test_the_default_exporters_projected_lstm_is_refused_by_name(name: str) -> None:
+    with pytest.raises(rnnport.UnsupportedFeatureError,
+                       match=r"initial_c \[1, batch, 5\]; expected \[1, batch, 2\] \(hidden_size"
+                             r"=2\)\. This is what PyTorch's default \(dynamo\) exporter writes "
+                             r"for nn\.LSTM\(hidden_size=5, proj_size=2\): ONNX's LSTM cannot "
+                             r"hold an LSTM projection.*Read the PyTorch weights"):
+        rnnport.read(GOLDEN / f"{name}.onnx")

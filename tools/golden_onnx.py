@@ -59,6 +59,12 @@ Cases
     ``nn.GRU(3, 4)`` then ``nn.GRU(4, 4)`` over ``y.transpose(0, 1)`` (the second steps over
     the batch axis); both exporters. ``meta`` names the modules (``networks``) and the
     ``glue`` (``state``, ``interleave``, ``swap``).
+``projected_lstm_dynamo``, ``projected_lstm_two_layers_dynamo``
+    ``nn.LSTM(3, 5, proj_size=2, batch_first=True)`` (and with ``num_layers=2``) exported by
+    the default exporter, which writes ``LSTM`` nodes of ``hidden_size=2`` (the projection's
+    size) with the weights cut to match and an ``initial_c`` of 5 cells: ONNX Runtime refuses
+    to run them. The case holds the file and the PyTorch weights (``weights/lstm/…``), no
+    outputs.
 ``torch_default_lstm``, ``torch_default_gru``, ``torch_default_rnn``
     ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` ``(3, 4, num_layers=2, bidirectional=True,
     batch_first=True)`` exported by the default exporter (``external_data=False``): LSTM
@@ -374,6 +380,35 @@ def _apart(kind: str, exporter: str, glue: str
     return make
 
 
+# -- what the default exporter makes of a projected LSTM -----------------------------------------
+
+def _projected(layers: int) -> Callable[[str, Path, np.random.Generator], dict[str, Any]]:
+    """``nn.LSTM(3, 5, proj_size=2, num_layers=layers, batch_first=True)`` through the
+    default exporter, which writes an ``LSTM`` node of ``hidden_size=2`` (the projection's
+    size) with the weights cut to match and an ``initial_c`` of 5: ONNX Runtime refuses to
+    run it, so the case holds the file and the PyTorch weights only."""
+    def make(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+        import torch
+        from torch import nn
+
+        class Projected(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lstm = nn.LSTM(3, 5, proj_size=2, num_layers=layers, batch_first=True)
+
+            def forward(self, x: Any) -> Any:
+                return self.lstm(x)[0]
+
+        model = Projected().eval()
+        weights = _randomize(model, rng)
+        path = out / f"{name}.onnx"
+        _export(model, (torch.zeros(BATCH, 4, 3),), path, "dynamo", ["y"])
+        arrays = {f"weights/{key.replace('.', '/')}": value for key, value in weights.items()}
+        return {"arrays": arrays, "files": [path.name], "exporter": "dynamo",
+                "time_major": False}
+    return make
+
+
 # -- ONNX Runtime's DynamicQuantizeLSTM ---------------------------------------------------------
 
 def _quantized(bidirectional: bool, per_channel: bool, unsigned: bool
@@ -520,6 +555,9 @@ CASES: dict[str, tuple[Callable[[str, Path, np.random.Generator], dict[str, Any]
         "with batch and time swapped; torch.onnx.export(dynamo=False)"),
     "apart_swapped_gru_dynamo": (
         _apart("gru", "dynamo", "swap"), "the same; torch.onnx.export (default)"),
+    "projected_lstm_dynamo": (_projected(1), "nn.LSTM(3, 5, proj_size=2, batch_first=True); "
+                              "torch.onnx.export (default): a malformed LSTM node"),
+    "projected_lstm_two_layers_dynamo": (_projected(2), "the same with num_layers=2"),
     "qlstm": (_quantized(False, False, False), "nn.LSTM(4, 5) through quantize_dynamic: "
               "DynamicQuantizeLSTM, int8, one scale"),
     "qlstm_bidirectional_per_channel": (_quantized(True, True, False), "nn.LSTM(4, 5, "

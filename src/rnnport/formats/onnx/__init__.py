@@ -14,7 +14,10 @@ Per node (``D`` directions, index 0 forward, 1 reverse)::
 W and R are cuDNN's orientation; only the gate order differs. GRU ``linear_before_reset=1``
 is the reset-after GRU (cuDNN, PyTorch), ``0`` (the ONNX default) the reset-before one.
 ``activations`` default to Sigmoid/Tanh/Tanh (LSTM), Sigmoid/Tanh (GRU), Tanh (RNN);
-an RNN with ``Relu`` is ``rnn_relu``. ONNX cannot hold an LSTM projection, and its
+an RNN with ``Relu`` is ``rnn_relu``. ONNX cannot hold an LSTM projection (PyTorch's default
+exporter writes ``nn.LSTM(proj_size=P)`` as a node of ``hidden_size=P`` with its weights
+cut and an ``initial_c`` of the real size, which ONNX Runtime refuses to run: refused by
+name, as is any ``initial_h``/``initial_c`` whose shape is not ``[D, batch, H]``), and its
 ``clip`` (every pre-activation clipped before its activation) is rnnport's ``gate_clip``,
 not TF1's cell clip; ``input_forget=1`` is ``Spec.input_forget`` (``f = 1 − i``).
 

@@ -126,7 +126,8 @@ def _glue(scope: Scope, links: list[tuple[Any, Any]]) -> dict[int, str]:
         if not scope.path:
             feeds = unrolled.input_feeds(scope, where, distinct=True)
         pending = [a for a, _ in links]
-        values = unrolled.run(scope, feeds, where)
+        wanted = [node.input[0] for pair in links for node in pair]  # each X
+        values = unrolled.run(scope, feeds, where, wanted)
         guessed = False
         while pending:
             added = [a for a in pending if _feed_y(scope, a, values.get(a.input[0]), feeds,
@@ -139,7 +140,7 @@ def _glue(scope: Scope, links: list[tuple[Any, Any]]) -> dict[int, str]:
             if not added:
                 break
             pending = [a for a in pending if id(a) not in fed]
-            values = unrolled.run(scope, feeds, where)
+            values = unrolled.run(scope, feeds, where, wanted)
     except RnnportError as error:
         return {id(a): _apart(scope, a, b, f"the nodes between them could not be run to check "
                               f"that they pass its Y on unchanged ({error})") for a, b in links}
@@ -212,7 +213,8 @@ def read(source: Any, **options: Any) -> Model:
     if picked is None:
         return _unrolled(loaded, every[0], options).model
     scope, chain = picked
-    return stack([_read_node(node, scope, dequantize) for node in chain])
+    shapes = _Shapes(scope, chain)
+    return stack([_read_node(node, scope, dequantize, shapes) for node in chain])
 
 
 Found = tuple[Scope, list[Any]]
@@ -433,7 +435,7 @@ def _family(node: Any) -> str:
     return found
 
 
-def _read_node(node: Any, scope: Scope, dequantize: bool) -> RNN:
+def _read_node(node: Any, scope: Scope, dequantize: bool, shapes: _Shapes) -> RNN:
     where = scope.label(node)
     family = _family(node)
     _check_listed(node, family, where)
@@ -467,6 +469,10 @@ def _read_node(node: Any, scope: Scope, dequantize: bool) -> RNN:
     if family != "rnn" and attributes.get("layout", 0) not in (0, 1):
         raise FormatError(f"{where}: layout={attributes['layout']!r}; expected 0 or 1.")
     inputs = list(node.input) + [""] * 8
+    count = directions[direction]
+    declared = attributes.get("hidden_size")
+    if declared is not None:  # before the weights: a projected LSTM's are not even whole
+        _check_states(node, family, int(declared), count, shapes, where)
     if node.domain in ("", "ai.onnx"):
         weight = scope.value(inputs[1], f"{where}, W")
         recurrent = scope.value(inputs[2], f"{where}, R")
@@ -474,10 +480,10 @@ def _read_node(node: Any, scope: Scope, dequantize: bool) -> RNN:
         weight, recurrent = quantized.weights(scope, node, where, dequantize)
     bias = scope.value(inputs[3], f"{where}, B") if inputs[3] else None
     peephole = scope.value(inputs[7], f"{where}, P") if family == "lstm" and inputs[7] else None
-    declared = attributes.get("hidden_size")
     hidden = int(declared) if declared is not None else (
         recurrent.shape[-1] if recurrent.ndim == 3 else 0)
-    count = directions[direction]
+    if declared is None:
+        _check_states(node, family, hidden, count, shapes, where)
     gates = len(ORDERS[family]) * hidden
     problems = []
     if weight.ndim != 3 or weight.shape[:2] != (count, gates):
@@ -510,6 +516,84 @@ def _read_node(node: Any, scope: Scope, dequantize: bool) -> RNN:
                                                "ifo")
         params.append(named)
     return RNN(spec, [params], copy=False)
+
+
+class _Shapes:
+    """The shapes of a scope's values where they are known: a constant's, a declared or
+    inferred one with its sizes (others None), else as running the graph in NumPy from its
+    inputs computes it (run once, when first needed)."""
+
+    def __init__(self, scope: Scope, nodes: list[Any]) -> None:
+        self.scope = scope
+        # the recurrent nodes' states: the values a run computes, should it be needed
+        self.states = [name for node in nodes for name in node.input[5:7] if name]
+        self._declared: dict[str, tuple[int, ...]] | None = None
+        self._computed: dict[str, Any] | None = None
+
+    def __call__(self, name: str) -> tuple[int | None, ...] | None:
+        scope = self.scope
+        if not name:
+            return None
+        value = scope.constant(name)
+        if value is not None:
+            return value.shape
+        if scope.path:  # a subgraph's or a function's values: neither declared nor run
+            return None
+        if self._declared is None:
+            self._declared = unrolled.declared_shapes(scope, unknown=-1)
+        declared = self._declared.get(name)
+        if declared is not None and -1 not in declared:
+            return declared
+        if self._computed is None:
+            try:
+                self._computed = unrolled.run(scope, unrolled.input_feeds(
+                    scope, scope.loaded.where, distinct=True), scope.loaded.where,
+                    self.states)
+            except RnnportError:
+                self._computed = {}
+        computed = self._computed.get(name)
+        if isinstance(computed, np.ndarray):
+            return computed.shape
+        return None if declared is None else tuple(None if dim == -1 else dim
+                                                   for dim in declared)
+
+
+def _check_states(node: Any, family: str, hidden: int, count: int, shapes: _Shapes,
+                  where: str) -> None:
+    """Refuse a node whose ``initial_h`` or ``initial_c`` has a shape other than
+    ``[D, batch, hidden_size]``: ONNX Runtime refuses to run it, and its weights are not
+    the network's. A ``c`` wider than ``h`` is PyTorch's projected LSTM, named."""
+    inputs = list(node.input) + [""] * 8
+    found = {what: shapes(inputs[index]) for index, what in
+             ((5, "initial_h"), (6, "initial_c")) if inputs[index]
+             and (index == 5 or family == "lstm")}
+    wrong = {what: shape for what, shape in found.items() if shape is not None and (
+        len(shape) != 3 or shape[0] not in (count, None) or shape[2] not in (hidden, None))}
+    if not wrong:
+        return
+    shown = "; ".join(f"{what} [{', '.join(_dim(shape, axis) for axis in range(len(shape)))}]"
+                      for what, shape in wrong.items())
+    c, h = found.get("initial_c"), found.get("initial_h")
+    if family == "lstm" and c is not None and len(c) == 3 and c[2] is not None and \
+            c[2] > hidden and (h is None or len(h) != 3 or h[2] in (hidden, None)):
+        raise UnsupportedFeatureError(
+            f"{where}: {shown}; expected [{count}, batch, {hidden}] (hidden_size={hidden}). "
+            f"This is what PyTorch's default (dynamo) exporter writes for nn.LSTM(hidden_size="
+            f"{c[2]}, proj_size={hidden}): ONNX's LSTM cannot hold an LSTM projection, so the "
+            f"node claims hidden_size={hidden}, its weights cut to match, beside a cell state "
+            f"of {c[2]}; it computes nothing the model did, and ONNX Runtime refuses to run it. "
+            "Read the PyTorch weights (the state_dict) instead: rnnport reads the projection "
+            "from them.")
+    raise FormatError(f"{where}: {shown}; expected [{count}, batch, {hidden}] ({count} "
+                      f"direction(s), hidden_size={hidden}). The node's state does not fit its "
+                      "size (ONNX Runtime refuses to run it); the model is damaged, re-export "
+                      "it.")
+
+
+def _dim(shape: tuple[int | None, ...], axis: int) -> str:
+    """A state's size on ``axis`` as told: its batch (axis 1 of three) is whatever it is fed."""
+    size = shape[axis]
+    return "batch" if axis == 1 and len(shape) == 3 else "?" if size is None else str(size)
 
 
 def _activations(where: str, names: list[str], attributes: Mapping[str, Any],

@@ -381,9 +381,9 @@ class _Search:
         return found
 
 
-def declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
+def declared_shapes(scope: Scope, unknown: int = 2) -> dict[str, tuple[int, ...]]:
     """The shapes of the main graph's values as declared or as ONNX's shape inference finds
-    them (a named size taken as 2)."""
+    them (a named or unknown size taken as 2, or as ``unknown``)."""
     from onnx import helper, shape_inference
 
     graph = scope.loaded.graph
@@ -401,7 +401,7 @@ def declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
             infos = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
         except Exception:  # shape inference fails on what it does not know: no shapes
             pass
-    return {info.name: _dims(info.type.tensor_type) for info in infos
+    return {info.name: _dims(info.type.tensor_type, unknown=unknown) for info in infos
             if info.type.tensor_type.HasField("shape")}
 
 
@@ -889,9 +889,10 @@ def input_feeds(scope: Scope, where: str, distinct: bool = False) -> dict[str, n
     return feeds
 
 
-def _dims(tensor: Any, named: dict[str, int] | None = None) -> tuple[int, ...]:
-    """A tensor type's shape, a named or unknown size taken as 2 (or, given ``named``, the
-    size it holds for that name, a new one for a new name)."""
+def _dims(tensor: Any, named: dict[str, int] | None = None,
+          unknown: int = 2) -> tuple[int, ...]:
+    """A tensor type's shape, a named or unknown size taken as ``unknown`` (or, given
+    ``named``, a named one as the size it holds for that name, a new one for a new name)."""
     out = []
     for dim in tensor.shape.dim:
         if dim.HasField("dim_value") and dim.dim_value > 0:
@@ -899,7 +900,7 @@ def _dims(tensor: Any, named: dict[str, int] | None = None) -> tuple[int, ...]:
         elif named is not None and dim.HasField("dim_param") and dim.dim_param:
             out.append(named.setdefault(dim.dim_param, 2 + len(named)))
         else:
-            out.append(2)
+            out.append(unknown)
     return tuple(out)
 
 
@@ -944,16 +945,20 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
-def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, Any]:
+def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str,
+        wanted: Iterable[str] | None = None) -> dict[str, Any]:
     """Every value of ``scope`` that :data:`RUN_OPS` compute from ``feeds`` and the
-    constants, in the graph's order; a node of another operator, and what depends on it, is
-    skipped. ``feeds`` may name any value, which then takes the place of what the graph
-    computes there. Values may take as much memory as the folding budget allows."""
+    constants, in the graph's order (with ``wanted``, only those the values named there
+    are computed from); a node of another operator, and what depends on it, is skipped.
+    ``feeds`` may name any value, which then takes the place of what the graph computes
+    there. Values may take as much memory as the folding budget allows."""
     values: dict[str, Any] = dict(feeds)  # arrays, and lists for ONNX sequences
     budget = scope.loaded.budget + sum(int(value.nbytes) for value in feeds.values())
+    needed = None if wanted is None else _ancestors(scope, wanted, feeds)
     for node in scope.nodes:
         if node.domain not in ("", "ai.onnx") or node.op_type not in RUN_OPS or \
-                all(name in values for name in node.output if name):
+                all(name in values for name in node.output if name) or \
+                (needed is not None and id(node) not in needed):
             continue
         arguments = _arguments(scope, node, values)
         if arguments is None:
@@ -976,6 +981,21 @@ def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, 
                                 "takes", scope.loaded.stored, scope.loaded.limit - budget)
             values[name] = value
     return values
+
+
+def _ancestors(scope: Scope, names: Iterable[str], fed: Mapping[str, Any]) -> set[int]:
+    """The nodes (by id) the values ``names`` are computed from, not past a value ``fed``."""
+    pending, seen, found = list(names), set[str](), set[int]()
+    while pending:
+        name = pending.pop()
+        if name in seen or name in fed:
+            continue
+        seen.add(name)
+        node = scope.producers.get(name)
+        if node is not None and id(node) not in found:
+            found.add(id(node))
+            pending.extend(item for item in node.input if item)
+    return found
 
 
 class TooManyPieces(FormatError):
