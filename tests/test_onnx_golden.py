@@ -180,3 +180,64 @@ def test_the_default_exporters_projected_lstm_is_refused_by_name(name: str) -> N
                              r"for nn\.LSTM\(hidden_size=5, proj_size=2\): ONNX's LSTM cannot "
                              r"hold an LSTM projection.*Read the PyTorch weights"):
         rnnport.read(GOLDEN / f"{name}.onnx")
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("loop_gru_twice_dynamo", r"it applies the cell 2 times to one step's input 'select_\d+' \(as "
+                              r"h = cell\(x, cell\(x, h\)\) does\)"),
+    ("loop_gru_zoneout_dynamo", r"step 2 takes a state \('\w+'\) that is none of the steps' "
+                                r"outputs \(the loop computes something between its steps"),
+    ("loop_lstm_learned_state_dynamo", r"its first step does not start from zeros, nor from a "
+                                       r"state the graph holds: the exporter folded"),
+])
+def test_a_cell_loop_that_is_not_its_cells_network_is_refused(name: str, why: str) -> None:
+    with pytest.raises(rnnport.UnsupportedFeatureError,
+                       match=rf"the graph steps an? \w+ 3→4.*, but {why}.*that is not the "
+                             "network its cell makes"):
+        rnnport.read(GOLDEN / f"{name}.onnx")
+
+
+@pytest.mark.parametrize("name", ["loop_gru_learned_state_dynamo",
+                                  "loop_lstm_learned_state_torchscript"])
+def test_a_cell_loop_from_a_learned_state_is_read_and_the_state_noted(name: str) -> None:
+    arrays, meta = _case(name)
+    path = GOLDEN / f"{name}.onnx"
+    model = rnnport.read(path)
+    assert model == rnnport.read(_weights(arrays, "cell"), "torch")
+    found = notes(path)
+    assert re.search(r"the loop starts from .+, a state that is not zeros .* pass that state as "
+                     "forward's state=", found[1])
+    batch = arrays["x"].shape[0]
+    h, c = (np.broadcast_to(arrays[f"weights/{name}0"], (1, batch, 4)) for name in "hc")
+    y, _ = model.forward(arrays["x"], state=(h, c) if model.spec.cell == "lstm" else h)
+    np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"], rtol=0)
+
+
+def test_one_cell_stepped_both_ways_is_a_bidirectional_network_with_its_weights_twice() -> None:
+    arrays, meta = _case("loop_gru_both_directions_dynamo")
+    path = GOLDEN / "loop_gru_both_directions_dynamo.onnx"
+    model = rnnport.read(path)
+    cell = rnnport.read(_weights(arrays, "cell"), "torch")
+    assert model.spec == cell.spec.replace(bidirectional=True)
+    for direction in model.params[0]:  # the very arrays, both ways
+        assert direction.keys() == cell.params[0][0].keys()
+        assert all(np.array_equal(direction[key], cell.params[0][0][key]) for key in direction)
+    y, _ = model.forward(arrays["x"])
+    np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"], rtol=0)
+    assert "one cell stepped over the sequence and over it reversed" in notes(path)[0]
+    assert rnnport.read(path, node=re.findall(r"node='([^']+)'", notes(path)[1])[0]) == cell
+
+
+def test_a_cell_whose_input_and_state_are_of_one_size_is_read_once() -> None:
+    arrays, meta = _case("loop_rnn_square_dynamo")  # stepped: the state's product feeds back
+    path = GOLDEN / "loop_rnn_square_dynamo.onnx"
+    assert len(rnnport.formats.get("onnx").networks(path).entries) == 1
+    model = rnnport.read(path)
+    assert model == rnnport.read(_weights(arrays, "cell"), "torch", nonlinearity="tanh")
+    y, _ = model.forward(arrays["x"])
+    np.testing.assert_allclose(y, arrays["y"], atol=meta["tolerance"], rtol=0)
+    arrays, meta = _case("square_lstm_step_dynamo")  # one step: x comes first, as in (x, (h, c))
+    model = rnnport.read(GOLDEN / "square_lstm_step_dynamo.onnx")
+    assert model == rnnport.read(_weights(arrays, "cell"), "torch")
+    y, _ = model.forward(arrays["x"][:, None], state=(arrays["h"][None], arrays["c"][None]))
+    np.testing.assert_allclose(y[:, 0], arrays["y"], atol=meta["tolerance"], rtol=0)

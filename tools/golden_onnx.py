@@ -65,6 +65,19 @@ Cases
     size) with the weights cut to match and an ``initial_c`` of 5 cells: ONNX Runtime refuses
     to run them. The case holds the file and the PyTorch weights (``weights/lstm/…``), no
     outputs.
+``loop_gru_twice_dynamo``, ``loop_gru_zoneout_dynamo``, ``loop_gru_learned_state_dynamo``,
+``loop_lstm_learned_state_dynamo``, ``loop_lstm_learned_state_torchscript``,
+``loop_gru_both_directions_dynamo``, ``loop_rnn_square_dynamo``
+    One ``nn.GRUCell(3, 4)`` (``nn.LSTMCell``, ``nn.RNNCell``) stepped over a batch-first
+    ``(batch, 5, 3)`` sequence in a Python loop, its states stacked on the time axis: applied
+    twice per step (``h = cell(x_t, cell(x_t, h))``); with a zoneout (``h = 0.5·cell(x_t, h)
+    + 0.5·h``); from a learned state (``h0.expand(batch, 4)``, and ``c0``: parameters, under
+    ``weights/h0``, ``weights/c0``); over ``x`` and over ``torch.flip(x)``, joined as a
+    bidirectional network's output (one cell for both directions); ``(4, 4)`` from zeros
+    (input and state of one size). ``meta["mode"]`` says which.
+``square_lstm_step_dynamo``
+    One step of ``nn.LSTMCell(4, 4)`` exported with its state, ``(x, (h, c))``; ``x``, ``h``,
+    ``c`` and ``inputs`` (the graph's input names, in that order) are in the case.
 ``torch_default_lstm``, ``torch_default_gru``, ``torch_default_rnn``
     ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` ``(3, 4, num_layers=2, bidirectional=True,
     batch_first=True)`` exported by the default exporter (``external_data=False``): LSTM
@@ -151,7 +164,6 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, exporter: str,
             outputs: list[str]) -> None:
     """``torch.onnx.export`` as a user calls it; the default exporter's stack traces are
     dropped from the file."""
-    import onnx
     import torch
 
     with warnings.catch_warnings():
@@ -164,6 +176,13 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, exporter: str,
             torch.onnx.export(module, args, str(path), input_names=["x"], output_names=outputs,
                               dynamo=False, dynamic_axes={"x": {0: "batch"}})
         logging.disable(logging.NOTSET)
+    _strip(path)
+
+
+def _strip(path: Path) -> None:
+    """The default exporter's stack traces (``metadata_props``) dropped from the file."""
+    import onnx
+
     model = onnx.load(str(path))
     for node in model.graph.node:
         del node.metadata_props[:]
@@ -409,6 +428,99 @@ def _projected(layers: int) -> Callable[[str, Path, np.random.Generator], dict[s
     return make
 
 
+# -- one cell stepped in a Python loop, plainly or not ------------------------------------------
+
+def _loop(kind: str, mode: str, exporter: str = "dynamo"
+          ) -> Callable[[str, Path, np.random.Generator], dict[str, Any]]:
+    """``nn.GRUCell``/``nn.LSTMCell``/``nn.RNNCell`` ``(3, 4)`` stepped over a batch-first
+    ``(batch, 5, 3)`` sequence in a Python loop, its states stacked on the time axis;
+    ``mode``: ``twice`` (``h = cell(x_t, cell(x_t, h))``), ``zoneout`` (``h = 0.5·cell(x_t,
+    h) + 0.5·h``), ``learned`` (from ``h0.expand(batch, 4)``, a parameter, and ``c0`` for
+    an LSTM), ``both`` (the one cell over ``x`` and over ``torch.flip(x)``, outputs joined
+    as a bidirectional network's), ``square`` (``(4, 4)``: input and state of one size)."""
+    def make(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+        import torch
+        from torch import nn
+
+        size = 4 if mode == "square" else 3
+
+        class Loop(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.cell = {"gru": nn.GRUCell, "lstm": nn.LSTMCell, "rnn": nn.RNNCell}[kind](
+                    size, 4)
+                if mode == "learned":
+                    self.h0 = nn.Parameter(torch.zeros(1, 4))
+                    self.c0 = nn.Parameter(torch.zeros(1, 4))
+
+            def step(self, x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+                if kind == "lstm":
+                    return tuple(self.cell(x, (h, c)))
+                return self.cell(x, h), c
+
+            def run(self, x: Any) -> Any:
+                batch = x.shape[0]
+                if mode == "learned":
+                    h, c = self.h0.expand(batch, 4), self.c0.expand(batch, 4)
+                else:
+                    h, c = torch.zeros(batch, 4), torch.zeros(batch, 4)
+                outputs = []
+                for step in range(x.shape[1]):
+                    if mode == "twice":
+                        h, c = self.step(x[:, step], *self.step(x[:, step], h, c))
+                    elif mode == "zoneout":
+                        new, c = self.step(x[:, step], h, c)
+                        h = 0.5 * new + 0.5 * h
+                    else:
+                        h, c = self.step(x[:, step], h, c)
+                    outputs.append(h)
+                return torch.stack(outputs, 1)
+
+            def forward(self, x: Any) -> Any:
+                y = self.run(x)
+                if mode == "both":
+                    y = torch.cat([y, torch.flip(self.run(torch.flip(x, [1])), [1])], 2)
+                return y
+
+        model = Loop().eval()
+        weights = _randomize(model, rng)
+        x = rng.uniform(-1, 1, (BATCH, 5, size)).astype(np.float32)
+        arrays, files = _exported(name, out, model, x, weights, exporter=exporter)
+        return {"arrays": arrays, "files": files, "exporter": exporter, "time_major": False,
+                "mode": mode}
+    return make
+
+
+def _square_step(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+    """One step of ``nn.LSTMCell(4, 4)`` exported with its state as inputs, ``(x, (h, c))``:
+    the input and the state are of one size."""
+    import torch
+
+    cell = torch.nn.LSTMCell(4, 4).eval()
+    weights = _randomize(cell, rng)
+    x, h, c = (rng.uniform(-1, 1, (BATCH, 4)).astype(np.float32) for _ in range(3))
+    path = out / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        torch.onnx.export(cell, (torch.from_numpy(x), (torch.from_numpy(h), torch.from_numpy(c))),
+                          str(path), external_data=False, verbose=False)
+        logging.disable(logging.NOTSET)
+    _strip(path)
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [value.name for value in session.get_inputs()]
+    y = np.asarray(session.run(None, dict(zip(names, (x, h, c), strict=True)))[0])
+    with torch.no_grad():
+        y_torch = cell(torch.from_numpy(x), (torch.from_numpy(h), torch.from_numpy(c)))[0].numpy()
+    _agree(name, y, y_torch)
+    arrays = {"x": x, "h": h, "c": c, "y": y, "y_torch": y_torch,
+              **{f"weights/cell/{key}": value for key, value in weights.items()}}
+    return {"arrays": arrays, "files": [path.name], "exporter": "dynamo", "time_major": False,
+            "inputs": names}
+
+
 # -- ONNX Runtime's DynamicQuantizeLSTM ---------------------------------------------------------
 
 def _quantized(bidirectional: bool, per_channel: bool, unsigned: bool
@@ -558,6 +670,24 @@ CASES: dict[str, tuple[Callable[[str, Path, np.random.Generator], dict[str, Any]
     "projected_lstm_dynamo": (_projected(1), "nn.LSTM(3, 5, proj_size=2, batch_first=True); "
                               "torch.onnx.export (default): a malformed LSTM node"),
     "projected_lstm_two_layers_dynamo": (_projected(2), "the same with num_layers=2"),
+    "loop_gru_twice_dynamo": (_loop("gru", "twice"), "nn.GRUCell(3, 4) applied twice per "
+                              "step, h = cell(x_t, cell(x_t, h)); torch.onnx.export (default)"),
+    "loop_gru_zoneout_dynamo": (_loop("gru", "zoneout"), "nn.GRUCell(3, 4) stepped with "
+                                "h = 0.5·cell(x_t, h) + 0.5·h; torch.onnx.export (default)"),
+    "loop_gru_learned_state_dynamo": (_loop("gru", "learned"), "nn.GRUCell(3, 4) stepped from "
+                                      "a learned h0.expand(batch, 4); torch.onnx.export "
+                                      "(default)"),
+    "loop_lstm_learned_state_dynamo": (_loop("lstm", "learned"), "nn.LSTMCell(3, 4) stepped "
+                                       "from learned h0, c0; torch.onnx.export (default)"),
+    "loop_lstm_learned_state_torchscript": (_loop("lstm", "learned", "torchscript"), "the "
+                                            "same; torch.onnx.export(dynamo=False)"),
+    "loop_gru_both_directions_dynamo": (_loop("gru", "both"), "one nn.GRUCell(3, 4) over x and "
+                                        "over torch.flip(x), outputs joined as a bidirectional "
+                                        "network's; torch.onnx.export (default)"),
+    "loop_rnn_square_dynamo": (_loop("rnn", "square"), "nn.RNNCell(4, 4) stepped from zeros; "
+                               "torch.onnx.export (default)"),
+    "square_lstm_step_dynamo": (_square_step, "one step of nn.LSTMCell(4, 4) with (x, (h, c)) "
+                                "as inputs; torch.onnx.export (default)"),
     "qlstm": (_quantized(False, False, False), "nn.LSTM(4, 5) through quantize_dynamic: "
               "DynamicQuantizeLSTM, int8, one scale"),
     "qlstm_bidirectional_per_channel": (_quantized(True, True, False), "nn.LSTM(4, 5, "

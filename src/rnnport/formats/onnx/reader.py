@@ -294,11 +294,21 @@ def notes(source: Any, **options: Any) -> list[str]:
     every, found, picked, apart = _choose(loaded, options)
     if picked is None:
         stepped = _unrolled(loaded, every[0], options)
+        start = f" from the state {stepped.start}" if stepped.start else ""
         out = [f"no recurrent node: the graph computes {stepped.what} step by step (as "
                "PyTorch's default exporter writes nn.RNN and the cells); rnnport read its "
                "matrices and checked, by running the graph in NumPy, that it computes the "
-               "network read. Nodes around it are not listed."]
-        if len(stepped.cells) == 1:
+               f"network read{start}. Nodes around it are not listed."]
+        if stepped.start:
+            out.append(f"the loop starts from {stepped.start}, a state that is not zeros (an "
+                       "initial state the model makes or learns). Not read: rnnport runs from "
+                       "the state you pass it (zeros by default); pass that state as forward's "
+                       "state= to get the graph's numbers.")
+        if stepped.tied:
+            out.append(f"both directions of the bidirectional network are one cell, stepped in "
+                       f"two loops: node={stepped.cells[0][0]!r} reads it alone (as a cell, "
+                       "stepping forward).")
+        elif len(stepped.cells) == 1:
             (forward, backward), = stepped.cells
             out.append(f"the bidirectional network is two cells: node={forward!r} reads the "
                        f"forward one alone, node={backward!r} the backward one (as a cell, "
