@@ -75,6 +75,10 @@ Cases
     ``weights/h0``, ``weights/c0``); over ``x`` and over ``torch.flip(x)``, joined as a
     bidirectional network's output (one cell for both directions); ``(4, 4)`` from zeros
     (input and state of one size). ``meta["mode"]`` says which.
+``loop_gru_pair_added_dynamo``
+    Two ``nn.GRUCell(3, 4)`` (``forward_cell``, ``backward_cell``) over a batch-first
+    ``(batch, 5, 3)`` sequence and over ``torch.flip`` of it from zero states, the second's
+    outputs flipped back and added to the first's: not a bidirectional network's output.
 ``square_lstm_step_dynamo``
     One step of ``nn.LSTMCell(4, 4)`` exported with its state, ``(x, (h, c))``; ``x``, ``h``,
     ``c`` and ``inputs`` (the graph's input names, in that order) are in the case.
@@ -491,6 +495,35 @@ def _loop(kind: str, mode: str, exporter: str = "dynamo"
     return make
 
 
+def _added(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+    """Two ``nn.GRUCell(3, 4)`` over a batch-first sequence and over ``torch.flip`` of it
+    from zero states, the second's outputs flipped back and *added* to the first's."""
+    import torch
+    from torch import nn
+
+    class Added(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.forward_cell, self.backward_cell = nn.GRUCell(3, 4), nn.GRUCell(3, 4)
+
+        def forward(self, x: Any) -> Any:
+            outputs = []
+            for cell, sequence in ((self.forward_cell, x),
+                                   (self.backward_cell, torch.flip(x, [1]))):
+                h, states = torch.zeros(x.shape[0], 4), []
+                for step in range(x.shape[1]):
+                    h = cell(sequence[:, step], h)
+                    states.append(h)
+                outputs.append(torch.stack(states, 1))
+            return outputs[0] + torch.flip(outputs[1], [1])
+
+    model = Added().eval()
+    weights = _randomize(model, rng)
+    x = rng.uniform(-1, 1, (BATCH, 5, 3)).astype(np.float32)
+    arrays, files = _exported(name, out, model, x, weights)
+    return {"arrays": arrays, "files": files, "exporter": "dynamo", "time_major": False}
+
+
 def _square_step(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
     """One step of ``nn.LSTMCell(4, 4)`` exported with its state as inputs, ``(x, (h, c))``:
     the input and the state are of one size."""
@@ -686,6 +719,8 @@ CASES: dict[str, tuple[Callable[[str, Path, np.random.Generator], dict[str, Any]
                                         "network's; torch.onnx.export (default)"),
     "loop_rnn_square_dynamo": (_loop("rnn", "square"), "nn.RNNCell(4, 4) stepped from zeros; "
                                "torch.onnx.export (default)"),
+    "loop_gru_pair_added_dynamo": (_added, "two nn.GRUCell(3, 4) over x and over "
+                                   "torch.flip(x), outputs added; torch.onnx.export (default)"),
     "square_lstm_step_dynamo": (_square_step, "one step of nn.LSTMCell(4, 4) with (x, (h, c)) "
                                 "as inputs; torch.onnx.export (default)"),
     "qlstm": (_quantized(False, False, False), "nn.LSTM(4, 5) through quantize_dynamic: "

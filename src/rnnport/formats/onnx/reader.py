@@ -22,6 +22,9 @@ from .layout import family as recurrent_family
 
 __all__ = ["chains", "notes", "read"]
 
+# ONNX Runtime's quantized matrix products (quantize_dynamic, quantize_static): not read.
+QUANTIZED_PRODUCTS = {"MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul",
+                      "MatMulIntegerToFloat", "QGemm"}
 # Nodes that carry a layer's output on to the next layer (as exporters join a stack).
 GLUE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Cast", "Dropout",
             "Concat", "Flatten"}
@@ -226,14 +229,29 @@ def _unrolled(loaded: Loaded, main: Scope, options: Mapping[str, Any]) -> unroll
     # An op_type that is not UTF-8 comes back from protobuf as bytes: named all the same.
     ops = sorted({n.op_type if isinstance(n.op_type, str) else repr(n.op_type)
                   for n in loaded.graph.node})
-    found = unrolled.find(main, options)
+    quantized = sorted(QUANTIZED_PRODUCTS & set(ops))
+    try:
+        found = unrolled.find(main, options)
+    except UnsupportedFeatureError:
+        if not quantized:
+            raise
+        found = None
     if found is not None:
         return found
+    if quantized:
+        raise UnsupportedFeatureError(
+            f"read(fmt='onnx'): the graph has no LSTM, GRU or RNN node, and multiplies with ONNX "
+            f"Runtime's quantized matrix products ({', '.join(quantized)}), as onnxruntime."
+            "quantization.quantize_dynamic writes a network PyTorch's exporter unrolled into "
+            "steps. rnnport does not read quantized matrix products (of ONNX Runtime's "
+            "quantized operators it reads the LSTM node, com.microsoft.DynamicQuantizeLSTM, "
+            "with dequantize=True): read the float model the quantizer was given.")
     sequence_in = any(len(value.type.tensor_type.shape.dim) == 3 for value in main.loaded.graph.input)
     unrolled_looking = sequence_in and {"MatMul", "Gemm"} & set(ops) and {"Tanh", "Relu"} & set(ops)
-    hint = (" An nn.RNN exported with a single time step never multiplies its state, so its "
-            "weight_hh is not in the file: export it with two or more steps, or with "
-            "dynamo=False." if unrolled_looking else "")
+    hint = (" An nn.RNN, or a cell stepped in a loop, exported with a single time step never "
+            "multiplies its state, so its weight_hh is not in the file: export it with two or "
+            "more steps (for nn.RNN, PyTorch's TorchScript exporter, torch.onnx.export(..., "
+            "dynamo=False), writes an RNN node instead)." if unrolled_looking else "")
     raise FormatError(f"read(fmt='onnx'): the graph has no LSTM, GRU or RNN node (its "
                       f"operators: {', '.join(ops) or 'none'}), nor computes a recurrent "
                       "network step by step as PyTorch's exporter writes nn.RNN and the "
@@ -319,6 +337,7 @@ def notes(source: Any, **options: Any) -> list[str]:
             out.append(f"each layer of the bidirectional network is two cells, each read "
                        f"alone (as a cell, stepping forward) by node= with one of its nodes: "
                        f"{layers}.")
+        out += [f"{reason}." for reason in stepped.unpaired]
         return out
     scope, chain = picked
     out = [f"another recurrent network, {' → '.join(other.label(node) for node in nodes)}; "

@@ -48,10 +48,11 @@ from the state the step before computed (no zoneout, residual or average between
 A loop's first state is zeros, or a state the graph holds (a learned ``h0.expand(…)``),
 which ``notes`` then names: rnnport's ``forward`` starts from the state it is given; a
 non-zero first state whose product the exporter folded away is refused. A cell whose
-steps make two loops from zeros is the one-cell bidirectional network above, or refused. A pair is run whole: random values fed where both cells' steps
-take their inputs from (through slicing and reshaping), zeros to the graph's other inputs
-(a state fed to the model: rnnport's ``forward`` starts from zeros), and the
-bidirectional network's ``y`` must be among the values. The weights are the stored
+steps make two loops from zeros is the one-cell bidirectional network above, or refused.
+A pair is run whole: random values fed where both cells' steps take their inputs from
+(through slicing and reshaping, and the graph inputs a front end computes that from),
+zeros to the graph's other inputs (a state fed to the model: rnnport's ``forward`` starts
+from zeros), and the bidirectional network's ``y`` must be among the values. The weights are the stored
 constants, transposed back: bit-exact.
 
 **Several networks** in one graph are an :class:`~rnnport.errors.AmbiguousSourceError`
@@ -162,6 +163,7 @@ class Stepped:
     cells: list[tuple[str, str]] = field(default_factory=list)
     start: str = ""  # a cell's loop: the values its first state comes from, when not zeros
     tied: bool = False  # paired cells: one cell stepped both ways
+    unpaired: list[str] = field(default_factory=list)  # why cells were not read as a pair
 
 
 def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
@@ -180,10 +182,12 @@ def find(scope: Scope, options: Mapping[str, Any]) -> Stepped | None:
         return None
     network, joined = chosen
     if joined is None:
-        return Stepped(network.model, _describe(network.model), start=network.start)
+        return Stepped(network.model, _describe(network.model), start=network.start,
+                       unpaired=graph.unpaired)
     return Stepped(network.model, network.what,
                    [(forward.pick, backward.pick) for forward, backward in joined.layers],
-                   tied=any(forward.whole is not None for forward, _ in joined.layers))
+                   tied=any(forward.whole is not None for forward, _ in joined.layers),
+                   unpaired=graph.unpaired)
 
 
 def listing(scope: Scope) -> list[tuple[str, str]]:
@@ -244,7 +248,8 @@ def _networks(graph: _Search, where: str) -> tuple[list[_Network], list[_Joined]
                 f"{where}: one step of a recurrent cell whose state was folded away: exported "
                 "without a state, h = 0, so PyTorch's exporter computed h·weight_hh + bias_hh "
                 "once, into a constant, and weight_hh is not in the file. Nothing can bring it "
-                f"back; {EXPORT_WITH_STATE}, or read the cell's state_dict.")
+                f"back; {EXPORT_WITH_STATE} (a cell stepped in a loop: with two or more time "
+                "steps), or read the cell's state_dict.")
         return [], []
     looped = [cell for cell in cells if len(cell.steps) >= 2]
     values = _sequence_run(graph, looped) if looped else {}
@@ -872,8 +877,16 @@ def _paired(graph: _Search, cells: list[_Network], values: Mapping[str, Any]) ->
             continue
         sequences = _inputs(values, first), _inputs(values, second)
         if sequences[0] is None or sequences[1] is None or \
-                sequences[0].shape != sequences[1].shape or \
-                not np.array_equal(sequences[0], sequences[1][::-1]):
+                sequences[0].shape != sequences[1].shape:
+            continue
+        if np.array_equal(sequences[0], sequences[1]) and \
+                first.model.spec == second.model.spec:
+            graph.unpaired.append(
+                f"{first.what} ({first.pick!r}) and {second.what} ({second.pick!r}) step over "
+                "one sequence in the same order, where a bidirectional network's second "
+                "direction steps over it reversed: read apart")
+            continue
+        if not np.array_equal(sequences[0], sequences[1][::-1]):
             continue
         if first.model.spec != second.model.spec:
             graph.unpaired.append(_apart(graph, values, first, second, sequences[0]))
