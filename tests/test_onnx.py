@@ -286,41 +286,40 @@ def test_graph_without_rnn_node() -> None:
         rnnport.read(helper.make_model(graph), "onnx")
 
 
-def _graph(nodes: list[Any], shape: list[int], *tensors: Any) -> onnx.ModelProto:
-    value = helper.make_tensor_value_info
-    return helper.make_model(helper.make_graph(
-        nodes, "g", [value("x", onnx.TensorProto.FLOAT, shape)],
-        [value("y", onnx.TensorProto.FLOAT, None)], list(tensors)))
+_RNG = np.random.default_rng(0)
+# A graph that looks like one step of an unrolled nn.RNN (a 3-D input, a product, Tanh); and
+# what onnxruntime.quantization.quantize_dynamic makes of a network's MatMul.
+UNREAD_GRAPHS = {
+    "one step": ([helper.make_node("Squeeze", ["x", "axis"], ["x0"]),
+                  helper.make_node("MatMul", ["x0", "W"], ["xw"]),
+                  helper.make_node("Add", ["xw", "b"], ["z"])], [1, 2, 3],
+                 [numpy_helper.from_array(np.array([0]), "axis"),
+                  numpy_helper.from_array(_RNG.random((3, 4), np.float32), "W"),
+                  numpy_helper.from_array(_RNG.random(4, np.float32), "b")], FormatError,
+                 r"An nn.RNN, or a cell stepped in a loop, exported with a single time step "
+                 r"never multiplies its state.*export it with two or more steps \(for nn.RNN, "
+                 "PyTorch's TorchScript exporter"),
+    "quantized": ([helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "scale", "zero"]),
+                   helper.make_node("MatMulInteger", ["xq", "W", "zero", "W_zero"], ["product"]),
+                   helper.make_node("Cast", ["product"], ["real"], to=onnx.TensorProto.FLOAT),
+                   helper.make_node("Mul", ["real", "scale"], ["z"])], [2, 3],
+                  [numpy_helper.from_array(_RNG.integers(-9, 9, (3, 4)).astype(np.int8), "W"),
+                   numpy_helper.from_array(np.array(0, np.int8), "W_zero")],
+                  UnsupportedFeatureError,
+                  r"ONNX Runtime's quantized matrix products \(MatMulInteger\), as onnxruntime."
+                  r"quantization.quantize_dynamic writes.*read the float model the quantizer "
+                  "was given"),
+}
 
 
-def test_a_single_step_that_looks_unrolled_says_how_to_export_it() -> None:
-    rng = np.random.default_rng(0)
-    model = _graph([helper.make_node("Squeeze", ["x", "axis"], ["x0"]),
-                    helper.make_node("MatMul", ["x0", "W"], ["xw"]),
-                    helper.make_node("Add", ["xw", "b"], ["z"]),
-                    helper.make_node("Tanh", ["z"], ["y"])], [1, 2, 3],
-                   numpy_helper.from_array(np.array([0]), "axis"),
-                   numpy_helper.from_array(rng.random((3, 4), np.float32), "W"),
-                   numpy_helper.from_array(rng.random(4, np.float32), "b"))
-    with pytest.raises(FormatError, match=r"An nn.RNN, or a cell stepped in a loop, exported with "
-                       r"a single time step never multiplies its state.*export it with two or "
-                       r"more steps \(for nn.RNN, PyTorch's TorchScript exporter"):
-        rnnport.read(model)
-
-
-def test_quantized_matrix_products_are_named() -> None:
-    """What onnxruntime.quantization.quantize_dynamic makes of a network's MatMul."""
-    rng = np.random.default_rng(1)
-    model = _graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "scale", "zero"]),
-                    helper.make_node("MatMulInteger", ["xq", "W", "zero", "W_zero"], ["product"]),
-                    helper.make_node("Cast", ["product"], ["real"], to=onnx.TensorProto.FLOAT),
-                    helper.make_node("Mul", ["real", "scale"], ["z"]),
-                    helper.make_node("Tanh", ["z"], ["y"])], [2, 3],
-                   numpy_helper.from_array(rng.integers(-9, 9, (3, 4)).astype(np.int8), "W"),
-                   numpy_helper.from_array(np.array(0, np.int8), "W_zero"))
-    with pytest.raises(UnsupportedFeatureError, match=r"ONNX Runtime's quantized matrix products "
-                       r"\(MatMulInteger\), as onnxruntime.quantization.quantize_dynamic writes.*"
-                       r"read the float model the quantizer was given"):
+@pytest.mark.parametrize("name", sorted(UNREAD_GRAPHS))
+def test_graphs_that_hold_no_network_rnnport_reads_say_why(name: str) -> None:
+    nodes, shape, tensors, error, why = UNREAD_GRAPHS[name]
+    model = helper.make_model(helper.make_graph(
+        [*nodes, helper.make_node("Tanh", ["z"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], tensors))
+    with pytest.raises(error, match=why):
         rnnport.read(model)
 
 

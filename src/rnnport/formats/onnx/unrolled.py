@@ -410,6 +410,10 @@ class _Search:
         :data:`MEETING_HOPS` nodes."""
         return bool(self._near(first) & self._near(second))
 
+    def near(self, name: str) -> set[int]:
+        """The nodes (by id) ``name`` reaches within :data:`MEETING_HOPS` nodes."""
+        return self._near(name)
+
     def taken_near(self, name: str) -> set[str]:
         """The values the nodes within :data:`STEP_HOPS` nodes of ``name`` take: where a
         step's recurrent product goes, the state it updates (an LSTM's c) is taken."""
@@ -627,13 +631,14 @@ def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[
         keys = (data.key, state.key)
         if keys in checked or tries.get(keys, 0) >= TRIES:  # a cell stepped in a loop: once
             continue
+        if sum(tries.values()) >= MAX_PAIRS:
+            break
         if data.kernel.shape == state.kernel.shape:
             if keys not in swapped:
                 swapped[keys] = _swapped(graph, data, state, linears)
             if swapped[keys]:
+                tries[keys] = TRIES  # the other way round is the cell: this one is not tried
                 continue
-        if sum(tries.values()) >= MAX_PAIRS:
-            break
         tries[keys] = tries.get(keys, 0) + 1
         hidden, width = state.kernel.shape
         family = CELLS[width // hidden]
@@ -748,8 +753,13 @@ def _runs(graph: _Search, cell: _Network, values: Mapping[str, Any]) -> list[_Lo
     steps = sorted(cell.steps, key=lambda step: graph.position(step.node))
     cell.steps = steps
     applied: dict[int, list[Linear]] = {id(step): [] for step in steps}
+    near: dict[int, list[Linear]] = {}  # a node → the steps whose input's product it is near
+    for step in steps:
+        for node in graph.near(step.output):
+            near.setdefault(node, []).append(step)
     for product in (linear for linear in cell.linears if linear.key != steps[0].key):
-        owners = [step for step in steps if graph.meets(step.output, product.output)]
+        owners = list({id(step): step for node in graph.near(product.output)
+                       for step in near.get(node, [])}.values())
         if len(owners) != 1:
             raise _Mismatch(f"its state product {product.output!r} meets {len(owners)} of its "
                             "steps' input products, where a step's meets its own")
