@@ -192,6 +192,8 @@ def _feed_y(scope: Scope, node: Any, x: Any, feeds: dict[str, np.ndarray],
     if not isinstance(hidden, int) or hidden <= 0:
         return False
     time, batch = (shape[1], shape[0]) if _layout(node) == 1 else shape[:2]
+    if time * batch * directions * hidden > unrolled.MAX_FED:  # glue of no fixed sizes: fewer
+        time, batch = 5, 3
     size = time * batch * directions * hidden
     if size > unrolled.MAX_FED:
         raise FormatError(f"{where}: {scope.label(node)}'s output would take {size:,} "
