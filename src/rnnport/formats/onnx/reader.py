@@ -124,29 +124,29 @@ def _glue(scope: Scope, links: list[tuple[Any, Any]]) -> dict[int, str]:
     where = scope.loaded.where + (f", {scope.path}" if scope.path else "")
     reasons: dict[int, str] = {}
     fed: dict[int, np.ndarray] = {}  # id(a) → the Y fed, as [T, B, D, H]
+    following = {id(a): b for a, b in links}
+    later = {id(b) for _, b in links}
     try:
-        # the main graph's inputs, which a subgraph may also take (outer-scope names)
+        # The main graph's inputs (a subgraph may take them too, as outer-scope names) give
+        # each chain's first input its sizes; every layer of a stack has them, so each Y is
+        # fed for them, and the run computes what each next layer takes.
         feeds = unrolled.input_feeds(scope, where, distinct=True)
-        pending = [a for a, _ in links]
-        wanted = [node.input[0] for pair in links for node in pair]  # each X
-        values = unrolled.run(scope, feeds, where, wanted)
-        guesses = iter([unrolled.declared_shapes(scope) if not scope.path else {}])
-        later = {id(b) for _, b in links}
-        while pending:
-            added = [a for a in pending if _feed_y(scope, a, values.get(a.input[0]), feeds,
-                                                   fed, where)]
-            # a first layer whose input the run cannot compute: its declared shape, else 5
-            # steps of 3 (a later layer's input is computed from the layer before's output)
-            first = [a for a in pending if id(a) not in later] or pending
-            for guess in guesses if not added else ():
-                added = [a for a in first if _feed_y(scope, a, guess.get(
-                    a.input[0], (3, 5, 0) if _layout(a) == 1 else (5, 3, 0)), feeds, fed, where)]
-                if added:
-                    break
-            if not added:
-                break
-            pending = [a for a in pending if id(a) not in fed]
-            values = unrolled.run(scope, feeds, where, wanted)
+        firsts = [a for a, _ in links if id(a) not in later]
+        values = unrolled.run(scope, feeds, where, [a.input[0] for a in firsts])
+        declared = unrolled.declared_shapes(scope) if not scope.path else {}
+        start = 1  # each Y's numbers follow the one before's: all distinct
+        for first in firsts:
+            x = values.get(first.input[0])
+            # not computed (a front end the run skips): as declared, else 5 steps of 3
+            shape = x.shape if isinstance(x, np.ndarray) else declared.get(first.input[0])
+            if shape is None or len(shape) != 3:
+                shape = (3, 5, 0) if _layout(first) == 1 else (5, 3, 0)
+            time, batch = (shape[1], shape[0]) if _layout(first) == 1 else shape[:2]
+            node: Any = first
+            while node is not None and id(node) not in fed:
+                start += _feed_y(scope, node, time, batch, start, feeds, fed, where)
+                node = following.get(id(node))
+        values = unrolled.run(scope, feeds, where, [b.input[0] for _, b in links])
     except RnnportError as error:
         return {id(a): _apart(scope, a, b, f"the nodes between them could not be run to check "
                               f"that they pass its Y on unchanged ({error})") for a, b in links}
@@ -179,32 +179,28 @@ def _layout(node: Any) -> int:
     return 1 if layout == 1 else 0
 
 
-def _feed_y(scope: Scope, node: Any, x: Any, feeds: dict[str, np.ndarray],
-            fed: dict[int, np.ndarray], where: str) -> bool:
-    """Feed ``node``'s ``Y`` as distinct numbers shaped for its input ``x`` (an array or a
-    shape), and keep it as [T, B, D, H] in ``fed``; False when ``x`` says no shape."""
-    shape = x.shape if isinstance(x, np.ndarray) else x
-    if not isinstance(shape, tuple) or len(shape) != 3:
-        return False
+def _feed_y(scope: Scope, node: Any, time: int, batch: int, start: int,
+            feeds: dict[str, np.ndarray], fed: dict[int, np.ndarray], where: str) -> int:
+    """Feed ``node``'s ``Y`` as the numbers from ``start`` on (float64, exact through any
+    glue) for ``time`` steps of ``batch`` (fewer where that would be too many: a stack's
+    glue has no fixed sizes), keep it as [T, B, D, H] in ``fed``; how many numbers."""
     attributes = node_attributes(node, scope.label(node))
     directions = 2 if attributes.get("direction") == "bidirectional" else 1
     hidden = attributes.get("hidden_size")
     if not isinstance(hidden, int) or hidden <= 0:
-        return False
-    time, batch = (shape[1], shape[0]) if _layout(node) == 1 else shape[:2]
-    if time * batch * directions * hidden > unrolled.MAX_FED:  # glue of no fixed sizes: fewer
+        return 0  # said when the node is read
+    if time * batch * directions * hidden > unrolled.MAX_FED or time <= 0 or batch <= 0:
         time, batch = 5, 3
     size = time * batch * directions * hidden
     if size > unrolled.MAX_FED:
         raise FormatError(f"{where}: {scope.label(node)}'s output would take {size:,} "
                           f"values, more than {unrolled.MAX_FED:,}")
-    start = sum(value.size for value in fed.values()) + 1
-    tagged = np.arange(start, start + size, dtype=np.float32).reshape(
+    tagged = np.arange(start, start + size, dtype=np.float64).reshape(
         time, batch, directions, hidden)
     fed[id(node)] = tagged
     feeds[node.output[0]] = tagged.transpose(1, 0, 2, 3) if _layout(node) == 1 else \
         tagged.transpose(0, 2, 1, 3)
-    return True
+    return size
 
 
 def _names(node: Any) -> set[str]:

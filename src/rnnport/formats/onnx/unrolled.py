@@ -196,7 +196,8 @@ def listing(scope: Scope) -> list[tuple[str, str]]:
     where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
     graph = _Search(scope, where)
     networks, joined = _networks(graph, where)
-    return [(network.pick, network.what) for network in _top(networks, joined)]
+    return [(network.pick, f"{network.what}{f' (not read: {network.refused})' if network.refused else ''}")
+            for network in _top(networks, joined)]
 
 
 def _describe(model: Model) -> str:
@@ -842,7 +843,7 @@ def _start(graph: _Search, values: Mapping[str, Any], model: RNN, x: np.ndarray,
                  and value.dtype.kind == "f"}
     shaped = [(name, value) for name, value in sorted({**values, **constants}.items(),
                                                       key=lambda item: (item[0] not in near,
-                                                                        item[0]))
+                                                                        str(item[0])))
               if isinstance(value, np.ndarray) and value.shape == zeros.shape
               and value.dtype.kind == "f"]
     if state is not None and h is not None:
