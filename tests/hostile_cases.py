@@ -317,6 +317,57 @@ def _rnn_cells(layers: Sequence[int], input_size: int, hidden: int) -> dict[str,
     return arrays
 
 
+# -- TFLite models ----------------------------------------------------------------------------
+
+
+def tflite_shared_quantization(tensors: int, scales: int) -> bytes:
+    """A ``.tflite`` model whose one subgraph holds ``tensors`` int8 tensors, every one
+    pointing at the same QuantizationParameters table of ``scales`` scales (built with
+    LiteRT's generated schema code, one table written once and referenced from each)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    builder = flatbuffers.Builder(1024)
+    schema.QuantizationParametersStartScaleVector(builder, scales)
+    for value in reversed(np.linspace(0.5, 1.5, scales, dtype=np.float32).tolist()):
+        builder.PrependFloat32(value)
+    scale = builder.EndVector()
+    schema.QuantizationParametersStart(builder)
+    schema.QuantizationParametersAddScale(builder, scale)
+    quantization = schema.QuantizationParametersEnd(builder)
+    schema.TensorStartShapeVector(builder, 1)
+    builder.PrependInt32(scales)
+    shape = builder.EndVector()
+    made = []
+    for _ in range(tensors):
+        schema.TensorStart(builder)
+        schema.TensorAddShape(builder, shape)
+        schema.TensorAddType(builder, 9)  # INT8
+        schema.TensorAddQuantization(builder, quantization)
+        made.append(schema.TensorEnd(builder))
+    schema.SubGraphStartTensorsVector(builder, len(made))
+    for tensor in reversed(made):
+        builder.PrependUOffsetTRelative(tensor)
+    listed = builder.EndVector()
+    schema.SubGraphStart(builder)
+    schema.SubGraphAddTensors(builder, listed)
+    subgraph = schema.SubGraphEnd(builder)
+    schema.BufferStart(builder)
+    empty = schema.BufferEnd(builder)
+    schema.ModelStartBuffersVector(builder, 1)
+    builder.PrependUOffsetTRelative(empty)
+    buffers = builder.EndVector()
+    schema.ModelStartSubgraphsVector(builder, 1)
+    builder.PrependUOffsetTRelative(subgraph)
+    subgraphs = builder.EndVector()
+    schema.ModelStart(builder)
+    schema.ModelAddVersion(builder, 3)
+    schema.ModelAddSubgraphs(builder, subgraphs)
+    schema.ModelAddBuffers(builder, buffers)
+    builder.Finish(schema.ModelEnd(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
 # -- ONNX graphs ------------------------------------------------------------------------------
 
 

@@ -97,3 +97,26 @@ def test_a_body_past_the_work_limit_is_refused() -> None:
     assert "recognising its WHILE loops has taken" in str(error.value)
     assert "rnnport.limits(work=" in str(error.value)
     assert len(networks(data).entries) == 2  # within the default limit
+
+
+def test_tensors_sharing_one_quantization_table_decode_it_once() -> None:
+    """A thousand tensors pointing at one table of 100,000 scales (a 420 KB file): decoded
+    once, not a thousand times (3.2 GB of Python floats)."""
+    from hostile_cases import tflite_shared_quantization
+
+    data = tflite_shared_quantization(1000, 100_000)
+    tensors = tflite_schema.decode_model(data).subgraphs[0].tensors
+    assert len(tensors) == 1000 and len(tensors[0].quantization.scale) == 100_000
+    assert all(tensor.quantization is tensors[0].quantization for tensor in tensors)
+    assert tensors[0].shape is tensors[999].shape
+
+
+def test_numbers_decoded_past_the_expansion_limit_are_refused() -> None:
+    from hostile_cases import tflite_shared_quantization
+
+    data = tflite_shared_quantization(2, 100_000)
+    with rnnport.limits(expansion=0.5), pytest.raises(LimitError) as error:
+        tflite_schema.decode_model(data, source="m.tflite")
+    assert error.value.limit == "expansion"
+    assert str(error.value).startswith("m.tflite: subgraphs[0].tensors[0].quantization.scale: "
+                                       "decoding a vector of 100,000 values would bring")

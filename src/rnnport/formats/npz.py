@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError, RnnportError
+from ..io import jsontext
 from ..io.archive import open_zip, read_member, read_npy
 from ..io.atomic import NUMPY_ARCHIVE, save_archive
 from ..model import DIRECTION_NAMES, RNN, Model, Stack, exported
@@ -88,12 +89,19 @@ def read(source: Any) -> Model:
         raise FormatError(f"{where}: no {HEADER!r} entry; this .npz was not written by rnnport "
                           "(its arrays carry no spec). Read the arrays yourself and pass them "
                           "to the format they came from.")
+    entry = arrays[HEADER]
     try:
-        header = json.loads(str(arrays[HEADER]))
+        if not isinstance(entry, (np.ndarray, str)) or np.ndim(entry) or \
+                np.asarray(entry).dtype.kind != "U":
+            raise TypeError(f"a {describe(entry)}, not one string")
+        header = jsontext.loads(str(entry), f"{where}: the {HEADER!r} entry", max_depth=8)
         version, specs = header["version"], header["parts"]
-    except (ValueError, KeyError, TypeError, RecursionError) as error:
+    except jsontext.JSONTextError as error:
         raise FormatError(f"{where}: the {HEADER!r} entry is not rnnport's JSON header "
-                          f"({error}).") from None
+                          f"({error.problem}).") from None
+    except (KeyError, TypeError) as error:
+        raise FormatError(f"{where}: the {HEADER!r} entry is not rnnport's JSON header "
+                          f"({type(error).__name__}: {error}).") from None
     if version != VERSION:
         raise FormatError(f"{where}: container version {version!r}; this rnnport reads "
                           f"version {VERSION}. Upgrade rnnport.")

@@ -24,7 +24,6 @@ that rnnport does not read) form stacks of their own and are refused by name whe
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import deque
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
-from ...io import tensorbundle, tfproto
+from ...io import jsontext, tensorbundle, tfproto
 from ...model import as_float_array
 from .._common import close_matches, describe, is_path, to_numpy
 from . import keras3
@@ -164,15 +163,18 @@ class Source:
             self.keras3 = keras3.Export(self.where, saved, graph, self.bundle, size)
 
     def _keras_metadata(self, path: Path) -> None:
+        # One JSON document per node, written by Python's json.dumps (which writes NaN and
+        # Infinity), all of them together within what the file's size allows.
+        tally = jsontext.Tally(str(path), path.stat().st_size)
         for node in tfproto.read_saved_metadata(path).nodes:
             parts = node.node_path.split(".")
             if not parts or parts[0] != "root":
                 continue
             try:
-                entry = json.loads(node.metadata)
-            except ValueError:
-                raise FormatError(f"{path}: node {node.node_path!r} holds metadata that is not "
-                                  "JSON; the file is damaged.") from None
+                entry = jsontext.loads(node.metadata, str(path), allow_nan=True, tally=tally)
+            except jsontext.JSONTextError as error:
+                raise FormatError(f"{path}: node {node.node_path[:200]!r} holds metadata that is "
+                                  f"not JSON ({error.problem}); the file is damaged.") from None
             if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
                 self.metadata["/".join(parts[1:])] = (str(entry.get("class_name")),
                                                       entry["config"])

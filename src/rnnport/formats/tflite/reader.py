@@ -15,7 +15,6 @@ constants a unit's inputs hold, directly or through DEQUANTIZE (float16 → floa
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +24,9 @@ import numpy as np
 
 from ... import budget
 from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
+from ...io import jsontext
 from ...io import tflite_schema as tfl
+from ...io.pickled import preview
 from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import close_matches, describe, is_path, listed
@@ -193,16 +194,20 @@ def _loops(model: tfl.Model, where: str) -> dict[int, dict[str, Any]]:
     if not entries:
         return {}
     index = entries[0].buffer
+    expected = '{"version": 1, "loops": [{"operator": k, …}, …]}. The file is damaged.'
     try:
-        described = json.loads(bytes(model.buffers[index].data).decode())
-        loops = described["loops"]
-        if described.get("version") != 1 or not isinstance(loops, list):
-            raise ValueError(described.get("version"))
-        result = {int(loop["operator"]): dict(loop) for loop in loops}
-    except (IndexError, KeyError, TypeError, ValueError, UnicodeDecodeError) as error:
+        described = jsontext.loads(model.buffers[index].data,
+                                   f"{where}: the {LOOPS!r} metadata", max_depth=8)
+    except jsontext.JSONTextError as error:
         raise FormatError(f"{where}: the {LOOPS!r} metadata (buffer {index}) is not the JSON "
-                          f"rnnport writes ({type(error).__name__}: {error}); expected "
-                          '{"version": 1, "loops": [...]}. The file is damaged.') from None
+                          f"rnnport writes ({error.problem}); expected {expected}") from None
+    loops = described.get("loops") if isinstance(described, dict) else None
+    if not isinstance(described, dict) or described.get("version") != 1 or \
+            not isinstance(loops, list) or not all(
+                isinstance(loop, dict) and type(loop.get("operator")) is int for loop in loops):
+        raise FormatError(f"{where}: the {LOOPS!r} metadata (buffer {index}) holds "
+                          f"{preview(described)}; expected {expected}")
+    result = {loop["operator"]: loop for loop in loops}
     count = len(model.subgraphs[0].operators)
     for operator, loop in result.items():
         codes = model.subgraphs[0].operators
@@ -213,7 +218,7 @@ def _loops(model: tfl.Model, where: str) -> dict[int, dict[str, Any]]:
         members = loop.get("operators", [operator])
         if not isinstance(members, list) or operator not in members or \
                 not all(isinstance(k, int) and 0 <= k < count for k in members):
-            raise FormatError(f"{where}: the {LOOPS!r} metadata lists operators {members!r} "
+            raise FormatError(f"{where}: the {LOOPS!r} metadata lists operators {preview(members)} "
                               f"for operator {operator}; expected main-subgraph operator "
                               "indices including the WHILE. The file is damaged.")
     return result
@@ -682,8 +687,10 @@ def _loop_direction(file: _File, operator: int, reading: _Reading) -> _Direction
     if loop.get("cell") != "gru" or len(sizes) != 3 or sizes[2] >= len(file.model.subgraphs) \
             or not isinstance(reset_after, bool) or not isinstance(bias, bool) or \
             not isinstance(loop.get("tensors"), dict):
+        described = ", ".join(f"{preview(k)}: {preview(v)}" for k, v in list(loop.items())[:12]
+                              if k != "tensors")
         raise FormatError(f"{file.where}: {label}: the {LOOPS!r} metadata describes it as "
-                          f"{ {k: v for k, v in loop.items() if k != 'tensors'} }; expected a "
+                          f"{{{described}}}; expected a "
                           "GRU (cell, positive hidden_size, input_size and body subgraph, "
                           "reset_after and bias flags, tensors). The file is damaged.")
     assert isinstance(hidden, int) and isinstance(inputs, int) and isinstance(body, int)
@@ -705,7 +712,7 @@ def _loop_direction(file: _File, operator: int, reading: _Reading) -> _Direction
         if not isinstance(tensors, list) or len(tensors) != len(shapes) or \
                 not all(isinstance(t, int) and 0 <= t < len(graph.tensors) for t in tensors):
             raise FormatError(f"{file.where}: {label}: the {LOOPS!r} metadata gives {name} as "
-                              f"tensors {tensors!r}; expected {len(shapes)} tensor index(es) of "
+                              f"tensors {preview(tensors)}; expected {len(shapes)} tensor index(es) of "
                               f"subgraph {body}. The file is damaged.")
         pieces = []
         for tensor, shape in zip(tensors, shapes, strict=True):
