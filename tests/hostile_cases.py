@@ -45,6 +45,25 @@ TIMEOUT = 60.0             # seconds a child may take
 
 STORED, DEFLATED, BZIP2, LZMA = 0, 8, 12, 14  # zip compression methods
 
+# -- a caller deep in its own recursion --------------------------------------------------------
+
+
+def deep_call(headroom: int, call: Callable[[], Any]) -> Any:
+    """``call()`` made with only ``headroom`` frames left below the recursion limit: what a
+    read called deep in a caller's recursion has. Recursion a file controls shows up as a
+    RecursionError here and not at the top of a test."""
+    def depth() -> int:
+        frame, count = sys._getframe(), 0
+        while frame is not None:
+            frame, count = frame.f_back, count + 1  # type: ignore[assignment]
+        return count
+
+    def down(level: int) -> Any:
+        return call() if level <= 1 else down(level - 1)
+
+    return down(max(sys.getrecursionlimit() - headroom - depth(), 1))
+
+
 # -- zip archives written from their headers --------------------------------------------------
 
 

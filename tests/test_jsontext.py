@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile_cases import deep_call
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,25 +21,6 @@ from rnnport.io import jsontext
 from rnnport.io.jsontext import JSONTextError, Tally, loads
 
 GOLDEN = Path(__file__).parent / "golden"
-
-
-def deep_call(headroom: int, call: Callable[[], Any]) -> Any:
-    """``call()`` made with only ``headroom`` frames left below the recursion limit: what a
-    read deep in a caller's recursion has."""
-    target = sys.getrecursionlimit() - headroom
-
-    def depth() -> int:
-        frame, count = sys._getframe(), 0
-        while frame is not None:
-            frame, count = frame.f_back, count + 1  # type: ignore[assignment]
-        return count
-
-    def down(level: int) -> Any:
-        if level <= 1:
-            return call()
-        return down(level - 1)
-
-    return down(max(target - depth(), 1))
 
 
 json_values = st.recursive(

@@ -1,0 +1,98 @@
+"""Crafted Flax checkpoints, ``.npz`` archives and TF2 object graphs: what a file can
+repeat, nest or share is counted as it is read, a shared array is charged (and decoded)
+once, keys mean one thing, and nothing recurses as deep as the file says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from hostile_cases import deep_call
+
+import rnnport
+from rnnport import RNN, Spec
+from rnnport.errors import FormatError
+from rnnport.formats._msgpack import encode_flax
+
+# -- Flax ------------------------------------------------------------------------------------
+
+
+def _cell(inputs: int, hidden: int, seed: int) -> dict[str, Any]:
+    """A linen SimpleCell's parameters (random, distinct)."""
+    rng = np.random.default_rng(seed)
+    return {"i": {"kernel": rng.standard_normal((inputs, hidden)).astype(np.float32),
+                  "bias": rng.standard_normal(hidden).astype(np.float32)},
+            "h": {"kernel": rng.standard_normal((hidden, hidden)).astype(np.float32)}}
+
+
+def _checkpoint(tmp_path: Path, tree: Any, name: str = "m.msgpack") -> Path:
+    path = tmp_path / name
+    path.write_bytes(encode_flax(tree))
+    return path
+
+
+@pytest.mark.parametrize("key", ["²", "x²", "0" * 40 + "7"])
+def test_a_scope_of_digits_int_cannot_read_is_a_name(tmp_path: Path, key: str) -> None:
+    """``"²".isdigit()`` is true and ``int("²")`` fails: such a scope is a name, sorted as
+    text; a number's leading zeros sort as the number."""
+    path = _checkpoint(tmp_path, {"params": {key: {"cell": _cell(3, 4, 1)}}})
+    assert rnnport.read(path).spec == Spec("rnn_tanh", 3, 4)
+    assert [value for value, _ in rnnport.formats.get("flax").networks(path).entries] == \
+        [f"{key}/cell"]
+
+
+def test_a_scope_name_past_any_module_name_is_refused(tmp_path: Path) -> None:
+    """5,000 digits: past what ``int`` converts (ValueError), and past any module's name."""
+    path = _checkpoint(tmp_path, {"params": {"1" * 5000: {"cell": _cell(3, 4, 1)}}})
+    with pytest.raises(FormatError, match=r"holds a scope named with 5,000 characters "
+                                          r"\('1111.*expected a Flax module's name"):
+        rnnport.read(path)
+
+
+def test_digits_other_than_ascii_do_not_number_a_scope(tmp_path: Path) -> None:
+    """``layers_٣`` is not ``layers_3`` (Python's ``int`` reads ``٣`` as 3; Flax writes ASCII
+    numbers only): two layers whose sizes chain either way are not ordered by it."""
+    tree = {"params": {"layers_1": {"cell": _cell(4, 4, 1)}, "layers_٣": {"cell": _cell(4, 4, 2)}}}
+    path = _checkpoint(tmp_path, tree)
+    with pytest.raises(FormatError, match=r"m.msgpack: the scope names of the layers "
+                                          r"layers_1/cell, layers_٣/cell do not say the order"):
+        rnnport.read(path)
+    numbered = _checkpoint(tmp_path, {"params": {"layers_10": {"cell": _cell(4, 4, 1)},
+                                                 "layers_9": {"cell": _cell(4, 4, 2)}}}, "n.msgpack")
+    assert [layer.params[0][0]["weight_hh"][0, 0] for layer in rnnport.read(numbered).layers()] \
+        == [tree["params"]["layers_٣"]["cell"]["h"]["kernel"][0, 0],
+            tree["params"]["layers_1"]["cell"]["h"]["kernel"][0, 0]]
+
+
+def test_two_keys_reading_as_one_string_are_refused(tmp_path: Path) -> None:
+    cell = msgpack.packb({"i": {"kernel": 1}}, use_bin_type=True)
+    data = b"\x81\xa6params\x82\x01" + cell + b"\xa11" + cell
+    path = tmp_path / "twice.msgpack"
+    path.write_bytes(data)
+    with pytest.raises(FormatError, match=r"twice.msgpack/params/1: two keys read as '1'"):
+        rnnport.read(path)
+
+
+def test_a_tree_nested_to_the_limit_reads_alike_wherever_read_is_called_from(
+        tmp_path: Path) -> None:
+    """64 levels (the most the msgpack reader takes) walked without recursion: the same
+    answer 100 frames below the recursion limit as at the top (the recursive walk took 145)."""
+    tree: Any = {"kernel": np.zeros(2, np.float32)}
+    for level in range(62):
+        tree = {f"s{level}": tree}
+    path = _checkpoint(tmp_path, {"params": tree})
+    with pytest.raises(FormatError) as top:
+        rnnport.read(path, fmt="flax")
+    with pytest.raises(FormatError) as deep:
+        deep_call(100, lambda: rnnport.read(path, fmt="flax"))
+    assert str(deep.value) == str(top.value)
+    assert "no Flax recurrent cell in the tree" in str(top.value)
+    nested = {"params": {"cell": _cell(3, 4, 5)}}
+    for level in range(60):
+        nested = {f"s{level}": nested}
+    deeper = _checkpoint(tmp_path, nested, "deep.msgpack")
+    assert deep_call(100, lambda: rnnport.read(deeper)) == rnnport.read(deeper)
+    assert rnnport.read(deeper) == RNN(Spec("rnn_tanh", 3, 4), rnnport.read(deeper).params)
