@@ -108,6 +108,35 @@ def zip_archive(members: Sequence[Member]) -> bytes:
     return bytes(out)
 
 
+def overlapping_npz(count: int, size: int) -> bytes:
+    """An ``.npz`` whose ``count`` stored members overlap: each member's data is an ``.npy``
+    header and then everything after it in the file (the next members' headers, down to
+    ``size`` bytes of array data at the end that every member shares), so each is a valid
+    uint8 array, and reading them all reads ``count × size`` bytes from a file of little
+    more than ``size``."""
+    following = np.arange(size, dtype=np.uint8).tobytes()  # member i's data after its npy header
+    entries = []  # (name, crc, length) of each member's data, the last one's first
+    for index in reversed(range(count)):
+        header = npy_header((len(following),))
+        name = f"x{index}.npy".encode()
+        crc, length = zlib.crc32(following, zlib.crc32(header)), len(header) + len(following)
+        local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, STORED, 0, 0x21, crc, length,
+                            length, len(name), 0) + name
+        following = local + header + following
+        entries.append((name, crc, length, len(local) + len(header)))
+    entries.reverse()
+    central = bytearray()
+    position = 0
+    for name, crc, length, ahead in entries:
+        central += struct.pack("<IH", 0x02014B50, 20) + struct.pack(
+            "<HHHHHIIIHH", 20, 0, STORED, 0, 0x21, crc, length, length, len(name), 0) + \
+            struct.pack("<HHHII", 0, 0, 0, 0, position) + name
+        position += ahead  # the next member's local header follows this one's npy header
+    start = len(following)
+    return following + bytes(central) + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count,
+                                                    count, len(central), start, 0)
+
+
 def zip_members(data: bytes) -> list[tuple[str, bytes]]:
     """Every member of an archive as (name, content)."""
     with zipfile.ZipFile(io.BytesIO(data)) as archive:

@@ -13,9 +13,11 @@ import pytest
 from hostile_cases import deep_call
 
 import rnnport
-from rnnport import RNN, Spec
-from rnnport.errors import FormatError
+from rnnport import RNN, Spec, corpus
+from rnnport.errors import FormatError, LimitError
+from rnnport.formats import npz
 from rnnport.formats._msgpack import encode_flax
+from rnnport.io import archive
 
 # -- Flax ------------------------------------------------------------------------------------
 
@@ -96,3 +98,46 @@ def test_a_tree_nested_to_the_limit_reads_alike_wherever_read_is_called_from(
     deeper = _checkpoint(tmp_path, nested, "deep.msgpack")
     assert deep_call(100, lambda: rnnport.read(deeper)) == rnnport.read(deeper)
     assert rnnport.read(deeper) == RNN(Spec("rnn_tanh", 3, 4), rnnport.read(deeper).params)
+
+
+# -- .npz archives -----------------------------------------------------------------------------
+
+
+def test_an_npz_whose_members_overlap_is_refused_before_reading(tmp_path: Path) -> None:
+    """Forty stored members, each holding the ones after it and the 1 MB they share: 40 MB
+    read from a 1 MB file (an rnnport model read, and a ``rnnport run`` input alike)."""
+    from hostile_cases import overlapping_npz
+
+    path = tmp_path / "overlap.npz"
+    path.write_bytes(overlapping_npz(40, 1 << 20))
+    message = (r"overlap.npz: archive members 'x0.npy' \(bytes 0 to 1,055,166\) and 'x1.npy' "
+               r"\(from byte 164\) overlap; expected each member's bytes apart")
+    with pytest.raises(FormatError, match=message):
+        rnnport.read(path)
+    model = tmp_path / "m.npz"
+    rnnport.write(RNN.random(Spec("gru", 3, 4), seed=1), "npz", path=model)
+    summary = corpus.run(model, [path], tmp_path / "out", jobs=0)
+    assert summary.failed == 1 and "overlap; expected each member's bytes apart" in \
+        (summary.results[0].error or "")
+
+
+def test_what_npz_members_inflate_to_is_charged_before_any_is_read(tmp_path: Path) -> None:
+    """32 MiB of zeros deflate to 32 KB: past 4 × (the file + 4 MiB), refused unread."""
+    path = tmp_path / "zeros.npz"
+    np.savez_compressed(path, x=np.zeros(32 << 20, np.uint8))
+    reads = []
+    original = archive.read_member
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(archive, "read_member", lambda *a, **k: reads.append(a[1]) or original(*a, **k))
+        patch.setattr(npz, "read_member", archive.read_member)
+        patch.setattr(corpus, "read_member", archive.read_member)
+        with pytest.raises(LimitError) as error:
+            rnnport.read(path, fmt="npz")
+        assert error.value.limit == "expansion" and reads == []
+        assert "its 1 member(s) inflate to 33,554,560 bytes" in str(error.value)
+        model = tmp_path / "m.npz"
+        rnnport.write(RNN.random(Spec("gru", 3, 4), seed=1), "npz", path=model)
+        summary = corpus.run(model, [path], tmp_path / "out", jobs=0)
+        assert summary.failed == 1 and "inflate to 33,554,560 bytes" in \
+            (summary.results[0].error or "")
+        assert "x.npy" not in reads
