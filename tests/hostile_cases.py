@@ -365,6 +365,52 @@ def _rnn_cells(layers: Sequence[int], input_size: int, hidden: int) -> dict[str,
     return arrays
 
 
+# -- TF2 object graphs ------------------------------------------------------------------------
+
+
+def tf2_checkpoint(prefix: Path, root: Any, arrays: dict[str, np.ndarray]) -> None:
+    """A TF2 checkpoint of ``arrays`` whose object graph is the tree of
+    :class:`rnnport.formats.tf2.writer._Node` under ``root`` (nodes numbered breadth first)."""
+    from rnnport.formats.tf2 import writer
+    from rnnport.io import tensorbundle, tfproto
+
+    graph = np.empty((), dtype=object)
+    graph[()] = writer.encode_object_graph(writer._numbered(root))
+    tensorbundle.write_bundle(prefix, {**arrays, tfproto.OBJECT_GRAPH_KEY: graph})
+
+
+def tf2_chain(prefix: Path, length: int) -> None:
+    """A checkpoint whose object graph is one chain of ``length`` objects, each the child
+    ``x`` of the one before, the last holding a variable: the objects' paths take the
+    square of the chain's length."""
+    from rnnport.formats.tf2.writer import _Node
+
+    key = "x/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+    node = _Node(variable=("kernel", key))
+    for _ in range(length):
+        node = _Node([("x", node)])
+    tf2_checkpoint(prefix, node, {key: np.ones((2, 2), np.float32)})
+
+
+def tf2_shared_layers(prefix: Path, layers: int, hidden: int) -> None:
+    """A checkpoint of ``layers`` Keras LSTM layers (``hidden`` → ``hidden``) whose object
+    graph names the same three stored tensors for every one of them."""
+    from rnnport.formats.tf2.writer import _Node
+
+    rng = np.random.default_rng(3)
+    stored = {f"shared/{name}/.ATTRIBUTES/VARIABLE_VALUE": rng.standard_normal(shape).astype(
+        np.float32) for name, shape in (("kernel", (hidden, 4 * hidden)),
+                                        ("recurrent_kernel", (hidden, 4 * hidden)),
+                                        ("bias", (4 * hidden,)))}
+    root = _Node()
+    for index in range(layers):
+        cell = _Node([(name, _Node(variable=(f"lstm_{index}/{name}",
+                                             f"shared/{name}/.ATTRIBUTES/VARIABLE_VALUE")))
+                      for name in ("kernel", "recurrent_kernel", "bias")])
+        root.children.append((f"layer_with_weights-{index}", _Node([("cell", cell)])))
+    tf2_checkpoint(prefix, root, stored)
+
+
 # -- TFLite models ----------------------------------------------------------------------------
 
 

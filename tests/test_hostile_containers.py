@@ -141,3 +141,91 @@ def test_what_npz_members_inflate_to_is_charged_before_any_is_read(tmp_path: Pat
         assert summary.failed == 1 and "inflate to 33,554,560 bytes" in \
             (summary.results[0].error or "")
         assert "x.npy" not in reads
+
+
+# -- TF2 object graphs -----------------------------------------------------------------------
+
+
+def test_an_object_graph_that_is_one_long_chain_stops_at_the_expansion_limit(
+        tmp_path: Path) -> None:
+    """6,000 objects in a chain (a 70 KB checkpoint) make 36 million characters of paths,
+    each path its parent's and one more piece: refused as they pass the limit."""
+    from hostile_cases import tf2_chain
+
+    tf2_chain(tmp_path / "ckpt", 6000)
+    with pytest.raises(LimitError) as error:
+        rnnport.read(tmp_path / "ckpt", fmt="tf2")
+    assert error.value.limit == "expansion"
+    assert "its object graph's paths (each repeating its parent's) would take more than" \
+        in str(error.value)
+    tf2_chain(tmp_path / "short", 100)
+    with pytest.raises(FormatError, match="no recurrent layer found"):
+        rnnport.read(tmp_path / "short", fmt="tf2")
+
+
+def test_layers_naming_one_stored_tensor_are_charged_each_and_read_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 layers naming the same 132 KB of tensors would build 40 MB: refused before a
+    tensor is read. Three such layers read, each stored tensor read once."""
+    from hostile_cases import tf2_shared_layers
+
+    from rnnport.io import tensorbundle
+
+    reads: list[str] = []
+    original = tensorbundle.Bundle.read
+    monkeypatch.setattr(tensorbundle.Bundle, "read",
+                        lambda self, name: reads.append(name) or original(self, name))
+    tf2_shared_layers(tmp_path / "many", 300, 64)
+    with pytest.raises(LimitError) as error:
+        rnnport.read(tmp_path / "many", fmt="tf2")
+    assert error.value.limit == "expansion"
+    assert "the 300 layer(s) read hold 39,628,800 bytes of arrays" in str(error.value)
+    assert not [name for name in reads if name.startswith("shared/")]
+    tf2_shared_layers(tmp_path / "few", 3, 64)
+    reads.clear()
+    model = rnnport.read(tmp_path / "few", fmt="tf2")
+    assert len(model.layers()) == 3 and model.layers()[0] == model.layers()[2]
+    assert sorted(name for name in reads if name.startswith("shared/")) == [
+        f"shared/{name}/.ATTRIBUTES/VARIABLE_VALUE" for name in ("bias", "kernel",
+                                                                  "recurrent_kernel")]
+
+
+def test_a_layer_numbered_with_other_digits_is_not_numbered(tmp_path: Path) -> None:
+    """``layer_with_weights-١`` (Arabic-Indic one) is not layer 1: Keras writes ASCII."""
+    from hostile_cases import tf2_checkpoint
+
+    from rnnport.formats.tf2.writer import _Node
+
+    rng = np.random.default_rng(4)
+    root, arrays = _Node(), {}
+    for index, name in enumerate(("layer_with_weights-0", "layer_with_weights-١")):
+        children = []
+        for variable, shape in (("kernel", (4, 16)), ("recurrent_kernel", (4, 16)),
+                                ("bias", (16,))):
+            key = f"{index}/{variable}/.ATTRIBUTES/VARIABLE_VALUE"
+            arrays[key] = rng.standard_normal(shape).astype(np.float32)
+            children.append((variable, _Node(variable=(variable, key))))
+        root.children.append((name, _Node([("cell", _Node(children))])))
+    tf2_checkpoint(tmp_path / "ckpt", root, arrays)
+    with pytest.raises(rnnport.errors.AmbiguousSourceError, match="holds 2 separate recurrent "
+                                                                   "stacks"):
+        rnnport.read(tmp_path / "ckpt", fmt="tf2")
+    assert rnnport.read(tmp_path / "ckpt", fmt="tf2", layer="layer_with_weights-١").spec == \
+        Spec("lstm", 4, 4)
+
+
+def test_keras_metadata_nested_past_the_limit_is_a_format_error(tmp_path: Path) -> None:
+    """keras_metadata.pb's JSON, 100,000 levels deep: json.loads raised RecursionError."""
+    import shutil
+
+    from rnnport.io._proto import key, varint
+
+    folder = tmp_path / "saved"
+    shutil.copytree(Path(__file__).parent / "golden" / "tf2" / "tf2_savedmodel_keras_lstm" /
+                    "saved_model", folder)
+    metadata = b"[" * 100_000
+    node = key(3, 2) + varint(4) + b"root" + key(5, 2) + varint(len(metadata)) + metadata
+    (folder / "keras_metadata.pb").write_bytes(key(1, 2) + varint(len(node)) + node)
+    with pytest.raises(FormatError, match=r"keras_metadata.pb: node 'root' holds metadata that "
+                                          r"is not JSON \(arrays and objects nested more than 64"):
+        rnnport.read(folder, fmt="tf2")
