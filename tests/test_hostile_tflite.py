@@ -13,6 +13,7 @@ import pytest
 import rnnport
 from rnnport.errors import LimitError
 from rnnport.formats.tflite import FORMAT, loops, networks
+from rnnport.formats.tflite.reader import parameter_arrays
 from rnnport.io import tflite_schema
 
 GOLDEN = Path(__file__).parent / "golden" / "tflite"
@@ -160,3 +161,24 @@ def test_a_loop_body_evaluates_alike_wherever_read_is_called_from() -> None:
     assert deep_call(150, lambda: FORMAT.read(data)) == expected
     with pytest.raises(rnnport.UnsupportedFeatureError, match=r"nests more than 256 operations"):
         deep_call(150, lambda: FORMAT.read(_deep_body(300)))
+
+
+def test_constants_widened_to_float32_are_built_once_per_buffer_and_charged() -> None:
+    """Four weight tensors naming one float16 buffer: widened once. A float16 constant's
+    float32 values are charged against the expansion limit before they are built."""
+    from tflite_edits import edited
+
+    def share(model: Any) -> None:
+        graph = model.subgraphs[0]
+        for tensor in graph.tensors[10:13]:  # the input weights of the f, c and o gates
+            tensor.buffer = graph.tensors[9].buffer
+    data = edited(GOLDEN / "lstm_float16.tflite", share)
+    arrays = dict(parameter_arrays(data))
+    widened = [arrays[f"arith.constant{k}"] for k in (8, 9, 10, 11)]
+    assert all(array is widened[0] for array in widened)
+    assert rnnport.read(data, fmt="tflite").layers()[0].params[0][0]["weight_ih"].shape == (16, 3)
+    decoded = tflite_schema.decode_model(_path("lstm_float16").read_bytes())
+    with rnnport.limits(expansion=1e-6), pytest.raises(LimitError) as error:
+        FORMAT.read(decoded)
+    assert error.value.limit == "expansion"
+    assert "its constants read as float32 would take" in str(error.value)

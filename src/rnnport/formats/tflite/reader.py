@@ -16,7 +16,7 @@ constants a unit's inputs hold, directly or through DEQUANTIZE (float16 → floa
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,8 +129,8 @@ def load(source: Any) -> _File:
     file.loops = _loops(model, where)
     # Each loop once, permissively (quantized weights dequantized): a read replays the
     # constants a recognised loop's cell was built from with its own options (_one_direction).
-    recogniser = Recogniser(model, _constants(file, {"dequantize": True}, _Reading()), where,
-                            file.size)
+    constants = _constants(file, {"dequantize": True}, _Reading(size=file.size))
+    recogniser = Recogniser(model, constants, where, file.size)
     for index in range(len(file.graph.operators)):
         if file.code(index) == WHILE and index not in file.loops:
             try:
@@ -275,6 +275,25 @@ class _Reading:
     # Every constant read as a parameter, once: (subgraph, tensor) →
     # (tensor name, values as float32); what explain shows as the file's arrays.
     arrays: dict[tuple[int, int], tuple[str, np.ndarray]] = field(default_factory=dict)
+    size: int = 0  # the file's bytes, which the expansion limit is relative to
+    # The float32 values built from stored ones (float16 widened, integers dequantized),
+    # once per buffer read alike however many tensors name it, and the bytes they took.
+    built: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
+    spent: int = 0
+
+    def widened(self, key: tuple[Any, ...], count: int, where: str,
+                make: Callable[[], np.ndarray]) -> np.ndarray:
+        """``make()``, once per ``key``, after charging ``count`` bytes against the
+        ``expansion`` limit."""
+        found = self.built.get(key)
+        if found is None:
+            self.spent += count
+            if self.spent > budget.allowance("expansion", self.size):
+                raise budget.exceeded(where, f"its constants read as float32 would take "
+                                      f"{self.spent:,} bytes", "expansion", self.size,
+                                      self.spent)
+            found = self.built[key] = make()
+        return found
 
 
 def _constant(file: _File, tensor: int, what: str, options: Mapping[str, Any],
@@ -288,7 +307,9 @@ def _constant(file: _File, tensor: int, what: str, options: Mapping[str, Any],
         if array.dtype.kind != "f":
             raise FormatError(f"{file.where}: {what} (tensor {info.name!r}) is {info.type_name}; "
                               "expected float weights.")
-        values = np.asarray(array, dtype=np.float32)  # float16 → float32 is exact
+        values = array if array.dtype == np.float32 else reading.widened(  # float16: exact
+            ("float", info.buffer, info.type, info.shape), 4 * array.size, file.where,
+            lambda: np.asarray(array, dtype=np.float32))
         reading.arrays.setdefault((file.index, tensor), (_named(file, info.name), values))
         return values
     operator = file.producer.get(tensor)
@@ -343,7 +364,10 @@ def _dequantize(file: _File, tensor: int, what: str, options: Mapping[str, Any],
                           f"{zero.size} zero points; expected one. The file is damaged.")
     if _named(file, info.name) not in reading.dequantized:
         reading.dequantized.append(_named(file, info.name))
-    values = (scale * (stored.astype(np.int64) - zero).astype(np.float32)).astype(np.float32)
+    values = reading.widened(  # the int64 differences, then the float32 values
+        ("dequantized", info.buffer, info.type, info.shape, id(q)), 16 * stored.size,
+        file.where, lambda: (scale * (stored.astype(np.int64) - zero).astype(np.float32)
+                             ).astype(np.float32))
     reading.arrays.setdefault((file.index, tensor), (_named(file, info.name), values))
     return values
 
@@ -1187,7 +1211,7 @@ def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple
                           "a positive number, to replace the clip the file's LSTMs store.")
     file = load(source)
     chain, chains = _choose(file, options)
-    reading = _Reading()
+    reading = _Reading(size=file.size)
     layers, total = [], 0
     for unit in chain:
         layers.append(_layer(file, unit, options, reading))
