@@ -78,6 +78,7 @@ class Member:
     size: int | None = None  # default: len(raw), right for stored members
     crc: int | None = None   # default: CRC-32 of raw
     compressed: int | None = None  # the compressed size declared (default len(raw))
+    at: int | None = None  # where the central directory says it is (default: where it is)
 
 
 _VERSION = {STORED: 20, DEFLATED: 20, BZIP2: 46, LZMA: 63}
@@ -100,7 +101,8 @@ def zip_archive(members: Sequence[Member]) -> bytes:
         offset = len(out)
         out += struct.pack("<IHHHHHIIIHH", 0x04034B50, *fields, 0) + name + member.raw
         central += struct.pack("<IH", 0x02014B50, version) + struct.pack(
-            "<HHHHHIIIHH", *fields, 0) + struct.pack("<HHHII", 0, 0, 0, 0, offset) + name
+            "<HHHHHIIIHH", *fields, 0) + struct.pack(
+            "<HHHII", 0, 0, 0, 0, offset if member.at is None else member.at) + name
     start = len(out)
     out += central
     out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members),
@@ -112,29 +114,37 @@ def overlapping_npz(count: int, size: int) -> bytes:
     """An ``.npz`` whose ``count`` stored members overlap: each member's data is an ``.npy``
     header and then everything after it in the file (the next members' headers, down to
     ``size`` bytes of array data at the end that every member shares), so each is a valid
-    uint8 array, and reading them all reads ``count × size`` bytes from a file of little
-    more than ``size``."""
-    following = np.arange(size, dtype=np.uint8).tobytes()  # member i's data after its npy header
-    entries = []  # (name, crc, length) of each member's data, the last one's first
-    for index in reversed(range(count)):
-        header = npy_header((len(following),))
-        name = f"x{index}.npy".encode()
-        crc, length = zlib.crc32(following, zlib.crc32(header)), len(header) + len(following)
-        local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, STORED, 0, 0x21, crc, length,
-                            length, len(name), 0) + name
-        following = local + header + following
-        entries.append((name, crc, length, len(local) + len(header)))
-    entries.reverse()
-    central = bytearray()
+    uint8 array, and reading them all reads about ``count × size`` bytes from a file of
+    little more than ``size``. Laid out first, then filled in from the end, each member's
+    CRC-32 computed over what follows its local header."""
+    names = [f"x{index}.npy".encode() for index in range(count)]
+    npy = len(npy_header((1 << 40,)))  # every header here: 128 bytes
+    starts = []  # where each member's local header starts
     position = 0
-    for name, crc, length, ahead in entries:
+    for name in names:
+        starts.append(position)
+        position += 30 + len(name) + npy
+    end = position + size
+    out = bytearray(end)
+    out[position:] = np.arange(size, dtype=np.uint8).tobytes()
+    entries = []
+    for index in reversed(range(count)):
+        data = starts[index] + 30 + len(names[index])
+        header = npy_header((end - data - npy,))
+        assert len(header) == npy
+        out[data:data + npy] = header
+        crc, length = zlib.crc32(memoryview(out)[data:]), end - data
+        out[starts[index]:data] = struct.pack(
+            "<IHHHHHIIIHH", 0x04034B50, 20, 0, STORED, 0, 0x21, crc, length, length,
+            len(names[index]), 0) + names[index]
+        entries.append((names[index], crc, length, starts[index]))
+    central = bytearray()
+    for name, crc, length, offset in reversed(entries):
         central += struct.pack("<IH", 0x02014B50, 20) + struct.pack(
             "<HHHHHIIIHH", 20, 0, STORED, 0, 0x21, crc, length, length, len(name), 0) + \
-            struct.pack("<HHHII", 0, 0, 0, 0, position) + name
-        position += ahead  # the next member's local header follows this one's npy header
-    start = len(following)
-    return following + bytes(central) + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count,
-                                                    count, len(central), start, 0)
+            struct.pack("<HHHII", 0, 0, 0, 0, offset) + name
+    return bytes(out + central) + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count,
+                                              len(central), end, 0)
 
 
 def zip_members(data: bytes) -> list[tuple[str, bytes]]:
@@ -422,10 +432,7 @@ def tflite_shared_quantization(tensors: int, scales: int) -> bytes:
     from ai_edge_litert import schema_py_generated as schema
 
     builder = flatbuffers.Builder(1024)
-    schema.QuantizationParametersStartScaleVector(builder, scales)
-    for value in reversed(np.linspace(0.5, 1.5, scales, dtype=np.float32).tolist()):
-        builder.PrependFloat32(value)
-    scale = builder.EndVector()
+    scale = builder.CreateNumpyVector(np.linspace(0.5, 1.5, scales, dtype=np.float32))
     schema.QuantizationParametersStart(builder)
     schema.QuantizationParametersAddScale(builder, scale)
     quantization = schema.QuantizationParametersEnd(builder)
@@ -839,6 +846,51 @@ def _large(fmt: str, name: str) -> Callable[[Path], None]:
 case("limit-expansion-onnx", _large("onnx", "big.onnx"), _lowered("big.onnx"), limit="expansion")
 case("limit-expansion-flax", _large("flax", "big.msgpack"), _lowered("big.msgpack"),
      limit="expansion")
+
+
+# 9. containers sharing, chaining and repeating what they hold (each past the memory cap
+# when read as it was before its fix)
+
+def _overlap(folder: Path) -> None:
+    import rnnport
+
+    (folder / "overlap.npz").write_bytes(overlapping_npz(2200, 1_400_000))  # 3.6 GB read
+    rnnport.write(_random_rnn(), "npz", path=folder / "m.npz")
+
+
+def _run_inputs(folder: Path) -> Any:
+    """``rnnport run``'s corpus run over ``overlap.npz``: its failure, raised."""
+    import rnnport
+    from rnnport import corpus
+
+    summary = corpus.run(folder / "m.npz", [folder / "overlap.npz"], folder / "out", jobs=0)
+    error = summary.results[0].error or ""
+    if error == "ran out of memory" or error.startswith("internal error"):
+        raise MemoryError(error) if "memory" in error else RuntimeError(error)
+    raise rnnport.FormatError(error)
+
+
+def _build(name: str, make: Callable[[], bytes]) -> Callable[[Path], None]:
+    return lambda folder: (folder / name).write_bytes(make())
+
+
+def _empty_maps(count: int) -> bytes:
+    """A Flax checkpoint's params: an array of ``count`` empty maps (one byte each)."""
+    return b"\x81\xa6params\xdd" + count.to_bytes(4, "big") + b"\x80" * count
+
+
+case("npz-2200-overlapping-members", _overlap, _read("overlap.npz"))
+case("run-npz-2200-overlapping-members", _overlap, _run_inputs)
+case("tflite-1000-tensors-sharing-a-32mb-quantization-table",
+     _build("q.tflite", lambda: tflite_shared_quantization(1000, 8_000_000)), _read("q.tflite"),
+     limit="expansion")
+case("tf2-object-graph-chain-of-60000", lambda folder: tf2_chain(folder / "ckpt", 60_000),
+     _read("ckpt", fmt="tf2"), limit="expansion")
+case("tf2-2000-layers-sharing-2mb-of-tensors",
+     lambda folder: tf2_shared_layers(folder / "ckpt", 2000, 256), _read("ckpt", fmt="tf2"),
+     limit="expansion")
+case("flax-20-million-empty-maps", _build("maps.msgpack", lambda: _empty_maps(20_000_000)),
+     _read("maps.msgpack"), limit="expansion")
 
 
 # -- the child --------------------------------------------------------------------------------

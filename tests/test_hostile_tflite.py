@@ -123,44 +123,19 @@ def test_numbers_decoded_past_the_expansion_limit_are_refused() -> None:
                                        "decoding a vector of 100,000 values would bring")
 
 
-def _deep_body(links: int) -> bytes:
-    """``simple_rnn`` with the state its body's recurrent product reads passed through a
-    chain of ``links`` RESHAPEs that keep its shape (values the evaluator follows)."""
-    from tflite_edits import edited
-
-    def change(model: Any) -> None:
-        body = model.subgraphs[2]
-        reshape = len(model.operatorCodes)
-        code = copy.deepcopy(model.operatorCodes[0])
-        code.builtinCode = code.deprecatedBuiltinCode = 22  # RESHAPE
-        model.operatorCodes.append(code)
-        dense = next(op for op in body.operators if 3 in list(op.inputs))
-        source, chain = 3, []
-        for link in range(links):
-            tensor = copy.deepcopy(body.tensors[3])
-            tensor.name = f"link_{link}".encode()
-            body.tensors.append(tensor)
-            op = copy.deepcopy(dense)
-            op.opcodeIndex, op.inputs, op.outputs = reshape, [source], [len(body.tensors) - 1]
-            op.builtinOptionsType, op.builtinOptions = 0, None
-            chain.append(op)
-            source = len(body.tensors) - 1
-        dense.inputs = [source, *list(dense.inputs)[1:]]
-        body.operators[:0] = chain
-    return edited(GOLDEN / "simple_rnn.tflite", change)
-
-
 def test_a_loop_body_evaluates_alike_wherever_read_is_called_from() -> None:
     """The evaluator follows a body's values without recursion: a chain 240 deep reads
     the same 150 frames below the recursion limit as at the top."""
     from hostile_cases import deep_call
+    from tflite_edits import deep_loop_body
 
-    data = _deep_body(240)
+    data = deep_loop_body(_path("simple_rnn"), 240)
+    assert data is not None
     expected = FORMAT.read(_path("simple_rnn"))
     assert FORMAT.read(data) == expected
     assert deep_call(150, lambda: FORMAT.read(data)) == expected
     with pytest.raises(rnnport.UnsupportedFeatureError, match=r"nests more than 256 operations"):
-        deep_call(150, lambda: FORMAT.read(_deep_body(300)))
+        deep_call(150, lambda: FORMAT.read(deep_loop_body(_path("simple_rnn"), 300)))
 
 
 def test_constants_widened_to_float32_are_built_once_per_buffer_and_charged() -> None:
