@@ -4,13 +4,14 @@ once, keys mean one thing, and nothing recurses as deep as the file says."""
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
-from hostile_cases import deep_call
+from hostile_cases import deep_call, npy_header
 
 import rnnport
 from rnnport import RNN, Spec, corpus
@@ -119,6 +120,19 @@ def test_an_npz_whose_members_overlap_is_refused_before_reading(tmp_path: Path) 
     summary = corpus.run(model, [path], tmp_path / "out", jobs=0)
     assert summary.failed == 1 and "overlap; expected each member's bytes apart" in \
         (summary.results[0].error or "")
+
+
+def test_a_text_array_past_unicode_is_refused(tmp_path: Path) -> None:
+    """An .npy text array holding U+110000: NumPy makes a str Python cannot index."""
+    header = npy_header((1,), "<U3")
+    data = header + np.array([0x7B, 0x110000, 0x7D], "<u4").tobytes()
+    with pytest.raises(FormatError, match="a text array holding a code point past U[+]10FFFF"):
+        archive.read_npy(data, "x.npy")
+    path = tmp_path / "text.npz"
+    with zipfile.ZipFile(path, "w") as written:
+        written.writestr("rnnport.npy", data)
+    with pytest.raises(FormatError, match=r"text.npz, rnnport.npy: a text array holding"):
+        rnnport.read(path, fmt="npz")
 
 
 def test_what_npz_members_inflate_to_is_charged_before_any_is_read(tmp_path: Path) -> None:

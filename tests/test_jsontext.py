@@ -94,6 +94,16 @@ def test_bytes_that_are_not_utf8_and_values_that_are_not_text() -> None:
         loads(7, "x")  # type: ignore[arg-type]
 
 
+def test_text_numpy_made_with_code_points_past_unicode_is_refused() -> None:
+    """A text array from a file can hold code points past U+10FFFF: NumPy makes a str of
+    them that Python cannot index (SystemError)."""
+    import numpy as np
+
+    text = str(np.array([0x7B, 0x110000, 0x7D], np.uint32).view("<U3")[0:1].reshape(()))
+    with pytest.raises(JSONTextError, match="bytes that are not UTF-8"):
+        loads(text, "x")
+
+
 def test_more_bytes_than_the_caller_allows_are_refused_unread() -> None:
     with pytest.raises(JSONTextError, match="1,001 bytes of it; expected at most 1,000"):
         loads(b" " * 1001, "x", max_bytes=1000)

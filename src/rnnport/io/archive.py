@@ -257,8 +257,12 @@ def read_npy(data: bytes, where: str) -> np.ndarray:
         raise FormatError(f"{where}: the header gives shape {shape} of {dtype} "
                           f"({count * dtype.itemsize:,} bytes), but {len(data) - start:,} "
                           "follow it; the file is truncated or damaged.")
+    array = np.frombuffer(bytearray(memoryview(data)[start:]), dtype=dtype)
+    if dtype.kind == "U" and array.size and \
+            int(array.view(dtype.byteorder.replace("|", "=") + "u4").max()) > 0x10FFFF:
+        raise FormatError(f"{where}: a text array holding a code point past U+10FFFF, which no "
+                          "text has; the file is damaged.")
     try:
-        array = np.frombuffer(bytearray(memoryview(data)[start:]), dtype=dtype)
         return array.reshape(shape[::-1]).transpose() if fortran else array.reshape(shape)
     except ValueError as error:  # a shape NumPy itself cannot make
         raise FormatError(f"{where}: shape {shape} of {dtype} cannot be built ({error}); the "

@@ -46,7 +46,7 @@ from ..errors import FormatError
 
 __all__ = ["MAX_DEPTH", "MAX_DIGITS", "JSONTextError", "Tally", "loads"]
 
-MAX_DEPTH = 64  # a Keras config or an exported program nests about a dozen levels
+MAX_DEPTH = 64  # a model config or an exported program nests about a dozen levels
 MAX_DIGITS = 40  # an integer's digits: offsets and sizes take 20 at most
 OBJECT_BYTES = 64  # what each array, object or string built is charged
 ITEM_BYTES = 8  # what each item of an array or object is charged beside
@@ -96,20 +96,20 @@ def loads(data: bytes | bytearray | memoryview | str, where: str, *, size: int |
     if not isinstance(data, (bytes, bytearray, memoryview, str)):
         raise JSONTextError(where, f"a {type(data).__name__}, not text; expected JSON as a "
                                    "string or UTF-8 bytes")
-    length = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else \
-        memoryview(data).nbytes
+    if isinstance(data, str):
+        # Checked as UTF-8 like bytes are: a str NumPy made from a file's text array can
+        # hold code points past U+10FFFF, which Python cannot index.
+        data = data.encode("utf-8", "surrogatepass")
+    length = memoryview(data).nbytes
     if length > max_bytes:
         raise JSONTextError(where, f"{length:,} bytes of it; expected at most {max_bytes:,} "
                                    "for what it holds, so the file is damaged or built to "
                                    "exhaust memory")
-    if isinstance(data, str):
-        text = data
-    else:
-        try:
-            text = bytes(data).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise JSONTextError(where, f"bytes that are not UTF-8 ({error.reason} at byte "
-                                       f"{error.start:,}); expected UTF-8 text") from None
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise JSONTextError(where, f"bytes that are not UTF-8 ({error.reason} at byte "
+                                   f"{error.start:,}); expected UTF-8 text") from None
     if text.startswith("\ufeff"):
         raise JSONTextError(where, "a byte-order mark first; expected JSON text as JSON "
                                    "writers write it, without one")
