@@ -20,6 +20,12 @@ directions of the Bidirectional above them. Layers in one container (the root, o
 A ConvLSTM1D/2D/3D also holds ``kernel`` and ``recurrent_kernel``, but 3-, 4- or 5-D
 (``(*kernel_size, I, 4·filters)``); such layers (and any class the Keras metadata names
 that rnnport does not read) form stacks of their own and are refused by name when chosen.
+
+What an object graph can repeat is bounded by the files' size (the ``expansion`` limit,
+:mod:`rnnport.budget`): the paths, each its parent's and one more piece (a chain of objects
+costs the square of its length), are charged as they are built, and the arrays of the layers
+chosen before any tensor is read, each layer's counted though several may name one stored
+tensor; a stored tensor is read once however many object paths name its key.
 """
 
 from __future__ import annotations
@@ -300,7 +306,8 @@ def _width(dtype: str) -> int:
 
 def _files_size(bundle: tensorbundle.Bundle, saved_model: Path | None) -> int:
     """The bytes of a checkpoint's index and data shards, and of a SavedModel's own files."""
-    files = [bundle.index_path, *(bundle.data_path(shard) for shard in range(bundle.shards))]
+    shards = sorted({bundle[key].shard for key in bundle})  # those named, not the header's count
+    files = [bundle.index_path, *(bundle.data_path(shard) for shard in shards)]
     if saved_model is not None:
         files += [saved_model / "saved_model.pb", saved_model / "keras_metadata.pb"]
     return sum(file.stat().st_size for file in files if file.is_file())
