@@ -31,7 +31,11 @@ keep their cell under ``cell``; ``nn.Bidirectional`` / ``nnx.Bidirectional`` und
 bidirectional layer). Every layer of a tree, in the order of its scope names (``RNN_0``,
 ``RNN_1``, ``layers_0`` … numbers compared as numbers; an NNX ``Sequential``'s ``layers``
 0, 1 …), is one stack when each reads the one before's output; otherwise ``scope=`` (a
-``/``-joined path) picks one network.
+``/``-joined path) picks one network. A number is ASCII digits, as Flax writes them: a
+scope named with other digits (``layers_٣``) is a name, and says no order. Two keys that
+read as one string (``1`` and ``"1"``) and a scope name of more than :data:`MAX_SCOPE`
+characters are refused; the tree is walked without recursion, at most :data:`MAX_DEPTH`
+levels deep.
 
 What parameters do not record: ``gate_fn`` and ``activation_fn`` (options, by name:
 :data:`FUNCTIONS`; default sigmoid and tanh, said in ``notes``); a module source gives its
