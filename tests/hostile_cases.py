@@ -27,9 +27,11 @@ import struct
 import sys
 import threading
 import traceback
+import tracemalloc
 import zipfile
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -45,6 +47,37 @@ TIMEOUT = 60.0             # seconds a child may take
 
 STORED, DEFLATED, BZIP2, LZMA = 0, 8, 12, 14  # zip compression methods
 
+# -- a caller deep in its own recursion --------------------------------------------------------
+
+
+def deep_call(headroom: int, call: Callable[[], Any]) -> Any:
+    """``call()`` made with only ``headroom`` frames left below the recursion limit: what a
+    read called deep in a caller's recursion has. Recursion a file controls shows up as a
+    RecursionError here and not at the top of a test."""
+    def depth() -> int:
+        frame, count = sys._getframe(), 0
+        while frame is not None:
+            frame, count = frame.f_back, count + 1  # type: ignore[assignment]
+        return count
+
+    def down(level: int) -> Any:
+        return call() if level <= 1 else down(level - 1)
+
+    return down(max(sys.getrecursionlimit() - headroom - depth(), 1))
+
+
+@contextmanager
+def peak_allocated() -> Iterator[list[int]]:
+    """The peak bytes Python and NumPy allocated inside, in the list yielded."""
+    found: list[int] = []
+    tracemalloc.start()
+    try:
+        yield found
+    finally:
+        found.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+
+
 # -- zip archives written from their headers --------------------------------------------------
 
 
@@ -59,6 +92,7 @@ class Member:
     size: int | None = None  # default: len(raw), right for stored members
     crc: int | None = None   # default: CRC-32 of raw
     compressed: int | None = None  # the compressed size declared (default len(raw))
+    at: int | None = None  # where the central directory says it is (default: where it is)
 
 
 _VERSION = {STORED: 20, DEFLATED: 20, BZIP2: 46, LZMA: 63}
@@ -81,12 +115,50 @@ def zip_archive(members: Sequence[Member]) -> bytes:
         offset = len(out)
         out += struct.pack("<IHHHHHIIIHH", 0x04034B50, *fields, 0) + name + member.raw
         central += struct.pack("<IH", 0x02014B50, version) + struct.pack(
-            "<HHHHHIIIHH", *fields, 0) + struct.pack("<HHHII", 0, 0, 0, 0, offset) + name
+            "<HHHHHIIIHH", *fields, 0) + struct.pack(
+            "<HHHII", 0, 0, 0, 0, offset if member.at is None else member.at) + name
     start = len(out)
     out += central
     out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members),
                        len(central), start, 0)
     return bytes(out)
+
+
+def overlapping_npz(count: int, size: int) -> bytes:
+    """An ``.npz`` whose ``count`` stored members overlap: each member's data is an ``.npy``
+    header and then everything after it in the file (the next members' headers, down to
+    ``size`` bytes of array data at the end that every member shares), so each is a valid
+    uint8 array, and reading them all reads about ``count × size`` bytes from a file of
+    little more than ``size``. Laid out first, then filled in from the end, each member's
+    CRC-32 computed over what follows its local header."""
+    names = [f"x{index}.npy".encode() for index in range(count)]
+    npy = len(npy_header((1 << 40,)))  # every header here: 128 bytes
+    starts = []  # where each member's local header starts
+    position = 0
+    for name in names:
+        starts.append(position)
+        position += 30 + len(name) + npy
+    end = position + size
+    out = bytearray(end)
+    out[position:] = np.arange(size, dtype=np.uint8).tobytes()
+    entries = []
+    for index in reversed(range(count)):
+        data = starts[index] + 30 + len(names[index])
+        header = npy_header((end - data - npy,))
+        assert len(header) == npy
+        out[data:data + npy] = header
+        crc, length = zlib.crc32(memoryview(out)[data:]), end - data
+        out[starts[index]:data] = struct.pack(
+            "<IHHHHHIIIHH", 0x04034B50, 20, 0, STORED, 0, 0x21, crc, length, length,
+            len(names[index]), 0) + names[index]
+        entries.append((names[index], crc, length, starts[index]))
+    central = bytearray()
+    for name, crc, length, offset in reversed(entries):
+        central += struct.pack("<IH", 0x02014B50, 20) + struct.pack(
+            "<HHHHHIIIHH", 20, 0, STORED, 0, 0x21, crc, length, length, len(name), 0) + \
+            struct.pack("<HHHII", 0, 0, 0, 0, offset) + name
+    return bytes(out + central) + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count,
+                                              len(central), end, 0)
 
 
 def zip_members(data: bytes) -> list[tuple[str, bytes]]:
@@ -315,6 +387,100 @@ def _rnn_cells(layers: Sequence[int], input_size: int, hidden: int) -> dict[str,
         arrays[f"{scope}/kernel"] = rng.standard_normal((width, hidden)).astype(np.float32)
         arrays[f"{scope}/bias"] = rng.standard_normal(hidden).astype(np.float32)
     return arrays
+
+
+# -- TF2 object graphs ------------------------------------------------------------------------
+
+
+def tf2_checkpoint(prefix: Path, root: Any, arrays: dict[str, np.ndarray]) -> None:
+    """A TF2 checkpoint of ``arrays`` whose object graph is the tree of
+    :class:`rnnport.formats.tf2.writer._Node` under ``root`` (nodes numbered breadth first)."""
+    from rnnport.formats.tf2 import writer
+    from rnnport.io import tensorbundle, tfproto
+
+    graph = np.empty((), dtype=object)
+    graph[()] = writer.encode_object_graph(writer._numbered(root))
+    tensorbundle.write_bundle(prefix, {**arrays, tfproto.OBJECT_GRAPH_KEY: graph})
+
+
+def tf2_chain(prefix: Path, length: int) -> None:
+    """A checkpoint whose object graph is one chain of ``length`` objects, each the child
+    ``x`` of the one before, the last holding a variable: the objects' paths take the
+    square of the chain's length."""
+    from rnnport.formats.tf2.writer import _Node
+
+    key = "x/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+    node = _Node(variable=("kernel", key))
+    for _ in range(length):
+        node = _Node([("x", node)])
+    tf2_checkpoint(prefix, node, {key: np.ones((2, 2), np.float32)})
+
+
+def tf2_shared_layers(prefix: Path, layers: int, hidden: int) -> None:
+    """A checkpoint of ``layers`` Keras LSTM layers (``hidden`` → ``hidden``) whose object
+    graph names the same three stored tensors for every one of them."""
+    from rnnport.formats.tf2.writer import _Node
+
+    rng = np.random.default_rng(3)
+    stored = {f"shared/{name}/.ATTRIBUTES/VARIABLE_VALUE": rng.standard_normal(shape).astype(
+        np.float32) for name, shape in (("kernel", (hidden, 4 * hidden)),
+                                        ("recurrent_kernel", (hidden, 4 * hidden)),
+                                        ("bias", (4 * hidden,)))}
+    root = _Node()
+    for index in range(layers):
+        cell = _Node([(name, _Node(variable=(f"lstm_{index}/{name}",
+                                             f"shared/{name}/.ATTRIBUTES/VARIABLE_VALUE")))
+                      for name in ("kernel", "recurrent_kernel", "bias")])
+        root.children.append((f"layer_with_weights-{index}", _Node([("cell", cell)])))
+    tf2_checkpoint(prefix, root, stored)
+
+
+# -- TFLite models ----------------------------------------------------------------------------
+
+
+def tflite_shared_quantization(tensors: int, scales: int) -> bytes:
+    """A ``.tflite`` model whose one subgraph holds ``tensors`` int8 tensors, every one
+    pointing at the same QuantizationParameters table of ``scales`` scales (built with
+    LiteRT's generated schema code, one table written once and referenced from each)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    builder = flatbuffers.Builder(1024)
+    scale = builder.CreateNumpyVector(np.linspace(0.5, 1.5, scales, dtype=np.float32))
+    schema.QuantizationParametersStart(builder)
+    schema.QuantizationParametersAddScale(builder, scale)
+    quantization = schema.QuantizationParametersEnd(builder)
+    schema.TensorStartShapeVector(builder, 1)
+    builder.PrependInt32(scales)
+    shape = builder.EndVector()
+    made = []
+    for _ in range(tensors):
+        schema.TensorStart(builder)
+        schema.TensorAddShape(builder, shape)
+        schema.TensorAddType(builder, 9)  # INT8
+        schema.TensorAddQuantization(builder, quantization)
+        made.append(schema.TensorEnd(builder))
+    schema.SubGraphStartTensorsVector(builder, len(made))
+    for tensor in reversed(made):
+        builder.PrependUOffsetTRelative(tensor)
+    listed = builder.EndVector()
+    schema.SubGraphStart(builder)
+    schema.SubGraphAddTensors(builder, listed)
+    subgraph = schema.SubGraphEnd(builder)
+    schema.BufferStart(builder)
+    empty = schema.BufferEnd(builder)
+    schema.ModelStartBuffersVector(builder, 1)
+    builder.PrependUOffsetTRelative(empty)
+    buffers = builder.EndVector()
+    schema.ModelStartSubgraphsVector(builder, 1)
+    builder.PrependUOffsetTRelative(subgraph)
+    subgraphs = builder.EndVector()
+    schema.ModelStart(builder)
+    schema.ModelAddVersion(builder, 3)
+    schema.ModelAddSubgraphs(builder, subgraphs)
+    schema.ModelAddBuffers(builder, buffers)
+    builder.Finish(schema.ModelEnd(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
 
 
 # -- ONNX graphs ------------------------------------------------------------------------------
@@ -729,7 +895,55 @@ def _stopping_hdf5_child(folder: Path) -> Any:
 case("hdf5-reader-child-stopped", _nothing, _stopping_hdf5_child)
 
 
-# 10. graphs that share, call themselves, nest, repeat: ONNX and TensorFlow's protobufs
+# 10. containers sharing, chaining and repeating what they hold (each past the memory cap
+# when read as it was before its fix)
+
+def _overlap(folder: Path) -> None:
+    import rnnport
+
+    (folder / "overlap.npz").write_bytes(overlapping_npz(2200, 1_400_000))  # 3.6 GB read
+    rnnport.write(_random_rnn(), "npz", path=folder / "m.npz")
+
+
+def _run_inputs(folder: Path) -> Any:
+    """``rnnport run``'s corpus run over ``overlap.npz``: its failure, raised."""
+    import rnnport
+    from rnnport import corpus
+
+    summary = corpus.run(folder / "m.npz", [folder / "overlap.npz"], folder / "out", jobs=0)
+    error = summary.results[0].error or ""
+    if error == "ran out of memory" or error.startswith("internal error"):
+        raise MemoryError(error) if "memory" in error else RuntimeError(error)
+    raise rnnport.FormatError(error)
+
+
+def _write(name: str, make: Callable[[], Any]) -> Callable[[Path], None]:
+    def build(folder: Path) -> None:
+        made = make()
+        (folder / name).write_bytes(made if isinstance(made, bytes) else made.SerializeToString())
+    return build
+
+
+def _empty_maps(count: int) -> bytes:
+    """A Flax checkpoint's params: an array of ``count`` empty maps (one byte each)."""
+    return b"\x81\xa6params\xdd" + count.to_bytes(4, "big") + b"\x80" * count
+
+
+case("npz-2200-overlapping-members", _overlap, _read("overlap.npz"))
+case("run-npz-2200-overlapping-members", _overlap, _run_inputs)
+case("tflite-1000-tensors-sharing-a-32mb-quantization-table",
+     _write("q.tflite", lambda: tflite_shared_quantization(1000, 8_000_000)), _read("q.tflite"),
+     limit="expansion")
+case("tf2-object-graph-chain-of-60000", lambda folder: tf2_chain(folder / "ckpt", 60_000),
+     _read("ckpt", fmt="tf2"), limit="expansion")
+case("tf2-2000-layers-sharing-2mb-of-tensors",
+     lambda folder: tf2_shared_layers(folder / "ckpt", 2000, 256), _read("ckpt", fmt="tf2"),
+     limit="expansion")
+case("flax-20-million-empty-maps", _write("maps.msgpack", lambda: _empty_maps(20_000_000)),
+     _read("maps.msgpack"), limit="expansion")
+
+
+# 11. graphs that share, call themselves, nest, repeat: ONNX and TensorFlow's protobufs
 #
 # The builders are used by tests/test_hostile_graphs.py (small sizes, in the test's process)
 # and by tools/fuzz.py; the cases below run them at the sizes the crafted files had.
@@ -739,20 +953,27 @@ def _pb_field(number: int, payload: bytes) -> bytes:
     return _key(number, 2) + varint(len(payload)) + payload
 
 
-def onnx_lstm_chain(layers: int, hidden: int) -> Any:
+def onnx_lstm_chain(layers: int, hidden: int, state_depth: int = 0) -> Any:
     """``layers`` LSTM nodes in a chain (each Squeezed into the next), all taking the one
-    initializer "W" (1, 4·hidden, hidden) as both W and R: one stored tensor, shared."""
+    initializer "W" (1, 4·hidden, hidden) as both W and R: one stored tensor, shared. With
+    ``state_depth``, each also takes as initial_h the end of one chain of that many
+    Identity nodes from the input h0."""
     from onnx import TensorProto, helper, numpy_helper
 
     weight = np.random.default_rng(0).standard_normal((1, 4 * hidden, hidden)).astype(np.float32)
-    nodes, previous = [], "x"
+    nodes = identity_chain("h0", state_depth, prefix="i") if state_depth else []
+    state = ["", "", f"i{state_depth - 1}"] if state_depth else []
+    previous = "x"
     for layer in range(layers):
-        nodes += [helper.make_node("LSTM", [previous, "W", "W"], [f"y{layer}"], hidden_size=hidden),
+        nodes += [helper.make_node("LSTM", [previous, "W", "W", *state], [f"y{layer}"],
+                                   hidden_size=hidden),
                   helper.make_node("Squeeze", [f"y{layer}", "axis"], [f"s{layer}"])]
         previous = f"s{layer}"
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, hidden])]
+    if state_depth:
+        inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, 1, hidden]))
     graph = helper.make_graph(
-        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, hidden])],
-        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, None)],
+        nodes, "chain", inputs, [helper.make_tensor_value_info(previous, TensorProto.FLOAT, None)],
         [numpy_helper.from_array(weight, "W"),
          numpy_helper.from_array(np.array([1], np.int64), "axis")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -793,6 +1014,30 @@ def onnx_products(count: int, width: int = 16, filler: int = 0) -> Any:
         nodes, "products", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, width])],
         [helper.make_tensor_value_info(previous, TensorProto.FLOAT, None)],
         [numpy_helper.from_array(matrix, "K")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def onnx_cell_loops(count: int) -> Any:
+    """An RNN cell (3 → 4) stepped once from a state input h, and ``count`` more times from
+    zeros (the state's product folded away), each a loop of its own over a step of X."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    tensors = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("W", (3, 4)), ("R", (4, 4)), ("b", (4,)))]
+    nodes = [helper.make_node("MatMul", ["h", "R"], ["hr"])]
+    for step in range(count + 1):
+        tensors.append(numpy_helper.from_array(np.array(step, np.int64), f"i{step}"))
+        nodes += [helper.make_node("Gather", ["X", f"i{step}"], [f"x{step}"]),
+                  helper.make_node("MatMul", [f"x{step}", "W"], [f"xw{step}"]),
+                  helper.make_node("Add", [f"xw{step}", "b"], [f"xb{step}"])]
+        nodes += [helper.make_node("Add", ["xb0", "hr"], ["s0"]),
+                  helper.make_node("Tanh", ["s0"], ["y0"])] if step == 0 else \
+            [helper.make_node("Tanh", [f"xb{step}"], [f"y{step}"])]
+    graph = helper.make_graph(
+        nodes, "loops", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [count + 1, 2, 3]),
+                         helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)], tensors)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -845,18 +1090,15 @@ def graphdef_cell_steps(count: int) -> bytes:
     return encode.graph_def(nodes)
 
 
-def _write(name: str, make: Callable[[], Any]) -> Callable[[Path], None]:
-    def build(folder: Path) -> None:
-        made = make()
-        (folder / name).write_bytes(made if isinstance(made, bytes) else made.SerializeToString())
-    return build
-
-
 case("onnx-400-lstm-nodes-sharing-one-4mib-w", _write("m.onnx", lambda: onnx_lstm_chain(400, 512)),
      _ONNX, limit="expansion")
 case("onnx-function-calling-itself", _write("m.onnx", lambda: onnx_calling(["f"], back=True)),
      _ONNX)
 case("onnx-8000-products-by-one-matrix", _write("m.onnx", lambda: onnx_products(8000)), _ONNX)
+case("onnx-cell-in-3000-loops", _write("m.onnx", lambda: onnx_cell_loops(3000)), _ONNX,
+     limit="work")
+case("onnx-300-layers-from-one-state-20000-deep", _write("m.onnx", lambda: onnx_lstm_chain(
+    300, 2, state_depth=20_000)), _ONNX, limit="work")
 _GRAPH = _read("m.pb")
 case("tfgraph-2-million-empty-inputs", _write("m.pb", lambda: graphdef_empty_strings(2_000_000)),
      _GRAPH)

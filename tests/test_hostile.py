@@ -64,7 +64,7 @@ def _check_attack(case: Case, done: subprocess.CompletedProcess[str]) -> None:
         f"{case.name}: the child ended with exit status {done.returncode} and no result "
         f"(a crash, or memory out outside Python):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     result = json.loads(results[-1])
-    print(f"{case.name}: {result['type']}: {result['message'].splitlines()[0][:600]}")
+    print(f"{case.name}: {result['type']}: {(result['message'].splitlines() or [''])[0][:600]}")
     if result["outcome"] == "other":
         pytest.fail(f"{case.name}: {result['type']} escaped, not an rnnport error: "
                     f"{result['message'][:1000]}\n{result['traceback']}")

@@ -7,23 +7,22 @@ never in RecursionError, ValueError or memory out of proportion to the file.
 
 from __future__ import annotations
 
-import sys
 import time
-import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pytest
 from hostile_cases import (
+    deep_call,
     graphdef_cell_steps,
     graphdef_empty_strings,
     graphdef_filled_consts,
     graphdef_split_nesting,
     onnx_calling,
+    onnx_cell_loops,
     onnx_lstm_chain,
     onnx_products,
+    peak_allocated,
 )
 from onnx import TensorProto, helper, numpy_helper
 
@@ -31,37 +30,6 @@ import rnnport
 from rnnport.formats.onnx.graph import MAX_SCOPE_DEPTH
 from rnnport.io import tfproto
 from rnnport.io import tfproto_encode as encode
-
-
-@contextmanager
-def _peak() -> Iterator[list[int]]:
-    """The peak bytes Python and NumPy allocated inside, in the list yielded."""
-    found: list[int] = []
-    tracemalloc.start()
-    try:
-        yield found
-    finally:
-        found.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
-
-
-def _frames() -> int:
-    frame, count = sys._getframe(), 0
-    while frame is not None:
-        frame, count = frame.f_back, count + 1  # type: ignore[assignment]
-    return count
-
-
-def _deep(frames_left: int, call: Any) -> Any:
-    """``call()`` made from inside a recursion that leaves it ``frames_left`` frames of
-    Python's limit (what a caller deep in its own stack leaves a reader)."""
-    target = sys.getrecursionlimit() - frames_left
-
-    def down(depth: int) -> Any:
-        return call() if depth >= target else down(depth + 1)
-
-    return down(_frames())
-
 
 # -- ONNX: one stored tensor shared by many nodes -------------------------------------------------
 
@@ -71,7 +39,7 @@ def test_lstm_nodes_sharing_one_initializer_are_paid_for_before_their_copies() -
     before any limit was asked (the last round's 4 MB → 3.3 GB); each node's copies are
     charged first now, and the shared W is decoded once."""
     model = onnx_lstm_chain(200, 128)
-    with rnnport.limits(expansion=1), _peak() as peak, \
+    with rnnport.limits(expansion=1), peak_allocated() as peak, \
             pytest.raises(rnnport.LimitError, match=r"ONNX LSTM node 'y\d+'.*limit 'expansion'") \
             as error:
         rnnport.read(model)
@@ -94,6 +62,18 @@ def test_a_shared_initializer_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -
     assert decoded.count("W") == 1
 
 
+def test_following_each_layers_state_back_is_counted_against_the_work_limit() -> None:
+    """100 chained LSTM nodes all starting from one state at the end of 6,000 Identity
+    nodes: telling an encoder's state handed to its decoder apart followed the chain once
+    per node (the file's 170 KB read 600,000 nodes); each node followed now counts."""
+    model = onnx_lstm_chain(100, 2, state_depth=6000)
+    with pytest.raises(rnnport.LimitError, match="following a state back") as error:
+        rnnport.read(model)
+    assert error.value.limit == "work"
+    read = rnnport.read(onnx_lstm_chain(3, 2, state_depth=10))
+    assert isinstance(read, rnnport.RNN) and read.spec.num_layers == 3
+
+
 # -- ONNX: functions that call themselves, scopes nested deep -----------------------------------
 
 
@@ -102,7 +82,7 @@ def test_a_function_calling_itself_is_refused(chain: list[str]) -> None:
     """A 122-byte model whose local function calls itself made 10,000 scopes whose paths
     grew with the nesting: 2.7 GB before the call count stopped it."""
     calls = " → ".join(repr(name) for name in [*chain, chain[0]])
-    with _peak() as peak, pytest.raises(rnnport.FormatError) as error:
+    with peak_allocated() as peak, pytest.raises(rnnport.FormatError) as error:
         rnnport.read(onnx_calling(chain, back=True))
     assert f"function {chain[0]!r} calls itself ({calls}); expected functions that call " \
            "others without coming back" in str(error.value)
@@ -138,7 +118,7 @@ def test_nested_loop_bodies_read_deep_in_the_callers_stack() -> None:
                                helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                               [helper.make_tensor_value_info("o29", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    read = _deep(100, lambda: rnnport.read(model))
+    read = deep_call(100, lambda: rnnport.read(model))
     assert read.spec == rnnport.Spec("lstm", 3, 2, bias=False)
 
 
@@ -189,6 +169,21 @@ def test_running_a_graph_is_counted_against_the_work_limit() -> None:
     assert "steps (nodes of every scope and function call" in str(error.value)
 
 
+def test_a_cell_in_many_loops_is_checked_within_the_work_limit() -> None:
+    """A cell stepped from zeros 500 times, each step a loop of its own: the check over the
+    whole sequence looked for every loop's first state, and compared every loop's last
+    output, among all the graph's values (57 KB: 7 s; 3,000 steps: minutes)."""
+    model = onnx_cell_loops(500)
+    started = time.perf_counter()
+    with pytest.raises(rnnport.LimitError) as error:
+        rnnport.read(model)
+    assert error.value.limit == "work"
+    assert time.perf_counter() - started < 3
+    with rnnport.limits(work=1e6), pytest.raises(rnnport.UnsupportedFeatureError,
+                                                 match=r"in 11 loops \(of 1, 1, 1, 1, 1, 1, 1, 1, …"):
+        rnnport.read(onnx_cell_loops(10))
+
+
 # -- protobuf: repetition, merged pieces, nesting ------------------------------------------------
 
 
@@ -196,7 +191,7 @@ def test_a_million_empty_strings_cost_their_bytes_not_a_million_objects() -> Non
     """One node's input list of 20,000 empty strings (40 KB): each kept as a tuple of a
     memoryview and two numbers while the message was read (6 MB here; 1.5 GB from 10 MB)."""
     data = graphdef_empty_strings(20_000)
-    with _peak() as peak:
+    with peak_allocated() as peak:
         graph = tfproto.decode_graph_def(data)
     assert graph.node[0].input == ("",) * 20_000
     assert peak[0] < 2 << 20
@@ -221,7 +216,7 @@ def test_a_message_given_in_pieces_is_not_copied_at_every_level() -> None:
     """A function reference nested 30 deep, each level's message in two pieces over a 4 MiB
     string: every level joined its pieces into a copy of all the rest (120 MiB)."""
     data = graphdef_split_nesting(30, 4 << 20)
-    with _peak() as peak:
+    with peak_allocated() as peak:
         graph = tfproto.decode_graph_def(data)
     value = graph.node[0].attr["deep"]
     for _ in range(30):
@@ -237,7 +232,7 @@ def test_nesting_never_meets_the_callers_stack() -> None:
     for the Python stack that is left"."""
     rnn = rnnport.RNN.random(rnnport.Spec("gru", 3, 4), seed=5)
     frozen = bytes(rnnport.write(rnn, "tfgraph")) + graphdef_split_nesting(30, 8)
-    read = _deep(100, lambda: rnnport.read(frozen, fmt="tfgraph"))
+    read = deep_call(100, lambda: rnnport.read(frozen, fmt="tfgraph"))
     assert read.spec.hidden_size == 4
 
 
@@ -248,7 +243,7 @@ def test_consts_filled_from_one_float_are_paid_for_before_they_are_filled() -> N
     """16 kernels of shape (2048, 2048), each storing one float that TensorFlow repeats:
     16 MiB each, 256 MiB from 1 KB (3.9 GB from 3 KB with 60 of 4096²)."""
     data = graphdef_filled_consts(16, 2048)
-    with _peak() as peak, pytest.raises(rnnport.LimitError) as error:
+    with peak_allocated() as peak, pytest.raises(rnnport.LimitError) as error:
         rnnport.read(data, fmt="tfgraph")
     assert error.value.limit == "expansion"
     assert "bytes of Const arrays (GraphDef bytes: node[1] ('rnn/cell_1/lstm_cell/kernel'" \

@@ -13,6 +13,7 @@ import pytest
 import rnnport
 from rnnport.errors import LimitError
 from rnnport.formats.tflite import FORMAT, loops, networks
+from rnnport.formats.tflite.reader import parameter_arrays
 from rnnport.io import tflite_schema
 
 GOLDEN = Path(__file__).parent / "golden" / "tflite"
@@ -97,3 +98,62 @@ def test_a_body_past_the_work_limit_is_refused() -> None:
     assert "recognising its WHILE loops has taken" in str(error.value)
     assert "rnnport.limits(work=" in str(error.value)
     assert len(networks(data).entries) == 2  # within the default limit
+
+
+def test_tensors_sharing_one_quantization_table_decode_it_once() -> None:
+    """A thousand tensors pointing at one table of 100,000 scales (a 420 KB file): decoded
+    once, not a thousand times (3.2 GB of Python floats)."""
+    from hostile_cases import tflite_shared_quantization
+
+    data = tflite_shared_quantization(1000, 100_000)
+    tensors = tflite_schema.decode_model(data).subgraphs[0].tensors
+    assert len(tensors) == 1000 and len(tensors[0].quantization.scale) == 100_000
+    assert all(tensor.quantization is tensors[0].quantization for tensor in tensors)
+    assert tensors[0].shape is tensors[999].shape
+
+
+def test_numbers_decoded_past_the_expansion_limit_are_refused() -> None:
+    from hostile_cases import tflite_shared_quantization
+
+    data = tflite_shared_quantization(2, 100_000)
+    with rnnport.limits(expansion=0.5), pytest.raises(LimitError) as error:
+        tflite_schema.decode_model(data, source="m.tflite")
+    assert error.value.limit == "expansion"
+    assert str(error.value).startswith("m.tflite: subgraphs[0].tensors[0].quantization.scale: "
+                                       "decoding a vector of 100,000 values would bring")
+
+
+def test_a_loop_body_evaluates_alike_wherever_read_is_called_from() -> None:
+    """The evaluator follows a body's values without recursion: a chain 240 deep reads
+    the same 150 frames below the recursion limit as at the top."""
+    from hostile_cases import deep_call
+    from tflite_edits import deep_loop_body
+
+    data = deep_loop_body(_path("simple_rnn"), 240)
+    assert data is not None
+    expected = FORMAT.read(_path("simple_rnn"))
+    assert FORMAT.read(data) == expected
+    assert deep_call(150, lambda: FORMAT.read(data)) == expected
+    with pytest.raises(rnnport.UnsupportedFeatureError, match=r"nests more than 256 operations"):
+        deep_call(150, lambda: FORMAT.read(deep_loop_body(_path("simple_rnn"), 300)))
+
+
+def test_constants_widened_to_float32_are_built_once_per_buffer_and_charged() -> None:
+    """Four weight tensors naming one float16 buffer: widened once. A float16 constant's
+    float32 values are charged against the expansion limit before they are built."""
+    from tflite_edits import edited
+
+    def share(model: Any) -> None:
+        graph = model.subgraphs[0]
+        for tensor in graph.tensors[10:13]:  # the input weights of the f, c and o gates
+            tensor.buffer = graph.tensors[9].buffer
+    data = edited(GOLDEN / "lstm_float16.tflite", share)
+    arrays = dict(parameter_arrays(data))
+    widened = [arrays[f"arith.constant{k}"] for k in (8, 9, 10, 11)]
+    assert all(array is widened[0] for array in widened)
+    assert rnnport.read(data, fmt="tflite").layers()[0].params[0][0]["weight_ih"].shape == (16, 3)
+    decoded = tflite_schema.decode_model(_path("lstm_float16").read_bytes())
+    with rnnport.limits(expansion=1e-6), pytest.raises(LimitError) as error:
+        FORMAT.read(decoded)
+    assert error.value.limit == "expansion"
+    assert "its constants read as float32 would take" in str(error.value)

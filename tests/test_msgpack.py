@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from rnnport.errors import FormatError, MissingDependencyError, UnsupportedFeatureError
+import rnnport
+from rnnport.errors import FormatError, LimitError, MissingDependencyError, UnsupportedFeatureError
 from rnnport.formats import _msgpack as reader
 from rnnport.formats._msgpack import Ext, decode, encode_flax
 
@@ -433,6 +434,23 @@ def test_counts_are_checked_against_what_open_containers_still_owe() -> None:
     assert decode(b"\x9f\xdc\xff\xff" + b"\xc0" * (65535 + 14)) == [[None] * 65535] + [None] * 14
     assert decode(b"\x92" + b"\xdc\x00\x02\xc0\xc0" * 2) == [[None, None]] * 2
     _raises(b"\x92\xa3abc", "byte 5", "the input ends here", "owe 1")
+
+
+@pytest.mark.parametrize("empty", [b"\x80", b"\xa0", b"\xca\0\0\0\0"],
+                         ids=["maps", "strings", "floats"])
+def test_a_million_small_objects_stop_at_the_expansion_limit(empty: bytes) -> None:
+    """A million empty maps are 1 MB of input and 72 MB as dicts in a list: refused once what
+    they take passes 4 × (the input + 4 MiB), before it is built."""
+    count = 1_000_000
+    data = b"\xdd" + count.to_bytes(4, "big") + empty * count
+    with pytest.raises(LimitError) as error:
+        decode(data, source="many.msgpack")
+    assert error.value.limit == "expansion"
+    assert str(error.value).startswith("many.msgpack: its objects would take more than ")
+    few = b"\xdd" + (50_000).to_bytes(4, "big") + empty * 50_000
+    assert len(decode(few)) == 50_000  # within the limit
+    with rnnport.limits(expansion=1e-3), pytest.raises(LimitError):
+        decode(few)
 
 
 def test_a_hundred_thousand_levels_of_nesting_raise_format_error() -> None:

@@ -286,6 +286,43 @@ def test_graph_without_rnn_node() -> None:
         rnnport.read(helper.make_model(graph), "onnx")
 
 
+_RNG = np.random.default_rng(0)
+# A graph that looks like one step of an unrolled nn.RNN (a 3-D input, a product, Tanh); and
+# what onnxruntime.quantization.quantize_dynamic makes of a network's MatMul.
+UNREAD_GRAPHS = {
+    "one step": ([helper.make_node("Squeeze", ["x", "axis"], ["x0"]),
+                  helper.make_node("MatMul", ["x0", "W"], ["xw"]),
+                  helper.make_node("Add", ["xw", "b"], ["z"])], [1, 2, 3],
+                 [numpy_helper.from_array(np.array([0]), "axis"),
+                  numpy_helper.from_array(_RNG.random((3, 4), np.float32), "W"),
+                  numpy_helper.from_array(_RNG.random(4, np.float32), "b")], FormatError,
+                 r"An nn.RNN, or a cell stepped in a loop, exported with a single time step "
+                 r"never multiplies its state.*export it with two or more steps \(for nn.RNN, "
+                 "PyTorch's TorchScript exporter"),
+    "quantized": ([helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "scale", "zero"]),
+                   helper.make_node("MatMulInteger", ["xq", "W", "zero", "W_zero"], ["product"]),
+                   helper.make_node("Cast", ["product"], ["real"], to=onnx.TensorProto.FLOAT),
+                   helper.make_node("Mul", ["real", "scale"], ["z"])], [2, 3],
+                  [numpy_helper.from_array(_RNG.integers(-9, 9, (3, 4)).astype(np.int8), "W"),
+                   numpy_helper.from_array(np.array(0, np.int8), "W_zero")],
+                  UnsupportedFeatureError,
+                  r"ONNX Runtime's quantized matrix products \(MatMulInteger\), as onnxruntime."
+                  r"quantization.quantize_dynamic writes.*read the float model the quantizer "
+                  "was given"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNREAD_GRAPHS))
+def test_graphs_that_hold_no_network_rnnport_reads_say_why(name: str) -> None:
+    nodes, shape, tensors, error, why = UNREAD_GRAPHS[name]
+    model = helper.make_model(helper.make_graph(
+        [*nodes, helper.make_node("Tanh", ["z"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], tensors))
+    with pytest.raises(error, match=why):
+        rnnport.read(model)
+
+
 def test_weights_fed_at_run_time() -> None:
     value = lambda name, shape: helper.make_tensor_value_info(  # noqa: E731
         name, onnx.TensorProto.FLOAT, shape)
@@ -306,6 +343,53 @@ def test_several_networks_ask_for_a_node() -> None:
         rnnport.read(merged)
     gru = next(n for n in merged.graph.node if n.op_type == "GRU")
     assert rnnport.read(merged, node=gru.name).spec == Spec("gru", 3, 2)
+
+
+def _glued(proto: onnx.ModelProto, *nodes: Any) -> onnx.ModelProto:
+    """``proto`` (two layers written by rnnport) with ``nodes`` between the first layer's
+    glue and the second layer, which takes the last one's output."""
+    second = [node for node in proto.graph.node if node.op_type in ("LSTM", "GRU", "RNN")][1]
+    name = second.input[0]
+    for node in nodes:
+        node.input[0] = name
+        name = node.output[0]
+    second.input[0] = name
+    position = list(proto.graph.node).index(second)
+    for offset, node in enumerate(nodes):
+        proto.graph.node.insert(position + offset, node)
+    return proto
+
+
+def test_glue_that_hands_the_output_on_unchanged_joins_layers() -> None:
+    model = RNN.random(Spec("gru", 3, 4, num_layers=2, bidirectional=True), seed=2)
+    proto = _glued(rnnport.write(model, "onnx", time_major=True),
+                   helper.make_node("Dropout", ["?"], ["dropped"]),
+                   helper.make_node("Identity", ["?"], ["same"]))
+    assert rnnport.read(proto) == model
+
+
+def test_glue_that_moves_the_output_leaves_two_networks() -> None:
+    model = RNN.random(Spec("lstm", 3, 4, num_layers=2, bidirectional=True), seed=3)
+    proto = _glued(rnnport.write(model, "onnx", time_major=True),
+                   helper.make_node("Transpose", ["?"], ["swapped"], perm=[1, 0, 2]))
+    with pytest.raises(AmbiguousSourceError, match=r"2 separate recurrent networks .*the nodes "
+                       r"between them rearrange its Y \(a stack's next layer takes Y \[T, D, B, "
+                       r"H\] as X \[T, B, D·H\]"):
+        rnnport.read(proto)
+    first = next(node for node in proto.graph.node if node.op_type == "LSTM")
+    assert rnnport.read(proto, node=first.name) == model.layers()[0]
+
+
+def test_a_state_that_does_not_fit_the_node_is_refused() -> None:
+    proto = rnnport.write(RNN.random(Spec("gru", 3, 4), seed=4), "onnx")
+    node = next(node for node in proto.graph.node if node.op_type == "GRU")
+    while len(node.input) < 6:
+        node.input.append("")
+    node.input[5] = "h0"
+    proto.graph.initializer.append(numpy_helper.from_array(np.zeros((2, 1, 4), np.float32), "h0"))
+    with pytest.raises(FormatError, match=r"initial_h \[2, batch, 4\]; expected \[1, batch, 4\] "
+                       r"\(1 direction\(s\), hidden_size=4\)\. The node's state does not fit"):
+        rnnport.read(proto)
 
 
 def test_truncated_file(tmp_path: Path) -> None:

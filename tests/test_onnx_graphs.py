@@ -242,6 +242,24 @@ def test_an_lstm_inside_an_if_branch_is_found_and_named_by_its_path() -> None:
     assert rnnport.read(twice, node="inner_lstm") == rnnport.read(model)
 
 
+@pytest.mark.parametrize("time_major", [True, False])
+def test_a_stack_inside_an_if_branch_is_one_network(time_major: bool) -> None:
+    """The glue between its layers is checked by running the branch, with the main graph's
+    inputs it takes from the scope around it."""
+    model = RNN.random(Spec("gru", 3, 4, num_layers=3, bidirectional=True), seed=1)
+    written = rnnport.write(model, "onnx", time_major=time_major).graph
+    then_graph = helper.make_graph(list(written.node), "then", [], [written.output[0]])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["y2"])], "else", [],
+                              [_value("y2", None)])
+    branch = helper.make_node("If", ["cond"], ["out"], then_branch=then_graph,
+                              else_branch=other)
+    graph = helper.make_graph(
+        [branch], "g", [helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []),
+                        *written.input], [_value("out", None)], list(written.initializer))
+    assert rnnport.read(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17)])) == model
+
+
 def test_an_lstm_inside_a_function_takes_its_weights_from_the_call() -> None:
     arrays = _lstm_arrays(MODEL)
     body = helper.make_node("LSTM", ["x", "w", "r", "b"], ["", "h"], hidden_size=4)

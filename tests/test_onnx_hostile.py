@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 import time
-import tracemalloc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from hostile_cases import peak_allocated
 from onnx import TensorProto, helper, numpy_helper
 
 import rnnport
@@ -69,18 +69,6 @@ def _stack_left(frames: int) -> Iterator[None]:
         yield
     finally:
         sys.setrecursionlimit(before)
-
-
-@contextmanager
-def _peak() -> Iterator[list[int]]:
-    """The peak bytes Python and NumPy allocated inside, in the list yielded."""
-    found: list[int] = []
-    tracemalloc.start()
-    try:
-        yield found
-    finally:
-        found.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
 
 
 # -- 1. deep chains of producers ----------------------------------------------------------------
@@ -181,7 +169,7 @@ def test_copies_hidden_behind_views_count_against_the_budget() -> None:
                   helper.make_node("Reshape", [f"f{step}", "square"], [f"r{step}"])]
         previous = f"r{step}"
     model = _model(previous, nodes, _square())
-    with _peak() as peak, pytest.raises(BudgetError) as error:
+    with peak_allocated() as peak, pytest.raises(BudgetError) as error:
         rnnport.read(model)
     assert peak[0] < 40 << 20
     message = str(error.value)
@@ -202,7 +190,7 @@ def test_many_nodes_sharing_one_tensor_count_against_the_budget() -> None:
     copies = [helper.make_node("Reshape", ["t", "flat"], [f"c{i}"]) for i in range(400)]
     gathered = helper.make_node("Concat", [f"c{i}" for i in range(400)], ["W"], axis=0)
     model = _model("W", [transposed, *copies, gathered], _square())
-    with _peak() as peak, pytest.raises(BudgetError, match="limit 'expansion'"):
+    with peak_allocated() as peak, pytest.raises(BudgetError, match="limit 'expansion'"):
         rnnport.read(model)
     assert peak[0] < 40 << 20
 
@@ -324,7 +312,7 @@ def test_dequantizing_is_paid_for_before_it_is_done() -> None:
     weight = np.zeros((1, 250_000, 4 * HIDDEN), np.int8)  # 2 MB: 8 MB as float32
     model = _quantized(weight, np.array([0.5], np.float32), np.array([0], np.int8))
     with rnnport.limits(expansion=1.0), pytest.raises(BudgetError, match="expansion"), \
-            _peak() as peak:
+            peak_allocated() as peak:
         rnnport.read(model, dequantize=True)
     assert peak[0] < 6_000_000  # the int8 array read, never the float32 one
 
@@ -348,7 +336,7 @@ def test_a_huge_constant_of_shape_is_refused_before_the_check_makes_it() -> None
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
          helper.make_tensor_value_info("zeros", TensorProto.FLOAT, None)], tensors)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with _peak() as peak, pytest.raises(BudgetError, match=r"would make a value of shape "
+    with peak_allocated() as peak, pytest.raises(BudgetError, match=r"would make a value of shape "
                                                            r"\(1048576, 1048576\)"):
         rnnport.read(model)
     assert peak[0] < 50_000_000

@@ -37,14 +37,21 @@ every level, a list holding itself or one tensor listed 100,000 times; a checkpo
 with 2⁶² or 71 dimensions, its data block listed 50,000 times, every entry over the same
 bytes or 5,000 more layers; msgpack counts far past the bytes, maps nested 200,000 deep;
 ONNX dimensions huge or negative, Identity chains 3,000 deep, 400 nodes over one tensor, a
-million activations, a local function calling itself, 2,000 products by one matrix; frozen
-graphs with a million empty strings, messages split in pieces at every level of a deep
-nesting, Consts of 4096² filled from one float, 2,000 cells with their steps; FlatBuffer
-vector lengths made huge or one vector shared by every offset; safetensors offsets shared
-and shapes huge; a ``checkpoint`` state file naming a checkpoint longer than a file name or
-a path may be, under hundreds of folders, by escaped bytes, or listed 200,000 times
-(TensorFlow 2 checkpoints are seeds twice: read by their prefix, and by their folder,
-through that file). The builders are those of ``tests/hostile_cases.py``.
+million activations, a local function calling itself, 2,000 products by one matrix, a cell
+stepped in 1,000 loops; frozen graphs with a million empty strings, messages split in
+pieces at every level of a deep nesting, Consts of 4096² filled from one float, 2,000 cells
+with their steps; FlatBuffer vector lengths made huge or one vector shared by every offset;
+safetensors offsets shared and shapes huge; a ``checkpoint`` state file naming a checkpoint
+longer than a file name or a path may be, under hundreds of folders, by escaped bytes, or
+listed 200,000 times (TensorFlow 2 checkpoints are seeds twice: read by their prefix, and
+by their folder, through that file); zip members said to lie where another does, or
+``.npz`` members each holding the ones after it; a million to twenty million empty msgpack
+maps, or keys of digits ``int`` reads otherwise (``layers_٣``, ``²``) or that read as one
+string; a thousand TFLite tensors sharing one quantization table of 8 million scales, or a
+loop body thousands of operations deep; TF2 object graphs that are one chain of 60,000
+objects, that name one layer's tensors for 2,000 layers, or that number layers with other
+digits; JSON values NaN, ``1e999``, 60 digits long or holding a key twice. The builders are
+those of ``tests/hostile_cases.py`` and ``tests/tflite_edits.py``.
 
 Cases run in worker processes with a data-size limit (``RLIMIT_DATA``) and a per-case
 alarm; the parent notices a worker that dies or stops answering, reports the case and
@@ -220,7 +227,8 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
         except rnnport.AmbiguousSourceError:
             continue  # a weights file of mixed layers needs layer=[…] in the model's order
         except rnnport.UnsupportedFeatureError:
-            continue  # a golden file kept to show a refusal (a go_backwards loop alone)
+            continue  # a golden file kept to be refused (a go_backwards TFLite loop alone,
+            # a projected LSTM's malformed export)
         readable.append(seed)
     return readable
 
@@ -310,9 +318,10 @@ def _splice(rng: random.Random, data: bytes, other: bytes) -> bytes:
     return data[:start] + other[begin:begin + (end - start)] + data[end:]
 
 
-WEIRD_JSON: tuple[Any, ...] = (None, True, -1, 0, 2**31, 2**63, 10**30, 1e308, -0.5, "",
-                               "x" * 40, [], {}, [None], {"class_name": None}, "float16",
-                               [[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]], "NESTED")
+WEIRD_JSON: tuple[Any, ...] = (None, True, -1, 0, 2**31, 2**63, 10**30, 10**60, 1e308, -0.5,
+                               float("nan"), float("-inf"), "", "x" * 40, [], {}, [None],
+                               {"class_name": None}, "float16", "layers_٣", "²",
+                               [[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]], "NESTED", "TWICE", "HUGE")
 
 
 def _json_nodes(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -345,6 +354,8 @@ def mutate_json(rng: random.Random, data: bytes) -> bytes | None:
     encoded = json.dumps(document)
     if '"NESTED"' in encoded:  # deeper than Python's recursion limit, built as text
         encoded = encoded.replace('"NESTED"', "[" * 5000 + "]" * 5000, 1)
+    encoded = encoded.replace('"TWICE"', '{"name": "a", "name": "b"}', 1)  # a key twice
+    encoded = encoded.replace('"HUGE"', "1e999", 1)  # past a float: json.loads reads inf
     return encoded.encode()
 
 
@@ -443,7 +454,9 @@ HUGE = (2**31 - 1, 2**31, 2**32 - 1, 2**40, 2**62, 2**63 - 1)
 
 def mutate_archive(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     """A zip member re-compressed with bzip2 or LZMA (its own content, or a bomb of it and
-    zeros inflating to 64 MiB … 3 GB), or declaring sizes or a CRC that lie."""
+    zeros inflating to 64 MiB … 3 GB), declaring sizes or a CRC that lie, or said by the
+    central directory to lie where the first member does; or, for an ``.npz``, members each
+    holding the ones after it (their bytes read over and over: up to 3.6 GB from 1.8 MB)."""
     from hostile_cases import (
         BZIP2,
         DEFLATED,
@@ -452,6 +465,7 @@ def mutate_archive(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
         Member,
         bzip2_bomb,
         compressed,
+        overlapping_npz,
         zip_archive,
         zip_members,
     )
@@ -463,7 +477,14 @@ def mutate_archive(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     if not members:
         return None
     chosen = rng.randrange(len(members))
-    action = rng.choice(("codec", "bomb", "size", "compressed size", "crc"))
+    action = rng.choice(("codec", "bomb", "size", "compressed size", "crc", "overlap"))
+    if action == "overlap" and all(name.endswith(".npy") for name, _ in members):
+        count, size = rng.choice(((40, 1 << 16), (2200, 1_400_000)))
+        return overlapping_npz(count, size), "zip member overlap"
+    if action == "overlap":  # a member other than the first, said to lie where the first does
+        if len(members) == 1:
+            members.append((f"{members[0][0]}.again", members[0][1]))
+        chosen = max(chosen, 1)
     out = []
     for number, (name, content) in enumerate(members):
         member = Member(name, compressed(content, DEFLATED), DEFLATED, len(content),
@@ -485,6 +506,8 @@ def mutate_archive(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
             elif action == "compressed size":
                 member.compressed = rng.choice((0, len(member.raw) // 2, len(member.raw) + 1,
                                                 2**32 - 1))
+            elif action == "overlap":
+                member.at = 0
             else:
                 member.crc = zlib.crc32(content) ^ (1 << rng.randrange(32))
         out.append(member)
@@ -620,11 +643,14 @@ def _msgpack_nodes(data: bytes) -> list[tuple[int, int, int, int]]:
 
 def mutate_msgpack(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     """A msgpack array's, map's, string's or binary's count set far past the bytes present,
-    or one value replaced by maps (or arrays) nested 10,000 … 200,000 deep, or by an array
-    declaring 2³² − 1 elements."""
+    or one value replaced by maps (or arrays) nested 10,000 … 200,000 deep, by an array
+    declaring 2³² − 1 elements, by 1 … 20 million empty maps, or by a map whose keys are
+    digits Python's int reads differently (``layers_٣``, ``²``, 5,000 digits) or that read
+    as one string (1 and "1")."""
     nodes = _msgpack_nodes(data)
     counted = [node for node in nodes if node[3]]
-    action = rng.choice(("count", "deep", "wide")) if counted else rng.choice(("deep", "wide"))
+    actions = ("deep", "wide", "empty maps", "keys")
+    action = rng.choice(("count", *actions)) if counted else rng.choice(actions)
     if not nodes:
         return None
     if action == "count":
@@ -636,6 +662,14 @@ def mutate_msgpack(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     if action == "deep":
         depth = rng.choice((10_000, 200_000))
         nested = (b"\x81\xa1k" if rng.random() < 0.5 else b"\x91") * depth + b"\xc0"
+    elif action == "empty maps":
+        count = rng.choice((1_000_000, 20_000_000))
+        nested = b"\xdd" + count.to_bytes(4, "big") + b"\x80" * count
+    elif action == "keys":
+        value = data[start:end]
+        keys = rng.choice(((b"\xa9layers_\xd9\xa3", b"\xa8layers_3"), (b"\xa2\xc2\xb2",),
+                           (b"\xda\x13\x88" + b"7" * 5000,), (b"\x01", b"\xa11")))
+        nested = bytes([0x80 | len(keys)]) + b"".join(key + value for key in keys)
     else:
         nested = b"\xdd\xff\xff\xff\xff" + b"\xc0" * 16
     return data[:start] + nested + data[end:], f"msgpack {action}"
@@ -645,11 +679,12 @@ def mutate_onnx(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     """An ONNX model with a tensor's dimensions made huge, negative or 71 of them, an
     Identity chain 150 … 3,000 deep in front of a recurrent node's weight, 400 nodes each
     computing from one stored tensor, a million activations, a local function that calls
-    itself (directly or through another) called from the graph, or 2,000 products by one
-    matrix beside the network, every one meeting the next."""
+    itself (directly or through another) called from the graph, 2,000 products by one
+    matrix beside the network, every one meeting the next, or a cell stepped in 1,000
+    loops of one step each beside it."""
     try:
         import onnx
-        from hostile_cases import identity_chain, onnx_calling, onnx_products
+        from hostile_cases import identity_chain, onnx_calling, onnx_cell_loops, onnx_products
         from onnx import helper
 
         model = onnx.load_from_string(data)
@@ -658,7 +693,8 @@ def mutate_onnx(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     graph = model.graph
     recurrent = [node for node in graph.node if node.op_type in ("LSTM", "GRU", "RNN")]
     stored = list(graph.initializer)
-    action = rng.choice(("dimensions", "chain", "fan", "activations", "recursion", "products"))
+    action = rng.choice(("dimensions", "chain", "fan", "activations", "recursion", "products",
+                         "loops"))
     if action == "dimensions" and stored:
         tensor = rng.choice(stored)
         dims = rng.choice(([1 << 62], [1 << 31, 1 << 31], [-1, *tensor.dims[1:]], [1] * 71,
@@ -694,16 +730,17 @@ def mutate_onnx(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
         graph.node.append(call)
         model.functions.extend(calling.functions)
         model.opset_import.extend(op for op in calling.opset_import if op.domain == "local")
-    elif action == "products" and graph.input:
-        products = onnx_products(2000).graph
-        renamed = {"x": graph.input[0].name}
-        for node in products.node:
+    elif action in ("products", "loops") and graph.input:
+        beside = (onnx_products(2000) if action == "products" else onnx_cell_loops(1000)).graph
+        renamed = {"x": graph.input[0].name}  # the products multiply the model's own input
+        for node in beside.node:
             node.input[:] = [renamed.get(name, f"fuzz_{name}") for name in node.input]
             node.output[:] = [f"fuzz_{name}" for name in node.output]
-        for tensor in products.initializer:
+        for tensor in [*beside.initializer, *beside.input]:
             tensor.name = f"fuzz_{tensor.name}"
-        graph.node.extend(products.node)
-        graph.initializer.extend(products.initializer)
+        graph.node.extend(beside.node)
+        graph.initializer.extend(beside.initializer)
+        graph.input.extend(value for value in beside.input if value.name != "fuzz_x")
     else:
         return None
     return model.SerializeToString(), f"onnx {action}"
@@ -814,8 +851,78 @@ def mutate_state(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     return data[:found.start(1)] + name + data[found.end(1):], f"state file names {how}"
 
 
-def mutate_structure(rng: random.Random, target: Path, data: bytes) -> tuple[bytes, str] | None:
-    """One structure-aware mutation of ``target`` (its bytes ``data``), by what it is."""
+def mutate_tflite(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """A ``.tflite`` whose thousand tensors point at one quantization table of up to 8
+    million scales, or whose loop body passes a state through a chain of 240 … 5,000
+    RESHAPEs (the evaluator's depth); else a FlatBuffer vector mutation."""
+    from hostile_cases import tflite_shared_quantization
+    from tflite_edits import deep_loop_body
+
+    action = rng.random()
+    if action < 0.2:
+        scales = rng.choice((100_000, 8_000_000))
+        return tflite_shared_quantization(1000, scales), "flatbuffer shared quantization"
+    if action < 0.4:
+        deep = deep_loop_body(data, rng.choice((240, 300, 5000)))
+        if deep is not None:
+            return deep, "flatbuffer deep loop body"
+    return mutate_flatbuffer_vectors(rng, data)
+
+
+def mutate_object_graph(rng: random.Random, index: Path) -> tuple[bytes, str, dict[str, bytes]] | None:
+    """A TF2 checkpoint (its index and data shard rewritten) whose object graph is one chain
+    of 6,000 … 60,000 objects, names its recurrent kernel and bias for 300 … 2,000 layers,
+    or numbers its layers with digits other than ASCII (``layer_with_weights-٠``)."""
+    from hostile_cases import tf2_checkpoint
+
+    from rnnport.errors import RnnportError
+    from rnnport.formats.tf2.writer import _Node
+    from rnnport.io import tensorbundle, tfproto
+
+    try:
+        bundle = tensorbundle.Bundle(index.with_suffix(""))
+        if tfproto.OBJECT_GRAPH_KEY not in bundle or bundle.shards != 1:
+            return None
+        arrays = {name: bundle.read(name) for name in bundle if name != tfproto.OBJECT_GRAPH_KEY}
+        graph = tfproto.read_object_graph(bundle)
+    except (RnnportError, OSError):
+        return None
+    values = [(node_id, attribute.checkpoint_key) for node_id, node in enumerate(graph.nodes)
+              for attribute in node.attributes if attribute.name == "VARIABLE_VALUE"
+              and attribute.checkpoint_key in arrays]
+    if not values:
+        return None
+    action = rng.choice(("chain", "shared", "digits"))
+    if action == "chain":
+        root = _Node(variable=("x", values[0][1]))
+        for _ in range(rng.choice((6_000, 60_000))):
+            root = _Node([("x", root)])
+    elif action == "shared":
+        keys = {key.split("/.ATTRIBUTES/")[0].rsplit("/", 1)[-1]: key for _, key in values}
+        root = _Node([(f"layer_with_weights-{k}", _Node([("cell", _Node([
+            (name, _Node(variable=(name, key))) for name, key in keys.items()]))]))
+            for k in range(rng.choice((300, 2000)))])
+    else:
+        nodes = [_Node() for _ in graph.nodes]
+        for node, decoded in zip(nodes, graph.nodes, strict=True):
+            node.children = [(child.local_name.replace("-0", "-\u0660").replace("-1", "-\u0661"),
+                              nodes[child.node_id]) for child in decoded.children
+                             if 0 <= child.node_id < len(nodes)]
+            node.variable = next(((a.full_name, a.checkpoint_key) for a in decoded.attributes
+                                  if a.name == "VARIABLE_VALUE"), None)
+        root = nodes[0]
+    with tempfile.TemporaryDirectory() as folder:
+        prefix = Path(folder) / index.stem
+        tf2_checkpoint(prefix, root, arrays)
+        data = Path(f"{prefix}.data-00000-of-00001").read_bytes()
+        return Path(f"{prefix}.index").read_bytes(), f"object graph {action}", \
+            {f"{index.stem}.data-00000-of-00001": data}
+
+
+def mutate_structure(rng: random.Random, target: Path, data: bytes
+                     ) -> tuple[bytes, str] | tuple[bytes, str, dict[str, bytes]] | None:
+    """One structure-aware mutation of ``target`` (its bytes ``data``), by what it is; a
+    third item, where there is one, gives other files of the seed rewritten with it."""
     if target.name == "checkpoint":
         return mutate_state(rng, data)
     if data[:2] == b"PK":
@@ -823,9 +930,13 @@ def mutate_structure(rng: random.Random, target: Path, data: bytes) -> tuple[byt
             return mutate_pickle(rng, data)
         return mutate_archive(rng, data)
     if target.suffix == ".index":
+        if rng.random() < 0.5:
+            found = mutate_object_graph(rng, target)
+            if found is not None:
+                return found
         return mutate_bundle(rng, target)
     if data[4:8] == b"TFL3":
-        return mutate_flatbuffer_vectors(rng, data)
+        return mutate_tflite(rng, data)
     if target.suffix == ".msgpack":
         return mutate_msgpack(rng, data)
     if target.suffix == ".onnx":
@@ -847,12 +958,15 @@ def mutate(rng: random.Random, seed: Seed, all_seeds: list[Seed], folder: Path,
     data = target.read_bytes()
     mutated: bytes | None = None
     how = "bytes"
+    rewritten: dict[Path, bytes] = {}  # other files a structure-aware mutation rewrote
     if structure:
-        found = None
         for candidate in sorted(files, key=lambda path: path != target):
             found = mutate_structure(rng, candidate, candidate.read_bytes())
             if found is not None:
                 target, mutated, how = candidate, found[0], f"structure: {found[1]}"
+                extra: dict[str, bytes] = found[2] if len(found) == 3 else {}
+                rewritten = {candidate.with_name(name): content  # beside the file mutated
+                             for name, content in extra.items()}
                 break
     kind = rng.random()
     if mutated is not None:
@@ -870,11 +984,15 @@ def mutate(rng: random.Random, seed: Seed, all_seeds: list[Seed], folder: Path,
             mutated, how = _splice(rng, data, rng.choice(others).read_bytes()), "splice"
     if mutated is None:
         mutated, how = mutate_bytes(rng, data), "bytes"
-    for path in files:
+    for path in files:  # where they were in the seed's folder (a SavedModel's variables/)
+        copy = folder / path.relative_to(seed.folder)
+        copy.parent.mkdir(parents=True, exist_ok=True)
         if path == target:
-            (folder / path.name).write_bytes(mutated)
+            copy.write_bytes(mutated)
+        elif path in rewritten:
+            copy.write_bytes(rewritten[path])
         else:
-            shutil.copyfile(path, folder / path.name)
+            shutil.copyfile(path, copy)
     return f"{how} of {target.name}"
 
 

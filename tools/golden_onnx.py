@@ -45,6 +45,43 @@ Cases
     ``<name>_dequantized.onnx``: the same graph with the node replaced by an ``LSTM`` whose
     ``W`` and ``R`` are ``scale·(q − zero_point)`` computed here in float32, transposed to
     the ``LSTM`` operator's ``[D, 4H, in]``.
+``apart_encoder_decoder_gru_torchscript``, ``apart_encoder_decoder_lstm_dynamo``
+    ``nn.GRU(3, 4)`` (``nn.LSTM``) over a batch-first ``(batch, 5, 3)`` sequence, then
+    ``nn.GRU(4, 4)`` over its output from its final state (an encoder handing its state to a
+    decoder); the TorchScript exporter, and the default one. The decoder's node takes the
+    encoder's ``Y`` as a next layer would, and its ``initial_h`` (``initial_c``) from the
+    encoder's ``Y_h`` (``Y_c``): two networks, not a stack.
+``apart_interleaved_lstm_torchscript``
+    ``nn.LSTM(3, 4, bidirectional=True)`` then ``nn.LSTM(8, 4)`` over its output with the
+    directions' features interleaved (``y.reshape(B, T, 2, 4).transpose(2, 3)``); the
+    TorchScript exporter.
+``apart_swapped_gru_torchscript``, ``apart_swapped_gru_dynamo``
+    ``nn.GRU(3, 4)`` then ``nn.GRU(4, 4)`` over ``y.transpose(0, 1)`` (the second steps over
+    the batch axis); both exporters. ``meta`` names the modules (``networks``) and the
+    ``glue`` (``state``, ``interleave``, ``swap``).
+``projected_lstm_dynamo``, ``projected_lstm_two_layers_dynamo``
+    ``nn.LSTM(3, 5, proj_size=2, batch_first=True)`` (and with ``num_layers=2``) exported by
+    the default exporter, which writes ``LSTM`` nodes of ``hidden_size=2`` (the projection's
+    size) with the weights cut to match and an ``initial_c`` of 5 cells: ONNX Runtime refuses
+    to run them. The case holds the file and the PyTorch weights (``weights/lstm/…``), no
+    outputs.
+``loop_gru_twice_dynamo``, ``loop_gru_zoneout_dynamo``, ``loop_gru_learned_state_dynamo``,
+``loop_lstm_learned_state_dynamo``, ``loop_lstm_learned_state_torchscript``,
+``loop_gru_both_directions_dynamo``, ``loop_rnn_square_dynamo``
+    One ``nn.GRUCell(3, 4)`` (``nn.LSTMCell``, ``nn.RNNCell``) stepped over a batch-first
+    ``(batch, 5, 3)`` sequence in a Python loop, its states stacked on the time axis: applied
+    twice per step (``h = cell(x_t, cell(x_t, h))``); with a zoneout (``h = 0.5·cell(x_t, h)
+    + 0.5·h``); from a learned state (``h0.expand(batch, 4)``, and ``c0``: parameters, under
+    ``weights/h0``, ``weights/c0``); over ``x`` and over ``torch.flip(x)``, joined as a
+    bidirectional network's output (one cell for both directions); ``(4, 4)`` from zeros
+    (input and state of one size). ``meta["mode"]`` says which.
+``loop_gru_pair_added_dynamo``
+    Two ``nn.GRUCell(3, 4)`` (``forward_cell``, ``backward_cell``) over a batch-first
+    ``(batch, 5, 3)`` sequence and over ``torch.flip`` of it from zero states, the second's
+    outputs flipped back and added to the first's: not a bidirectional network's output.
+``square_lstm_step_dynamo``
+    One step of ``nn.LSTMCell(4, 4)`` exported with its state, ``(x, (h, c))``; ``x``, ``h``,
+    ``c`` and ``inputs`` (the graph's input names, in that order) are in the case.
 ``torch_default_lstm``, ``torch_default_gru``, ``torch_default_rnn``
     ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` ``(3, 4, num_layers=2, bidirectional=True,
     batch_first=True)`` exported by the default exporter (``external_data=False``): LSTM
@@ -131,7 +168,6 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, exporter: str,
             outputs: list[str]) -> None:
     """``torch.onnx.export`` as a user calls it; the default exporter's stack traces are
     dropped from the file."""
-    import onnx
     import torch
 
     with warnings.catch_warnings():
@@ -144,6 +180,13 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, exporter: str,
             torch.onnx.export(module, args, str(path), input_names=["x"], output_names=outputs,
                               dynamo=False, dynamic_axes={"x": {0: "batch"}})
         logging.disable(logging.NOTSET)
+    _strip(path)
+
+
+def _strip(path: Path) -> None:
+    """The default exporter's stack traces (``metadata_props``) dropped from the file."""
+    import onnx
+
     model = onnx.load(str(path))
     for node in model.graph.node:
         del node.metadata_props[:]
@@ -151,14 +194,16 @@ def _export(module: Any, args: tuple[Any, ...], path: Path, exporter: str,
 
 
 def _exported(name: str, out: Path, module: Any, x: np.ndarray, weights: dict[str, np.ndarray],
-              prefix: str = "") -> tuple[dict[str, np.ndarray], list[str]]:
-    """``module`` exported by the default exporter, run by ONNX Runtime and PyTorch on ``x``
-    (which must agree): the case's arrays (``x``, ``y``, ``y_torch``, the weights under
-    ``weights/<prefix>``) and files."""
+              prefix: str = "", exporter: str = "dynamo"
+              ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """``module`` exported (by the default exporter unless ``exporter`` says
+    ``torchscript``), run by ONNX Runtime and PyTorch on ``x`` (which must agree): the
+    case's arrays (``x``, ``y``, ``y_torch``, the weights under ``weights/<prefix>``) and
+    files."""
     import torch
 
     path = out / f"{name}.onnx"
-    _export(module, (torch.from_numpy(x),), path, "dynamo", ["y"])
+    _export(module, (torch.from_numpy(x),), path, exporter, ["y"])
     y = _session(path, {"x": x})[0]
     with torch.no_grad():
         result = module(torch.from_numpy(x))
@@ -318,6 +363,197 @@ def _reversed_loop(name: str, out: Path, rng: np.random.Generator) -> dict[str, 
             "cells": ["forward_cell", "backward_cell"]}
 
 
+# -- two recurrent modules, one taking the other's output: not one stack -----------------------
+
+def _apart(kind: str, exporter: str, glue: str
+           ) -> Callable[[str, Path, np.random.Generator], dict[str, Any]]:
+    """``nn.GRU``/``nn.LSTM`` ``first`` then ``second``, batch-first, ``second`` taking
+    ``first``'s output: from ``first``'s final state (``glue="state"``, an encoder and its
+    decoder), with the directions' features interleaved (``"interleave"``, ``first``
+    bidirectional), or with the batch and time axes swapped (``"swap"``)."""
+    def make(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+        from torch import nn
+
+        module = {"gru": nn.GRU, "lstm": nn.LSTM}[kind]
+
+        class Apart(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                bidirectional = glue == "interleave"
+                self.first = module(3, 4, batch_first=True, bidirectional=bidirectional)
+                self.second = module(8 if bidirectional else 4, 4, batch_first=True)
+
+            def forward(self, x: Any) -> Any:
+                y, state = self.first(x)
+                if glue == "state":
+                    return self.second(y, state)[0]
+                if glue == "interleave":  # [forward | backward] → (f0, b0, f1, b1, …)
+                    batch, steps = y.shape[:2]
+                    y = y.reshape(batch, steps, 2, 4).transpose(2, 3).reshape(batch, steps, 8)
+                else:  # the second runs over the batch axis
+                    y = y.transpose(0, 1)
+                return self.second(y)[0]
+
+        model = Apart().eval()
+        weights = _randomize(model, rng)
+        x = rng.uniform(-1, 1, (BATCH, 5, 3)).astype(np.float32)
+        arrays, files = _exported(name, out, model, x, weights, exporter=exporter)
+        return {"arrays": arrays, "files": files, "exporter": exporter, "time_major": False,
+                "networks": ["first", "second"], "glue": glue}
+    return make
+
+
+# -- what the default exporter makes of a projected LSTM -----------------------------------------
+
+def _projected(layers: int) -> Callable[[str, Path, np.random.Generator], dict[str, Any]]:
+    """``nn.LSTM(3, 5, proj_size=2, num_layers=layers, batch_first=True)`` through the
+    default exporter, which writes an ``LSTM`` node of ``hidden_size=2`` (the projection's
+    size) with the weights cut to match and an ``initial_c`` of 5: ONNX Runtime refuses to
+    run it, so the case holds the file and the PyTorch weights only."""
+    def make(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+        import torch
+        from torch import nn
+
+        class Projected(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lstm = nn.LSTM(3, 5, proj_size=2, num_layers=layers, batch_first=True)
+
+            def forward(self, x: Any) -> Any:
+                return self.lstm(x)[0]
+
+        model = Projected().eval()
+        weights = _randomize(model, rng)
+        path = out / f"{name}.onnx"
+        _export(model, (torch.zeros(BATCH, 4, 3),), path, "dynamo", ["y"])
+        arrays = {f"weights/{key.replace('.', '/')}": value for key, value in weights.items()}
+        return {"arrays": arrays, "files": [path.name], "exporter": "dynamo",
+                "time_major": False}
+    return make
+
+
+# -- one cell stepped in a Python loop, plainly or not ------------------------------------------
+
+def _loop(kind: str, mode: str, exporter: str = "dynamo"
+          ) -> Callable[[str, Path, np.random.Generator], dict[str, Any]]:
+    """``nn.GRUCell``/``nn.LSTMCell``/``nn.RNNCell`` ``(3, 4)`` stepped over a batch-first
+    ``(batch, 5, 3)`` sequence in a Python loop, its states stacked on the time axis;
+    ``mode``: ``twice`` (``h = cell(x_t, cell(x_t, h))``), ``zoneout`` (``h = 0.5·cell(x_t,
+    h) + 0.5·h``), ``learned`` (from ``h0.expand(batch, 4)``, a parameter, and ``c0`` for
+    an LSTM), ``both`` (the one cell over ``x`` and over ``torch.flip(x)``, outputs joined
+    as a bidirectional network's), ``square`` (``(4, 4)``: input and state of one size)."""
+    def make(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+        import torch
+        from torch import nn
+
+        size = 4 if mode == "square" else 3
+
+        class Loop(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.cell = {"gru": nn.GRUCell, "lstm": nn.LSTMCell, "rnn": nn.RNNCell}[kind](
+                    size, 4)
+                if mode == "learned":
+                    self.h0 = nn.Parameter(torch.zeros(1, 4))
+                    self.c0 = nn.Parameter(torch.zeros(1, 4))
+
+            def step(self, x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+                if kind == "lstm":
+                    return tuple(self.cell(x, (h, c)))
+                return self.cell(x, h), c
+
+            def run(self, x: Any) -> Any:
+                batch = x.shape[0]
+                if mode == "learned":
+                    h, c = self.h0.expand(batch, 4), self.c0.expand(batch, 4)
+                else:
+                    h, c = torch.zeros(batch, 4), torch.zeros(batch, 4)
+                outputs = []
+                for step in range(x.shape[1]):
+                    if mode == "twice":
+                        h, c = self.step(x[:, step], *self.step(x[:, step], h, c))
+                    elif mode == "zoneout":
+                        new, c = self.step(x[:, step], h, c)
+                        h = 0.5 * new + 0.5 * h
+                    else:
+                        h, c = self.step(x[:, step], h, c)
+                    outputs.append(h)
+                return torch.stack(outputs, 1)
+
+            def forward(self, x: Any) -> Any:
+                y = self.run(x)
+                if mode == "both":
+                    y = torch.cat([y, torch.flip(self.run(torch.flip(x, [1])), [1])], 2)
+                return y
+
+        model = Loop().eval()
+        weights = _randomize(model, rng)
+        x = rng.uniform(-1, 1, (BATCH, 5, size)).astype(np.float32)
+        arrays, files = _exported(name, out, model, x, weights, exporter=exporter)
+        return {"arrays": arrays, "files": files, "exporter": exporter, "time_major": False,
+                "mode": mode}
+    return make
+
+
+def _added(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+    """Two ``nn.GRUCell(3, 4)`` over a batch-first sequence and over ``torch.flip`` of it
+    from zero states, the second's outputs flipped back and *added* to the first's."""
+    import torch
+    from torch import nn
+
+    class Added(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.forward_cell, self.backward_cell = nn.GRUCell(3, 4), nn.GRUCell(3, 4)
+
+        def forward(self, x: Any) -> Any:
+            outputs = []
+            for cell, sequence in ((self.forward_cell, x),
+                                   (self.backward_cell, torch.flip(x, [1]))):
+                h, states = torch.zeros(x.shape[0], 4), []
+                for step in range(x.shape[1]):
+                    h = cell(sequence[:, step], h)
+                    states.append(h)
+                outputs.append(torch.stack(states, 1))
+            return outputs[0] + torch.flip(outputs[1], [1])
+
+    model = Added().eval()
+    weights = _randomize(model, rng)
+    x = rng.uniform(-1, 1, (BATCH, 5, 3)).astype(np.float32)
+    arrays, files = _exported(name, out, model, x, weights)
+    return {"arrays": arrays, "files": files, "exporter": "dynamo", "time_major": False}
+
+
+def _square_step(name: str, out: Path, rng: np.random.Generator) -> dict[str, Any]:
+    """One step of ``nn.LSTMCell(4, 4)`` exported with its state as inputs, ``(x, (h, c))``:
+    the input and the state are of one size."""
+    import torch
+
+    cell = torch.nn.LSTMCell(4, 4).eval()
+    weights = _randomize(cell, rng)
+    x, h, c = (rng.uniform(-1, 1, (BATCH, 4)).astype(np.float32) for _ in range(3))
+    path = out / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        torch.onnx.export(cell, (torch.from_numpy(x), (torch.from_numpy(h), torch.from_numpy(c))),
+                          str(path), external_data=False, verbose=False)
+        logging.disable(logging.NOTSET)
+    _strip(path)
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [value.name for value in session.get_inputs()]
+    y = np.asarray(session.run(None, dict(zip(names, (x, h, c), strict=True)))[0])
+    with torch.no_grad():
+        y_torch = cell(torch.from_numpy(x), (torch.from_numpy(h), torch.from_numpy(c)))[0].numpy()
+    _agree(name, y, y_torch)
+    arrays = {"x": x, "h": h, "c": c, "y": y, "y_torch": y_torch,
+              **{f"weights/cell/{key}": value for key, value in weights.items()}}
+    return {"arrays": arrays, "files": [path.name], "exporter": "dynamo", "time_major": False,
+            "inputs": names}
+
+
 # -- ONNX Runtime's DynamicQuantizeLSTM ---------------------------------------------------------
 
 def _quantized(bidirectional: bool, per_channel: bool, unsigned: bool
@@ -449,6 +685,44 @@ CASES: dict[str, tuple[Callable[[str, Path, np.random.Generator], dict[str, Any]
                                        "batch-first sequence from a zero state, one from the "
                                        "last step down (no flip), outputs concatenated; "
                                        "torch.onnx.export (default)"),
+    "apart_encoder_decoder_gru_torchscript": (
+        _apart("gru", "torchscript", "state"), "nn.GRU(3, 4) then nn.GRU(4, 4) over its output "
+        "from its final state (an encoder and its decoder); torch.onnx.export(dynamo=False)"),
+    "apart_encoder_decoder_lstm_dynamo": (
+        _apart("lstm", "dynamo", "state"), "nn.LSTM(3, 4) then nn.LSTM(4, 4) over its output "
+        "from its final state (h, c); torch.onnx.export (default)"),
+    "apart_interleaved_lstm_torchscript": (
+        _apart("lstm", "torchscript", "interleave"), "nn.LSTM(3, 4, bidirectional=True) then "
+        "nn.LSTM(8, 4) over its output with the directions' features interleaved; "
+        "torch.onnx.export(dynamo=False)"),
+    "apart_swapped_gru_torchscript": (
+        _apart("gru", "torchscript", "swap"), "nn.GRU(3, 4) then nn.GRU(4, 4) over its output "
+        "with batch and time swapped; torch.onnx.export(dynamo=False)"),
+    "apart_swapped_gru_dynamo": (
+        _apart("gru", "dynamo", "swap"), "the same; torch.onnx.export (default)"),
+    "projected_lstm_dynamo": (_projected(1), "nn.LSTM(3, 5, proj_size=2, batch_first=True); "
+                              "torch.onnx.export (default): a malformed LSTM node"),
+    "projected_lstm_two_layers_dynamo": (_projected(2), "the same with num_layers=2"),
+    "loop_gru_twice_dynamo": (_loop("gru", "twice"), "nn.GRUCell(3, 4) applied twice per "
+                              "step, h = cell(x_t, cell(x_t, h)); torch.onnx.export (default)"),
+    "loop_gru_zoneout_dynamo": (_loop("gru", "zoneout"), "nn.GRUCell(3, 4) stepped with "
+                                "h = 0.5·cell(x_t, h) + 0.5·h; torch.onnx.export (default)"),
+    "loop_gru_learned_state_dynamo": (_loop("gru", "learned"), "nn.GRUCell(3, 4) stepped from "
+                                      "a learned h0.expand(batch, 4); torch.onnx.export "
+                                      "(default)"),
+    "loop_lstm_learned_state_dynamo": (_loop("lstm", "learned"), "nn.LSTMCell(3, 4) stepped "
+                                       "from learned h0, c0; torch.onnx.export (default)"),
+    "loop_lstm_learned_state_torchscript": (_loop("lstm", "learned", "torchscript"), "the "
+                                            "same; torch.onnx.export(dynamo=False)"),
+    "loop_gru_both_directions_dynamo": (_loop("gru", "both"), "one nn.GRUCell(3, 4) over x and "
+                                        "over torch.flip(x), outputs joined as a bidirectional "
+                                        "network's; torch.onnx.export (default)"),
+    "loop_rnn_square_dynamo": (_loop("rnn", "square"), "nn.RNNCell(4, 4) stepped from zeros; "
+                               "torch.onnx.export (default)"),
+    "loop_gru_pair_added_dynamo": (_added, "two nn.GRUCell(3, 4) over x and over "
+                                   "torch.flip(x), outputs added; torch.onnx.export (default)"),
+    "square_lstm_step_dynamo": (_square_step, "one step of nn.LSTMCell(4, 4) with (x, (h, c)) "
+                                "as inputs; torch.onnx.export (default)"),
     "qlstm": (_quantized(False, False, False), "nn.LSTM(4, 5) through quantize_dynamic: "
               "DynamicQuantizeLSTM, int8, one scale"),
     "qlstm_bidirectional_per_channel": (_quantized(True, True, False), "nn.LSTM(4, 5, "

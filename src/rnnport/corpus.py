@@ -17,7 +17,9 @@ hidden names, the model's own files and anything under ``out_dir`` left out):
   one integer per sequence) is not run: it gives the valid lengths of every other member
   of that archive (each then has that many sequences), and is copied to the output as it
   is, so the output says which frames are valid. Outputs past a sequence's length are
-  zero, as :meth:`rnnport.RNN.forward` makes them.
+  zero, as :meth:`rnnport.RNN.forward` makes them. An archive is read as
+  :mod:`rnnport.io.archive` reads one: members that overlap are refused, and what its
+  members inflate to must stay within the ``expansion`` limit for its size.
 * ``lengths=`` applies to every array of every input that has no ``lengths`` member of its
   own, as ``rnnport run --lengths`` does for one input; 3-D input whose lengths fit only
   its time axis is refused as a sign of time-major input, unless ``time_major`` is given.
@@ -96,7 +98,7 @@ import numpy as np
 from . import api, budget, errors, formats, runtime
 from .errors import FormatError, MissingDependencyError, RnnportError, ShapeError, brief
 from .io import processes
-from .io.archive import load_npy, open_zip, read_member, read_npy
+from .io.archive import check_sizes, load_npy, open_zip, read_member, read_npy
 from .io.atomic import (
     NUMPY_ARCHIVE,
     remove_stale_temporaries_in,
@@ -456,10 +458,13 @@ def _read_arrays(source: str, where: str) -> dict[str | None, np.ndarray]:
             raise FormatError(f"{where}: no such file.")
         arrays: dict[str | None, np.ndarray] = {}
         with open_zip(source, "NumPy archive", where) as archive:
-            for name in archive.namelist():
+            names = archive.namelist()
+            for name in names:
                 if not name.endswith(".npy"):
                     raise FormatError(f"{where}: member {name!r} is not a .npy array; expected an "
                                       "archive written by numpy.savez.")
+            check_sizes(archive, names, where, os.path.getsize(source))
+            for name in names:
                 arrays[name[:-len(".npy")]] = read_npy(read_member(archive, name, where),
                                                        f"{where}, array {name[:-4]!r}")
         if not arrays:

@@ -56,6 +56,11 @@ Limits (what keeps a damaged or hostile input from costing more than its size)
   allocated, and the objects that the open arrays and maps still owe, counted together,
   may never outnumber the bytes left (each takes at least one byte): so a header
   claiming 2**32 elements costs nothing, and no input makes more objects than it has bytes.
+* What the objects take is charged against the ``expansion`` limit (:mod:`rnnport.budget`)
+  before each is built: a map or an array :data:`OBJECT_BYTES` and :data:`ITEM_BYTES` per
+  entry, a string or bytes :data:`OBJECT_BYTES` and its length, a float or an integer
+  outside the fixint range :data:`OBJECT_BYTES` (Flax arrays count apart, below), so that a
+  few megabytes of empty maps (one byte each, 64 as a ``dict``) cannot build gigabytes.
 * Arrays and maps nested at most :data:`MAX_DEPTH` deep, read without recursion (so
   hostile nesting raises :class:`~rnnport.errors.FormatError`, never ``RecursionError``).
 * Map keys must be ``str``, ``int`` or ``bytes``, each at most once per map (readers
@@ -100,12 +105,15 @@ from typing import Any
 
 import numpy as np
 
+from .. import budget
 from ..errors import FormatError, MissingDependencyError, UnsupportedFeatureError
 
 __all__ = ["ARRAY_BYTES_PER_INPUT_BYTE", "CHUNKED_ARRAY_KEY", "MAX_CHUNK_SIZE", "MAX_DEPTH", "MAX_RANK",
            "Ext", "decode", "encode_flax"]
 
 MAX_DEPTH = 64
+OBJECT_BYTES = 64  # what a map, array, string or bytes object is charged, beside its items
+ITEM_BYTES = 8  # what each entry of a map or array is charged beside
 MAX_RANK = 32  # NumPy 1's limit (NumPy 2 allows 64); no checkpoint comes near it
 ARRAY_BYTES_PER_INPUT_BYTE = 1.0
 CHUNKED_ARRAY_KEY = "__msgpack_chunked_array__"
@@ -140,8 +148,8 @@ def decode(data: Bytes, *, source: str = "<bytes>", flax: bool = True) -> Any:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise FormatError(f"{source}: expected MessagePack as bytes, got {type(data).__name__}.")
     raw = data if isinstance(data, bytes) else bytes(data)  # a copy the caller cannot change
-    budget = _ArrayBudget(int(ARRAY_BYTES_PER_INPUT_BYTE * len(raw)))
-    reader = _Reader(memoryview(raw), 0, len(raw), source, budget, flax=flax, raw_strings=False,
+    limits = _ArrayBudget(int(ARRAY_BYTES_PER_INPUT_BYTE * len(raw)), len(raw), source)
+    reader = _Reader(memoryview(raw), 0, len(raw), source, limits, flax=flax, raw_strings=False,
                      context="", size=len(raw))
     value = reader.read()
     if flax and reader.chunked_at:  # a walk of the whole tree only when something is chunked
@@ -202,11 +210,22 @@ def _a(byte: int) -> str:
 
 
 class _ArrayBudget:
-    """Bytes that Flax arrays may still take, shared by the readers of one input."""
+    """Bytes that Flax arrays may still take, and what the other objects built take against
+    the ``expansion`` limit, shared by the readers of one input."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, size: int, source: str) -> None:
         self.limit = limit
         self.used = 0
+        self.size, self.source = size, source
+        self.built = 0
+        self.allowed = budget.allowance("expansion", size)
+
+    def build(self, amount: int) -> None:
+        self.built += amount
+        if self.built > self.allowed:
+            raise budget.exceeded(self.source, f"its objects would take more than "
+                                  f"{self.allowed:,} bytes (maps, arrays, strings and numbers "
+                                  "decoded so far)", "expansion", self.size)
 
 
 class _Frame:
@@ -245,13 +264,13 @@ def _join(parts: list[str]) -> str:
 class _Reader:
     """One MessagePack object spanning ``data[start:end]``; positions are the input's."""
 
-    def __init__(self, data: memoryview, start: int, end: int, source: str, budget: _ArrayBudget, *,
+    def __init__(self, data: memoryview, start: int, end: int, source: str, limits: _ArrayBudget, *,
                  flax: bool, raw_strings: bool, context: str, size: int, path: str = "") -> None:
         self.data = data
         self.start = start
         self.end = end
         self.source = source
-        self.budget = budget
+        self.limits = limits
         self.flax = flax
         self.raw_strings = raw_strings  # strings as bytes, as Flax reads an ndarray's payload
         self.context = context
@@ -309,12 +328,14 @@ class _Reader:
                 value = True
             elif kind in ("uint", "sint", "float"):
                 self.need(position, argument, offset, f"{_a(byte)}")
+                self.limits.build(OBJECT_BYTES)
                 table = _UNSIGNED if kind == "uint" else _SIGNED if kind == "sint" else _FLOATS
                 value = table[argument].unpack_from(data, position)[0]
                 position += argument
             elif kind in ("fixstr", "str", "bin"):
                 length, position = self.length(kind, argument, position, offset, byte)
                 self.need(position, length, offset, f"{_a(byte)} of {length:,} bytes")
+                self.limits.build(OBJECT_BYTES + length)
                 value = bytes(data[position:position + length])
                 position += length
                 if kind != "bin" and not self.raw_strings:
@@ -350,6 +371,7 @@ class _Reader:
                                              f"at least one byte: {end - position:,} bytes are left, "
                                              f"{owed:,} of them owed to the containers already "
                                              "open), so it is truncated or damaged.")
+                self.limits.build(OBJECT_BYTES + ITEM_BYTES * objects)
                 if count:
                     owed += objects
                     stack.append(_Frame(is_map, count, offset))
@@ -410,10 +432,11 @@ class _Reader:
 
     def ext(self, code: int, start: int, end: int, offset: int) -> Any:
         if not self.flax or code not in (EXT_NDARRAY, EXT_COMPLEX, EXT_NUMPY_SCALAR):
+            self.limits.build(OBJECT_BYTES + end - start)
             return Ext(code, bytes(self.data[start:end]))
         name = {EXT_NDARRAY: "ndarray", EXT_COMPLEX: "complex", EXT_NUMPY_SCALAR: "NumPy scalar"}[code]
         path = _join([self.outer_path, _path(self.stack)])
-        inner = _Reader(self.data, start, end, self.source, self.budget, flax=False,
+        inner = _Reader(self.data, start, end, self.source, self.limits, flax=False,
                         raw_strings=code != EXT_COMPLEX, size=self.size, path=path,
                         context=f"in the payload of the {name} ext at byte {offset:,}")
         value = inner.read()
@@ -451,10 +474,10 @@ class _Reader:
             raise FormatError(f"{here}: an ndarray of shape {list(sizes)} and dtype {dtype.name} "
                               f"needs {needed:,} bytes; expected exactly that many, got "
                               f"{len(content):,}, so the data is damaged.")
-        self.budget.used += needed
-        if self.budget.used > self.budget.limit:
-            raise FormatError(f"{here}: the arrays decoded so far come to {self.budget.used:,} "
-                              f"bytes; expected at most {self.budget.limit:,} "
+        self.limits.used += needed
+        if self.limits.used > self.limits.limit:
+            raise FormatError(f"{here}: the arrays decoded so far come to {self.limits.used:,} "
+                              f"bytes; expected at most {self.limits.limit:,} "
                               f"({ARRAY_BYTES_PER_INPUT_BYTE:g} per byte of input: arrays are "
                               "stored raw), so the data is damaged or crafted.")
         array = np.frombuffer(content, dtype=dtype).reshape(sizes)

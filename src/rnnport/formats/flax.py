@@ -31,7 +31,11 @@ keep their cell under ``cell``; ``nn.Bidirectional`` / ``nnx.Bidirectional`` und
 bidirectional layer). Every layer of a tree, in the order of its scope names (``RNN_0``,
 ``RNN_1``, ``layers_0`` … numbers compared as numbers; an NNX ``Sequential``'s ``layers``
 0, 1 …), is one stack when each reads the one before's output; otherwise ``scope=`` (a
-``/``-joined path) picks one network.
+``/``-joined path) picks one network. A number is ASCII digits, as Flax writes them: a
+scope named with other digits (``layers_٣``) is a name, and says no order. Two keys that
+read as one string (``1`` and ``"1"``) and a scope name of more than :data:`MAX_SCOPE`
+characters are refused; the tree is walked without recursion, at most :data:`MAX_DEPTH`
+levels deep.
 
 What parameters do not record: ``gate_fn`` and ``activation_fn`` (options, by name:
 :data:`FUNCTIONS`; default sigmoid and tanh, said in ``notes``); a module source gives its
@@ -92,33 +96,66 @@ GRU_KEYS = frozenset({"ir", "iz", "in", "hr", "hz", "hn"})
 REFUSED = {frozenset({"if", "hf", "in", "hn"}): "MGUCell (the minimal gated unit)"}
 WRAPPERS = ("cell", "forward_rnn", "backward_rnn")
 MAX_DEPTH = 64
+MAX_SCOPE = 4096  # characters of one scope's name: Flax names modules like RNN_0
 
 
 # -- what a tree holds -----------------------------------------------------------------------
 
 
-def _plain(value: Any, where: str, depth: int = 0,
-           done: dict[int, tuple[Any, Any]] | None = None) -> Any:
-    """A nested mapping of arrays as plain dicts of NumPy arrays: FrozenDicts, NNX States
-    (Variables' ``.value``) and jax arrays included; lists become dicts keyed by index. A
-    subtree reached twice (shared) is converted once."""
-    done = {} if done is None else done  # id → (the subtree, kept alive; its conversion)
-    if id(value) in done:
-        return done[id(value)][1]
-    original = value
-    if depth > MAX_DEPTH:
-        raise FormatError(f"{where}: nested more than {MAX_DEPTH} levels; expected a Flax "
-                          "parameter tree.")
+def _pure(value: Any) -> Any:
     if hasattr(value, "to_pure_dict") and type(value).__module__.startswith("flax"):
         from flax import nnx  # an NNX State: flax is installed
 
-        value = nnx.to_pure_dict(value)
-    if isinstance(value, (Mapping, list, tuple)):
-        items = value.items() if isinstance(value, Mapping) else enumerate(value)
-        converted = {str(key): _plain(item, f"{where}/{key}", depth + 1, done)
-                     for key, item in items}
-        done[id(original)] = (original, converted)
-        return converted
+        return nnx.to_pure_dict(value)
+    return value
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A nested mapping of arrays as plain dicts of NumPy arrays: FrozenDicts, NNX States
+    (Variables' ``.value``) and jax arrays included; lists become dicts keyed by index. A
+    subtree reached twice (shared) is converted once. Walked without recursion, at most
+    :data:`MAX_DEPTH` levels deep; two keys that read as one string (``1`` and ``"1"``) are
+    refused rather than one dropped."""
+    done: dict[int, tuple[Any, Any]] = {}  # id → (the subtree, kept alive; its conversion)
+    value = _pure(value)
+    if not isinstance(value, (Mapping, list, tuple)):
+        return _leaf(value, where)
+    top: dict[str, Any] = {}
+    # Subtrees being converted: (the original, its conversion, its items left, where).
+    pending = [(value, top, iter(_items(value)), where)]
+    while pending:
+        original, converted, items, here = pending[-1]
+        entry = next(items, None)
+        if entry is None:
+            done[id(original)] = (original, converted)
+            pending.pop()
+            continue
+        key, item = entry
+        name = str(key)
+        inner = f"{here}/{name[:60]}{'…' if len(name) > 60 else ''}"
+        if name in converted:
+            raise FormatError(f"{inner}: two keys read as {name[:60]!r} (Flax's keys are "
+                              "strings); expected each key once.")
+        if id(item) in done:
+            converted[name] = done[id(item)][1]
+            continue
+        item = _pure(item)
+        if isinstance(item, (Mapping, list, tuple)):
+            if len(pending) >= MAX_DEPTH:
+                raise FormatError(f"{inner}: nested more than {MAX_DEPTH} levels; expected a "
+                                  "Flax parameter tree.")
+            converted[name] = {}
+            pending.append((item, converted[name], iter(_items(item)), inner))
+        else:
+            converted[name] = _leaf(item, inner)
+    return top
+
+
+def _items(value: Any) -> Any:
+    return value.items() if isinstance(value, Mapping) else enumerate(value)
+
+
+def _leaf(value: Any, where: str) -> Any:
     if hasattr(value, "value") and not isinstance(value, np.ndarray) and \
             type(value).__module__.startswith("flax"):
         value = value.value
@@ -126,7 +163,12 @@ def _plain(value: Any, where: str, depth: int = 0,
 
 
 def _natural(key: str) -> tuple[Any, ...]:
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key))
+    """A scope's sort key: its runs of ASCII digits (the numbers Flax writes, ``layers_10``)
+    compared as numbers, the rest as text. Other digits (``layers_٣``, ``²``) are text: Flax
+    writes none, and Python's ``int`` would read some of them and not others."""
+    parts = re.split(r"([0-9]+)", key)
+    return tuple((len(part.lstrip("0")), part.lstrip("0")) if index % 2 else part
+                 for index, part in enumerate(parts))
 
 
 def _cell_kind(node: Mapping[str, Any]) -> str | None:
@@ -146,19 +188,25 @@ def _cell_kind(node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _layers(tree: Mapping[str, Any], path: str = "") -> list[tuple[str, Any]]:
+def _layers(tree: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """(scope path, node) of every layer: a cell (under ``cell`` or bare) or a
-    bidirectional pair, in scope order."""
-    if "forward_rnn" in tree and "backward_rnn" in tree:
-        return [(path, tree)]
-    kind = _cell_kind(tree)
-    if kind is not None:
-        return [(path, tree)]
+    bidirectional pair, in scope order (walked without recursion; a tree :func:`_plain`
+    made is at most :data:`MAX_DEPTH` deep)."""
     found = []
-    for key in sorted(tree, key=_natural):
-        value = tree[key]
-        if isinstance(value, Mapping):
-            found.extend(_layers(value, f"{path}/{key}" if path else key))
+    pending: list[tuple[str, Mapping[str, Any]]] = [("", tree)]
+    while pending:
+        path, node = pending.pop()
+        if ("forward_rnn" in node and "backward_rnn" in node) or _cell_kind(node) is not None:
+            found.append((path, node))
+            continue
+        scopes = [key for key in node if isinstance(node[key], Mapping)]
+        for key in scopes:
+            if len(key) > MAX_SCOPE:
+                raise FormatError(f"{path or 'the tree'}: holds a scope named with {len(key):,} "
+                                  f"characters ({key[:40]!r}…); expected a Flax module's name "
+                                  f"(at most {MAX_SCOPE:,}).")
+        pending.extend((f"{path}/{key}" if path else key, node[key])
+                       for key in reversed(sorted(scopes, key=_natural)))
     return found
 
 
@@ -477,7 +525,7 @@ def _stem(path: str) -> str:
     """A layer's scope without its number (and an RNN's ``cell``): ``RNN_0/cell`` → ``RNN_``,
     ``layers/1`` → ``layers/``."""
     path = path[:-len("/cell")] if path.endswith("/cell") else path
-    return re.sub(r"\d+$", "", path.rsplit("/", 1)[-1]) + "@" + path.rpartition("/")[0]
+    return re.sub(r"[0-9]+$", "", path.rsplit("/", 1)[-1]) + "@" + path.rpartition("/")[0]
 
 
 MAX_ORDERED = 6  # layers whose order is worked out from their sizes (6! = 720 orders)
@@ -532,23 +580,25 @@ def sniff(source: Any) -> bool:
     return _holds_cell(source, set())
 
 
-def _holds_cell(value: Any, seen: set[int], depth: int = 0) -> bool:
+def _holds_cell(value: Any, seen: set[int]) -> bool:
     """Whether a nested mapping holds a Flax cell, from its keys alone (no leaf is
-    converted: sniffing a state_dict of tensors must not copy them)."""
-    if depth > MAX_DEPTH or id(value) in seen:
-        return False
-    seen.add(id(value))
-    if hasattr(value, "to_pure_dict") and type(value).__module__.startswith("flax"):
-        from flax import nnx  # an NNX State: flax is installed
-
-        value = nnx.to_pure_dict(value)
-    if not isinstance(value, Mapping):
-        return False
-    node = {str(key): item for key, item in value.items()}
-    if _cell_kind(node) is not None or {"forward_rnn", "backward_rnn"} <= set(node):
-        return True
-    return any(_holds_cell(item, seen, depth + 1) for item in node.values()
-               if isinstance(item, Mapping) or hasattr(item, "to_pure_dict"))
+    converted: sniffing a state_dict of tensors must not copy them); depth first, without
+    recursion, at most :data:`MAX_DEPTH` levels."""
+    pending = [(value, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_DEPTH or id(value) in seen:
+            continue
+        seen.add(id(value))
+        value = _pure(value)
+        if not isinstance(value, Mapping):
+            continue
+        node = {str(key): item for key, item in value.items()}
+        if _cell_kind(node) is not None or {"forward_rnn", "backward_rnn"} <= set(node):
+            return True
+        pending.extend((item, depth + 1) for item in reversed(node.values())
+                       if isinstance(item, Mapping) or hasattr(item, "to_pure_dict"))
+    return False
 
 
 # -- writing ---------------------------------------------------------------------------------

@@ -9,13 +9,15 @@ the canonical arrays in their own dtype, bit for bit. Keys::
     part{p}/layer{k}/{forward|backward}/{name}    e.g. part0/layer1/backward/weight_hh
 
 The file is read member by member with size checks, never unpickling (see
-:mod:`rnnport.io.archive`), and needs NumPy alone. ``write`` returns
+:mod:`rnnport.io.archive`: members that overlap are refused, and what they inflate to is
+charged against the ``expansion`` limit before any is read), and needs NumPy alone. ``write`` returns
 the dict of arrays; ``path=`` saves it atomically.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -24,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError, RnnportError
-from ..io.archive import open_zip, read_member, read_npy
+from ..io import jsontext
+from ..io.archive import check_sizes, open_zip, read_member, read_npy
 from ..io.atomic import NUMPY_ARCHIVE, save_archive
 from ..model import DIRECTION_NAMES, RNN, Model, Stack, exported
 from ..spec import Spec
@@ -72,10 +75,13 @@ def read(source: Any) -> Model:
             raise FormatError(f"{where}: no such file.")
         arrays = {}
         with open_zip(source, ".npz file") as archive:
-            for name in archive.namelist():
+            names = archive.namelist()
+            for name in names:
                 if not name.endswith(".npy"):
                     raise FormatError(f"{where}: member {name!r} is not an .npy array; an .npz "
                                       "file holds nothing else.")
+            check_sizes(archive, names, where, os.path.getsize(source))
+            for name in names:
                 data = read_member(archive, name, where)
                 arrays[name[:-4]] = read_npy(data, f"{where}, {name}")
     elif isinstance(source, Mapping):
@@ -88,12 +94,19 @@ def read(source: Any) -> Model:
         raise FormatError(f"{where}: no {HEADER!r} entry; this .npz was not written by rnnport "
                           "(its arrays carry no spec). Read the arrays yourself and pass them "
                           "to the format they came from.")
+    entry = arrays[HEADER]
     try:
-        header = json.loads(str(arrays[HEADER]))
+        if not isinstance(entry, (np.ndarray, str)) or np.ndim(entry) or \
+                np.asarray(entry).dtype.kind != "U":
+            raise TypeError(f"a {describe(entry)}, not one string")
+        header = jsontext.loads(str(entry), f"{where}: the {HEADER!r} entry", max_depth=8)
         version, specs = header["version"], header["parts"]
-    except (ValueError, KeyError, TypeError, RecursionError) as error:
+    except jsontext.JSONTextError as error:
         raise FormatError(f"{where}: the {HEADER!r} entry is not rnnport's JSON header "
-                          f"({error}).") from None
+                          f"({error.problem}).") from None
+    except (KeyError, TypeError) as error:
+        raise FormatError(f"{where}: the {HEADER!r} entry is not rnnport's JSON header "
+                          f"({type(error).__name__}: {error}).") from None
     if version != VERSION:
         raise FormatError(f"{where}: container version {version!r}; this rnnport reads "
                           f"version {VERSION}. Upgrade rnnport.")

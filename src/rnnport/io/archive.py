@@ -6,8 +6,13 @@ through ``..``), or when a member declares more bytes than it could hold: stored
 must declare what they store, compressed ones at most :data:`RATIO` times it (deflate's
 largest expansion), every member must lie inside the file, and only stored and deflated
 members are read (:data:`CODECS`: bzip2 and lzma expand a block at once, without a bound).
-Every failure of zipfile itself (bad headers, CRC mismatches, unknown compression,
-encryption) becomes a :class:`~rnnport.errors.FormatError` naming the file and the member.
+No two members may overlap: each member's local header and data lie apart from every
+other's (a zip writer writes each member once, after the one before), so that members
+whose data holds the members after it cannot make reading them all read the file's bytes
+again and again. :func:`check_sizes` charges what members will inflate to against the
+``expansion`` limit before any is read. Every failure of zipfile itself (bad headers, CRC
+mismatches, unknown compression, encryption) becomes a
+:class:`~rnnport.errors.FormatError` naming the file and the member.
 """
 
 from __future__ import annotations
@@ -19,15 +24,17 @@ import re
 import struct
 import zipfile
 import zlib
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
+from .. import budget
 from ..errors import DTypeError, FormatError
 from . import inputs
 
-__all__ = ["RATIO", "load_npy", "member_data", "open_zip", "read_member", "read_npy",
-           "zip_names"]
+__all__ = ["RATIO", "check_sizes", "load_npy", "member_data", "open_zip", "read_member",
+           "read_npy", "zip_names"]
 
 RATIO = 1032
 # The zip methods read: stored and deflate (zipfile's deflate reader stops at the declared
@@ -76,6 +83,7 @@ def open_zip(path: str | os.PathLike[str] | bytes, what: str, where: str | None 
                               "refused.")
         for info in infos:
             _check(where, info, size)
+        _check_apart(where, archive, infos)
     except BaseException:
         archive.close()
         raise
@@ -104,6 +112,45 @@ def _check(where: str, info: zipfile.ZipInfo, size: int) -> None:
             f"{where}: archive member {name!r} declares {info.file_size:,} bytes, stored in "
             f"{info.compress_size:,} of a {size:,}-byte file; that cannot be (the archive is "
             "damaged, or built to exhaust memory). Nothing was read.")
+
+
+def _check_apart(where: str, archive: zipfile.ZipFile, infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse members whose bytes (local header, name, extra field and data) overlap."""
+    file: Any = archive.fp
+    spans = []
+    for info in infos:
+        try:
+            file.seek(info.header_offset)
+            header = file.read(30)
+        except (OSError, ValueError) as error:
+            raise FormatError(f"{where}: archive member {info.filename!r} cannot be read "
+                              f"({type(error).__name__}: {error}); the file is damaged.") from None
+        if len(header) < 30 or header[:4] != b"PK\x03\x04":
+            raise FormatError(f"{where}: archive member {info.filename!r} has no local header "
+                              f"at byte {info.header_offset:,}; the file is truncated or damaged.")
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        spans.append((info.header_offset,
+                      info.header_offset + 30 + name_length + extra_length + info.compress_size,
+                      info.filename))
+    spans.sort()
+    for (start, end, name), (after, _, other) in pairwise(spans):
+        if after < end:
+            raise FormatError(
+                f"{where}: archive members {name!r} (bytes {start:,} to {end:,}) and {other!r} "
+                f"(from byte {after:,}) overlap; expected each member's bytes apart (a zip "
+                "writer writes each member once, after the one before). The archive is damaged "
+                "or built to make reading its members read the same bytes again and again; "
+                "nothing was read.")
+
+
+def check_sizes(archive: zipfile.ZipFile, names: list[str], where: str, size: int) -> None:
+    """Refuse, before any is read, members ``names`` whose declared sizes together pass
+    what the ``expansion`` limit allows for an archive of ``size`` bytes (deflate stores up
+    to :data:`RATIO` times more than it takes)."""
+    total = sum(archive.getinfo(name).file_size for name in names)
+    if total > budget.allowance("expansion", size):
+        raise budget.exceeded(where, f"its {len(names):,} member(s) inflate to {total:,} bytes",
+                              "expansion", size, total)
 
 
 def read_member(archive: zipfile.ZipFile, name: str, where: str,
@@ -210,8 +257,12 @@ def read_npy(data: bytes, where: str) -> np.ndarray:
         raise FormatError(f"{where}: the header gives shape {shape} of {dtype} "
                           f"({count * dtype.itemsize:,} bytes), but {len(data) - start:,} "
                           "follow it; the file is truncated or damaged.")
+    array = np.frombuffer(bytearray(memoryview(data)[start:]), dtype=dtype)
+    if dtype.kind == "U" and array.size and \
+            int(array.view(dtype.byteorder.replace("|", "=") + "u4").max()) > 0x10FFFF:
+        raise FormatError(f"{where}: a text array holding a code point past U+10FFFF, which no "
+                          "text has; the file is damaged.")
     try:
-        array = np.frombuffer(bytearray(data[start:]), dtype=dtype)
         return array.reshape(shape[::-1]).transpose() if fortran else array.reshape(shape)
     except ValueError as error:  # a shape NumPy itself cannot make
         raise FormatError(f"{where}: shape {shape} of {dtype} cannot be built ({error}); the "

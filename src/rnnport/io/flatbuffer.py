@@ -28,7 +28,11 @@ Limits (what keeps a damaged or hostile buffer from costing more than its size)
 * A *visit budget*: each table, vector, string and vector element read costs one unit, and
   a buffer allows what the ``work`` limit (:mod:`rnnport.budget`) gives its size (4 units
   per byte, plus 4,096, unless raised), so many tables pointing at one shared vector (a
-  legal file shares nothing big) cannot multiply the work or the memory.
+  legal file shares nothing big) cannot multiply the work.
+* Vectors decoded into Python numbers (:meth:`Table.values`) are decoded once per buffer,
+  however many tables point at them, and each is charged against the ``expansion`` limit
+  (:data:`VALUE_BYTES` a value) before it is built; :meth:`FlatBuffer.once` gives a decoder
+  the same memo for the tables it decodes.
 
 Every malformed buffer raises :class:`~rnnport.errors.FormatError` naming where, e.g.
 ``model.tflite: subgraphs[0].operators[3].inputs: vector of 2,147,483,648 int32 runs
@@ -38,16 +42,21 @@ past the end of the 1,204-byte file``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .. import budget
 from ..errors import FormatError
 
-__all__ = ["MAX_DEPTH", "FlatBuffer", "Table", "slot"]
+T = TypeVar("T")
+
+__all__ = ["MAX_DEPTH", "VALUE_BYTES", "FlatBuffer", "Table", "slot"]
 
 MAX_DEPTH = 64
+VALUE_BYTES = 32  # a Python number and its place in a tuple
 
 _SCALARS = {"bool": "<B", "int8": "<b", "uint8": "<B", "int16": "<h", "uint16": "<H",
             "int32": "<i", "uint32": "<I", "int64": "<q", "uint64": "<Q", "float32": "<f",
@@ -68,6 +77,9 @@ class FlatBuffer:
         self.size = len(self.data)
         self.source = source
         self.budget = budget.allowance("work", self.size)
+        self.built = 0  # bytes of Python values decoded, against the expansion limit
+        self.allowed = budget.allowance("expansion", self.size)
+        self.decoded: dict[Hashable, Any] = {}  # what was decoded once, by where it lies
         if self.size < 8:
             raise self.error("", f"{self.size} bytes are too few for a FlatBuffer; expected at least "
                                  "8 (a root offset and a file identifier)")
@@ -86,6 +98,25 @@ class FlatBuffer:
                                   "reading this FlatBuffer takes more visits per byte than "
                                   "reading each object once would (many references to one "
                                   "shared object?)", "work", self.size)
+
+    def grow(self, count: int, where: str, what: str) -> None:
+        """Count ``count`` bytes of values about to be decoded against the ``expansion``
+        limit."""
+        self.built += count
+        if self.built > self.allowed:
+            raise budget.exceeded(f"{self.source}: {where}" if where else self.source,
+                                  f"decoding {what} would bring what this FlatBuffer's values "
+                                  f"take to {self.built:,} bytes", "expansion", self.size,
+                                  self.built)
+
+    def once(self, key: Hashable, make: Callable[[], T]) -> T:
+        """``make()``, called once per ``key`` (an object's kind and position): an object
+        many tables point at is decoded, and charged, once."""
+        if key in self.decoded:
+            found: T = self.decoded[key]
+            return found
+        made = self.decoded[key] = make()
+        return made
 
     def need(self, position: int, width: int, where: str, what: str) -> None:
         if position < 0 or width < 0 or position + width > self.size:
@@ -214,6 +245,29 @@ class Table:
         array = np.frombuffer(self.buffer.data, dtype=dtype, count=count, offset=start)
         array.flags.writeable = False
         return array
+
+    def values(self, vtable_slot: int, dtype: str, name: str, most: tuple[int, str] | None = None
+               ) -> tuple[Any, ...] | None:
+        """A vector of scalars as a tuple of Python numbers (``None`` when absent), decoded
+        once however many tables point at it, and charged against the ``expansion`` limit
+        before it is built; ``most``: (the most values it may hold, what they are)."""
+        target = self._target(vtable_slot, name)
+        if not target:
+            return None
+        buffer = self.buffer
+
+        def make() -> tuple[Any, ...]:
+            array = self.vector(vtable_slot, dtype, name)
+            assert array is not None
+            if most is not None and len(array) > most[0]:
+                raise buffer.error(self._here(name), f"{len(array):,} {most[1]}; expected at "
+                                                     f"most {most[0]}")
+            buffer.grow(VALUE_BYTES * len(array), self._here(name),
+                        f"a vector of {len(array):,} values")
+            return tuple(array.tolist())
+
+        buffer.charge(1, self._here(name))
+        return buffer.once(("values", target, dtype, most), make)
 
     def bytes_vector(self, vtable_slot: int, name: str) -> memoryview | None:
         """A vector of bytes as a slice of the buffer (no copy)."""

@@ -23,7 +23,6 @@ error is a JSON header ``{"error": "..."}``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -34,11 +33,12 @@ import numpy as np
 
 from .. import budget
 from ..errors import FormatError
-from . import inputs, processes
+from . import inputs, jsontext, processes
 
 __all__ = ["Dataset", "ExternalLink", "Group", "HardLink", "Node", "SoftLink", "snapshot"]
 
 CHILD = Path(__file__).with_name("_hdf5_child.py")
+CHILD_DEPTH = 64  # the child's MAX_DEPTH: groups nested deeper are refused there
 
 
 # -- the snapshot -----------------------------------------------------------------------------
@@ -161,9 +161,12 @@ def _signal_name(number: int) -> str:
 
 def _parse(output: bytes, where: str) -> Group:
     length = int.from_bytes(output[:8], "little")
-    try:
-        header = json.loads(output[8:8 + length])
-    except (ValueError, RecursionError):
+    try:  # the child's json.dumps of what the file holds (attribute values may be NaN),
+        # within the child's own limits on what it describes
+        header = jsontext.loads(memoryview(output)[8:8 + length], where, allow_nan=True,
+                                max_bytes=len(output), max_depth=4 * CHILD_DEPTH + 16,
+                                tally=jsontext.Tally(where, 0, bounded=False))
+    except jsontext.JSONTextError:
         raise FormatError(f"{where}: the HDF5 reader's answer is malformed.") from None
     if "error" in header:
         raise FormatError(f"{where}: not a readable HDF5 file ({header['error']}); it may be "

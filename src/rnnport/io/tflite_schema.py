@@ -50,8 +50,11 @@ Not decoded (skipped, as FlatBuffers skips fields it does not know): signature d
 sparsity details, variant tensors, external buffer groups, ``builtin_options_2``, custom
 options' contents, debug metadata. A missing field has the schema's default.
 
-Limits are :mod:`rnnport.io.flatbuffer`'s (offsets, vectors, depth, a visit budget), plus:
-at most :data:`MAX_RANK` dimensions, every index (an operator's opcode, a tensor's buffer, an
+Limits are :mod:`rnnport.io.flatbuffer`'s (offsets, vectors, depth, a visit budget, vectors
+of numbers decoded once and charged against the ``expansion`` limit), plus: a ``Tensor``,
+``Operator`` or ``QuantizationParameters`` table that many others point at decoded once (a
+file can point every tensor at one quantization table holding megabytes of scales), at
+most :data:`MAX_RANK` dimensions, every index (an operator's opcode, a tensor's buffer, an
 operator's or subgraph's tensor) checked against what it indexes, and an external buffer's
 offset and size checked against the file. :func:`tensor_array` checks a tensor's type and
 shape against its buffer's byte count before anything is allocated. Every malformed file
@@ -87,6 +90,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 
@@ -483,13 +487,11 @@ class Model:
 # -- decoding ---------------------------------------------------------------------------------------
 
 def _ints(table: Table, table_name: str, field_name: str, dtype: str = "<i4") -> tuple[int, ...]:
-    array = table.vector(_at(table_name, field_name), dtype, field_name)
-    return () if array is None else tuple(int(v) for v in array)
+    return table.values(_at(table_name, field_name), dtype, field_name) or ()
 
 
 def _floats(table: Table, table_name: str, field_name: str) -> tuple[float, ...]:
-    array = table.vector(_at(table_name, field_name), "<f4", field_name)
-    return () if array is None else tuple(float(v) for v in array)
+    return table.values(_at(table_name, field_name), "<f4", field_name) or ()
 
 
 def _decode_options(table: Table, kind: int) -> Options:
@@ -526,13 +528,9 @@ def _decode_quantization(table: Table) -> Quantization:
 
 def _decode_tensor(table: Table, buffer_count: int) -> Tensor:
     t = "Tensor"
-    shape = _ints(table, t, "shape")
-    signature_array = table.vector(_at(t, "shape_signature"), "<i4", "shape_signature")
-    signature = None if signature_array is None else tuple(int(v) for v in signature_array)
-    for name, dims in (("shape", shape), ("shape_signature", signature or ())):
-        if len(dims) > MAX_RANK:
-            raise table.buffer.error(f"{table.where}.{name}", f"{len(dims):,} dimensions; expected at "
-                                                              f"most {MAX_RANK}")
+    rank = (MAX_RANK, "dimensions")
+    shape: tuple[int, ...] = table.values(_at(t, "shape"), "<i4", "shape", rank) or ()
+    signature = table.values(_at(t, "shape_signature"), "<i4", "shape_signature", rank)
     if any(d < 0 for d in shape):
         raise table.buffer.error(f"{table.where}.shape", f"a negative dimension in {list(shape)}; "
                                  "expected sizes of 0 or more (-1 belongs in shape_signature)")
@@ -549,7 +547,8 @@ def _decode_tensor(table: Table, buffer_count: int) -> Tensor:
     return Tensor(
         name=tensor_name or "", shape=shape, buffer=buffer,
         type=table.integer(_at(t, "type"), "int8", "type"),
-        quantization=None if quantization is None else _decode_quantization(quantization),
+        quantization=None if quantization is None else table.buffer.once(
+            ("quantization", quantization.position), lambda: _decode_quantization(quantization)),
         is_variable=table.flag(_at(t, "is_variable"), "is_variable"), shape_signature=signature,
         has_sparsity=table.field(_at(t, "sparsity"), 4, "sparsity") != 0)
 
@@ -583,11 +582,14 @@ def _decode_operator(table: Table, opcode_count: int, tensor_count: int) -> Oper
 
 def _decode_subgraph(table: Table, opcode_count: int, buffer_count: int) -> SubGraph:
     t = "SubGraph"
-    tensors = tuple(_decode_tensor(x, buffer_count) for x in table.tables(_at(t, "tensors"), "tensors"))
+    once = table.buffer.once
+    tensors = tuple(once(("tensor", x.position, buffer_count), partial(_decode_tensor, x, buffer_count))
+                    for x in table.tables(_at(t, "tensors"), "tensors"))
     inputs, outputs = _ints(table, t, "inputs"), _ints(table, t, "outputs")
     _check_indices(table, "inputs", inputs, len(tensors), "tensors")
     _check_indices(table, "outputs", outputs, len(tensors), "tensors")
-    operators = tuple(_decode_operator(x, opcode_count, len(tensors))
+    operators = tuple(once(("operator", x.position, opcode_count, len(tensors)),
+                           partial(_decode_operator, x, opcode_count, len(tensors)))
                       for x in table.tables(_at(t, "operators"), "operators"))
     return SubGraph(tensors=tensors, inputs=inputs, outputs=outputs, operators=operators,
                     name=table.string(_at(t, "name"), "name"))

@@ -1688,7 +1688,8 @@ def _escape(local_name: str) -> str:
     return local_name.replace(".", "..").replace("/", ".S")
 
 
-def checkpoint_keys(graph: TrackableObjectGraph, *, where: str = OBJECT_GRAPH_KEY) -> dict[str, str]:
+def checkpoint_keys(graph: TrackableObjectGraph, *, where: str = OBJECT_GRAPH_KEY,
+                    charge: Callable[[int], None] | None = None) -> dict[str, str]:
     """``{object path: checkpoint key}`` for every value the checkpoint saves.
 
     A path joins the (escaped) local names from the root, node 0, breadth first in the
@@ -1699,7 +1700,9 @@ def checkpoint_keys(graph: TrackableObjectGraph, *, where: str = OBJECT_GRAPH_KE
     ``PATH/.ATTRIBUTES/NAME``; optimizer slots are
     ``VARIABLE_PATH/.OPTIMIZER_SLOT/OPTIMIZER_PATH/SLOT_NAME``, as TensorFlow names them.
     A child or slot naming a node that does not exist raises :class:`FormatError`
-    (``where`` starts its message).
+    (``where`` starts its message). ``charge``, where given, is called with each path's
+    length before the path is built, in place of the :data:`MAX_PATH_CHARS` bound (a
+    reader's own budget for the paths, which raises past it).
     """
     nodes = graph.nodes
     if not nodes:
@@ -1718,6 +1721,10 @@ def checkpoint_keys(graph: TrackableObjectGraph, *, where: str = OBJECT_GRAPH_KE
         # Each path repeats its parent's, so a long chain of nodes would cost the square of
         # its length: the paths' total is bounded before it is kept.
         nonlocal left
+        if charge is not None:
+            charge(len(path))
+            paths[node_id] = path
+            return
         left -= len(path)
         if left < 0:
             raise FormatError(f"{where}: the object paths come to more than {MAX_PATH_CHARS:,} "

@@ -92,7 +92,7 @@ from ...errors import (
     UnsupportedFeatureError,
 )
 from ...gates import gate_family
-from ...io import hdf5
+from ...io import hdf5, jsontext
 from ...io.archive import open_zip, read_member
 from ...io.atomic import atomic_write
 from ...model import Model
@@ -322,11 +322,11 @@ def _archive_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
 
 
 def _json(data: Any, where: str) -> Any:
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError, TypeError, RecursionError) as error:
-        raise FormatError(f"{where}: not valid JSON ({error}); expected the model config Keras "
-                          "writes. The file may be damaged.") from None
+    try:  # Python's json.dumps, which Keras writes with, writes NaN and Infinity
+        return jsontext.loads(data, where, max_bytes=MAX_CONFIG, allow_nan=True)
+    except jsontext.JSONTextError as error:
+        raise FormatError(f"{where}: not valid JSON ({error.problem}); expected the model "
+                          "config Keras writes. The file may be damaged.") from None
 
 
 @contextmanager

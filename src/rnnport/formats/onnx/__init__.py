@@ -14,7 +14,10 @@ Per node (``D`` directions, index 0 forward, 1 reverse)::
 W and R are cuDNN's orientation; only the gate order differs. GRU ``linear_before_reset=1``
 is the reset-after GRU (cuDNN, PyTorch), ``0`` (the ONNX default) the reset-before one.
 ``activations`` default to Sigmoid/Tanh/Tanh (LSTM), Sigmoid/Tanh (GRU), Tanh (RNN);
-an RNN with ``Relu`` is ``rnn_relu``. ONNX cannot hold an LSTM projection, and its
+an RNN with ``Relu`` is ``rnn_relu``. ONNX cannot hold an LSTM projection (PyTorch's default
+exporter writes ``nn.LSTM(proj_size=P)`` as a node of ``hidden_size=P`` with its weights
+cut and an ``initial_c`` of the real size, which ONNX Runtime refuses to run: refused by
+name, as is any ``initial_h``/``initial_c`` whose shape is not ``[D, batch, H]``), and its
 ``clip`` (every pre-activation clipped before its activation) is rnnport's ``gate_clip``,
 not TF1's cell clip; ``input_forget=1`` is ``Spec.input_forget`` (``f = 1 − i``).
 
@@ -44,14 +47,21 @@ the defaults, read the same.
 Reading finds the RNN nodes of a graph, takes W/R/B/P from initializers or Constant nodes
 (through Cast/Identity), and follows chains of nodes joined by reshaping glue (as
 PyTorch's exporter writes a stacked RNN) into one network; ``node=`` picks one chain when
-a graph holds several. ``activations`` (with ``activation_alpha``/``activation_beta``,
-consumed in order by the functions that take them) become ``Spec.activations``. Anything
-that changes the numbers and the runtime cannot compute (a function ONNX does not name,
-different functions per direction, weights fed at run time) raises an error naming the
-node and the attribute. A graph with no recurrent node may compute one step by step, as
-PyTorch's exporters write ``nn.RNN`` and the cells (a cell stepped in a Python loop, two
-cells over a sequence and over it reversed joined as one bidirectional network):
-:mod:`.unrolled` reads those, checking them by running the graph.
+a graph holds several. A node is the next layer of the one whose ``Y`` it takes only when
+the glue hands ``Y [T, D, B, H]`` on as ``X [T, B, D·H]`` (checked by running it on
+distinct numbers: a glue that swaps batch and time or interleaves the directions does not)
+and its initial state is not computed from a recurrent node's outputs (a decoder started
+from an encoder's final state); otherwise each is a network of its own, and the listing
+says why. Those runs, and the nodes followed back from a state, count against the ``work``
+limit, and a run past a limit is refused, not read as networks apart. ``activations``
+(with ``activation_alpha``/``activation_beta``, consumed in order by the functions that
+take them) become ``Spec.activations``. Anything that changes the numbers and the runtime
+cannot compute (a function ONNX does not name, different functions per direction, weights
+fed at run time) raises an error naming the node and the attribute. A graph with no
+recurrent node may compute one step by step, as PyTorch's exporters write ``nn.RNN`` and
+the cells (a cell stepped in a Python loop, two cells over a sequence and over it reversed
+joined as one bidirectional network): :mod:`.unrolled` reads those, checking them by
+running the graph.
 
 ONNX Runtime's quantized LSTM, ``com.microsoft.DynamicQuantizeLSTM`` (what
 ``onnxruntime.quantization.quantize_dynamic`` makes of an ``LSTM`` node: int8 or uint8 ``W

@@ -20,12 +20,18 @@ what counts as one). Only the main graph is searched.
   or simple RNN, computed as PyTorch's cells compute them. A cell stepped in a loop gives
   the same step many times, read once. A loop that starts from a zero state made inside
   the model has no state product in its first step (the exporter folded ``0·Rᵀ + b_hh``
-  into a constant); every later step has one, and is read.
+  into a constant); every later step has one, and is read. When the input and the state
+  are of one size, the state's product is the one that takes what the cell's own steps
+  computed (h′ feeds back); in a single step, the graph's inputs say which in PyTorch's
+  order, ``(x, h)`` / ``(x, (h, c))``.
 * *A pair of cells*: two cells of one kind and size, one stepped over a sequence and one
   over it reversed (``torch.flip``, a reversed slice, or steps taken from the last index
   down: told by the values the steps take, not by how the graph reverses them), whose
   outputs the graph joins into one bidirectional network's ``y`` (forward half first, the
   backward half in time order, time- or batch-major): read as that bidirectional network.
+  One cell stepped both ways so is a bidirectional network whose directions hold the same
+  weights. Why two such cells are not one network (joined backward half first, stacked,
+  added, of different sizes) is said where they are listed.
 
 **Checking them.** Shapes do not prove that a graph computes the network its weights
 suggest, so the reader runs the graph in NumPy with random values in place of what the
@@ -35,18 +41,30 @@ rnnport's output for the network read, within :data:`TOLERANCE`; otherwise it re
 A step is run from the graph's own state where the run computes it; where it cannot (a
 convolutional front end before the loop), from random ``h`` and, fed where the step takes
 it, random ``c``; an LSTM's ``c`` is looked for first among the values the step takes
-near its state product. A pair is run whole: random values fed where both cells' steps
-take their inputs from (through slicing and reshaping), zeros to the graph's other inputs
-(a state fed to the model: rnnport's ``forward`` starts from zeros), and the
-bidirectional network's ``y`` must be among the values. The weights are the stored
+near its state product. A cell stepped in a loop is then checked over the whole
+sequence, one step after the other in rnnport's forward: each step must apply the cell
+once (not ``cell(x, cell(x, h))``), to an input not computed from the cell's own outputs,
+from the state the step before computed (no zoneout, residual or average between steps).
+A loop's first state is zeros, or a state the graph holds (a learned ``h0.expand(…)``),
+which ``notes`` then names: rnnport's ``forward`` starts from the state it is given; a
+non-zero first state whose product the exporter folded away is refused. A cell whose
+steps make two loops from zeros is the one-cell bidirectional network above, or refused.
+A pair is run whole: random values fed where both cells' steps take their inputs from
+(through slicing and reshaping, and the graph inputs a front end computes that from),
+zeros to the graph's other inputs (a state fed to the model: rnnport's ``forward`` starts
+from zeros), and the bidirectional network's ``y`` must be among the values. The weights are the stored
 constants, transposed back: bit-exact.
 
 **What the search may cost.** Products are paired through the nodes near their results,
 never pair by pair; a step's check runs only the nodes within :data:`STEP_CONE` of its two
-products and what those take, not the whole graph; every node walked, pair found and node
-run counts against the ``work`` limit (a node run :data:`RUN_STEPS` steps, a product's
-multiply-adds one step per :data:`PRODUCTS_PER_STEP`), every value run against the
-``expansion`` budget, and each network built (its matrices copied) is paid for first.
+products and what those take, not the whole graph (the whole-sequence and pair checks run
+it all, once for the cells together and once more per cell whose first state is fed);
+every node walked, pair found and node run counts against the ``work`` limit (a node run
+:data:`RUN_STEPS` steps, a product's multiply-adds one step per
+:data:`PRODUCTS_PER_STEP`), and so does every run of a network read to compare with the
+graph (each loop step, each first state tried, each pair's directions) and every value it
+is compared with; every value run counts against the ``expansion`` budget, and each
+network built (its matrices copied) is paid for first.
 
 **Several networks** in one graph are an :class:`~rnnport.errors.AmbiguousSourceError`
 listing them; ``node=`` with the name (or output) of one of a network's ``MatMul`` /
@@ -55,14 +73,15 @@ alone, stepping forward), the pair by the node joining their outputs.
 
 **Refused, with the reason:** a cell exported without its state (PyTorch folds the zero
 state's product into a constant, so ``weight_hh`` is not in the file), a sequence of one
-time step (no state is ever multiplied), anything the check does not confirm.
+time step (no state is ever multiplied), a loop that is not the plain recurrence of its
+cell (listed, and refused when picked), anything the check does not confirm.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,10 +94,12 @@ from ...model import RNN, Model, stack
 from ...spec import Spec
 from .graph import FOLDABLE, MAX_DEPTH, Scope, attributes, exhausted, fold
 
-__all__ = ["RUN_OPS", "TOLERANCE", "Stepped", "find", "listing", "read"]
+__all__ = ["MAX_FED", "RUN_OPS", "TOLERANCE", "Stepped", "declared_shapes", "find",
+           "input_feeds", "listing", "read", "run"]
 
 RUN_OPS = (*FOLDABLE, "Constant", "MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Neg",
-           "SplitToSequence", "SequenceAt", "ConstantOfShape")
+           "SplitToSequence", "SequenceAt", "ConstantOfShape", "Dropout", "Flatten", "Equal",
+           "Where")
 TOLERANCE = 1e-4  # of the largest output value, at least 1: float32 in both
 PASS_OPS = {"Squeeze", "Unsqueeze", "Reshape", "Identity", "Cast", "Slice", "Gather",
             "Transpose", "Split", "Flatten"}
@@ -116,6 +137,9 @@ class _Network:
     what: str  # for listings: "an LSTM 3→4 (state 'h')"
     steps: list[Linear] = field(default_factory=list)  # a cell's: each step's input product
     joins: tuple[str, ...] = ()  # a paired network's: the node joining its halves, its output
+    refused: str = ""  # why a cell's loop is not the network its step is, when it is not
+    start: str = ""  # the values a cell's loop takes its first state from, when not zeros
+    whole: _Network | None = None  # one of the two loops of one cell: that cell
 
     @property
     def names(self) -> set[str]:
@@ -151,6 +175,9 @@ class Stepped:
     what: str  # "an LSTM 3→4", "a bidirectional LSTM 3→4 (two cells, …)"
     # Paired cells: per layer, the node= values picking its forward and backward cell alone.
     cells: list[tuple[str, str]] = field(default_factory=list)
+    start: str = ""  # a cell's loop: the values its first state comes from, when not zeros
+    tied: bool = False  # paired cells: one cell stepped both ways
+    unpaired: list[str] = field(default_factory=list)  # why cells were not read as a pair
 
 
 def read(scope: Scope, options: Mapping[str, Any]) -> Model | None:
@@ -169,9 +196,12 @@ def find(scope: Scope, options: Mapping[str, Any]) -> Stepped | None:
         return None
     network, joined = chosen
     if joined is None:
-        return Stepped(network.model, _describe(network.model))
+        return Stepped(network.model, _describe(network.model), start=network.start,
+                       unpaired=graph.unpaired)
     return Stepped(network.model, network.what,
-                   [(forward.pick, backward.pick) for forward, backward in joined.layers])
+                   [(forward.pick, backward.pick) for forward, backward in joined.layers],
+                   tied=any(forward.whole is not None for forward, _ in joined.layers),
+                   unpaired=graph.unpaired)
 
 
 def listing(scope: Scope) -> list[tuple[str, str]]:
@@ -180,7 +210,8 @@ def listing(scope: Scope) -> list[tuple[str, str]]:
     where = f"{scope.loaded.where}{f', {scope.path}' if scope.path else ''}"
     graph = _Search(scope, where)
     networks, joined = _networks(graph, where)
-    return [(network.pick, network.what) for network in _top(networks, joined)]
+    return [(network.pick, f"{network.what}{f' (not read: {network.refused})' if network.refused else ''}")
+            for network in _top(networks, joined)]
 
 
 def _describe(model: Model) -> str:
@@ -219,8 +250,7 @@ def _networks(graph: _Search, where: str) -> tuple[list[_Network], list[_Joined]
     networks = _sequences(graph, linears)
     taken = {id(linear) for network in networks for linear in network.linears}
     cells, problems = _cells(graph, [linear for linear in linears if id(linear) not in taken])
-    networks += cells
-    if not networks:
+    if not networks and not cells:
         if problems:
             shown = "; ".join(problems[:4]) + ("; …" if len(problems) > 4 else "")
             raise UnsupportedFeatureError(
@@ -233,9 +263,27 @@ def _networks(graph: _Search, where: str) -> tuple[list[_Network], list[_Joined]
                 f"{where}: one step of a recurrent cell whose state was folded away: exported "
                 "without a state, h = 0, so PyTorch's exporter computed h·weight_hh + bias_hh "
                 "once, into a constant, and weight_hh is not in the file. Nothing can bring it "
-                f"back; {EXPORT_WITH_STATE}, or read the cell's state_dict.")
+                f"back; {EXPORT_WITH_STATE} (a cell stepped in a loop: with two or more time "
+                "steps), or read the cell's state_dict.")
         return [], []
-    return networks, _paired(graph, cells)
+    looped = [cell for cell in cells if len(cell.steps) >= 2]
+    values = _sequence_run(graph, looped) if looped else {}
+    cells = _loops(graph, cells, values)
+    joined = _paired(graph, cells, values)
+    paired = {id(cell) for each in joined for layer in each.layers for cell in layer}
+    wholes: list[_Network] = []  # one cell's two loops not read as one network: the cell
+    for cell in cells:
+        whole = cell.whole
+        if whole is not None and id(cell) not in paired:
+            if not any(whole is already for already in wholes):
+                whole.refused = ("it is stepped over a sequence and over it reversed from zero "
+                                 "states, its outputs not joined as a bidirectional network's "
+                                 "y (forward half first, the backward half in time order)")
+                wholes.append(whole)
+                networks.append(whole)
+        else:
+            networks.append(cell)
+    return networks, joined
 
 
 def _choose(graph: _Search, found: tuple[list[_Network], list[_Joined]],
@@ -255,9 +303,19 @@ def _choose(graph: _Search, found: tuple[list[_Network], list[_Joined]],
                               f"networks the graph computes step by step ({listed}).")
         top = picked
     if len(top) > 1:
-        listed = "; ".join(f"{n.what}, e.g. node={n.pick!r}" for n in top)
+        listed = "; ".join(f"{n.what}{' (refused: see node=)' if n.refused else ''}, e.g. "
+                           f"node={n.pick!r}" for n in top)
+        unpaired = "".join(f" {reason}." for reason in graph.unpaired)
         raise AmbiguousSourceError(f"{graph.where}: the graph computes {len(top)} recurrent "
-                                   f"networks step by step ({listed}); pass node= to pick one.")
+                                   f"networks step by step ({listed}); pass node= to pick one."
+                                   f"{unpaired}")
+    if top[0].refused:
+        raise UnsupportedFeatureError(
+            f"{graph.where}: the graph steps {top[0].what}, but {top[0].refused}; that is not "
+            "the network its cell makes, and rnnport's forward could not give the graph's "
+            "numbers. rnnport reads a cell stepped once per time step, each step taking the "
+            "state the one before computed (from zeros, or a state it notes); read the cell's "
+            "weights from the PyTorch model (its state_dict) to run it your own way.")
     return top[0], next((each for each in joined if each.network is top[0]), None)
 
 
@@ -282,9 +340,11 @@ def _linears(graph: _Search) -> list[Linear]:
     found = []
     for node in scope.nodes:
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Gemm") \
-                or len(node.input) < 2 or not node.output or node.input[0] not in dynamic \
-                or node.input[1] in dynamic:
+                or len(node.input) < 2 or not node.output or node.input[1] in dynamic:
             continue
+        if node.input[0] not in dynamic and (node.input[0] not in scope.producers or
+                                             scope.constant(node.input[0]) is not None):
+            continue  # a product of constants, not of what the model computes (a state)
         given = attributes(node, scope.label(node))
         if node.op_type == "Gemm" and (given.get("alpha", 1.0) != 1.0 or
                                        given.get("beta", 1.0) != 1.0 or given.get("transA", 0)):
@@ -324,6 +384,14 @@ class _Search:
         self._near_cache: dict[str, set[int]] = {}
         # The linears paired, and each node → the positions of those whose results reach it.
         self._meeting: tuple[list[Linear], dict[int, list[int]]] | None = None
+        self._positions: dict[int, int] | None = None
+        self.unpaired: list[str] = []  # why cells that could be a pair were not read as one
+
+    def position(self, node: Any) -> int:
+        """``node``'s place in the graph's order."""
+        if self._positions is None:
+            self._positions = {id(each): index for index, each in enumerate(self.scope.nodes)}
+        return self._positions.get(id(node), -1)
 
     def origin(self, name: str) -> tuple[str, list[Any]]:
         """Follow ``name`` back through :data:`PASS_OPS` (their data input), at most
@@ -343,7 +411,7 @@ class _Search:
         """``name``'s shape as the model declares or ONNX's shape inference finds it (a
         named size taken as 2); None when unknown."""
         if self._shapes is None:
-            self._shapes = _declared_shapes(self.scope)
+            self._shapes = declared_shapes(self.scope)
         return self._shapes.get(name)
 
     def flips(self, nodes: Sequence[Any]) -> bool:
@@ -379,14 +447,42 @@ class _Search:
     def charge(self, steps: int, doing: str) -> None:
         self.scope.loaded.work.charge(steps, doing)
 
+    def forward(self, model: RNN, x: np.ndarray, **options: Any) -> tuple[np.ndarray, Any]:
+        """``model.forward(x, **options)``, counted against the ``work`` limit first:
+        :data:`RUN_STEPS` steps and its products (each parameter once per step of each
+        sequence), :data:`PRODUCTS_PER_STEP` a step (a loop of many steps, each checked
+        from several states, runs the network read many times)."""
+        spec = model.spec
+        self.charge(RUN_STEPS + x.size // max(spec.input_size, 1) * spec.num_params()
+                    // PRODUCTS_PER_STEP, "running the network read to check it")
+        return model.forward(x, **options)
+
+    def differences(self, values: Mapping[str, Any],
+                    expected: np.ndarray) -> Iterator[tuple[str, float]]:
+        """Each float value of ``expected``'s shape among ``values``, by name, with its
+        largest difference from ``expected``; the values looked at and the numbers compared
+        counted against the ``work`` limit (a loop's every step compares with every value)."""
+        self.charge(len(values), "comparing the network read with the graph's values")
+        for name, value in values.items():
+            if isinstance(value, np.ndarray) and value.shape == expected.shape and \
+                    value.dtype.kind == "f":
+                self.charge(expected.size // PRODUCTS_PER_STEP, "comparing the network read "
+                            "with the graph's values")
+                yield name, float(np.max(np.abs(value - expected), initial=0.0))
+
+    def near(self, name: str) -> set[int]:
+        """The nodes (by id) ``name`` reaches within :data:`MEETING_HOPS` nodes."""
+        return self._near(name)
+
     def taken_near(self, name: str) -> set[str]:
         """The values the nodes within :data:`STEP_HOPS` nodes of ``name`` take: where a
         step's recurrent product goes, the state it updates (an LSTM's c) is taken."""
         return {item for node in self._walk(name, STEP_HOPS) for item in node.input if item}
 
-    def after(self, name: str) -> set[str]:
-        """The values computed from ``name``, in one pass over the graph's order."""
-        out = {name}
+    def after(self, name: str | Iterable[str]) -> set[str]:
+        """The values computed from ``name`` (or from any of several), in one pass over the
+        graph's order."""
+        out = {name} if isinstance(name, str) else set(name)
         self.charge(len(self.scope.nodes), "following what a step computes")
         for node in self.scope.nodes:
             if any(item in out for item in node.input):
@@ -396,22 +492,6 @@ class _Search:
     def walk(self, name: str, hops: int) -> list[Any]:
         """The nodes reached from ``name`` within ``hops`` nodes, each once."""
         return self._walk(name, hops)
-
-    def needed(self, names: Iterable[str]) -> set[int]:
-        """The nodes (by id) that compute ``names``: their producers and, back through their
-        inputs, every node those take from, each once and counted."""
-        producers = self.scope.producers
-        pending, seen, nodes = list(names), set(), set()
-        while pending:
-            name = pending.pop()
-            node = producers.get(name)
-            if name in seen or node is None or id(node) in nodes:
-                continue
-            seen.add(name)
-            nodes.add(id(node))
-            self.charge(1 + len(node.input), "finding what a check computes")
-            pending.extend(item for item in node.input if item)
-        return nodes
 
     def _near(self, name: str) -> set[int]:
         if name not in self._near_cache:
@@ -434,7 +514,9 @@ class _Search:
         return found
 
 
-def _declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
+def declared_shapes(scope: Scope, unknown: int = 2) -> dict[str, tuple[int, ...]]:
+    """The shapes of the main graph's values as declared or as ONNX's shape inference finds
+    them (a named or unknown size taken as 2, or as ``unknown``)."""
     from onnx import helper, shape_inference
 
     graph = scope.loaded.graph
@@ -452,7 +534,7 @@ def _declared_shapes(scope: Scope) -> dict[str, tuple[int, ...]]:
             infos = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
         except Exception:  # shape inference fails on what it does not know: no shapes
             pass
-    return {info.name: _dims(info.type.tensor_type) for info in infos
+    return {info.name: _dims(info.type.tensor_type, unknown=unknown) for info in infos
             if info.type.tensor_type.HasField("shape")}
 
 
@@ -619,12 +701,19 @@ def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[
     problems = []
     checked = set()
     tries: dict[tuple[str, str], int] = {}  # per pair of matrices: the steps of one cell
+    swapped: dict[tuple[str, str], bool] = {}  # input and state of one size: which is which
     for data, state in pairs:
         keys = (data.key, state.key)
         if keys in checked or tries.get(keys, 0) >= TRIES:  # a cell stepped in a loop: once
             continue
         if sum(tries.values()) >= MAX_PAIRS:
             break
+        if data.kernel.shape == state.kernel.shape:
+            if keys not in swapped:
+                swapped[keys] = _swapped(graph, data, state, linears)
+            if swapped[keys]:
+                tries[keys] = TRIES  # the other way round is the cell: this one is not tried
+                continue
         tries[keys] = tries.get(keys, 0) + 1
         hidden, width = state.kernel.shape
         family = CELLS[width // hidden]
@@ -659,27 +748,239 @@ def _cells(graph: _Search, linears: list[Linear]) -> tuple[list[_Network], list[
     return found, problems
 
 
-def _paired(graph: _Search, cells: list[_Network]) -> list[_Joined]:
+def _swapped(graph: _Search, data: Linear, state: Linear, linears: list[Linear]) -> bool:
+    """For two products of one shape (a cell whose input and state are of one size): whether
+    ``data`` is the state's product and ``state`` the input's. In a loop the state's
+    product takes what the cell's own steps computed (h′ feeds back), the input's never;
+    in one step, the graph's inputs say it in PyTorch's order: ``(x, h)``, ``(x, (h, c))``."""
+    keys = {data.key, state.key}
+    uses = [linear for linear in linears if linear.key in keys]
+    computed = graph.after([linear.output for linear in uses])
+    fed_back = {key: any(linear.data in computed for linear in uses if linear.key == key)
+                for key in keys}
+    if fed_back[data.key] != fed_back[state.key]:
+        return fed_back[data.key]
+    order = {value.name: index for index, value in enumerate(graph.scope.loaded.graph.input)}
+    first, second = (order.get(graph.origin(linear.data)[0]) for linear in (data, state))
+    return first is not None and second is not None and first > second
+
+
+@dataclass
+class _Loop:
+    """A run of a cell's steps, each taking the state the one before it computed."""
+
+    steps: list[int]  # indexes into the cell's steps, in the graph's order
+    states: list[Linear]  # the state products of those steps (none for a folded first one)
+    inputs: list[np.ndarray]  # what each step takes in the sequence run, (batch, input)
+    h: np.ndarray  # the state after its last step, as rnnport's forward computes it
+    c: np.ndarray | None
+    start: str = ""  # the values its first state comes from, when not zeros: "'h0'"
+
+
+def _loops(graph: _Search, cells: list[_Network], values: Mapping[str, Any]) -> list[_Network]:
+    """``cells``, each cell stepped in a loop checked over its whole sequence
+    (:func:`_runs`): one loop as it is (its first state noted when not zeros); a cell
+    stepped in two loops from zeros, of as many steps, as its two loops (a bidirectional
+    network whose directions share the cell, if :func:`_paired` finds them joined); any
+    other, refused with the reason."""
+    out: list[_Network] = []
+    for cell in cells:
+        if len(cell.steps) < 2 or not isinstance(cell.model, RNN):
+            out.append(cell)
+            continue
+        try:
+            loops = _runs(graph, cell, values)
+        except _Mismatch as error:
+            cell.refused = str(error)
+            out.append(cell)
+            continue
+        if len(loops) == 1:
+            cell.start = loops[0].start
+            out.append(cell)
+        elif len(loops) == 2 and not loops[0].start and not loops[1].start and \
+                len(loops[0].steps) == len(loops[1].steps):
+            for loop in loops:
+                steps = [cell.steps[index] for index in loop.steps]
+                out.append(_Network(cell.model, steps + loop.states, cell.what, steps,
+                                    whole=cell))
+        else:
+            sizes = ", ".join(str(len(loop.steps)) for loop in loops[:8]) + \
+                (", …" if len(loops) > 8 else "")  # a crafted graph's thousands: not all
+            starts = sum(1 for loop in loops if loop.start)
+            other = f", {starts} of them from a state that is not zeros" if starts else ""
+            cell.refused = (f"it is stepped in {len(loops)} loops (of {sizes} steps{other}), "
+                            "where a network steps once over its sequence, or a bidirectional "
+                            "one over it and over it reversed from zeros")
+            out.append(cell)
+    return out
+
+
+def _runs(graph: _Search, cell: _Network, values: Mapping[str, Any]) -> list[_Loop]:
+    """The loops a cell's steps make in the sequence run: each step (its input's product)
+    with the state product that meets it, run by rnnport's forward one step at a time; a
+    step whose state is zeros (or folded away) starts a loop, one whose state is a loop's
+    last output goes on with it, and only a first loop may start from another state (the
+    model's initial state). :class:`_Mismatch` for a step applying the cell more than once,
+    a state that is none of these, inputs that are not one sequence's steps."""
+    model = cell.model
+    if not isinstance(model, RNN):  # never: cells are one-layer networks
+        raise _Mismatch("not a cell")
+    spec = model.spec
+    steps = sorted(cell.steps, key=lambda step: graph.position(step.node))
+    cell.steps = steps
+    applied: dict[int, list[Linear]] = {id(step): [] for step in steps}
+    near: dict[int, list[Linear]] = {}  # a node → the steps whose input's product it is near
+    for step in steps:
+        for node in graph.near(step.output):
+            near.setdefault(node, []).append(step)
+    for product in (linear for linear in cell.linears if linear.key != steps[0].key):
+        owners = list({id(step): step for node in graph.near(product.output)
+                       for step in near.get(node, [])}.values())
+        if len(owners) != 1:
+            raise _Mismatch(f"its state product {product.output!r} meets {len(owners)} of its "
+                            "steps' input products, where a step's meets its own")
+        applied[id(owners[0])].append(product)
+    loops: list[_Loop] = []
+    for index, step in enumerate(steps):
+        states = sorted(applied[id(step)], key=lambda linear: graph.position(linear.node))
+        if len(states) > 1:
+            raise _Mismatch(f"it applies the cell {len(states)} times to one step's input "
+                            f"{step.data!r} (as h = cell(x, cell(x, h)) does)")
+        x = values.get(step.data)
+        if not isinstance(x, np.ndarray) or x.ndim != 2 or x.shape[1] != spec.input_size:
+            raise _Mismatch(f"running the graph did not compute the input {step.data!r} of "
+                            f"its step {index + 1}")
+        state = states[0] if states else None
+        h = None if state is None else values.get(state.data)
+        if state is not None and (not isinstance(h, np.ndarray) or h.shape != (
+                x.shape[0], spec.hidden_size)):
+            raise _Mismatch(f"running the graph did not compute the state {state.data!r} its "
+                            f"step {index + 1} takes")
+        graph.charge(len(loops), "following a cell's loops")
+        loop = _continued(loops, h)
+        if loop is None:
+            if state is not None and h is not None and np.any(h) and loops:
+                raise _Mismatch(f"step {index + 1} takes a state ({state.data!r}) that is none "
+                                "of the steps' outputs (the loop computes something between "
+                                "its steps: a zoneout, a residual, an average)")
+            loop = _start(graph, values, model, x, step, state, h)
+            loops.append(loop)
+        out, carried = graph.forward(model, x[None], state=loop.h[None] if loop.c is None else (
+            loop.h[None], loop.c[None]), time_major=True)
+        loop.h = out[0]
+        loop.c = carried[1][0] if isinstance(carried, tuple) else None
+        loop.steps.append(index)
+        loop.states += states
+        loop.inputs.append(x)
+    fed = graph.after([linear.output for linear in cell.linears])
+    fed_back = next((step.data for step in steps if step.data in fed), None)
+    if fed_back is not None:
+        raise _Mismatch(f"a step's input ({fed_back!r}) is computed from the cell's own "
+                        "outputs (fed back into its input, as a decoder feeding its output "
+                        "does), where a network's input is given")
+    for loop in loops:
+        twice = next((index for index, (before, after) in enumerate(itertools.pairwise(
+            loop.inputs)) if np.array_equal(before, after)), None)
+        if twice is not None:
+            raise _Mismatch(f"it applies the cell twice to one input: steps {twice + 1} and "
+                            f"{twice + 2} take the same values (as h = cell(x, cell(x, h)) "
+                            "does)")
+        if _closest(graph, values, loop.h) > TOLERANCE * _scale(loop.h):
+            raise _Mismatch(_differs("its last step's output", _closest(graph, values, loop.h)))
+    return loops
+
+
+def _continued(loops: list[_Loop], h: np.ndarray | None) -> _Loop | None:
+    """The loop whose last output is ``h`` (the latest such), if any."""
+    if h is None:
+        return None
+    for loop in reversed(loops):
+        if loop.h.shape == h.shape and \
+                float(np.max(np.abs(loop.h - h), initial=0.0)) <= TOLERANCE * _scale(loop.h):
+            return loop
+    return None
+
+
+def _start(graph: _Search, values: Mapping[str, Any], model: RNN, x: np.ndarray,
+           step: Linear, state: Linear | None, h: np.ndarray | None) -> _Loop:
+    """A loop starting at ``step``, whose state product ``state`` takes ``h`` (None: the
+    exporter folded the product into a constant, as it does for a state made inside the
+    model). The state is whatever makes the step compute one of the graph's values: zeros,
+    else (folded) a value of the state's shape the step takes near its input's product (a
+    GRU's update takes h itself); an LSTM's c, zeros or a value of its shape taken near the
+    step."""
+    lstm = model.spec.cell == "lstm"
+    zeros = np.zeros((x.shape[0], model.spec.hidden_size), np.float32)
+    near = graph.taken_near(step.output if state is None else state.output)
+    graph.charge(len(values) + len(near), "looking for a loop's first state")
+    # a state made inside the model may be a constant (one row for the whole batch)
+    constants = {name: np.broadcast_to(value, zeros.shape).astype(np.float32) for name in near
+                 if name not in values and (value := graph.scope.constant(name)) is not None
+                 and value.shape in (zeros.shape, zeros.shape[1:], (1, zeros.shape[1]))
+                 and value.dtype.kind == "f"}
+    shaped = [(name, value) for name, value in sorted({**values, **constants}.items(),
+                                                      key=lambda item: (item[0] not in near,
+                                                                        str(item[0])))
+              if isinstance(value, np.ndarray) and value.shape == zeros.shape
+              and value.dtype.kind == "f"]
+    if state is not None and h is not None:
+        starts = [(state.data, h)]
+    else:
+        starts = [("", zeros), *[(name, value) for name, value in shaped
+                                 if name in near and np.any(value)][:8]]
+    for name, start in starts:
+        own = graph.origin(name)[0] if name else ""
+        cells = [("", zeros), *[(other, value) for other, value in shaped
+                                if other not in (name, own)][:8]] if lstm else [("", None)]
+        for other, c in cells:
+            y, _ = graph.forward(model, x[None], state=start[None] if c is None else (
+                start[None], c[None]), time_major=True)
+            if _closest(graph, values, y[0]) <= TOLERANCE * _scale(y):
+                given = [f"{what} {value!r}" if lstm else repr(value) for what, value, array in
+                         (("h", name, start), ("c", other, c)) if np.any(array)]
+                return _Loop([], [], [], start, c, " and ".join(given))
+    if state is None:
+        raise _Mismatch("its first step does not start from zeros, nor from a state the graph "
+                        "holds: the exporter folded the state's product with weight_hh into a "
+                        "constant (a learned initial state, h0.expand(...)), and the state "
+                        "itself is not in the file")
+    raise _Mismatch(f"its first step takes a state ({state.data!r}) with which it computes "
+                    "none of the graph's values (for an LSTM, with no value of the graph as c)")
+
+
+def _paired(graph: _Search, cells: list[_Network], values: Mapping[str, Any]) -> list[_Joined]:
     """Cells of one kind and size stepped over one sequence and over it reversed, whose
     outputs the graph joins as one bidirectional network's ``y`` (forward half first, the
     backward half in time order, as rnnport's ``forward`` gives it): each such pair as one
     network, and pairs fed another pair's ``y`` as its next layer. Told by the values the
-    graph computes, not by how it reverses the sequence (a ``Flip``, a reversed slice,
-    steps taken from the last index down)."""
-    candidates = [(first, second) for first, second in itertools.combinations(cells, 2)
-                  if isinstance(first.model, RNN) and first.model.spec == second.model.spec
-                  and len(first.steps) == len(second.steps) >= 2]
-    if not candidates:
-        return []
-    values = _sequence_run(graph, [cell for pair in candidates for cell in pair])
+    graph computes (``values``: :func:`_sequence_run`), not by how it reverses the sequence
+    (a ``Flip``, a reversed slice, steps taken from the last index down). Why two cells over
+    a sequence and over it reversed are not one network is kept in ``graph.unpaired``."""
+    looped = [cell for cell in cells if isinstance(cell.model, RNN) and len(cell.steps) >= 2
+              and not cell.refused]
     pairs: list[_Joined] = []
-    for first, second in candidates:
+    inputs = {id(cell): _inputs(values, cell) for cell in looped}  # each stacked once
+    for first, second in itertools.combinations(looped, 2):
         if any(cell is taken for pair in pairs for taken in pair.layers[0]
                for cell in (first, second)):
             continue
-        sequences = _inputs(values, first), _inputs(values, second)
+        sequences = inputs[id(first)], inputs[id(second)]
         if sequences[0] is None or sequences[1] is None or \
-                not np.array_equal(sequences[0], sequences[1][::-1]):
+                sequences[0].shape != sequences[1].shape:
+            continue
+        graph.charge(RUN_STEPS + 2 * sequences[0].size // PRODUCTS_PER_STEP,
+                     "comparing the sequences cells step over")
+        if np.array_equal(sequences[0], sequences[1]) and \
+                first.model.spec == second.model.spec:
+            graph.unpaired.append(
+                f"{first.what} ({first.pick!r}) and {second.what} ({second.pick!r}) step over "
+                "one sequence in the same order, where a bidirectional network's second "
+                "direction steps over it reversed: read apart")
+            continue
+        if not np.array_equal(sequences[0], sequences[1][::-1]):
+            continue
+        if first.model.spec != second.model.spec:
+            graph.unpaired.append(_apart(graph, values, first, second, sequences[0]))
             continue
         for (forward, x), backward in (((first, sequences[0]), second),
                                        ((second, sequences[1]), first)):
@@ -687,7 +988,36 @@ def _paired(graph: _Search, cells: list[_Network]) -> list[_Joined]:
             if joined is not None:
                 pairs.append(joined)
                 break
+        else:
+            graph.unpaired.append(_apart(graph, values, first, second, sequences[0]))
     return _stacked(pairs)
+
+
+def _apart(graph: _Search, values: Mapping[str, Any], first: _Network, second: _Network,
+           x: np.ndarray) -> str:
+    """Why two cells stepped over a sequence and over it reversed are not read as one
+    bidirectional network."""
+    names = f"{first.what} ({first.pick!r}) and {second.what} ({second.pick!r})"
+    if not isinstance(first.model, RNN) or not isinstance(second.model, RNN):
+        return f"{names} are not one-layer cells"  # never: cells are
+    if first.model.spec != second.model.spec:
+        why = "their cells differ in kind or size; a bidirectional network's two are alike"
+    elif first.start or second.start:
+        why = f"one starts from a state that is not zeros ({first.start or second.start!r})"
+    else:
+        why = "the graph does not join their outputs as a bidirectional network's y (forward " \
+              "half first, the backward half in time order)"
+        forward, _ = graph.forward(first.model, x, time_major=True)
+        backward = graph.forward(second.model, x[::-1].copy(), time_major=True)[0][::-1]
+        for text, joined in (("joins them backward half first", np.concatenate(
+                [backward, forward], -1)), ("stacks them on a new axis", np.stack(
+                    [forward, backward], 2)), ("adds them", forward + backward)):
+            if any(_equal(graph, values, candidate) is not None
+                   for candidate in (joined, joined.swapaxes(0, 1))):
+                why = (f"the graph {text}, where a bidirectional network's y joins them "
+                       "forward half first")
+                break
+    return f"{names} step over a sequence and over it reversed, but are read apart: {why}"
 
 
 def _pair(graph: _Search, values: Mapping[str, Any], forward: _Network, backward: _Network,
@@ -698,13 +1028,15 @@ def _pair(graph: _Search, values: Mapping[str, Any], forward: _Network, backward
         return None  # cells are one-layer networks
     spec = forward.model.spec.replace(bidirectional=True)
     model = RNN(spec, [[*forward.model.params[0], *backward.model.params[0]]])
-    y, _ = model.forward(x, time_major=True)
+    y, _ = graph.forward(model, x, time_major=True)
     for expected, batch_major in ((y, False), (y.transpose(1, 0, 2), True)):
         join = _equal(graph, values, expected)
         if join is not None:
             found = values[join[1]]
-            what = (f"{spec.describe(article=True)} (two cells, one stepped over the sequence "
-                    f"and one over it reversed, joined by {join[0]!r})")
+            cells = "one cell stepped over the sequence and over it reversed, both directions " \
+                "its weights" if forward.whole is not None and forward.whole is backward.whole \
+                else "two cells, one stepped over the sequence and one over it reversed"
+            what = f"{spec.describe(article=True)} ({cells}, joined by {join[0]!r})"
             return _Joined(_Network(model, [], what, joins=join), [(forward, backward)], x,
                            found.transpose(1, 0, 2) if batch_major else found)
     return None
@@ -746,15 +1078,19 @@ def _sequence_run(graph: _Search, cells: list[_Network]) -> dict[str, Any]:
     (through slicing and reshaping: a graph input, or what a front end the run cannot
     compute makes, such as convolutions) and zeros for the graph's other inputs (the state
     a model takes, if any: rnnport's forward starts from zeros). A value the run computes
-    from one fed before it is not fed: a layer's input stays the layer before's output."""
+    from one fed before it is not fed: a layer's input stays the layer before's output. A
+    first state the run cannot compute (made by nodes it does not run) is fed random
+    values too, and so is, for an LSTM, what its first step takes beside it that the run
+    lacks."""
     rng = np.random.default_rng(2)
     feeds = {name: np.zeros_like(value) for name, value in _feeds(graph).items()}
     position = {name: index for index, node in enumerate(graph.scope.nodes)
                 for name in node.output}
     origins = sorted({graph.origin(linear.data)[0] for cell in cells for linear in cell.steps},
                      key=lambda name: position.get(name, -1))
-    for source in origins:
-        if source in feeds:
+    upstream = _upstream(graph.scope, origins)  # a front end's inputs: random too
+    for source in feeds:
+        if source in upstream and feeds[source].dtype.kind == "f":
             feeds[source] = _random(rng, feeds[source].shape, graph.where)
     values = run(graph.scope, feeds, graph.where)
     for source in origins:
@@ -762,6 +1098,23 @@ def _sequence_run(graph: _Search, cells: list[_Network]) -> dict[str, Any]:
         if source not in values and shape is not None:
             feeds[source] = _random(rng, shape, graph.where)
             values = run(graph.scope, feeds, graph.where)
+    for cell in cells:
+        first = min(cell.steps, key=lambda step: graph.position(step.node))
+        x = values.get(first.data)
+        state = min((linear for linear in cell.linears if linear.key != first.key and
+                     graph.meets(first.output, linear.output)),
+                    key=lambda linear: graph.position(linear.node), default=None)
+        if state is None or state.data in values or not isinstance(x, np.ndarray) or \
+                x.ndim != 2:
+            continue
+        h = _random(rng, (x.shape[0], state.kernel.shape[0]), graph.where)
+        feeds[state.data] = h
+        after = graph.after(state.output)
+        for name in sorted(graph.taken_near(state.output) - after, key=str):
+            if name not in values and name not in feeds and \
+                    graph.scope.constant(name) is None and graph.shape(name) in (None, h.shape):
+                feeds[name] = _random(rng, h.shape, graph.where)
+        values = run(graph.scope, feeds, graph.where)
     return values
 
 
@@ -781,10 +1134,8 @@ def _equal(graph: _Search, values: Mapping[str, Any],
     """The node computing a value equal to ``expected`` (within :data:`TOLERANCE`) and that
     value's name; None when there is none."""
     limit = TOLERANCE * _scale(expected)
-    for name, value in values.items():
-        if isinstance(value, np.ndarray) and value.shape == expected.shape and \
-                value.dtype.kind == "f" and \
-                float(np.max(np.abs(value - expected), initial=0.0)) <= limit:
+    for name, difference in graph.differences(values, expected):
+        if difference <= limit:
             node = graph.scope.producers.get(name)
             return (node.name if node is not None and node.name else name), name
     return None
@@ -830,8 +1181,8 @@ class _StepRun:
         # whole large graph for each pair of products tried cost its size times theirs).
         near = {output for linear in (data, state)
                 for node in graph.walk(linear.output, STEP_CONE) for output in node.output}
-        only = graph.needed({*near, state.data, *graph.taken_near(state.output)})
-        values = run(graph.scope, feeds, graph.where, only)
+        wanted = {*near, state.data, *graph.taken_near(state.output)}
+        values = run(graph.scope, feeds, graph.where, wanted)
         h = values.get(state.data)  # the graph's own state keeps every use of it consistent
         if not (isinstance(h, np.ndarray) and h.shape == (batch, hidden) and
                 h.dtype.kind == "f"):
@@ -840,14 +1191,14 @@ class _StepRun:
             # LSTM's c).
             h = _random(rng, (batch, hidden), graph.where)
             feeds[state.data] = h
-            values = run(graph.scope, feeds, graph.where, only)
+            values = run(graph.scope, feeds, graph.where, wanted)
             after = graph.after(state.output)  # the step's own results: not fed
             for name in sorted(graph.taken_near(state.output) - after, key=str):
                 if name not in values and graph.scope.constant(name) is None and \
                         graph.shape(name) in (None, h.shape):
                     feeds[name] = _random(rng, h.shape, graph.where)
             if len(feeds) > len(values) or any(name not in values for name in feeds):
-                values = run(graph.scope, feeds, graph.where, only)
+                values = run(graph.scope, feeds, graph.where, wanted)
         self.h, self.values = h, values
 
     def check(self, model: RNN) -> None:
@@ -870,8 +1221,8 @@ class _StepRun:
                 raise _Mismatch("no value of the state's shape to be c")
         closest = np.inf
         for state_in in states:
-            y, _ = model.forward(self.x[:, None, :], state=state_in)
-            closest = min(closest, _closest(self.values, y[:, 0]))
+            y, _ = self.graph.forward(model, self.x[:, None, :], state=state_in)
+            closest = min(closest, _closest(self.graph, self.values, y[:, 0]))
             if closest <= TOLERANCE * _scale(y):
                 return
         raise _Mismatch(_differs("the next state h", closest))
@@ -898,8 +1249,8 @@ def _check_sequence(graph: _Search, model: RNN, first: Linear) -> None:
               value.shape == states_shape and value.dtype.kind == "f"][:4]
     closest = np.inf
     for state in [*states, None]:
-        y, _ = model.forward(x, state=state, time_major=True)
-        closest = min(closest, _closest(values, y))
+        y, _ = graph.forward(model, x, state=state, time_major=True)
+        closest = min(closest, _closest(graph, values, y))
         if closest <= TOLERANCE * _scale(y):
             return
     raise _refuse(graph.where, f"it does not compute the network its matrices describe "
@@ -930,27 +1281,44 @@ def _computed_shape(graph: _Search, feeds: Mapping[str, np.ndarray],
 
 def _feeds(graph: _Search) -> dict[str, np.ndarray]:
     """Random values for the graph's inputs fed at run time (a named size taken as 2)."""
+    return input_feeds(graph.scope, graph.where)
+
+
+def input_feeds(scope: Scope, where: str, distinct: bool = False) -> dict[str, np.ndarray]:
+    """Random values for the main graph's inputs fed at run time: floats in [-1, 1), zeros
+    for the others; a named or unknown size taken as 2, or with ``distinct`` as 2, 3, 4 …
+    one per name (so that a batch and a time axis differ)."""
     rng = np.random.default_rng(0)
     feeds, total = {}, 0
-    for value in graph.scope.loaded.graph.input:
-        if value.name in graph.scope.initializers:
+    named: dict[str, int] | None = {} if distinct else None
+    for value in scope.loaded.graph.input:
+        if value.name in scope.initializers:
             continue
         tensor = value.type.tensor_type
-        dims = _dims(tensor)
+        dims = _dims(tensor, named)
         total += math.prod(dims)
         if total > MAX_FED or len(dims) > 64:
-            raise FormatError(f"{graph.where}: the graph's inputs (up to {value.name!r}, "
+            raise FormatError(f"{where}: the graph's inputs (up to {value.name!r}, "
                               f"{dims[:8]}) take more than {MAX_FED:,} values; too large to "
                               "check the network it computes by running it.")
-        feeds[value.name] = _random(rng, dims, graph.where) \
+        feeds[value.name] = _random(rng, dims, where) \
             if tensor.elem_type in FLOAT_TYPES else np.zeros(dims, np.int64)
     return feeds
 
 
-def _dims(tensor: Any) -> tuple[int, ...]:
-    """A tensor type's shape, a named or unknown size taken as 2."""
-    return tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else 2
-                 for dim in tensor.shape.dim)
+def _dims(tensor: Any, named: dict[str, int] | None = None,
+          unknown: int = 2) -> tuple[int, ...]:
+    """A tensor type's shape, a named or unknown size taken as ``unknown`` (or, given
+    ``named``, a named one as the size it holds for that name, a new one for a new name)."""
+    out = []
+    for dim in tensor.shape.dim:
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            out.append(dim.dim_value)
+        elif named is not None and dim.HasField("dim_param") and dim.dim_param:
+            out.append(named.setdefault(dim.dim_param, 2 + len(named)))
+        else:
+            out.append(unknown)
+    return tuple(out)
 
 
 MAX_FED = 1 << 22  # values fed to the graph's inputs when running it
@@ -963,14 +1331,10 @@ def _scale(expected: np.ndarray) -> float:
     return max(1.0, float(np.max(np.abs(expected), initial=0.0)))
 
 
-def _closest(values: Mapping[str, Any], expected: np.ndarray) -> float:
+def _closest(graph: _Search, values: Mapping[str, Any], expected: np.ndarray) -> float:
     """The smallest largest difference between ``expected`` and a value of its shape."""
-    closest = np.inf
-    for value in values.values():
-        if isinstance(value, np.ndarray) and value.shape == expected.shape and \
-                value.dtype.kind == "f":
-            closest = min(closest, float(np.max(np.abs(value - expected), initial=0.0)))
-    return closest
+    return min((difference for _, difference in graph.differences(values, expected)),
+               default=np.inf)
 
 
 def _differs(what: str, closest: float) -> str:
@@ -992,25 +1356,27 @@ def _gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
 
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
-    "MatMul": np.matmul, "Neg": np.negative,
+    "MatMul": np.matmul, "Neg": np.negative, "Equal": np.equal, "Where": np.where,
     **{name: function((name, 0.0, 0.0)) for name in ("Sigmoid", "Tanh", "Relu")},
 }
 
 
 def run(scope: Scope, feeds: Mapping[str, np.ndarray], where: str,
-        only: set[int] | None = None) -> dict[str, Any]:
+        wanted: Iterable[str] | None = None) -> dict[str, Any]:
     """Every value of ``scope`` that :data:`RUN_OPS` compute from ``feeds`` and the
-    constants, in the graph's order (of the nodes in ``only``, by id, when given); a node of
-    another operator, and what depends on it, is skipped. ``feeds`` may name any value,
-    which then takes the place of what the graph computes there. Values may take as much
-    memory as the folding budget allows; each node run is counted against the ``work``
-    limit (:data:`RUN_STEPS` steps and one an input), and so are the products computed."""
+    constants, in the graph's order (with ``wanted``, only those the values named there
+    are computed from); a node of another operator, and what depends on it, is skipped.
+    ``feeds`` may name any value, which then takes the place of what the graph computes
+    there. Values may take as much memory as the folding budget allows; each node run is
+    counted against the ``work`` limit (:data:`RUN_STEPS` steps and one an input), and so
+    are the products computed."""
     values: dict[str, Any] = dict(feeds)  # arrays, and lists for ONNX sequences
     budget = scope.loaded.budget + sum(int(value.nbytes) for value in feeds.values())
+    needed = None if wanted is None else _ancestors(scope, wanted, feeds)
     work = scope.loaded.work
     with np.errstate(all="ignore"):
         for node in scope.nodes:
-            if (only is not None and id(node) not in only) or \
+            if (needed is not None and id(node) not in needed) or \
                     node.domain not in ("", "ai.onnx") or node.op_type not in RUN_OPS or \
                     all(name in values for name in node.output if name):
                 continue
@@ -1043,6 +1409,29 @@ def _run_node(scope: Scope, node: Any, values: dict[str, Any], feeds: Mapping[st
                             scope.loaded.stored, scope.loaded.limit - budget)
         values[name] = value
     return budget
+
+
+def _ancestors(scope: Scope, names: Iterable[str], fed: Mapping[str, Any]) -> set[int]:
+    """The nodes (by id) the values ``names`` are computed from, not past a value ``fed``."""
+    return {id(scope.producers[name]) for name in _upstream(scope, names, fed)
+            if name in scope.producers}
+
+
+def _upstream(scope: Scope, names: Iterable[str], fed: Mapping[str, Any] | None = None
+              ) -> set[str]:
+    """The values ``names`` are computed from, themselves included, not past a value
+    ``fed``; each node followed counted against the ``work`` limit."""
+    pending, seen = list(names), set[str]()
+    while pending:
+        name = pending.pop()
+        if name in seen or (fed is not None and name in fed):
+            continue
+        seen.add(name)
+        node = scope.producers.get(name)
+        if node is not None:
+            scope.loaded.work.charge(1 + len(node.input), "finding what a check computes")
+            pending.extend(item for item in node.input if item)
+    return seen
 
 
 class TooManyPieces(FormatError):
@@ -1137,6 +1526,16 @@ def _compute(scope: Scope, node: Any, arguments: list[Any], where: str,
     if op == "Constant":
         value = scope.constant(node.output[0])
         return {} if value is None else {node.output[0]: value}
+    if op == "Dropout":  # inference: the identity, unless asked to train
+        if len(arguments) > 2 and arguments[2] is not None and np.any(arguments[2]):
+            raise ValueError("training_mode")
+        return {node.output[0]: arguments[0]}
+    if op == "Flatten":
+        data = arguments[0]
+        axis = int(attributes(node, label).get("axis", 1))
+        axis = axis + data.ndim if axis < 0 else axis
+        return {node.output[0]: data.reshape(math.prod(data.shape[:axis]),
+                                             math.prod(data.shape[axis:]))}
     work = scope.loaded.work
     if op == "Gemm":
         a, b, *rest = arguments

@@ -84,9 +84,10 @@ SavedModel's ``variables/variables``, and is run.
 
 from __future__ import annotations
 
+import bisect
 import glob
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,7 @@ import numpy as np
 
 from ...errors import FormatError
 from ...io import tensorbundle
-from ...model import Model
+from ...model import RNN, Model
 from .._common import is_path, listed
 from .._protocol import Choices, Format
 from .._tensorflow import run_job, tf_keras_unavailable
@@ -155,6 +156,7 @@ def read(source: Any, **options: Any) -> Model:
         return keras_layers.stack_layers(export.read(export.choose(options.get("layer")),
                                                      options))
     chosen = objects.choose(opened, options.pop("layer", None))
+    opened.charge(chosen)
     return keras_layers.stack_layers([_read_layer(opened, layer, options) for layer in chosen])
 
 
@@ -220,18 +222,19 @@ def notes(source: Any, **options: Any) -> list[str]:
                 out.append(f"{opened.metadata_file}: holds no class or config for {listed(bare)}; "
                            "read as from a checkpoint, with what it assumes.")
     recurrent = {layer.path for layer in layers}
-    for (_container, _k), path in sorted(opened.weight_layers().items()):
+    weight_layers = opened.weight_layers()
+    under = _grouped(opened.paths, {f"{path}/" for path in weight_layers.values()})
+    for (_container, _k), path in sorted(weight_layers.items()):
         if path not in recurrent:
-            held = [f"{p[len(path) + 1:]} {opened.shape(p)}" for p in opened.paths
-                    if p.startswith(f"{path}/")]
+            held = [f"{p[len(path) + 1:]} {opened.shape(p)}" for p in under.get(f"{path}/", [])]
             out.append(f"{path}: a layer with weights that is not recurrent ({listed(held)}); "
                        "not read (rnnport reads the recurrent layers).")
     used = {f"{holder}/" for layer in layers for holder in layer.holders}
-    used |= {f"{path}/" for path in opened.weight_layers().values()}
+    used |= {f"{path}/" for path in weight_layers.values()}
     counters = [path for path in opened.paths if path == "save_counter"]
     optimizer = [path for path in opened.paths if path.split("/")[0] == "optimizer"]
-    rest = [path for path in opened.paths if not any(path.startswith(u) for u in used)
-            and path not in counters and path not in optimizer]
+    rest = [path for path in _grouped(opened.paths, used).get("", [])
+            if path not in counters and path not in optimizer]
     slots = sum(1 for key in opened.keys if "/.OPTIMIZER_SLOT/" in key)
     if slots or optimizer:
         out.append(f"optimizer state: {len(optimizer)} optimizer variable(s)"
@@ -262,6 +265,21 @@ def notes(source: Any, **options: Any) -> list[str]:
             out.append(f"{layer.describe()}: Bidirectional, merge_mode='concat' assumed (a "
                        "checkpoint does not record it; 'sum', 'mul' or 'ave' combine the two "
                        "directions otherwise, and rnnport's output concatenates them).")
+    return out
+
+
+def _grouped(paths: Iterable[str], prefixes: set[str]) -> dict[str, list[str]]:
+    """The paths by the shortest of ``prefixes`` each starts with ("": none), in their
+    order; in time n log n, not paths × prefixes (an object graph can hold many of both)."""
+    shortest: list[str] = []
+    for prefix in sorted(prefixes):  # a prefix-free list: in it, the one a path starts with
+        if not shortest or not prefix.startswith(shortest[-1]):  # is the last one before it
+            shortest.append(prefix)
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        at = bisect.bisect_right(shortest, path) - 1
+        found = shortest[at] if at >= 0 and path.startswith(shortest[at]) else ""
+        out.setdefault(found, []).append(path)
     return out
 
 
@@ -407,19 +425,25 @@ def _matching(source: Source, model: Model) -> list[Layer] | str:
     layers = model.layers()
     found = objects.stacks(source, source.layers())
 
+    def like(each: Layer, layer: RNN) -> bool:
+        return source.sizes(each) == (layer.spec.input_size, layer.output_size) \
+            and len(each.holders) == layer.spec.num_directions \
+            and _gates(source, each) == layer.spec.gate_count
+
     def fits(candidate: list[Layer]) -> bool:
         return len(candidate) == len(layers) and all(
-            source.sizes(each) == (layer.spec.input_size, layer.output_size)
-            and len(each.holders) == layer.spec.num_directions
-            and _gates(source, each) == layer.spec.gate_count
-            for each, layer in zip(candidate, layers, strict=True))
+            like(each, layer) for each, layer in zip(candidate, layers, strict=True))
 
     runs = [stack[start:start + len(layers)] for stack in found
             for start in range(len(stack) - len(layers) + 1)]
-    flat = [layer for stack in found for layer in stack]
-    chains = [[first, *rest] for first in flat for rest in _chains(source, flat, first,
-                                                                   len(layers) - 1)]
-    for candidate in [*(stack for stack in found if len(stack) == len(layers)), *runs, *chains]:
+    # Layers that chain across stacks (layer=[…]): the first such run in the source's
+    # order, each layer like the network's in its place (found in one pass, not by trying
+    # every run, whose number grows exponentially with the layers).
+    chain: list[Layer] = []
+    for each in (layer for stack in found for layer in stack):
+        if len(chain) < len(layers) and like(each, layers[len(chain)]):
+            chain.append(each)
+    for candidate in [*(stack for stack in found if len(stack) == len(layers)), *runs, chain]:
         if fits(candidate):
             if any(objects.kind(source, each).startswith(("CuDNN", "Bidirectional CuDNN"))
                    for each in candidate):
@@ -427,16 +451,6 @@ def _matching(source: Source, model: Model) -> list[Layer] | str:
                         "kernel for them)")
             return candidate
     return f"{source.where}: holds no recurrent stack like the network read"
-
-
-def _chains(source: Source, layers: list[Layer], first: Layer, more: int) -> list[list[Layer]]:
-    """Sequences of ``more`` layers after ``first`` (in ``layers``' order), each taking the
-    previous one's output."""
-    if more <= 0:
-        return [[]]
-    after = layers[layers.index(first) + 1:]
-    return [[layer, *rest] for layer in after if source.sizes(first)[1] == source.sizes(layer)[0]
-            for rest in _chains(source, layers, layer, more - 1)][:64]
 
 
 def _gates(source: Source, layer: Layer) -> int:

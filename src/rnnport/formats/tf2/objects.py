@@ -20,11 +20,17 @@ directions of the Bidirectional above them. Layers in one container (the root, o
 A ConvLSTM1D/2D/3D also holds ``kernel`` and ``recurrent_kernel``, but 3-, 4- or 5-D
 (``(*kernel_size, I, 4·filters)``); such layers (and any class the Keras metadata names
 that rnnport does not read) form stacks of their own and are refused by name when chosen.
+
+What an object graph can repeat is bounded by the files' size (the ``expansion`` limit,
+:mod:`rnnport.budget`): the paths, each its parent's and one more piece (a chain of objects
+costs the square of its length), are charged as they are built, and the arrays of the layers
+chosen before any tensor is read, each layer's counted though several may name one stored
+tensor; a stored tensor is read once however many object paths name its key.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
 from collections import deque
@@ -37,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from ... import budget
 from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
-from ...io import inputs, tensorbundle, tfproto
+from ...io import inputs, jsontext, tensorbundle, tfproto
 from ...model import as_float_array
 from .._common import close_matches, describe, is_path, to_numpy
 from . import keras3
@@ -51,7 +58,8 @@ VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 ALIASES = frozenset({"variables", "trainable_variables", "non_trainable_variables",
                      "trainable_weights", "non_trainable_weights", "weights", "keras_api",
                      "root", "signatures", "layers", "submodules", "states"})
-_WEIGHTS = re.compile(r"^layer_with_weights-(\d{1,9})$")
+_WEIGHTS = re.compile(r"^layer_with_weights-([0-9]{1,9})$")  # Keras writes ASCII digits
+PATH_BYTES = 64  # what each object path kept is charged beside its characters
 _NAMES = ("kernel", "recurrent_kernel", "bias")
 # The Keras layers rnnport reads (the keras format's LSTM, GRU, SimpleRNN, CuDNN… classes).
 READABLE = frozenset({"LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU"})
@@ -99,6 +107,8 @@ class Source:
         self.slots = 0
         self.keras3: Any = None   # a Keras 3 SavedModel's Export (see .keras3)
         self._arrays: Mapping[str, Any] = {}
+        self._decoded: dict[str, np.ndarray] = {}  # checkpoint key → its array, read once
+        self.size = 0  # bytes of the files read, which the resource limits are relative to
         if isinstance(source, Mapping):
             self.where = "tf2 variables"
             keys = {}
@@ -135,6 +145,7 @@ class Source:
         else:
             self.bundle = tensorbundle.Bundle(path)
         self.where = str(path if self.saved_model else self.bundle.prefix)
+        self.size = _files_size(self.bundle, self.saved_model)
         self.keys = list(self.bundle)
         self.shapes = {key: self.bundle[key].shape for key in self.keys}
         if tfproto.OBJECT_GRAPH_KEY not in self.bundle:
@@ -146,7 +157,7 @@ class Source:
             self.paths, self.order = {}, {}
             return
         graph = tfproto.read_object_graph(self.bundle)
-        self.paths, self.order, node_paths = _walk(graph, self.where)
+        self.paths, self.order, node_paths = _walk(graph, self.where, self.size)
         self.slots = sum(len(node.slot_variables) for node in graph.nodes)
         for node_id, node_path in node_paths.items():
             for attribute in graph.nodes[node_id].attributes:
@@ -160,20 +171,21 @@ class Source:
             self.metadata_file = self.saved_model / "keras_metadata.pb"
             self._keras_metadata(self.metadata_file)
         elif saved is not None and keras3.is_keras3(saved):
-            size = sum(file.stat().st_size for file in (
-                path / "saved_model.pb", *(path / "variables").glob("variables.*")))
-            self.keras3 = keras3.Export(self.where, saved, graph, self.bundle, size)
+            self.keras3 = keras3.Export(self.where, saved, graph, self.bundle, self.size)
 
     def _keras_metadata(self, path: Path) -> None:
+        # One JSON document per node, written by Python's json.dumps (which writes NaN and
+        # Infinity), all of them together within what the file's size allows.
+        tally = jsontext.Tally(str(path), self.size)
         for node in tfproto.read_saved_metadata(path).nodes:
             parts = node.node_path.split(".")
             if not parts or parts[0] != "root":
                 continue
             try:
-                entry = json.loads(node.metadata)
-            except ValueError:
-                raise FormatError(f"{path}: node {node.node_path!r} holds metadata that is not "
-                                  "JSON; the file is damaged.") from None
+                entry = jsontext.loads(node.metadata, str(path), allow_nan=True, tally=tally)
+            except jsontext.JSONTextError as error:
+                raise FormatError(f"{path}: node {node.node_path[:200]!r} holds metadata that is "
+                                  f"not JSON ({error.problem}); the file is damaged.") from None
             if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
                 self.metadata["/".join(parts[1:])] = (str(entry.get("class_name")),
                                                       entry["config"])
@@ -182,11 +194,35 @@ class Source:
         return tuple(self.shapes[self.paths[path]])
 
     def array(self, path: str) -> np.ndarray:
+        """The array at ``path``, read-only; a checkpoint's tensor is read once however many
+        object paths name its key."""
         key = self.paths[path]
         where = f"{self.where}: {key}"
-        if self.bundle is not None:
-            return as_float_array(self.bundle.read(key), where)
-        return as_float_array(to_numpy(self._arrays[key]), where)
+        if self.bundle is None:
+            return as_float_array(to_numpy(self._arrays[key]), where)
+        found = self._decoded.get(key)
+        if found is None:
+            found = self._decoded[key] = as_float_array(self.bundle.read(key), where)
+            found.flags.writeable = False
+        return found
+
+    def charge(self, layers: list[Layer]) -> None:
+        """Refuse, before any tensor is read, layers whose arrays together pass what the
+        ``expansion`` limit allows for the files' size (each layer's counted, though object
+        paths may name one stored tensor for many)."""
+        if self.bundle is None:
+            return
+        total = 0
+        for layer in layers:
+            for holder in layer.holders:
+                for name in _NAMES:
+                    path = f"{holder}/{name}"
+                    if path in self.paths:
+                        entry = self.bundle[self.paths[path]]
+                        total += math.prod(entry.shape) * _width(entry.dtype)
+        if total > budget.allowance("expansion", self.size):
+            raise budget.exceeded(self.where, f"the {len(layers)} layer(s) read hold {total:,} "
+                                  "bytes of arrays", "expansion", self.size, total)
 
     def layers(self) -> list[Layer]:
         """The recurrent layers, in order (see the module docstring)."""
@@ -260,6 +296,24 @@ class Source:
                 (recurrent[row] if recurrent else 0) * len(layer.holders))
 
 
+def _width(dtype: str) -> int:
+    """Bytes per element a tensor of ``dtype`` is read as (bfloat16 as float32; a type the
+    read refuses anyway, 4)."""
+    try:
+        return 4 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+    except TypeError:
+        return 4
+
+
+def _files_size(bundle: tensorbundle.Bundle, saved_model: Path | None) -> int:
+    """The bytes of a checkpoint's index and data shards, and of a SavedModel's own files."""
+    shards = sorted({bundle[key].shard for key in bundle})  # those named, not the header's count
+    files = [bundle.index_path, *(bundle.data_path(shard) for shard in shards)]
+    if saved_model is not None:
+        files += [saved_model / "saved_model.pb", saved_model / "keras_metadata.pb"]
+    return sum(file.stat().st_size for file in files if file.is_file())
+
+
 @lru_cache(maxsize=4)
 def _decoded(path: str, _stamp: tuple[int, int]) -> tfproto.SavedModel:
     return tfproto.read_saved_model(path)
@@ -272,13 +326,32 @@ def _saved_model(path: Path) -> tfproto.SavedModel:
     return _decoded(str(path.resolve()), (stat.st_mtime_ns, stat.st_size))
 
 
-def _walk(graph: tfproto.TrackableObjectGraph,
-          where: str) -> tuple[dict[str, str], dict[str, int], dict[int, str]]:
+class _Paths:
+    """What the object paths built for one source take, charged against the ``expansion``
+    limit before each is built: each repeats its parent's, so a long chain of nodes would
+    cost the square of its length."""
+
+    def __init__(self, where: str, size: int) -> None:
+        self.where, self.size = where, size
+        self.allowed = budget.allowance("expansion", size)
+        self.built = 0
+
+    def charge(self, length: int) -> None:
+        self.built += length + PATH_BYTES
+        if self.built > self.allowed:
+            raise budget.exceeded(self.where, "its object graph's paths (each repeating its "
+                                  f"parent's) would take more than {self.allowed:,} bytes: a "
+                                  "chain of objects nested very deep", "expansion", self.size)
+
+
+def _walk(graph: tfproto.TrackableObjectGraph, where: str,
+          size: int) -> tuple[dict[str, str], dict[str, int], dict[int, str]]:
     """Object path → checkpoint key of every variable value; path → the order it was
-    reached; node → path."""
+    reached; node → path. The paths are charged as they are built (:class:`_Paths`)."""
     nodes = graph.nodes
     if not nodes:
         return {}, {}, {}
+    built = _Paths(where, size)
     paths: dict[int, str] = {0: ""}
     order: dict[str, int] = {}
     queue = deque([0])
@@ -293,6 +366,7 @@ def _walk(graph: tfproto.TrackableObjectGraph,
             if child.node_id in paths or name in ALIASES or name.startswith("_"):
                 continue
             piece = name.replace("/", ".S")
+            built.charge(len(paths[parent]) + 1 + len(piece))
             path = f"{paths[parent]}/{piece}" if paths[parent] else piece
             paths[child.node_id] = path
             order[path] = len(order)
@@ -303,7 +377,7 @@ def _walk(graph: tfproto.TrackableObjectGraph,
             if attribute.name == "VARIABLE_VALUE" and path:
                 keys[path] = attribute.checkpoint_key
     # Variables reached only through an alias (a module's list): keyed by the alias path.
-    tfkeys = tfproto.checkpoint_keys(graph, where=f"{where}: object graph")
+    tfkeys = tfproto.checkpoint_keys(graph, where=f"{where}: object graph", charge=built.charge)
     known = set(keys.values())  # a set: one look-up per key, not a scan of every value
     for path, key in tfkeys.items():
         if key not in known and "/.OPTIMIZER_SLOT/" not in path \

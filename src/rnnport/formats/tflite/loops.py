@@ -59,7 +59,7 @@ visited count against the ``work`` limit (:mod:`rnnport.budget`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,9 @@ MAX_PARTS = 64  # terms of one sum (ADD(s, s) doubles them: a chain must not gro
 # when asked and records what it read).
 Constant = Callable[[int, int, str], np.ndarray]
 ConstantRead = tuple[int, int, str]  # a call of a Constant: (subgraph, tensor, what)
+# A body tensor's value being computed: it yields the tensors whose values it needs, is sent
+# each value, and returns its own.
+Needs = Generator[int, Any, "Sym"]
 
 
 # -- symbolic values -----------------------------------------------------------------------
@@ -205,21 +208,39 @@ class _Body:
     def raw(self, tensor: int) -> np.ndarray:
         return tfl.tensor_array(self.model, tensor, subgraph=self.index)
 
-    def value(self, tensor: int, depth: int = 0) -> Sym:
+    def value(self, tensor: int) -> Sym:
+        """The value of ``tensor``, with the values it is computed from, without recursion:
+        each computation is a generator that yields the tensors whose values it needs
+        (:data:`Needs`), and a stack of them stands in for the call stack, so the stack a
+        body takes is the same wherever ``read`` is called from."""
         if tensor in self.memo:
             return self.memo[tensor]
-        if depth > MAX_DEPTH:
-            raise UnsupportedFeatureError(
-                f"{self.where}: the loop body (subgraph {self.index}) nests more than "
-                f"{MAX_DEPTH} operations in one step; expected a recurrent cell's few.")
         self.charge(1)
-        result = self._compute(tensor, depth + 1)
-        if isinstance(result, Opaque):
-            self.opaque.append(result.what)
-        self.memo[tensor] = result
-        return result
+        pending: list[tuple[int, Needs]] = [(tensor, self._compute(tensor))]
+        answer: Sym | None = None
+        while True:
+            current, computation = pending[-1]
+            try:
+                wanted = computation.send(answer)
+            except StopIteration as done:
+                result: Sym = done.value
+                if isinstance(result, Opaque):
+                    self.opaque.append(result.what)
+                self.memo[current] = answer = result
+                pending.pop()
+                if not pending:
+                    return result
+                continue
+            answer = self.memo.get(wanted)
+            if answer is None:
+                if len(pending) > MAX_DEPTH:
+                    raise UnsupportedFeatureError(
+                        f"{self.where}: the loop body (subgraph {self.index}) nests more than "
+                        f"{MAX_DEPTH} operations in one step; expected a recurrent cell's few.")
+                self.charge(1)
+                pending.append((wanted, self._compute(wanted)))
 
-    def _compute(self, tensor: int, depth: int) -> Sym:
+    def _compute(self, tensor: int) -> Needs:
         if tensor in self.roles:
             return self.roles[tensor]
         info = self.graph.tensors[tensor]
@@ -239,45 +260,48 @@ class _Body:
         code, inputs = self.code(operator), op.inputs
         options = getattr(op.builtin_options, "values", {})
 
-        def arg(k: int) -> Sym:
-            return self.value(inputs[k], depth) if k < len(inputs) and inputs[k] >= 0 else \
-                Opaque(f"{self.name(operator)} without input {k}")
+        def arg(k: int) -> Needs:
+            if k < len(inputs) and inputs[k] >= 0:
+                found: Sym = yield inputs[k]
+                return found
+            return Opaque(f"{self.name(operator)} without input {k}")
 
         if code == DEQUANTIZE and inputs and self.is_constant(inputs[0]):
             return Const(self.constant(self.index, tensor, f"loop body (subgraph {self.index}) "
                                        f"tensor {info.name!r}"), tensor)
         if code in PASS_THROUGH and inputs and inputs[0] >= 0 and \
                 _same_rows(self.graph.tensors[inputs[0]].signature, info.signature):
-            return arg(0)
+            return (yield from arg(0))
         if code == GATHER and len(inputs) == 2 and inputs[1] == self.counter and \
                 self.roles.get(inputs[0]) is self.sequence and options.get("batch_dims", 0) == 0:
             return Var("x")  # the step's input
         if code == FULLY_CONNECTED:
-            return self._dense(operator, options, depth)
+            return (yield from self._dense(operator, options))
         if code in ACTIVATION_OPS and len(inputs) == 1:
-            return Act(ACTIVATION_OPS[code], arg(0))
+            return Act(ACTIVATION_OPS[code], (yield from arg(0)))
         if code in (ADD, MUL, SUB) and len(inputs) == 2:
             fused = options.get("fused_activation_function", 0)
             if fused and fused not in FUSED:
                 return Opaque(f"{self.name(operator)} with fused activation "
                               f"{tfl.ACTIVATIONS.get(fused, fused)}")
-            a, b = arg(0), arg(1)
+            a = yield from arg(0)
+            b = yield from arg(1)
             result: Sym = _add(a, b) if code == ADD else Mul(a, b) if code == MUL else Sub(a, b)
             return Act(FUSED[fused], result) if fused else result
         if code in (SPLIT, SPLIT_V):
-            return self._split(operator, position, depth)
+            return (yield from self._split(operator, position))
         if code == STRIDED_SLICE:
-            return self._strided(operator, options, depth)
+            return (yield from self._strided(operator, options))
         return Opaque(f"operator {operator} ({self.name(operator)})")
 
-    def _dense(self, operator: int, options: Any, depth: int) -> Sym:
+    def _dense(self, operator: int, options: Any) -> Needs:
         op = self.graph.operators[operator]
         inputs = op.inputs
         label = f"loop body (subgraph {self.index}) operator {operator} (FULLY_CONNECTED)"
         if len(inputs) < 2 or inputs[0] < 0 or inputs[1] < 0 or \
                 options.get("weights_format", 0) != 0:
             return Opaque(f"operator {operator} (FULLY_CONNECTED, not plain weights)")
-        source = self.value(inputs[0], depth)
+        source: Sym = yield inputs[0]
         if isinstance(source, (Sum, Const, Opaque)):
             return Opaque(f"operator {operator} (FULLY_CONNECTED of a sum or a constant)")
         weight = self.constant(self.index, inputs[1], f"{label} weights")
@@ -296,7 +320,7 @@ class _Body:
             value = Act(FUSED[fused], value)
         return value
 
-    def _split(self, operator: int, position: int, depth: int) -> Sym:
+    def _split(self, operator: int, position: int) -> Needs:
         op = self.graph.operators[operator]
         code, inputs = self.code(operator), op.inputs
         value_at, axis_at = (1, 0) if code == SPLIT else (0, 2)
@@ -305,13 +329,13 @@ class _Body:
         rank = len(self.graph.tensors[inputs[value_at]].shape) if axis is not None else 0
         if axis is None or rank == 0 or axis % rank != rank - 1:
             return Opaque(f"operator {operator} ({self.name(operator)} not on the feature axis)")
-        value = self.value(inputs[value_at], depth)
+        value: Sym = yield inputs[value_at]
         widths = [self.graph.tensors[t].shape[-1] if self.graph.tensors[t].shape else 0
                   for t in op.outputs]
         start = sum(widths[:position])
         return self._rows(operator, value, range(start, start + widths[position]), sum(widths))
 
-    def _strided(self, operator: int, options: Any, depth: int) -> Sym:
+    def _strided(self, operator: int, options: Any) -> Needs:
         """A STRIDED_SLICE of a value along its feature (last) axis alone: every other axis
         taken whole, with constant begin, end and strides (Keras 3 GRUs split the recurrent
         product so)."""
@@ -339,7 +363,7 @@ class _Body:
         width = shape[-1]
         if width is None:
             return Opaque(f"{label} of a feature axis of unknown width)")
-        value = self.value(inputs[0], depth)
+        value: Sym = yield inputs[0]
         return self._rows(operator, value, range(*slice(*bounds[-1]).indices(width)), width)
 
     def _rows(self, operator: int, value: Sym, rows: range, total: int) -> Sym:

@@ -15,9 +15,8 @@ constants a unit's inputs hold, directly or through DEQUANTIZE (float16 → floa
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,9 @@ import numpy as np
 from ... import budget
 from ...activations import DEFAULTS
 from ...errors import FormatError, LimitError, RnnportError, UnsupportedFeatureError
+from ...io import jsontext
 from ...io import tflite_schema as tfl
+from ...io.pickled import preview
 from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import close_matches, describe, is_path, listed
@@ -138,8 +139,8 @@ def load(source: Any) -> _File:
     file.loops = _loops(model, where)
     # Each loop once, permissively (quantized weights dequantized): a read replays the
     # constants a recognised loop's cell was built from with its own options (_one_direction).
-    recogniser = Recogniser(model, _constants(file, {"dequantize": True}, _Reading()), where,
-                            file.size)
+    constants = _constants(file, {"dequantize": True}, _Reading(size=file.size))
+    recogniser = Recogniser(model, constants, where, file.size)
     for index in range(len(file.graph.operators)):
         if file.code(index) == WHILE and index not in file.loops:
             try:
@@ -203,16 +204,20 @@ def _loops(model: tfl.Model, where: str) -> dict[int, dict[str, Any]]:
     if not entries:
         return {}
     index = entries[0].buffer
+    expected = '{"version": 1, "loops": [{"operator": k, …}, …]}. The file is damaged.'
     try:
-        described = json.loads(bytes(model.buffers[index].data).decode())
-        loops = described["loops"]
-        if described.get("version") != 1 or not isinstance(loops, list):
-            raise ValueError(described.get("version"))
-        result = {int(loop["operator"]): dict(loop) for loop in loops}
-    except (IndexError, KeyError, TypeError, ValueError, UnicodeDecodeError) as error:
+        described = jsontext.loads(model.buffers[index].data,
+                                   f"{where}: the {LOOPS!r} metadata", max_depth=8)
+    except jsontext.JSONTextError as error:
         raise FormatError(f"{where}: the {LOOPS!r} metadata (buffer {index}) is not the JSON "
-                          f"rnnport writes ({type(error).__name__}: {error}); expected "
-                          '{"version": 1, "loops": [...]}. The file is damaged.') from None
+                          f"rnnport writes ({error.problem}); expected {expected}") from None
+    loops = described.get("loops") if isinstance(described, dict) else None
+    if not isinstance(described, dict) or described.get("version") != 1 or \
+            not isinstance(loops, list) or not all(
+                isinstance(loop, dict) and type(loop.get("operator")) is int for loop in loops):
+        raise FormatError(f"{where}: the {LOOPS!r} metadata (buffer {index}) holds "
+                          f"{preview(described)}; expected {expected}")
+    result = {loop["operator"]: loop for loop in loops}
     count = len(model.subgraphs[0].operators)
     for operator, loop in result.items():
         codes = model.subgraphs[0].operators
@@ -223,7 +228,7 @@ def _loops(model: tfl.Model, where: str) -> dict[int, dict[str, Any]]:
         members = loop.get("operators", [operator])
         if not isinstance(members, list) or operator not in members or \
                 not all(isinstance(k, int) and 0 <= k < count for k in members):
-            raise FormatError(f"{where}: the {LOOPS!r} metadata lists operators {members!r} "
+            raise FormatError(f"{where}: the {LOOPS!r} metadata lists operators {preview(members)} "
                               f"for operator {operator}; expected main-subgraph operator "
                               "indices including the WHILE. The file is damaged.")
     return result
@@ -280,6 +285,25 @@ class _Reading:
     # Every constant read as a parameter, once: (subgraph, tensor) →
     # (tensor name, values as float32); what explain shows as the file's arrays.
     arrays: dict[tuple[int, int], tuple[str, np.ndarray]] = field(default_factory=dict)
+    size: int = 0  # the file's bytes, which the expansion limit is relative to
+    # The float32 values built from stored ones (float16 widened, integers dequantized),
+    # once per buffer read alike however many tensors name it, and the bytes they took.
+    built: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
+    spent: int = 0
+
+    def widened(self, key: tuple[Any, ...], count: int, where: str,
+                make: Callable[[], np.ndarray]) -> np.ndarray:
+        """``make()``, once per ``key``, after charging ``count`` bytes against the
+        ``expansion`` limit."""
+        found = self.built.get(key)
+        if found is None:
+            self.spent += count
+            if self.spent > budget.allowance("expansion", self.size):
+                raise budget.exceeded(where, f"its constants read as float32 would take "
+                                      f"{self.spent:,} bytes", "expansion", self.size,
+                                      self.spent)
+            found = self.built[key] = make()
+        return found
 
 
 def _constant(file: _File, tensor: int, what: str, options: Mapping[str, Any],
@@ -293,7 +317,9 @@ def _constant(file: _File, tensor: int, what: str, options: Mapping[str, Any],
         if array.dtype.kind != "f":
             raise FormatError(f"{file.where}: {what} (tensor {info.name!r}) is {info.type_name}; "
                               "expected float weights.")
-        values = np.asarray(array, dtype=np.float32)  # float16 → float32 is exact
+        values = array if array.dtype == np.float32 else reading.widened(  # float16: exact
+            ("float", info.buffer, info.type, info.shape), 4 * array.size, file.where,
+            lambda: np.asarray(array, dtype=np.float32))
         reading.arrays.setdefault((file.index, tensor), (_named(file, info.name), values))
         return values
     operator = file.producer.get(tensor)
@@ -348,7 +374,10 @@ def _dequantize(file: _File, tensor: int, what: str, options: Mapping[str, Any],
                           f"{zero.size} zero points; expected one. The file is damaged.")
     if _named(file, info.name) not in reading.dequantized:
         reading.dequantized.append(_named(file, info.name))
-    values = (scale * (stored.astype(np.int64) - zero).astype(np.float32)).astype(np.float32)
+    values = reading.widened(  # the int64 differences, then the float32 values
+        ("dequantized", info.buffer, info.type, info.shape, id(q)), 16 * stored.size,
+        file.where, lambda: (scale * (stored.astype(np.int64) - zero).astype(np.float32)
+                             ).astype(np.float32))
     reading.arrays.setdefault((file.index, tensor), (_named(file, info.name), values))
     return values
 
@@ -692,8 +721,10 @@ def _loop_direction(file: _File, operator: int, reading: _Reading) -> _Direction
     if loop.get("cell") != "gru" or len(sizes) != 3 or sizes[2] >= len(file.model.subgraphs) \
             or not isinstance(reset_after, bool) or not isinstance(bias, bool) or \
             not isinstance(loop.get("tensors"), dict):
+        described = ", ".join(f"{preview(k)}: {preview(v)}" for k, v in list(loop.items())[:12]
+                              if k != "tensors")
         raise FormatError(f"{file.where}: {label}: the {LOOPS!r} metadata describes it as "
-                          f"{ {k: v for k, v in loop.items() if k != 'tensors'} }; expected a "
+                          f"{{{described}}}; expected a "
                           "GRU (cell, positive hidden_size, input_size and body subgraph, "
                           "reset_after and bias flags, tensors). The file is damaged.")
     assert isinstance(hidden, int) and isinstance(inputs, int) and isinstance(body, int)
@@ -715,7 +746,7 @@ def _loop_direction(file: _File, operator: int, reading: _Reading) -> _Direction
         if not isinstance(tensors, list) or len(tensors) != len(shapes) or \
                 not all(isinstance(t, int) and 0 <= t < len(graph.tensors) for t in tensors):
             raise FormatError(f"{file.where}: {label}: the {LOOPS!r} metadata gives {name} as "
-                              f"tensors {tensors!r}; expected {len(shapes)} tensor index(es) of "
+                              f"tensors {preview(tensors)}; expected {len(shapes)} tensor index(es) of "
                               f"subgraph {body}. The file is damaged.")
         pieces = []
         for tensor, shape in zip(tensors, shapes, strict=True):
@@ -1304,7 +1335,7 @@ def _read_all(source: Any, **options: Any) -> tuple[Model, list[str], list[tuple
                           "a positive number, to replace the clip the file's LSTMs store.")
     file = load(source)
     chain, chains = _choose(file, options)
-    reading = _Reading()
+    reading = _Reading(size=file.size)
     layers, total = [], 0
     for unit in chain:
         layers.append(_layer(file, unit, options, reading))

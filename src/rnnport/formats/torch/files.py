@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import FormatError, UnsupportedFeatureError
+from ...io import jsontext
 from ...io.archive import open_zip, zip_names
 from ...io.inputs import checked, open_file
 from ...io.pickled import preview, unpickle
@@ -295,11 +296,11 @@ def _read_safetensors(file: Any, where: str, size: int) -> Loaded:
         raise FormatError(f"{where}: a safetensors header of {length:,} bytes in a {size:,}-byte "
                           "file; the file is truncated or damaged.")
     raw = file.read(length)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError, UnicodeDecodeError) as error:
-        raise FormatError(f"{where}: the safetensors header is not JSON ({type(error).__name__}: "
-                          f"{str(error)[:100]}); the file is damaged.") from None
+    try:  # written by serde_json, which writes no NaN
+        header = jsontext.loads(raw, where, size=size, max_bytes=SAFETENSORS_HEADER_MOST)
+    except jsontext.JSONTextError as error:
+        raise FormatError(f"{where}: the safetensors header is not JSON ({error.problem}); the "
+                          "file is damaged.") from None
     if not isinstance(header, dict):
         raise FormatError(f"{where}: the safetensors header is a {type(header).__name__}; "
                           "expected a JSON object.")

@@ -32,7 +32,7 @@ __all__ = ["KEY", "MAX_DEPTH", "Group", "descend", "find", "key_text", "match", 
 
 # ``weight_ih_l0``, ``bias_hh_l1_reverse`` (nn.LSTM/GRU/RNN), ``weight_ih`` (the cells).
 KEY = re.compile(r"^(?P<prefix>.*?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
-                 r"(?:_l(?P<layer>\d+)(?P<reverse>_reverse)?)?$")
+                 r"(?:_l(?P<layer>[0-9]+)(?P<reverse>_reverse)?)?$")
 MAX_DEPTH = 32
 
 
@@ -193,7 +193,8 @@ def descend(tree: Any, container: Sequence[str]) -> Any:
     for segment in container:
         if isinstance(node, Mapping):
             node = next((value for key, value in node.items() if key_text(key) == segment), None)
-        elif isinstance(node, (list, tuple)) and segment.isdigit() and int(segment) < len(node):
+        elif isinstance(node, (list, tuple)) and segment.isascii() and segment.isdigit() and \
+                int(segment) < len(node):
             node = node[int(segment)]
         else:
             return None

@@ -38,7 +38,6 @@ graph) is refused by name.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import zipfile
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from typing import Any
 
 from ... import budget
 from ...errors import FormatError, UnsupportedFeatureError
+from ...io import jsontext
 from ...io.archive import member_data, open_zip, read_member
 from ...io.pickled import preview
 from .tensors import DTYPES, Ledger, Loaded, Storage, TensorRef, read_zip_tree, zip_root
@@ -67,6 +67,7 @@ OPERATORS.update({f"torch.ops.aten.{name}_cell.default": (cell, True)
                   for name, cell in (("lstm", "lstm"), ("gru", "gru"),
                                      ("rnn_tanh", "rnn_tanh"), ("rnn_relu", "rnn_relu"))})
 CELL_ARGUMENTS = ("w_ih", "w_hh", "b_ih", "b_hh")
+PROGRAM_DEPTH = 256  # JSON levels of an exported program (graphs hold graphs); read flat
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,12 @@ def read_pt2(archive: zipfile.ZipFile, where: str, size: int) -> Loaded:
 def _json(archive: zipfile.ZipFile, member: str, where: str, size: int) -> Any:
     raw = read_member(archive, member, where, limit=budget.allowance("expansion", size),
                       crc=False)
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError, UnicodeDecodeError) as error:
-        raise FormatError(f"{where}: {member} is not JSON ({type(error).__name__}: "
-                          f"{str(error)[:100]}); the archive is damaged.") from None
+    try:  # torch writes it with Python's json.dumps, which writes NaN and Infinity
+        return jsontext.loads(raw, f"{where}, {member}", size=size, max_bytes=len(raw),
+                              max_depth=PROGRAM_DEPTH, allow_nan=True)
+    except jsontext.JSONTextError as error:
+        raise FormatError(f"{where}: {member} is not JSON ({error.problem}); the archive is "
+                          "damaged.") from None
 
 
 def _tensors(archive: zipfile.ZipFile, root: str, model: str, where: str, size: int,
