@@ -23,7 +23,8 @@ NAMES = {"projection": "projection", "peepholes": "peepholes", "cell_clip": "cel
          "gate_clip": "gate clip", "input_forget": "coupled input and forget gates",
          "activations": "non-default activations", "reset_before": "reset-before GRU",
          "reverse": "reverse-only network", "proj_bias": "projection bias",
-         "layer_norm": "layer-norm LSTM", "simple_rnn": "simple RNN"}
+         "layer_norm": "layer-norm LSTM", "simple_rnn": "simple RNN",
+         "relu_rnn": "simple RNN with relu"}
 
 
 @st.composite
@@ -84,7 +85,8 @@ def used(spec: Spec) -> list[str]:
         ("input_forget", spec.input_forget), ("activations", bool(spec.activations)),
         ("reset_before", spec.cell == "gru" and not spec.reset_after),
         ("reverse", spec.reverse), ("proj_bias", spec.proj_bias),
-        ("layer_norm", spec.layer_norm), ("simple_rnn", spec.cell.startswith("rnn"))) if on]
+        ("layer_norm", spec.layer_norm), ("simple_rnn", spec.cell.startswith("rnn")),
+        ("relu_rnn", spec.cell == "rnn_relu")) if on]
 
 
 def lacks(fmt: str, spec: Spec) -> list[str]:
@@ -256,7 +258,8 @@ def _spec_using(feature: str) -> Spec:
             "reverse": Spec("gru", 2, 3, reverse=True),
             "proj_bias": Spec("lstm", 2, 3, proj_size=2, proj_bias=True),
             "layer_norm": Spec("lstm", 2, 3, layer_norm=True),
-            "simple_rnn": Spec("rnn_tanh", 2, 3)}[feature]
+            "simple_rnn": Spec("rnn_tanh", 2, 3),
+            "relu_rnn": Spec("rnn_relu", 2, 3)}[feature]
 
 
 def test_the_readme_shows_the_generated_matrix() -> None:

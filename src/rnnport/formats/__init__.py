@@ -25,8 +25,10 @@ that the format holds every feature of the model, then call the declared functio
 What the format can hold:
 
 * ``read_options`` / ``write_options``: the keyword options ``read`` / ``write`` take.
-* ``cells``: the cell families it holds, ``lstm`` and ``gru`` and (the default) ``rnn``;
-  a simple RNN is refused by a format without one as the feature ``simple_rnn``.
+* ``cells``: the cell families it holds, ``lstm`` and ``gru`` and (the default) ``rnn``,
+  or ``rnn_tanh`` for a simple RNN that computes tanh only; a simple RNN is refused by a
+  format without one as the feature ``simple_rnn``, a relu one by a format with
+  ``rnn_tanh`` as the feature ``relu_rnn``.
 * ``features``: which optional features of :class:`~rnnport.Spec` it holds, out of
   ``projection``, ``proj_bias``, ``peepholes``, ``layer_norm``, ``cell_clip``,
   ``gate_clip``, ``input_forget``, ``activations``, ``reset_before``, ``reverse``; writing a
@@ -459,8 +461,8 @@ def matrix_markdown() -> str:
         *(f"* `{name}` stores {' and '.join(sorted(get(name).dtypes or ()))} weights; "
           "other dtypes are refused with an error naming the cast." for name in names
           if get(name).dtypes is not None),
-        "* Every format holds LSTM and GRU cells and, unless −s says otherwise, simple RNN "
-        "(tanh and relu) cells; any number of layers, one or two directions, with or without "
+        "* Every format holds LSTM and GRU cells and, unless −s or −u says otherwise, simple "
+        "RNN (tanh and relu) cells; any number of layers, one or two directions, with or without "
         "biases.",
     ]
     return "\n".join(lines)

@@ -176,7 +176,8 @@ class Format:
     def __post_init__(self) -> None:
         unknown = sorted((self.features | set(self.names) | set(self.drops))
                          - set(FEATURE_CODES) - {"reset_after"})
-        if not {"lstm", "gru"} <= self.cells <= {"lstm", "gru", "rnn"}:
+        if (not {"lstm", "gru"} <= self.cells <= {"lstm", "gru", "rnn", "rnn_tanh"}
+                or {"rnn", "rnn_tanh"} <= self.cells):
             unknown.append(f"cells {sorted(self.cells)}")
         kinds = sorted(self.one_bias - set(BIAS_KINDS))
         floats = sorted((self.dtypes or frozenset()) - FLOAT_NAMES)
@@ -273,8 +274,12 @@ class Format:
 
     @property
     def held_features(self) -> frozenset[str]:
-        """The declared features, and ``simple_rnn`` where ``cells`` has the simple RNN."""
-        return self.features | ({"simple_rnn"} if "rnn" in self.cells else frozenset())
+        """The declared features, ``simple_rnn`` where ``cells`` has the simple RNN
+        (``rnn`` or ``rnn_tanh``), and ``relu_rnn`` where it has both its activations
+        (``rnn``)."""
+        simple = ({"simple_rnn"} if self.cells & {"rnn", "rnn_tanh"} else set()) \
+            | ({"relu_rnn"} if "rnn" in self.cells else set())
+        return self.features | simple
 
     def holds(self, spec: Spec) -> frozenset[str]:
         """The features this format holds of ``spec``: its declared ones, the simple RNN cell
@@ -333,7 +338,8 @@ FEATURE_CODES = {"projection": ("P", "LSTM projection"), "peepholes": ("p", "LST
                  "reverse": ("v", "reverse-only direction"),
                  "proj_bias": ("B", "LSTM projection bias"),
                  "layer_norm": ("n", "layer-norm LSTM"),
-                 "simple_rnn": ("s", "simple RNN cell")}
+                 "simple_rnn": ("s", "simple RNN cell"),
+                 "relu_rnn": ("u", "simple RNN with relu")}
 # How two biases combine, by cell: the kinds a one-bias format names in ``one_bias``.
 BIAS_KINDS = {"lstm": "LSTM", "gru": "GRU", "gru_reset_before": "reset-before GRU",
               "rnn": "simple RNN"}
@@ -352,6 +358,9 @@ def features_of(spec: Spec) -> list[tuple[str, str, str]]:
     if spec.cell.startswith("rnn"):
         used.append(("simple_rnn", f"a simple RNN ({spec.cell})", "it has no simple RNN cell, "
                      "only LSTM and GRU cells"))
+    if spec.cell == "rnn_relu":
+        used.append(("relu_rnn", "a simple RNN with relu (rnn_relu)", "its simple RNN "
+                     "computes h' = tanh(W x + R h + b) only, not relu"))
     if spec.proj_size:
         used.append(("projection", f"an LSTM projection (proj_size={spec.proj_size})",
                      "h' = W_hr·h' feeds the next step and the output"))
