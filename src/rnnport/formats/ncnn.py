@@ -19,7 +19,7 @@ padded to 4; ``0x000D4B38`` int8 (refused by name: ncnn computes such a layer wi
 arithmetic, which a float network cannot match); any other tag is a 256-entry lookup table
 no current ncnn tool writes, refused. An *untagged* array (``load(…, 1)``) is raw float32.
 Reading walks the layers before the network to find where its weights start: the layers
-that keep no weights, and the weight sizes of ``InnerProduct``, ``Convolution``,
+that keep no weights, and the weight sizes of ``InnerProduct``, ``Gemm``, ``Convolution``,
 ``Convolution1D``, ``Embed``, ``MemoryData``, ``BatchNorm``, ``LayerNorm``, ``Scale``,
 ``PReLU`` and ``Bias`` (their float forms); another layer type before the network is refused
 by name, since its weights cannot be skipped.
@@ -310,6 +310,14 @@ def _other_blobs(layer: Layer, where: str) -> list[Blob]:
         if not int8:
             return [Blob("weight_data", size, True),
                     *([Blob("bias_data", output, False)] if bias else [])]
+    elif kind == "Gemm" and not layer.integer(18, 0, where):
+        constant_a, constant_b, constant_c = (layer.integer(key, 0, where) for key in (4, 5, 6))
+        m, n, k = (layer.count(key, 0, where) for key in (7, 8, 9))
+        broadcast = layer.integer(10, 0, where)
+        c_size = {0: 1, 1: m, 2: m, 3: n * m, 4: n}.get(broadcast, 0)
+        return [*([Blob("A_data", m * k, True)] if constant_a == 1 else []),
+                *([Blob("B_data", n * k, True)] if constant_b == 1 else []),
+                *([Blob("C_data", c_size, True)] if constant_c == 1 and c_size else [])]
     elif kind == "MemoryData":
         sizes = [layer.count(key, 0, where) for key in (0, 1, 11, 2)]
         used = [size for size in sizes if size] or [1]
@@ -333,9 +341,9 @@ def _other_blobs(layer: Layer, where: str) -> list[Blob]:
     raise UnsupportedFeatureError(
         f"{where}: {layer.label} comes before the recurrent layers and keeps weights in the "
         f".bin in a form whose size rnnport does not know ({kind}"
-        f"{', int8' if kind in WEIGHTED else ''}), so where the recurrent weights start "
+        f"{', int8' if kind in WEIGHTED or kind == 'Gemm' else ''}), so where the recurrent weights start "
         "cannot be told. rnnport skips the weights of "
-        "InnerProduct, Convolution, Convolution1D, Embed, MemoryData, BatchNorm, LayerNorm, "
+        "InnerProduct, Gemm, Convolution, Convolution1D, Embed, MemoryData, BatchNorm, LayerNorm, "
         "Scale, PReLU and Bias layers (float) and passes layers without weights. Export the "
         "recurrent network on its own.")
 
@@ -587,7 +595,7 @@ def notes(source: Any, layer: str | None = None) -> list[str]:
     network = _pick(found, layer, where)
     mine = {item.index for item in network.layers}
     out = []
-    others = [item for item in layers if item.index not in mine]
+    others = [item for item in layers if item.index not in mine and item.type != "Input"]
     if others:
         shown = listed(f"{item.name} ({item.type})" for item in others)
         out.append(f"other layers beside the network: {shown}")
