@@ -748,7 +748,7 @@ def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
         for blob in blobs:
             array = weights.take(blob, blob.name)
             shape = {"weight_xc_data": (directions, gates * layer_spec.hidden_size, -1),
-                     "bias_c_data": (directions, -1, layer_spec.hidden_size),
+                     "bias_c_data": (directions, -1),
                      "weight_hc_data": (directions, gates * layer_spec.hidden_size, -1),
                      "weight_hr_data": (directions, layer_spec.proj_size, -1)}[blob.name]
             out.append(NamedArray(f"{layer.name}.{blob.name}", array.reshape(shape), None,
@@ -824,6 +824,6 @@ FORMAT = _TanhRNNFormat(
     framework_forward=framework_forward,
     names={"projection": "LSTM 0=num_output < 3=hidden_size", "reverse": "direction 2=1",
            "reset_after": "GRU"},
-    layout_notes=("ncnn keeps per layer weight_xc (D, G·H, I), bias_c (D, rows, H), weight_hc "
+    layout_notes=("ncnn keeps per layer weight_xc (D, G·H, I), bias_c (D, rows·H), weight_hc "
                   "(D, G·H, H_out): LSTM gates I F O G with one summed bias; GRU r z n with "
                   "bias rows r sum, z sum, b_in, b_hn.",))
