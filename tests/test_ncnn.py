@@ -50,6 +50,8 @@ def run_ncnn(ncnn: Any, files: NcnnModel, folder: Path, x: np.ndarray) -> np.nda
     (folder / "m.bin").write_bytes(files.bin)
     out = []
     with ncnn.Net() as net:
+        net.opt.use_fp16_storage = net.opt.use_fp16_packed = False  # float32, as rnnport
+        net.opt.use_fp16_arithmetic = net.opt.use_bf16_storage = False
         assert net.load_param(str(folder / "m.param")) == 0
         assert net.load_model(str(folder / "m.bin")) == 0
         for sequence in x:
@@ -234,3 +236,20 @@ def test_two_biases_are_summed_and_a_gru_keeps_its_candidate_biases_apart() -> N
     np.testing.assert_array_equal(ours["bias_ih"][6:], theirs["bias_ih"][6:])
     np.testing.assert_array_equal(ours["bias_hh"][6:], theirs["bias_hh"][6:])
     assert rnnport.param_count(model, "ncnn") == 3 * 3 * (2 + 3) + 4 * 3
+
+
+def test_a_chain_through_split_is_one_network_and_a_str_param_reads() -> None:
+    files = rnnport.write(RNN.random(Spec("gru", 3, 4, num_layers=2), seed=6), "ncnn")
+    text = files.param.decode().replace("3 3\n", "4 5\n").replace(
+        "1 1 in0 1 ", "1 1 in0 a ").replace("GRU                      gru_1",
+        "Split split 1 2 a 1 b\nGRU                      gru_1")
+    model = rnnport.read(NcnnModel(text, files.bin), "ncnn")  # type: ignore[arg-type]
+    assert model == rnnport.read(files, "ncnn") and model.spec.num_layers == 2
+    assert notes(NcnnModel(text.encode(), files.bin)) == [
+        "other layers beside the network: split (Split)"]
+
+
+def test_a_param_naming_millions_of_layers_is_refused_before_they_are_built() -> None:
+    lines = b"".join(b"Noop n%d 0 0\n" % index for index in range(300_000))
+    with pytest.raises(rnnport.LimitError, match="expansion"):
+        rnnport.read(NcnnModel(b"7767517\n300000 1\n" + lines, b""), "ncnn")

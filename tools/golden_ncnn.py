@@ -7,7 +7,9 @@ Each case is a small ``torch.nn.Module`` holding an ``nn.LSTM``, ``nn.GRU`` or `
 fp16=…)``, which writes ``<name>.ncnn.param`` and ``<name>.ncnn.bin`` (kept) beside its own
 intermediate files (dropped). ``rnnport`` is not imported. Then:
 
-* ncnn's own ``Net`` loads the pair and runs one sequence ``x`` ``(time, input)``: its
+* ncnn's own ``Net`` loads the pair and runs one sequence ``x`` ``(time, input)`` in
+  float32 (``opt.use_fp16_*`` and ``use_bf16_storage`` off: ncnn's defaults compute in
+  float16 on CPUs with float16 arithmetic, which no float32 reference matches): its
   input blob is the recurrent layers' input, its output blob the last recurrent layer's
   output (a head after it, or a projection before it, is not run: ``ex.input`` on a blob
   skips the layers before it). That output is ``y_ncnn``.
@@ -106,6 +108,9 @@ def _ncnn(param: Path, weights: Path, x: np.ndarray) -> np.ndarray:
     source = first[4]
     target = last[4 + int(last[2])]
     with ncnn.Net() as net:
+        # float32 arithmetic on every CPU (ncnn picks float16 where the CPU has it)
+        net.opt.use_fp16_storage = net.opt.use_fp16_packed = False
+        net.opt.use_fp16_arithmetic = net.opt.use_bf16_storage = False
         assert net.load_param(str(param)) == 0 and net.load_model(str(weights)) == 0
         with net.create_extractor() as extractor:
             extractor.input(source, ncnn.Mat(np.ascontiguousarray(x)))

@@ -79,6 +79,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
+from .. import budget
 from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ..gates import CANONICAL, block, gate_family, reorder
 from ..io.atomic import atomic_write_all
@@ -97,6 +98,7 @@ TAG_FLOAT16 = 0x01306B47
 TAG_INT8 = 0x000D4B38
 MAX_PARAM_BYTES = 64 << 20  # a .param of 64 MiB would list millions of layers
 MAX_KEY = 32  # ncnn's NCNN_MAX_PARAM_COUNT
+LAYER_BYTES = 1024  # what one parsed layer, and a network layer made of it, costs at most
 INT32_MAX = 2**31 - 1
 READ_OPTIONS = frozenset({"layer"})
 NO_CHECK = ": no framework check"
@@ -213,7 +215,11 @@ def parse_param(text: bytes, where: str) -> list[Layer]:
     layers: list[Layer] = []
     pending: str | None = None
     blobs: set[str] = set()
+    # What the layers take in memory, charged before each is kept: a file of short lines
+    # can name millions of layers.
+    meter = budget.Meter("expansion", len(text), where, "bytes of layers")
     for index in range(layer_count):
+        meter.charge(LAYER_BYTES, f"layer {index}")
         kind = pending or take(f"layer {index}'s type")
         pending = None
         name = take(f"layer {index}'s name")
@@ -221,6 +227,7 @@ def parse_param(text: bytes, where: str) -> list[Layer]:
         bottom_count = number(f"{label}'s bottom count", take(f"{label}'s bottom count"),
                               len(tokens))
         top_count = number(f"{label}'s top count", take(f"{label}'s top count"), len(tokens))
+        meter.charge(64 * (bottom_count + top_count), f"{label}'s blobs")
         bottoms = tuple(take(f"{label}'s bottoms") for _ in range(bottom_count))
         tops = tuple(take(f"{label}'s tops") for _ in range(top_count))
         for bottom in bottoms:
@@ -243,6 +250,7 @@ def parse_param(text: bytes, where: str) -> list[Layer]:
                 raise FormatError(f"{where}: {label} has the param key {match[1]}; expected 0 to "
                                   f"{MAX_KEY - 1} (or -23300 minus one, for an array).")
             value = match[2]
+            meter.charge(len(token) + 64, f"layer {index}'s params")
             while value.startswith('"') and (len(value) == 1 or not value.endswith('"')):
                 value += " " + take(f"the end of {label}'s quoted string")
             params[key] = value
@@ -424,13 +432,17 @@ def _producers(layers: Sequence[Layer]) -> dict[str, Layer]:
     return found
 
 
-def _source_of(blob: str, producers: dict[str, Layer]) -> str:
-    """The blob ``blob`` copies, through ``Split`` and ``Noop`` layers."""
-    seen = 0
-    while blob in producers and producers[blob].type in PASSING and producers[blob].bottoms \
-            and seen < len(producers):
-        blob, seen = producers[blob].bottoms[0], seen + 1
-    return blob
+def _source_of(blob: str, producers: dict[str, Layer], known: dict[str, str]) -> str:
+    """The blob ``blob`` copies, through ``Split`` and ``Noop`` layers (each answer kept in
+    ``known``, so that every blob is followed once whatever the number of layers)."""
+    path: list[str] = []
+    while blob not in known and blob in producers and producers[blob].type in PASSING \
+            and producers[blob].bottoms and len(path) <= len(producers):
+        path.append(blob)
+        blob = producers[blob].bottoms[0]
+    source = known.get(blob, blob)
+    known.update(dict.fromkeys(path, source))
+    return source
 
 
 def _networks(layers: Sequence[Layer], where: str) -> list[_Network]:
@@ -439,6 +451,7 @@ def _networks(layers: Sequence[Layer], where: str) -> list[_Network]:
     producers = _producers(layers)
     chains: list[list[tuple[Layer, Spec]]] = []
     last: dict[str, int] = {}  # a chain's last layer's output blob → chain index
+    known: dict[str, str] = {}
     for layer in layers:
         if layer.type not in CELLS:
             continue
@@ -446,7 +459,7 @@ def _networks(layers: Sequence[Layer], where: str) -> list[_Network]:
         if not layer.bottoms or not layer.tops:
             raise FormatError(f"{where}: {layer.label} has {len(layer.bottoms)} bottoms and "
                               f"{len(layer.tops)} tops; expected the input and the output.")
-        before = last.pop(_source_of(layer.bottoms[0], producers), None)
+        before = last.pop(_source_of(layer.bottoms[0], producers, known), None)
         if before is not None and _width(chains[before][-1][1]) == spec.input_size:
             chains[before].append((layer, spec))
             last[layer.tops[0]] = before
@@ -473,7 +486,8 @@ def _describe(network: _Network) -> str:
 def _pick(networks: list[_Network], layer: str | None, where: str) -> _Network:
     if not networks:
         raise FormatError(f"{where}: holds no LSTM, GRU or RNN layer; expected at least one "
-                          "(rnnport reads recurrent networks).")
+                          "(rnnport reads recurrent networks). pnnx writes two .param files: "
+                          "read the .ncnn.param, not pnnx's own .pnnx.param.")
     if layer is not None:
         for network in networks:
             if any(item.name == layer for item in network.layers):
@@ -493,6 +507,16 @@ def _pick(networks: list[_Network], layer: str | None, where: str) -> _Network:
 # -- reading ---------------------------------------------------------------------------------
 
 
+def _contents(value: Any, field: str, where: str) -> bytes:
+    """A field of an :class:`NcnnModel` as bytes (the ``.param`` may be a str)."""
+    if isinstance(value, str) and field == "param":
+        value = value.encode("ascii", "replace")
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise FormatError(f"{where}: {field} is a {type(value).__name__}; expected the "
+                          f".{field} file's bytes{' (or its text)' if field == 'param' else ''}.")
+    return bytes(value)
+
+
 def _bin_path(path: Path) -> Path:
     """The ``.bin`` beside a ``.param``: the same name with ``.bin`` for its last suffix."""
     return path.with_suffix(".bin") if path.suffix else path.with_name(path.name + ".bin")
@@ -500,7 +524,8 @@ def _bin_path(path: Path) -> Path:
 
 def _load(source: Any, where: str) -> tuple[list[Layer], BinaryIO | bytes, str]:
     if isinstance(source, NcnnModel):
-        return parse_param(bytes(source.param), where), bytes(source.bin), where
+        return (parse_param(_contents(source.param, "param", where), where),
+                _contents(source.bin, "bin", where), where)
     path = Path(source)
     text = read_file(path, where, limit=MAX_PARAM_BYTES)
     layers = parse_param(text, where)
@@ -577,7 +602,7 @@ def read(source: Any, layer: str | None = None) -> Model:
 def _parsed(source: Any) -> tuple[list[Layer], str]:
     where = f"ncnn {os.fspath(source)}" if is_path(source) else "ncnn model"
     if isinstance(source, NcnnModel):
-        return parse_param(bytes(source.param), where), where
+        return parse_param(_contents(source.param, "param", where), where), where
     return parse_param(read_file(source, where, limit=MAX_PARAM_BYTES), where), where
 
 
@@ -775,6 +800,9 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     first, last = network.layers[0], network.layers[-1]
     outputs = []
     with ncnn.Net() as net:
+        # float32 throughout, as rnnport computes (ncnn would use float16 where the CPU has it)
+        net.opt.use_fp16_storage = net.opt.use_fp16_packed = False
+        net.opt.use_fp16_arithmetic = net.opt.use_bf16_storage = False
         if net.load_param(os.fspath(source)) or net.load_model(os.fspath(_bin_path(Path(source)))):
             return f"ncnn cannot load {os.fspath(source)}" + NO_CHECK
         for sequence in np.asarray(x, dtype=np.float32):
