@@ -84,7 +84,7 @@ def spec_for(cell: str) -> rnnport.Spec:
 def test_every_pair_names_every_array_and_labels_every_element(cell: str, source: str,
                                                                target: str) -> None:
     lacking = [fmt for fmt in (source, target)
-               if cell == "rnn" and "rnn" not in rnnport.formats.get(fmt).cells]
+               if cell == "rnn" and "simple_rnn" not in rnnport.formats.get(fmt).held_features]
     if lacking:  # a format without a simple RNN cell has no layout of one to show
         with pytest.raises(rnnport.UnsupportedFeatureError, match="no simple RNN cell"):
             explained(cell, source, target)

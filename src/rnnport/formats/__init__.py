@@ -209,6 +209,9 @@ _REGISTRY: dict[str, Entry] = {
         Entry("equinox", "rnnport.formats.equinox",
               "Equinox (JAX) eqx.nn.LSTMCell / GRUCell modules and their arrays, lists for "
               "stacks"),
+        Entry("ncnn", "rnnport.formats.ncnn",
+              "Tencent ncnn .param/.bin models (pnnx's LSTM, GRU and RNN layers; f32 and f16 "
+              "weights; NumPy only), written as models ncnn's Net runs"),
     )
 }
 
