@@ -207,6 +207,10 @@ _REGISTRY: dict[str, Entry] = {
         Entry("equinox", "rnnport.formats.equinox",
               "Equinox (JAX) eqx.nn.LSTMCell / GRUCell modules and their arrays, lists for "
               "stacks"),
+        Entry("openvino", "rnnport.formats.openvino",
+              "OpenVINO IR (.xml + .bin): LSTMSequence/GRUSequence/RNNSequence layers, f32 "
+              "or f16-compressed weights (read without OpenVINO); written as IRs OpenVINO "
+              "runs"),
     )
 }
 
