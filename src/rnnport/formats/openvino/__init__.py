@@ -69,7 +69,7 @@ from .fold import SEQUENCES
 from .ir import IR, bin_path, is_ir, xml_path
 from .reader import INPUTS, analyse, networks, notes, read
 from .session import framework_forward
-from .writer import output_files, write
+from .writer import output_files, param_count, write
 
 __all__ = ["FORMAT", "IR"]
 
@@ -114,7 +114,8 @@ def choices(source: Any) -> Choices:
 
 
 FORMAT = Format(
-    "openvino", sniff=sniff, reader=read, writer=write, read_options=frozenset({"node"}),
+    "openvino", sniff=sniff, reader=read, writer=write, counter=param_count,
+    read_options=frozenset({"node"}),
     features=frozenset({"reset_before", "reverse"}),
     one_bias=frozenset({"lstm", "gru", "gru_reset_before", "rnn"}), always_bias=True,
     dtypes=frozenset({"float16", "float32"}), extra="openvino", modules=("openvino",),

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from xml.parsers import expat
 
 import numpy as np
@@ -41,11 +41,10 @@ PRECISIONS = {"f16": "FP16", "f32": "FP32", "f64": "FP64", "i8": "I8", "i16": "I
 _DIMENSION = re.compile(r"-?[0-9]{1,15}")
 
 
-@dataclass(frozen=True)
-class IR:
+class IR(NamedTuple):
     """An OpenVINO IR in memory: the ``.xml`` text and the ``.bin`` weights, as
     ``openvino.Core().read_model(model=xml, weights=...)`` takes them and ``save`` writes
-    them (``write(model, "openvino")`` returns one)."""
+    them (``write(model, "openvino")`` returns one; ``xml, weights = ir``)."""
 
     xml: bytes
     weights: bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ def compile_ir(source: IR | Any) -> Any:
         model = core.read_model(model=source.xml.decode(), weights=openvino.Tensor(
             np.frombuffer(source.weights, np.uint8).copy()))
     else:
-        model = core.read_model(str(xml_path(source)))
+        model = core.read_model(str(xml_path(Path(source))))
     return core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
 
 
@@ -45,7 +46,7 @@ def run_reference(source: IR | Any, x: np.ndarray) -> Mapping[str, np.ndarray]:
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
     """OpenVINO running the IR ``source`` on ``x`` ``(batch, time, I)`` (fed time first
     where the IR's input gives time first): ``y`` from its first output, or a sentence
-    saying why there is no check."""
+    saying why there is no check (the output named ``y``, where one is)."""
     if not (isinstance(source, IR) or is_path(source)):
         return "only an IR (.xml and .bin) holds a model OpenVINO can run" + NO_CHECK
     if importlib.util.find_spec("openvino") is None:
@@ -68,7 +69,9 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
         result = compiled({0: fed.transpose(1, 0, 2) if analysis.time_major else fed})
     except (RuntimeError, RnnportError) as error:
         return f"OpenVINO could not run the IR on x ({str(error).splitlines()[0]})" + NO_CHECK
-    y = np.asarray(result[compiled.outputs[0]])
+    # rnnport's own IRs name their output y beside the states; converted ones have one
+    y = np.asarray(result[next((output for output in compiled.outputs
+                                if "y" in output.get_names()), compiled.outputs[0])])
     if analysis.time_major and y.ndim == 4:  # ONNX's Y [T, D, B, H], as converted
         y = y.transpose(2, 0, 1, 3).reshape(y.shape[2], y.shape[0], -1)
     elif analysis.time_major and y.ndim == 3:

@@ -15,7 +15,7 @@ from .._common import sum_exact
 from .ir import IR, PRECISIONS, bin_path, xml_path
 from .reader import ORDERS
 
-__all__ = ["output_files", "write"]
+__all__ = ["build", "output_files", "param_count", "write"]
 
 OPERATIONS = {"lstm": "LSTMSequence", "gru": "GRUSequence", "rnn": "RNNSequence"}
 ELEMENT = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32",
@@ -34,13 +34,17 @@ class _Builder:
 
     def add(self, kind: str, version: str, inputs: list[Output],
             outputs: list[tuple[str, tuple[int, ...]]], data: dict[str, str] | None = None,
-            name: str | None = None, names: dict[int, str] | None = None) -> list[Output]:
+            name: str | None = None, names: dict[int, str] | None = None,
+            runtime: str = "") -> list[Output]:
         number = len(self.layers)
         lines = [f'\t\t<layer id="{number}" name={quoteattr(name or f"{kind}_{number}")} '
                  f'type="{kind}" version="{version}">']
         if data:
             attributes = " ".join(f"{key}={quoteattr(value)}" for key, value in data.items())
             lines.append(f"\t\t\t<data {attributes} />")
+        if runtime:
+            lines += ["\t\t\t<rt_info>", f'\t\t\t\t<attribute name="{runtime}" version="0" />',
+                      "\t\t\t</rt_info>"]
         port = 0
         if inputs:
             lines.append("\t\t\t<input>")
@@ -75,8 +79,10 @@ class _Builder:
                          "offset": str(offset), "size": str(len(data))},
                         name=f"{name}/compressed" if name and element == "f16" else name)[0]
         if element == "f16":
+            # Marked as decompression, as save_model marks it: without the mark, OpenVINO's
+            # CPU plugin computes the layer it feeds in lower precision.
             return self.add("Convert", "opset1", [made], [("f32", dims)],
-                            {"destination_type": "f32"}, name=name)[0]
+                            {"destination_type": "f32"}, name=name, runtime="decompression")[0]
         return made
 
     def xml(self) -> bytes:
@@ -206,3 +212,17 @@ def write(model: Model, path: Any = None, **options: Any) -> IR:
 def output_files(path: Path) -> list[Path]:
     """``PATH.xml`` and ``PATH.bin`` (``path`` may name either, or neither)."""
     return [xml_path(path), bin_path(path)]
+
+
+def param_count(model: Model, **options: Any) -> int:
+    """Parameters as an IR stores ``model``: W, R and one summed bias per layer and
+    direction (a reset-after GRU's B one block longer)."""
+    total = 0
+    for part in model.parts if isinstance(model, Stack) else [model]:
+        spec = part.spec
+        width = spec.gate_count * spec.hidden_size
+        extra = spec.hidden_size if spec.cell == "gru" and spec.reset_after else 0
+        total += sum(spec.num_directions * (width * (spec.layer_input_size(layer)
+                                                     + spec.hidden_size) + width + extra)
+                     for layer in range(spec.num_layers))
+    return total
