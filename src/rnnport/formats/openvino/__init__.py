@@ -66,7 +66,7 @@ from ...spec import Spec
 from .._common import is_path
 from .._protocol import Choices, Format, NamedArray, Suffix
 from .fold import SEQUENCES
-from .ir import IR, bin_path, is_ir, xml_path
+from .ir import IR, bin_path, is_ir, parse_shape, xml_path
 from .reader import INPUTS, analyse, networks, notes, read
 from .session import framework_forward
 from .writer import output_files, param_count, write
@@ -108,6 +108,19 @@ def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
                        .array, None, note) for name in ("W", "R", "B")]
 
 
+def fixed_input(source: Any) -> tuple[int, int] | None:
+    """The batch and time an IR whose one input has static sizes fixes (as ``convert_model``
+    writes it when given ``input=[2, 5, 4]``), or None."""
+    analysis = analyse(source)
+    parameters = analysis.graph.of_type("Parameter")
+    if len(parameters) != 1:
+        return None
+    shape = parse_shape(parameters[0].data.get("shape", ""), analysis.graph.where, "shape")
+    if len(shape) != 3 or min(shape) < 1:
+        return None
+    return (shape[1], shape[0]) if analysis.time_major else (shape[0], shape[1])
+
+
 def choices(source: Any) -> Choices:
     """The separate recurrent networks of an IR, each picked by one of its layers."""
     return Choices("node", tuple(networks(source)))
@@ -124,7 +137,7 @@ FORMAT = Format(
     output_files=output_files, input_files=input_files,
     gate_names={"g": "c", "n": "h"},
     explain_arrays=explain_arrays, notes=notes, framework_forward=framework_forward,
-    networks=choices,
+    networks=choices, fixed_input=fixed_input,
     names={"reset_before": "GRUSequence linear_before_reset=false",
            "reset_after": "GRUSequence linear_before_reset=true",
            "reverse": "direction=reverse"},

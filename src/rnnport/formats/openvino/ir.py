@@ -99,6 +99,7 @@ class Graph:
             raise FormatError(f"{where}: two layers share an id; expected each <layer> id "
                               "once. The file is damaged.")
         self.arrays = budget.Meter("expansion", size, where, "bytes of constants decoded")
+        self.decoded: dict[str, np.ndarray] = {}
         self.work = budget.Meter("work", size, where, "steps (layers, ports and edges read, "
                                  "layers evaluated)")
         # (layer id, input index) → (layer id, output index)
@@ -136,7 +137,13 @@ class Graph:
 
     def constant(self, layer: Layer) -> np.ndarray:
         """The array of a ``Const`` layer, read from the weights after checking that its
-        ``element_type``, ``shape``, ``offset`` and ``size`` agree and lie in the file."""
+        ``element_type``, ``shape``, ``offset`` and ``size`` agree and lie in the file;
+        decoded (and charged) once, however many evaluations take it."""
+        if layer.id not in self.decoded:
+            self.decoded[layer.id] = self._decode(layer)
+        return self.decoded[layer.id]
+
+    def _decode(self, layer: Layer) -> np.ndarray:
         where = f"{self.where}, {layer.label()}"
         kind = layer.data.get("element_type", "")
         dtype = ELEMENT_TYPES.get(kind)

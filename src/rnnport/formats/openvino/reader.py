@@ -117,6 +117,7 @@ def _fed(graph: Graph, found: list[Layer]) -> tuple[Evaluator, bool]:
     inputs = weights.array.shape[-1] if weights.array.ndim == 3 else 0
     batch, time = [size for size in SIZES if size != inputs][:2]
     last_error: FormatError | None = None
+    fixed: Evaluator | None = None  # an input whose declared sizes fix batch and time
     for order in itertools.permutations((batch, time, inputs)):
         feeds = {layer.id: _feed(layer, declared[layer.id], order, batch, graph.where)
                  for layer in parameters}
@@ -130,6 +131,10 @@ def _fed(graph: Graph, found: list[Layer]) -> tuple[Evaluator, bool]:
             continue
         if shape == (batch, time, inputs):
             return evaluate, order.index(time) < order.index(batch)
+        if len(shape) == 3 and shape[2] == inputs and fixed is None:
+            fixed = evaluate
+    if fixed is not None:
+        return fixed, False
     raise FormatError(f"read(fmt='openvino'), {graph.where}: no input sizes give "
                       f"{first.label()} an input X [batch, time, {inputs}]"
                       f"{f' ({last_error})' if last_error else ''}; expected the graph's "
