@@ -62,29 +62,27 @@ class Evaluator:
 
     def __call__(self, layer: Layer, index: int = 0) -> Value:
         """Output ``index`` of ``layer``."""
-        pending = [layer]
+        pending, waiting = [layer], {layer.id}
         while pending:
             current = pending[-1]
             if current.id in self.values:
-                pending.pop()
+                waiting.discard(pending.pop().id)
                 continue
             needed = [self.graph.producer(current, index) for index in _needed(current)]
-            missing = [producer for producer, _ in needed if producer.id not in self.values]
+            missing = list({producer.id: producer for producer, _ in needed
+                            if producer.id not in self.values}.values())
             if missing:
-                if len(pending) > len(self.graph.layers):
-                    raise FormatError(f"{self.graph.where}: the graph has a cycle through "
-                                      f"{current.label()}; expected layers that feed each "
-                                      "other in one direction. The file is damaged.")
-                if any(producer in pending for producer in missing):
+                if any(producer.id in waiting for producer in missing):
                     raise FormatError(f"{self.graph.where}: the graph has a cycle through "
                                       f"{current.label()}; expected layers that feed each "
                                       "other in one direction. The file is damaged.")
                 pending.extend(missing)
+                waiting.update(producer.id for producer in missing)
                 continue
             self.graph.work.charge(1 + len(needed), "layers evaluated")
             inputs = [self.values[producer.id][output] for producer, output in needed]
             self.values[current.id] = self._evaluate(current, inputs)
-            pending.pop()
+            waiting.discard(pending.pop().id)
         outputs = self.values[layer.id]
         if not 0 <= index < len(outputs):
             raise FormatError(f"{self.graph.where}: {layer.label()} has no output {index}.")
