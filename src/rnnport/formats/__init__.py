@@ -212,6 +212,10 @@ _REGISTRY: dict[str, Entry] = {
         Entry("ncnn", "rnnport.formats.ncnn",
               "Tencent ncnn .param/.bin models (pnnx's LSTM, GRU and RNN layers; f32 and f16 "
               "weights; NumPy only), written as models ncnn's Net runs"),
+        Entry("openvino", "rnnport.formats.openvino",
+              "OpenVINO IR (.xml + .bin): LSTMSequence/GRUSequence/RNNSequence layers, f32 "
+              "or f16-compressed weights (read without OpenVINO); written as IRs OpenVINO "
+              "runs"),
     )
 }
 
