@@ -207,6 +207,9 @@ _REGISTRY: dict[str, Entry] = {
         Entry("equinox", "rnnport.formats.equinox",
               "Equinox (JAX) eqx.nn.LSTMCell / GRUCell modules and their arrays, lists for "
               "stacks"),
+        Entry("paddle", "rnnport.formats.paddle",
+              "PaddlePaddle nn.LSTM/GRU/SimpleRNN state dicts and .pdparams files, jit.save "
+              "inference models (PIR .json or .pdmodel with .pdiparams), read without paddle"),
     )
 }
 
