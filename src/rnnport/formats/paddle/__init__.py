@@ -277,6 +277,9 @@ def read(source: Any, **options: Any) -> Model:
         return stack([read(item, **options) for item in source])
     if is_path(source):
         kind = kind_of(source)
+        if kind is None and os.fspath(source).lower().endswith(".json") and \
+                os.path.isfile(source):
+            kind = "program"  # asked for as paddle's: its parser says what is wrong
         if kind in ("program", "pdiparams", "prefix"):
             return _read_program(source, options)[0]
         if kind is None:

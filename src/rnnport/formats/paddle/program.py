@@ -115,7 +115,7 @@ class Program:
 def load_program(path: Path, where: str) -> Program:
     """The program at ``path`` (``.json``: PIR, else a ``ProgramDesc``), told by its bytes."""
     data = read_file(path, where, limit=MAX_PROGRAM)
-    if data.lstrip()[:1] == b"{":
+    if path.suffix.lower() == ".json" or data.lstrip()[:1] in (b"{", b"["):
         return _pir(jsontext.loads(data, where, size=len(data)), where)
     return _program_desc(data, where)
 
