@@ -13,8 +13,11 @@ Paddle keeps PyTorch's layout: per layer ``k`` and direction, ``weight_ih (G·H,
 
 so the canonical arrays are the state dict's, except the projection: paddle's ``weight_ho``
 is ``(H, P)``, canonical ``weight_hr = weight_ho.T``. A paddle cell always has both biases
-(``bias_*_attr=False`` makes them constant zeros), so a network without biases is written
-with zeros. Paddle has no reset-before GRU, no peepholes, clips or layer norm.
+(``bias_*_attr=False`` makes them constant zeros): a network without biases is written as
+the layer made with ``bias_ih_attr=False, bias_hh_attr=False`` keeps it, zero biases and no
+PyTorch names for them (paddle 3.3 builds such a layer in one direction and layer only, and
+cannot run it; a default layer restores the file from its cells' keys, warning about the
+other names). Paddle has no reset-before GRU, no peepholes, clips or layer norm.
 
 Sources (:mod:`.state` has the keys and the pickle, :mod:`.program` the inference models):
 
@@ -63,7 +66,7 @@ from ...io.inputs import read_file
 from ...model import RNN, Model, Stack, stack
 from ...spec import Spec
 from .._common import describe, is_path, listed
-from .._protocol import Choices, Format, NamedArray, Suffix
+from .._protocol import Choices, Format, Suffix
 from .program import PROGRAM_SUFFIXES, Program, RnnOp, load_program, parameters
 from .state import (
     CELL_NAMES,
@@ -393,18 +396,12 @@ def write(model: Model, path: str | os.PathLike[str] | None = None, **options: A
     return state
 
 
-def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
-    """The cells' arrays of a written state dict (the copies under PyTorch's names left
-    out: they are the same arrays)."""
-    return [NamedArray(key, np.asarray(value)) for key, value in native.items()
-            if ".cell" in key]
-
-
 def param_count(model: Model, **options: Any) -> int:
-    """Parameters as one copy of a paddle state dict stores them (both biases always)."""
+    """Numbers a paddle state dict stores: both biases always (zeros for a network without),
+    and most parameters twice (under the cell's name and PyTorch's, as paddle attaches them)."""
     return sum(np.asarray(value).size for part in (model.parts if isinstance(model, Stack)
                                                    else [model])
-               for key, value in state_dict(part).items() if ".cell" in key)
+               for value in state_dict(part).values())
 
 
 def read_options_for(spec: Spec) -> dict[str, Any]:
@@ -424,7 +421,9 @@ def _quiet() -> Iterator[None]:
 
 
 def layer_for(spec: Spec, time_major: bool = False) -> Any:
-    """The ``paddle.nn`` layer computing a network of ``spec`` (needs paddle)."""
+    """The ``paddle.nn`` layer computing a network of ``spec`` (needs paddle); with biases
+    always (paddle 3.3 cannot run a layer made with ``bias_*_attr=False``: its rnn kernel
+    crashes), zeros for a network without."""
     import paddle
 
     direction = "bidirect" if spec.bidirectional else "forward"
@@ -468,12 +467,18 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
             _, _, network = _read_state(source, {"activation": model.spec.nonlinearity}
                                         if model.spec.cell.startswith("rnn") else {})
             state = paddle.load(os.fspath(source))
+            own = {key: tuple(value.shape) for key, value in layer.state_dict().items()}
             picked = {key[len(network.prefix):]: value for key, value in state.items()
                       if isinstance(key, str) and key.startswith(network.prefix)}
-            missing, unexpected = layer.set_state_dict(picked)
-            if missing or unexpected:
-                return (f"paddle's layer does not take the file's keys (missing {missing[:3]}, "
-                        f"unexpected {unexpected[:3]}): no framework check")
+            # A network without biases in a layer paddle gives zero biases: the PyTorch-named
+            # copies sit elsewhere there, so the cells' keys alone go in.
+            taken = {key: value for key, value in picked.items()
+                     if own.get(key) == tuple(np.shape(value))}
+            missing = [key for key in own if ".cell" in key and key not in taken]
+            if missing:
+                return (f"paddle's {type(layer).__name__} does not take the file's keys "
+                        f"({listed(missing)} missing): no framework check")
+            layer.set_state_dict(taken)
             layer.eval()
             y, _ = layer(paddle.to_tensor(x))
             return f"paddle.load of {Path(source).name} into a {type(layer).__name__}", \
@@ -498,14 +503,13 @@ def input_files(path: Path) -> list[Path]:
 
 FORMAT = Format(
     "paddle", sniff=sniff, reader=read, writer=write, counter=param_count,
-    read_options=READ_OPTIONS, features=frozenset({"projection"}), always_bias=True,
+    read_options=READ_OPTIONS, features=frozenset({"projection"}),
     extra="paddle", modules=("paddle",),
     suffixes=(Suffix(PDPARAMS, "a PaddlePaddle state dict (paddle.save)"),
               Suffix(PDMODEL, "a PaddlePaddle inference program (with its .pdiparams)",
                      writes=False),
               Suffix(PDIPARAMS, "a PaddlePaddle inference model's parameters", writes=False)),
     read_options_for=read_options_for, input_files=input_files,
-    explain_arrays=explain_arrays,
     layout_notes=("Paddle keeps PyTorch's layout (gates stacked by rows: LSTM i f g o, GRU r z "
                   "c), under each cell's name ({k}.cell_fw.weight_ih) and again under "
                   "PyTorch's (weight_ih_l{k}); a projection is weight_ho (H, P), the canonical "

@@ -17,6 +17,9 @@ those names by zipping the list ``weight_ih, weight_hh, bias_ih, bias_hh`` per l
 direction (without a bias whose ``bias_*_attr`` is False) with the cells' parameters in
 order: with a projection, or without a bias, the names shift onto other parameters (paddle
 3.3's ``weight_ih_l0_reverse`` of a projected LSTM is the forward cell's ``weight_ho``).
+A layer made with ``bias_ih_attr=False, bias_hh_attr=False`` still has bias parameters,
+constant zeros; no bias among those names, and zero biases, read as a network without
+biases (and such a network is written so).
 The cells' names are the structure; :func:`find` reads them, and checks that every copy
 under the other names holds what that zip attaches to it (a file whose copies disagree is
 refused: which one paddle restores depends on ``set_state_dict``'s order). A dict with the
@@ -214,6 +217,11 @@ def read_network(network: Network, activation: str, where: str,
     if cell == "rnn":
         cell = MODES[mode] if mode is not None else f"rnn_{activation}"
     biased = any(name in named for named in arrays.values() for name in ("bias_ih", "bias_hh"))
+    if biased and network.cells and network.flat and not any(
+            name.startswith("bias") for named in network.flat.values() for name in named) and \
+            not any(np.any(named[name]) for named in arrays.values()
+                    for name in ("bias_ih", "bias_hh") if name in named):
+        biased = False  # bias_ih_attr=bias_hh_attr=False: no bias names, constant zeros
     params = []
     for layer in range(layers):
         row = []
@@ -281,8 +289,10 @@ def _joined(tree: dict[Any, Any], where: str, ledger: Ledger) -> dict[Any, Any]:
 
 def state_dict(model: RNN) -> dict[str, np.ndarray]:
     """``model`` as the state dict of the ``paddle.nn.LSTM/GRU/SimpleRNN`` that computes it
-    (biases always: a paddle cell has them, zeros for a network without), keys in the order
-    ``state_dict()`` gives them, the PyTorch-named copies attached as paddle attaches them."""
+    (for a network without biases, the layer made with ``bias_ih_attr=False,
+    bias_hh_attr=False``: constant zero biases, no PyTorch names for them), keys in the
+    order ``state_dict()`` gives them, the PyTorch-named copies attached as paddle attaches
+    them."""
     spec = model.spec
     zeros = np.zeros(spec.gate_count * spec.hidden_size, dtype=model.dtype)
     wrappers = ("cell_fw", "cell_bw") if spec.bidirectional else ("cell",)
@@ -299,7 +309,8 @@ def state_dict(model: RNN) -> dict[str, np.ndarray]:
             cells += [(f"{layer}.{wrapper}.{name}", np.ascontiguousarray(value))
                       for name, value in values.items()]
             suffix = "_reverse" if direction else ""
-            flat_names += [f"{name}_l{layer}{suffix}" for name in FLAT_NAMES]
+            flat_names += [f"{name}_l{layer}{suffix}"
+                           for name in (FLAT_NAMES if spec.bias else FLAT_NAMES[:2])]
     flat = [(name, value) for name, (_, value) in zip(flat_names, cells, strict=False)]
     return dict(flat + cells)
 
