@@ -66,6 +66,7 @@ golden: $(VENV)/.test
 	$(PY) tools/golden_jax.py
 	$(PY) tools/golden_onnx.py
 	$(PY) tools/golden_torch_files.py
+	$(PY) tools/golden_paddle.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis
