@@ -42,7 +42,8 @@ a SimpleRNN's activation (``activation="tanh"``, paddle's default, or ``"relu"``
 Writing gives the state dict ``paddle.nn.LSTM/GRU/SimpleRNN(...).state_dict()`` holds, as
 NumPy arrays (both names of every parameter, as paddle has them), and with ``path`` a
 ``.pdparams`` file that ``layer.set_state_dict(paddle.load(path))`` restores; a Stack of
-differing parts gives one state dict per part (a file takes one network). The framework
+differing parts, with ``per_part=True``, one state dict per part (with ``path``, one file
+each: ``enc.part0.pdparams`` …). The framework
 check (``convert --verify``) has paddle load the file (``paddle.load`` into a layer built for
 the network; ``paddle.jit.load`` for an inference model) and run it.
 """
@@ -83,6 +84,7 @@ from .state import (
 __all__ = ["FORMAT", "read", "sniff", "write"]
 
 READ_OPTIONS = frozenset({"prefix", "activation", "op"})
+WRITE_OPTIONS = frozenset({"per_part"})
 PDPARAMS = ".pdparams"
 PDIPARAMS = ".pdiparams"
 PDMODEL = ".pdmodel"
@@ -145,8 +147,7 @@ def sniff(source: Any) -> bool:
     if isinstance(source, Mapping):
         return any(network.cells for network in find(source, "a paddle state dict"))
     if isinstance(source, (list, tuple)) and source:
-        return all((isinstance(item, Mapping) and sniff(item)) or _is_layer(item)
-                   for item in source)
+        return all(not isinstance(item, (list, tuple)) and sniff(item) for item in source)
     return False
 
 
@@ -377,12 +378,16 @@ def fixed_input(source: Any) -> tuple[int, int] | None:
 def write(model: Model, path: str | os.PathLike[str] | None = None, **options: Any) -> Any:
     """``model``'s state dict (see the module docstring); with ``path``, a ``.pdparams``."""
     if isinstance(model, Stack):
+        if not options.get("per_part"):
+            raise UnsupportedFeatureError(
+                f"write(fmt='paddle'): one paddle.nn.LSTM/GRU/SimpleRNN holds one uniform "
+                f"network, and this Stack has {len(model.parts)} different parts "
+                f"({'; '.join(spec.describe() for spec in model.specs)}). Pass per_part=True "
+                "for a list with one state dict per part (with path=, one .pdparams per part), "
+                "or write each of stack.parts.")
         if path is not None:
-            raise FormatError(
-                f"write(fmt='paddle'): one .pdparams holds one paddle.nn.LSTM/GRU/SimpleRNN, "
-                f"and this Stack has {len(model.parts)} different parts "
-                f"({'; '.join(spec.describe() for spec in model.specs)}). Write each of "
-                "stack.parts to a file of its own. Nothing was written.")
+            raise FormatError("write(fmt='paddle'): path= saves one state dict; with "
+                              "per_part=True save each part yourself.")
         return [write(part) for part in model.parts]
     state = state_dict(model)
     if path is not None:
@@ -503,8 +508,7 @@ def input_files(path: Path) -> list[Path]:
 
 FORMAT = Format(
     "paddle", sniff=sniff, reader=read, writer=write, counter=param_count,
-    read_options=READ_OPTIONS, features=frozenset({"projection"}),
-    extra="paddle", modules=("paddle",),
+    read_options=READ_OPTIONS, write_options=WRITE_OPTIONS, features=frozenset({"projection"}),
     suffixes=(Suffix(PDPARAMS, "a PaddlePaddle state dict (paddle.save)"),
               Suffix(PDMODEL, "a PaddlePaddle inference program (with its .pdiparams)",
                      writes=False),
