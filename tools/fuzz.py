@@ -21,9 +21,10 @@ TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` c
 in ``tests/golden/jax``, the ``.onnx`` files PyTorch's exporters and ONNX Runtime's quantizer
 wrote in ``tests/golden/onnx``, the ``.pdparams`` files and inference models (a program with its
 ``.pdiparams``) PaddlePaddle saved in ``tests/golden/paddle``, and golden Keras and PyTorch
-cases saved by rnnport in every file form a registered format writes (each file name ending it declares; names that give the same
-bytes, such as .pth beside .pt, make one seed). Case ``k`` mutates seed ``k mod n`` with a
-generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any input.
+cases saved by rnnport in every file form a registered format writes (each file name ending
+it declares; names that give the same bytes, such as .pth beside .pt, make one seed). Case
+``k`` mutates seed ``k mod n`` with a generator seeded by ``(seed, k)``, so ``--seed`` and the
+case number reproduce any input.
 Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted,
 repeated and spliced ranges, and format-aware ones that keep the container's checksums right
 so the damage reaches the parser underneath (zip members rewritten with fresh CRC-32s, JSON
