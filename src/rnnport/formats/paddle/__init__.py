@@ -420,6 +420,7 @@ def read_options_for(spec: Spec) -> dict[str, Any]:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Paddle's import and first run print warnings and log lines: kept out of the output."""
+    os.environ.setdefault("GLOG_minloglevel", "2")  # its C++ log, read when paddle loads
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         yield
