@@ -68,6 +68,7 @@ golden: $(VENV)/.test
 	$(PY) tools/golden_torch_files.py
 	$(PY) tools/golden_ncnn.py
 	$(PY) tools/golden_openvino.py
+	$(PY) tools/golden_paddle.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

@@ -19,10 +19,12 @@ the files in ``tests/golden/files`` (legacy Keras
 HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the ``.tflite`` files
 TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
 in ``tests/golden/jax``, the ``.onnx`` files PyTorch's exporters and ONNX Runtime's quantizer
-wrote in ``tests/golden/onnx``, and golden Keras and PyTorch cases saved by rnnport in every file
-form a registered format writes (each file name ending it declares; names that give the same
-bytes, such as .pth beside .pt, make one seed). Case ``k`` mutates seed ``k mod n`` with a
-generator seeded by ``(seed, k)``, so ``--seed`` and the case number reproduce any input.
+wrote in ``tests/golden/onnx``, the ``.pdparams`` files and inference models (a program with its
+``.pdiparams``) PaddlePaddle saved in ``tests/golden/paddle``, and golden Keras and PyTorch
+cases saved by rnnport in every file form a registered format writes (each file name ending
+it declares; names that give the same bytes, such as .pth beside .pt, make one seed). Case
+``k`` mutates seed ``k mod n`` with a generator seeded by ``(seed, k)``, so ``--seed`` and the
+case number reproduce any input.
 Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted,
 repeated and spliced ranges, and format-aware ones that keep the container's checksums right
 so the damage reaches the parser underneath (zip members rewritten with fresh CRC-32s, JSON
@@ -186,14 +188,21 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
     saved = sorted((GOLDEN / "jax").glob("*.msgpack"))  # flax.serialization wrote them
     exported = sorted((GOLDEN / "onnx").glob("*.onnx"))  # PyTorch's exporters, ORT's quantizer
     trained = sorted(path for path in (GOLDEN / "torch_files").glob("*/*") if path.is_file())
+    pickled = sorted((GOLDEN / "paddle").glob("*/model.pdparams"))  # paddle.save wrote them
     for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved, *exported,
-                 *trained]:
+                 *trained, *pickled]:
         fmt = formats.sniff(path)
         if fmt in only:
             target = folder / f"framework_{path.parent.name}_{path.name.replace('.', '_')}"
             target.mkdir()
             shutil.copyfile(path, target / path.name)
             seeds.append(Seed(target.name, fmt, target, path.name, _quantized(path)))
+    for program in sorted((GOLDEN / "paddle").glob("*/inference.*")):  # a program, its params
+        fmt = formats.sniff(program)
+        if program.suffix in (".json", ".pdmodel") and fmt in only:
+            target = folder / f"framework_paddle_{program.parent.name}"
+            shutil.copytree(program.parent, target)
+            seeds.append(Seed(target.name, fmt, target, program.name, {}))
     for name in GOLDEN_CASES:
         with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as data:
             arrays = dict(data)

@@ -216,6 +216,9 @@ _REGISTRY: dict[str, Entry] = {
               "OpenVINO IR (.xml + .bin): LSTMSequence/GRUSequence/RNNSequence layers, f32 "
               "or f16-compressed weights (read without OpenVINO); written as IRs OpenVINO "
               "runs"),
+        Entry("paddle", "rnnport.formats.paddle",
+              "PaddlePaddle nn.LSTM/GRU/SimpleRNN state dicts and .pdparams files, jit.save "
+              "inference models (PIR .json or .pdmodel with .pdiparams), read without paddle"),
     )
 }
 

@@ -39,8 +39,8 @@ from ...io.pickled import Builder, Global, globals_named, preview, unpickle
 
 __all__ = ["DTYPES", "DType", "Ledger", "Loaded", "NumpyArray", "Storage", "StorageType",
            "TensorRef",
-           "builders", "dtype_named", "pickle_state_dict", "read_zip_tree", "storage_id",
-           "zip_root"]
+           "builders", "dtype_named", "numpy_builders", "pickle_state_dict", "read_zip_tree",
+           "storage_id", "zip_root"]
 
 
 @dataclass(frozen=True)
@@ -357,27 +357,15 @@ TENSOR_BUILDERS = ("torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_ten
                    "torch._utils._rebuild_parameter_with_state")
 
 
-def builders(where: str, ledger: Ledger) -> dict[tuple[str, str], Any]:
-    """The globals a PyTorch pickle may name, as the pickle machine's ``known``."""
-    tensor = Builder("torch._utils._rebuild_tensor_v2", make_tensor(where))
-    named: dict[str, Any] = {
-        "torch._utils._rebuild_tensor_v2": tensor,
-        "torch._utils._rebuild_tensor_v3": Builder("torch._utils._rebuild_tensor_v3",
-                                                   tensor.function),
-        "torch._utils._rebuild_tensor": Builder("torch._utils._rebuild_tensor",
-                                                tensor.function),
-        "torch._utils._rebuild_parameter": Builder("torch._utils._rebuild_parameter",
-                                                   _parameter),
-        "torch._utils._rebuild_parameter_with_state": Builder(
-            "torch._utils._rebuild_parameter_with_state", _parameter),
-        "torch._tensor._rebuild_from_type_v2": Builder("torch._tensor._rebuild_from_type_v2",
-                                                       _from_type),
+def numpy_builders(ledger: Ledger) -> dict[str, Builder]:
+    """The globals a pickle of NumPy arrays in plain containers names (what ``pickle.dump``
+    of a dict of arrays writes, in any protocol), by dotted name: the arrays are
+    :class:`NumpyArray` records, made only when read."""
+    named = {
         "collections.OrderedDict": Builder("collections.OrderedDict", _dict),
         "collections.defaultdict": Builder("collections.defaultdict", _dict),
         "collections.Counter": Builder("collections.Counter", _dict),
         "builtins.dict": Builder("builtins.dict", _dict),
-        "torch.Size": Builder("torch.Size", _size),
-        "torch.device": Builder("torch.device", _device),
         "_codecs.encode": Builder("_codecs.encode", _encode),
         "builtins.set": Builder("builtins.set", _size),
         "builtins.frozenset": Builder("builtins.frozenset", _size),
@@ -393,6 +381,28 @@ def builders(where: str, ledger: Ledger) -> dict[tuple[str, str], Any]:
             f"{module}._frombuffer", lambda raw, kind, shape, order="C": NumpyArray(
                 shape, kind, order == "F", bytes(raw) if isinstance(raw, bytearray) else raw,
                 ledger))
+    return named
+
+
+def builders(where: str, ledger: Ledger) -> dict[tuple[str, str], Any]:
+    """The globals a PyTorch pickle may name, as the pickle machine's ``known``."""
+    tensor = Builder("torch._utils._rebuild_tensor_v2", make_tensor(where))
+    named: dict[str, Any] = {
+        **numpy_builders(ledger),
+        "torch._utils._rebuild_tensor_v2": tensor,
+        "torch._utils._rebuild_tensor_v3": Builder("torch._utils._rebuild_tensor_v3",
+                                                   tensor.function),
+        "torch._utils._rebuild_tensor": Builder("torch._utils._rebuild_tensor",
+                                                tensor.function),
+        "torch._utils._rebuild_parameter": Builder("torch._utils._rebuild_parameter",
+                                                   _parameter),
+        "torch._utils._rebuild_parameter_with_state": Builder(
+            "torch._utils._rebuild_parameter_with_state", _parameter),
+        "torch._tensor._rebuild_from_type_v2": Builder("torch._tensor._rebuild_from_type_v2",
+                                                       _from_type),
+        "torch.Size": Builder("torch.Size", _size),
+        "torch.device": Builder("torch.device", _device),
+    }
     known: dict[tuple[str, str], Any] = dict(globals_named(named))
     for name in (*DTYPES, *ALIASES):
         known[("torch", name)] = DTYPES[ALIASES.get(name, name)]
