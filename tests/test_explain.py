@@ -89,6 +89,11 @@ def test_every_pair_names_every_array_and_labels_every_element(cell: str, source
         with pytest.raises(rnnport.UnsupportedFeatureError, match="no simple RNN cell"):
             explained(cell, source, target)
         return
+    if cell == "gru" and not all(rnnport.formats.get(fmt).reset_after for fmt in (source, target)):
+        # nor a format with the reset-before GRU alone a layout of the reset-after one
+        with pytest.raises(rnnport.UnsupportedFeatureError, match="cannot hold a reset-after GRU"):
+            explained(cell, source, target)
+        return
     explanation = explained(cell, source, target)
     text = explanation.text(color=False)
     found = sections(text)

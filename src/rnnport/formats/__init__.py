@@ -27,6 +27,9 @@ What the format can hold:
 * ``read_options`` / ``write_options``: the keyword options ``read`` / ``write`` take.
 * ``cells``: the cell families it holds, ``lstm`` and ``gru`` and (the default) ``rnn``;
   a simple RNN is refused by a format without one as the feature ``simple_rnn``.
+* ``reset_after``: whether it holds the reset-after GRU (default True); a runtime with the
+  reset-before GRU alone (TensorFlow.js) declares False, and refuses it as the feature
+  ``reset_after``.
 * ``features``: which optional features of :class:`~rnnport.Spec` it holds, out of
   ``projection``, ``proj_bias``, ``peepholes``, ``layer_norm``, ``cell_clip``,
   ``gate_clip``, ``input_forget``, ``activations``, ``reset_before``, ``reverse``; writing a
