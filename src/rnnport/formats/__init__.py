@@ -210,6 +210,9 @@ _REGISTRY: dict[str, Entry] = {
         Entry("equinox", "rnnport.formats.equinox",
               "Equinox (JAX) eqx.nn.LSTMCell / GRUCell modules and their arrays, lists for "
               "stacks"),
+        Entry("tfjs", "rnnport.formats.tfjs",
+              "TensorFlow.js layers models (model.json and its weight shards; read with NumPy "
+              "alone, written as models tf.loadLayersModel runs)"),
     )
 }
 
