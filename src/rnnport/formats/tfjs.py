@@ -308,6 +308,10 @@ def _opened(document: Any, where: str, size: int, folder: Path | None,
     if isinstance(topology.get("model_config"), Mapping):
         topology = topology["model_config"]
         version = topology.get("keras_version", version)
+    if not isinstance(topology.get("class_name"), str):
+        raise FormatError(f"{where}: modelTopology's class_name is "
+                          f"{describe(topology.get('class_name'))}; expected the model's class "
+                          "(Sequential, Functional, Model). The file is damaged.")
     stored, groups = _manifest(document.get("weightsManifest"), where)
     return Opened(where, size, topology, None if version is None else str(version), stored,
                   groups, folder, given)
@@ -362,7 +366,7 @@ def _stored(entry: Any, at: str, group: int, offset: int | None) -> Stored:
     size: int | None = None if dtype == "string" else count * DTYPE_BYTES[dtype]
     if quantization is not None:
         kind = quantization.get("dtype") if isinstance(quantization, Mapping) else None
-        if kind not in QUANTIZED:
+        if not isinstance(kind, str) or kind not in QUANTIZED:
             raise UnsupportedFeatureError(
                 f"{at} ({name!r}): quantization {quantization!r}; rnnport reads TF.js's uint8, "
                 "uint16 and float16 quantization. Convert the model again with one of those "
@@ -384,18 +388,25 @@ def _stored(entry: Any, at: str, group: int, offset: int | None) -> Stored:
 # -- layers and their weights -----------------------------------------------------------------
 
 
+def _config_name(entry: Any) -> str | None:
+    """The ``config.name`` of a layer entry ``{class_name, config}``, when it has one."""
+    config = entry.get("config") if isinstance(entry, Mapping) else None
+    name = config.get("name") if isinstance(config, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
 def _prefixes(layer: keras_files.FileLayer) -> list[str]:
     """Where ``layer``'s arrays are named: ``L/`` or, for a Bidirectional, its two layers."""
-    config = layer.config or {}
     if layer.class_name not in keras_layers.WRAPPERS:
         return [f"{layer.name}/"]
-    inner = config.get("layer")
-    inner_name = (inner.get("config") or {}).get("name") if isinstance(inner, Mapping) else None
-    backward = config.get("backward_layer")
-    backward_name = (backward.get("config") or {}).get("name") \
-        if isinstance(backward, Mapping) else None
-    return [f"{layer.name}/forward_{inner_name}/",
-            f"{layer.name}/backward_{backward_name or inner_name}/"]
+    config = layer.config or {}
+    inner = _config_name(config.get("layer"))
+    if inner is None:
+        raise FormatError(f"{layer.where}: layer {layer.describe()} wraps a layer without a "
+                          "name; expected config.layer = {class_name, config: {name, …}}, by "
+                          "which its weights are named. The file is damaged.")
+    backward = _config_name(config.get("backward_layer")) or inner
+    return [f"{layer.name}/forward_{inner}/", f"{layer.name}/backward_{backward}/"]
 
 
 def _named(opened: Opened, layer: keras_files.FileLayer, claimed: dict[str, str]) -> list[Stored]:
