@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-FRAMEWORKS = ("torch", "tensorflow", "keras", "tf_keras", "onnx", "onnxruntime", "h5py", "jax")
+FRAMEWORKS = ("torch", "tensorflow", "keras", "tf_keras", "onnx", "onnxruntime", "h5py", "jax",
+              "tensorflowjs")
 
 SCRIPT = """
 import sys

@@ -775,11 +775,11 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
             path = _model_json(Path(source))
         else:
             return f"the source is {describe(source)}, not a TF.js model: no framework check"
-        _, found, chosen = _stack_of(path, model)
+        opened, chosen = _stack_of(path, model)
         if isinstance(chosen, str):
             return f"{chosen}: no framework check"
-        strict = not found.unclaimed and all(layer.kind != "rnn" or layer in chosen
-                                             for layer in found.items)
+        # Other layers' weights (a Dense head's) have no variable in the stack's model.
+        strict = set(opened.stored) == {name for layer in chosen for name in layer.datasets}
         run = TfjsRun(path, np.asarray(x, np.float32),
                       _stack_topology(chosen, model.input_size), strict)
         answer = run_in_tfjs([run])
@@ -791,8 +791,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     return f"TF.js {version} (Node.js) loading {path.name}'s weights into the stack read", result
 
 
-def _stack_of(path: Path, model: Model) -> tuple[Opened, Layers,
-                                                  list[keras_files.FileLayer] | str]:
+def _stack_of(path: Path, model: Model) -> tuple[Opened, list[keras_files.FileLayer] | str]:
     """The stack of the file that reads as ``model`` (the one read), or why none does."""
     opened = open_source(path)
     found = layers_of(opened)
@@ -802,8 +801,8 @@ def _stack_of(path: Path, model: Model) -> tuple[Opened, Layers,
             part = stack[start:start + len(model.layers())]
             if len(part) == len(model.layers()) and keras_layers.stack_layers(
                     [keras_files._read_layer(layer, {}) for layer in part]) == model:
-                return opened, found, part
-    return opened, found, f"{path}: no stack of its layers reads as the model given"
+                return opened, part
+    return opened, f"{path}: no stack of its layers reads as the model given"
 
 
 FORMAT = Format(
