@@ -585,15 +585,10 @@ def _unique(name: str, used: dict[str, int]) -> str:
 
 
 def _activation_name(activation: Any) -> str:
+    """TF.js's name for one of ``spec``'s activations (:func:`holds_activations` held it:
+    a name every Keras shares, or Keras 2's ``hard_sigmoid``)."""
     names = keras_layers.keras_names(activation)
-    name = names.get(None, names.get(2))
-    if name is None:
-        raise UnsupportedFeatureError(
-            f"write(fmt='tfjs'): the activation {activation[0]}({activation[1]:g}, "
-            f"{activation[2]:g}) is Keras 3's hard_sigmoid (relu6(x + 3) / 6); TF.js computes "
-            "Keras 2's, clip(0.2·x + 0.5, 0, 1). Write another format (keras, onnx, npz). "
-            "Nothing was written.")
-    return name
+    return names.get(None) or names[2]
 
 
 def holds_activations(spec: Spec) -> bool:
