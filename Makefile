@@ -21,8 +21,9 @@ $(VENV)/.base: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.test: pyproject.toml requirements-test.txt | $(VENV)/bin/python
+$(VENV)/.test: pyproject.toml requirements-test.txt tests/js/package-lock.json | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e . -r requirements-test.txt
+	npm ci --prefix tests/js --silent --no-audit --no-fund
 	command -v chromium >/dev/null || { \
 	  echo "make test: installing Debian's chromium package (apt-get$(if $(SUDO), through sudo)):" \
 	       "a headless browser renders the rnnport explain --html pages in one test"; \
@@ -69,6 +70,7 @@ golden: $(VENV)/.test
 	$(PY) tools/golden_ncnn.py
 	$(PY) tools/golden_openvino.py
 	$(PY) tools/golden_paddle.py
+	$(PY) tools/golden_tfjs.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

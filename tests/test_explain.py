@@ -89,6 +89,11 @@ def test_every_pair_names_every_array_and_labels_every_element(cell: str, source
         with pytest.raises(rnnport.UnsupportedFeatureError, match="no simple RNN cell"):
             explained(cell, source, target)
         return
+    if cell == "gru" and not all(rnnport.formats.get(fmt).reset_after for fmt in (source, target)):
+        # nor a format with the reset-before GRU alone a layout of the reset-after one
+        with pytest.raises(rnnport.UnsupportedFeatureError, match="cannot hold a reset-after GRU"):
+            explained(cell, source, target)
+        return
     explanation = explained(cell, source, target)
     text = explanation.text(color=False)
     found = sections(text)
@@ -402,8 +407,11 @@ def test_flat_formats_are_found() -> None:
     assert set(FLAT) >= {"cudnn", "miopen"}
 
 
-@pytest.mark.parametrize(("cell", "source", "target"),
-                         list(itertools.product(("lstm", "gru"), FORMATS, FLAT)))
+@pytest.mark.parametrize(("cell", "source", "target"), [
+    (cell, source, target) for cell, source, target in itertools.product(("lstm", "gru"), FORMATS,
+                                                                         FLAT)
+    # the flat buffers hold the reset-after GRU alone: no GRU a format without one shares
+    if cell != "gru" or rnnport.formats.get(source).reset_after])
 def test_block_map_holds_what_the_writer_wrote_for_a_2_layer_bidirectional_network(
         cell: str, source: str, target: str) -> None:
     """Every block of the map, read out of a buffer written from random weights, holds the

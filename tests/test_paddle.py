@@ -10,8 +10,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ import rnnport
 from rnnport import RNN, Spec
 from rnnport.errors import FormatError, RnnportError, UnsupportedFeatureError
 from rnnport.formats import get
-from rnnport.formats.paddle import layer_for
 from rnnport.formats.paddle.state import unpickled
 
 GOLDEN = Path(__file__).parent / "golden" / "paddle"
@@ -39,14 +36,37 @@ def _options(meta: dict[str, Any]) -> dict[str, Any]:
     return {"activation": meta["layer"]["activation"]} if "activation" in meta["layer"] else {}
 
 
-@pytest.fixture(scope="module")
-def paddle() -> Iterator[Any]:
-    """PaddlePaddle, a test dependency: missing, the live tests fail."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import paddle
+# Paddle runs in a process of its own: imported after TensorFlow (which other tests of the
+# same worker may have loaded) it crashes the process. Missing, the live tests fail.
+_PADDLE = """
+import json, sys
+import numpy as np
+from rnnport.formats.paddle._run import layer_for, quiet
+from rnnport.spec import Spec
 
-    yield paddle
+jobs = json.load(open(sys.argv[1]))
+done = {}
+with quiet():
+    import paddle
+
+    for job in jobs["restore"]:
+        layer = layer_for(Spec(**job["spec"]))
+        missing, unexpected = layer.set_state_dict(paddle.load(job["path"]))
+        layer.eval()
+        y, _ = layer(paddle.to_tensor(np.load(job["x"])))
+        np.save(job["y"], y.numpy())
+        done[job["path"]] = [list(missing), list(unexpected)]
+    built = paddle.nn.GRU(3, 4, bias_ih_attr=False, bias_hh_attr=False)  # built, never run
+    done["bias_free_keys"] = list(built.state_dict())
+json.dump(done, open(jobs["out"], "w"))
+"""
+
+
+def _in_paddle(jobs: dict[str, Any], folder: Path) -> dict[str, Any]:
+    (folder / "jobs.json").write_text(json.dumps({**jobs, "out": str(folder / "done.json")}))
+    subprocess.run([sys.executable, "-c", _PADDLE, str(folder / "jobs.json")], check=True,
+                   capture_output=True, timeout=300)
+    return dict(json.loads((folder / "done.json").read_text()))
 
 
 # -- golden files, read without paddle ---------------------------------------------------------
@@ -152,27 +172,48 @@ SPECS = {
 }
 
 
-def test_paddle_restores_and_runs_what_rnnport_writes(paddle: Any, tmp_path: Path) -> None:
+def test_paddle_restores_and_runs_what_rnnport_writes(tmp_path: Path) -> None:
+    """``set_state_dict(paddle.load(path))`` into the layer paddle builds for the spec, run
+    there; and a bias-free network in the layout of paddle's own bias-free layer."""
     x = np.random.default_rng(3).uniform(-1, 1, (2, 6, 5)).astype(np.float32)
+    models, restore = {}, []
     for name, spec in SPECS.items():
-        model = RNN.random(spec, seed=len(name))
-        path = rnnport.write(model, "paddle", path=tmp_path / f"{name}.pdparams") and \
-            tmp_path / f"{name}.pdparams"
-        layer = layer_for(spec)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a bias-free network's other names: skipped
-            missing, unexpected = layer.set_state_dict(paddle.load(str(path)))
+        models[name] = model = RNN.random(spec, seed=len(name))
+        path = tmp_path / f"{name}.pdparams"
+        rnnport.write(model, "paddle", path=path)
+        np.save(tmp_path / f"{name}_x.npy", x[..., :spec.input_size])
+        restore.append({"path": str(path), "x": str(tmp_path / f"{name}_x.npy"),
+                        "y": str(tmp_path / f"{name}_y.npy"),
+                        "spec": {"cell": spec.cell, "input_size": spec.input_size,
+                                 "hidden_size": spec.hidden_size, "num_layers": spec.num_layers,
+                                 "bidirectional": spec.bidirectional,
+                                 "proj_size": spec.proj_size}})
+    done = _in_paddle({"restore": restore}, tmp_path)
+    for name, spec in SPECS.items():
+        model, path = models[name], str(tmp_path / f"{name}.pdparams")
+        missing, unexpected = done[path]
         assert (missing, unexpected) == (([], []) if spec.bias else
                                          ([k for k in missing if ".cell" not in k],
                                           [k for k in unexpected if ".cell" not in k])), name
-        layer.eval()
-        inputs = x[..., :spec.input_size]
-        y, _ = layer(paddle.to_tensor(inputs))
-        want, _ = model.forward(inputs)
-        np.testing.assert_allclose(np.asarray(y.numpy()), want, atol=1e-5, rtol=0,
-                                   err_msg=name)
-        label, theirs = get("paddle").framework_forward(path, model, inputs)  # type: ignore[misc]
-        np.testing.assert_allclose(theirs, want, atol=1e-5, rtol=0, err_msg=label)
+        want, _ = model.forward(x[..., :spec.input_size])
+        np.testing.assert_allclose(np.load(tmp_path / f"{name}_y.npy"), want, atol=1e-5,
+                                   rtol=0, err_msg=name)
+    # The network without biases: paddle's own bias-free layer has these keys.
+    written = rnnport.write(RNN.random(Spec("gru", 3, 4, bias=False)), "paddle")
+    assert list(written) == done["bias_free_keys"]
+    assert not np.any(written["0.cell.bias_ih"]) and not np.any(written["0.cell.bias_hh"])
+    assert rnnport.read(written, "paddle").spec.bias is False
+
+
+def test_convert_verify_runs_paddle_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """The framework check: a written .pdparams and a time-major inference model."""
+    x = np.random.default_rng(4).uniform(-1, 1, (2, 6, 4)).astype(np.float32)
+    model = RNN.random(SPECS["lstm_bi_2layer"], seed=5)
+    rnnport.write(model, "paddle", path=tmp_path / "m.pdparams")
+    label, theirs = get("paddle").framework_forward(  # type: ignore[misc]
+        tmp_path / "m.pdparams", model, x)
+    assert "paddle.load of m.pdparams" in label
+    np.testing.assert_allclose(theirs, model.forward(x)[0], atol=1e-5, rtol=0)
     _, expected = _case("gru_time_major")
     label, y = get("paddle").framework_forward(  # type: ignore[misc]
         GOLDEN / "gru_time_major" / "inference.json", rnnport.read(GOLDEN / "gru_time_major"
@@ -212,15 +253,6 @@ def test_older_pickle_protocols_and_big_array_slices_read(tmp_path: Path) -> Non
         "OriginShape": whole.shape, "slices": ["0.cell.weight_ih@@.0", "0.cell.weight_ih@@.1"]}}
     (tmp_path / "sliced.pdparams").write_bytes(pickle.dumps(sliced, protocol=2))
     assert rnnport.read(tmp_path / "sliced.pdparams") == model
-
-
-def test_a_network_without_biases_is_written_as_paddles_bias_free_layer(paddle: Any) -> None:
-    spec = Spec("gru", 3, 4, bias=False)
-    written = rnnport.write(RNN.random(spec), "paddle")
-    made = paddle.nn.GRU(3, 4, bias_ih_attr=False, bias_hh_attr=False)  # built, never run
-    assert list(written) == list(made.state_dict())
-    assert not np.any(written["0.cell.bias_ih"]) and not np.any(written["0.cell.bias_hh"])
-    assert rnnport.read(written, "paddle").spec.bias is False
 
 
 def test_copies_that_disagree_are_refused() -> None:

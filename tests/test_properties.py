@@ -21,6 +21,7 @@ ACTIVATIONS = {"lstm": (("HardSigmoid", 0.3, 0.4), ("Tanh", 0, 0), ("Softsign", 
 # How an UnsupportedFeatureError names each feature (written here, not taken from rnnport).
 NAMES = {"projection": "projection", "peepholes": "peepholes", "cell_clip": "cell clip",
          "gate_clip": "gate clip", "input_forget": "coupled input and forget gates",
+         "reset_after": "reset-after GRU",
          "activations": "non-default activations", "reset_before": "reset-before GRU",
          "reverse": "reverse-only network", "proj_bias": "projection bias",
          "layer_norm": "layer-norm LSTM", "simple_rnn": "simple RNN",
@@ -84,6 +85,7 @@ def used(spec: Spec) -> list[str]:
         ("cell_clip", spec.cell_clip is not None), ("gate_clip", spec.gate_clip is not None),
         ("input_forget", spec.input_forget), ("activations", bool(spec.activations)),
         ("reset_before", spec.cell == "gru" and not spec.reset_after),
+        ("reset_after", spec.cell == "gru" and spec.reset_after),
         ("reverse", spec.reverse), ("proj_bias", spec.proj_bias),
         ("layer_norm", spec.layer_norm), ("simple_rnn", spec.cell.startswith("rnn")),
         ("relu_rnn", spec.cell == "rnn_relu")) if on]
@@ -255,6 +257,7 @@ def _spec_using(feature: str) -> Spec:
             "input_forget": Spec("lstm", 2, 3, input_forget=True),
             "activations": Spec("gru", 2, 3, activations=ACTIVATIONS["gru"]),
             "reset_before": Spec("gru", 2, 3, reset_after=False),
+            "reset_after": Spec("gru", 2, 3),
             "reverse": Spec("gru", 2, 3, reverse=True),
             "proj_bias": Spec("lstm", 2, 3, proj_size=2, proj_bias=True),
             "layer_norm": Spec("lstm", 2, 3, layer_norm=True),

@@ -20,11 +20,12 @@ HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the ``.tflite`` f
 TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
 in ``tests/golden/jax``, the ``.onnx`` files PyTorch's exporters and ONNX Runtime's quantizer
 wrote in ``tests/golden/onnx``, the ``.pdparams`` files and inference models (a program with its
-``.pdiparams``) PaddlePaddle saved in ``tests/golden/paddle``, and golden Keras and PyTorch
-cases saved by rnnport in every file form a registered format writes (each file name ending
-it declares; names that give the same bytes, such as .pth beside .pt, make one seed). Case
-``k`` mutates seed ``k mod n`` with a generator seeded by ``(seed, k)``, so ``--seed`` and the
-case number reproduce any input.
+``.pdiparams``) PaddlePaddle saved in ``tests/golden/paddle``, the TensorFlow.js layers models
+(``model.json`` and its shards) TensorFlow.js's converter wrote in ``tests/golden/tfjs``, and
+golden Keras and PyTorch cases saved by rnnport in every file form a registered format writes
+(each file name ending it declares; names that give the same bytes, such as .pth beside .pt,
+make one seed). Case ``k`` mutates seed ``k mod n`` with a generator seeded by ``(seed, k)``,
+so ``--seed`` and the case number reproduce any input.
 Mutations: bit flips, random and boundary-value bytes and integers, truncation, deleted,
 repeated and spliced ranges, and format-aware ones that keep the container's checksums right
 so the damage reaches the parser underneath (zip members rewritten with fresh CRC-32s, JSON
@@ -203,6 +204,12 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             target = folder / f"framework_paddle_{program.parent.name}"
             shutil.copytree(program.parent, target)
             seeds.append(Seed(target.name, fmt, target, program.name, {}))
+    for path in sorted((GOLDEN / "tfjs").glob("*/model.json")):  # TensorFlow.js's converter
+        fmt = formats.sniff(path)
+        if fmt in only:
+            target = folder / f"framework_tfjs_{path.parent.name}"
+            shutil.copytree(path.parent, target)
+            seeds.append(Seed(target.name, fmt, target, path.name, {}))
     for name in GOLDEN_CASES:
         with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as data:
             arrays = dict(data)
@@ -986,6 +993,8 @@ def mutate(rng: random.Random, seed: Seed, all_seeds: list[Seed], folder: Path,
         mutated, how = mutate_index(rng, data), "index block"
     elif kind < 0.4 and data[4:8] == b"TFL3":
         mutated, how = mutate_flatbuffer(rng, data), "flatbuffer word"
+    elif kind < 0.4 and target.suffix == ".json":
+        mutated, how = mutate_json(rng, data), "JSON value"
     elif kind < 0.5:
         others = [path for other in all_seeds if other.fmt == seed.fmt and other is not seed
                   for path in other.files() if path.suffix == target.suffix]

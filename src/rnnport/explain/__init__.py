@@ -28,7 +28,8 @@ orientations, offsets and counts in the text are read off the decoded tables
 (:mod:`.rules`); :mod:`.terminal` and :mod:`.page` draw them.
 
 A GRU is reset-after unless ``reset_before=True`` asks for the other GRU (refused, naming the
-formats that hold it, where a format's declared ``features`` lack ``reset_before``). For a
+formats that hold it, where a format's declared ``features`` lack ``reset_before``; a format
+declaring ``reset_after=False`` refuses the reset-after GRU the same way). For a
 network of several layers or two directions the tables show layer 0's forward direction, and
 the whole network is traced as well: a format that writes one 1-D buffer gets its block map
 (:mod:`.blocks`), every layer × direction × matrix / bias at the offsets where the writer put
@@ -97,7 +98,8 @@ def explain(cell: str, source: str, target: str, *, input_size: int = 2,
 
     ``cell`` is ``"lstm"``, ``"gru"`` or ``"rnn"`` (also ``"rnn_tanh"``, ``"rnn_relu"``);
     ``source`` and ``target`` are names from :func:`rnnport.formats`. A GRU is the reset-after
-    GRU every registered format holds, or with ``reset_before=True`` the reset-before GRU,
+    GRU (which formats declaring ``reset_after=False`` refuse), or with ``reset_before=True``
+    the reset-before GRU,
     ``n = tanh(W_n x + R_n(r∘h) + bW_n + bR_n)``, which only some formats hold (their
     declared ``features`` include ``reset_before``; the others are refused with an error
     naming those that do).

@@ -172,7 +172,7 @@ def _gru_rule(spec: Spec) -> str:
 def _gru_counts(spec: Spec, fmt: str) -> tuple[int, int] | None:
     """(reset-before, reset-after) parameters of one layer of ``spec`` as ``fmt`` stores them,
     where ``fmt`` holds both GRUs and their counts differ; else None."""
-    if spec.cell != "gru" or "reset_before" not in get(fmt).features:
+    if spec.cell != "gru" or not {"reset_before", "reset_after"} <= get(fmt).held_features:
         return None
     before, after = (param_count(model, fmt, **get(fmt).write_options_for(model.spec))
                      for model in (RNN.random(spec.replace(reset_after=flag),

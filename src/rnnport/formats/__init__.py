@@ -29,6 +29,9 @@ What the format can hold:
   or ``rnn_tanh`` for a simple RNN that computes tanh only; a simple RNN is refused by a
   format without one as the feature ``simple_rnn``, a relu one by a format with
   ``rnn_tanh`` as the feature ``relu_rnn``.
+* ``reset_after``: whether it holds the reset-after GRU (default True); a runtime with the
+  reset-before GRU alone (TensorFlow.js) declares False, and refuses it as the feature
+  ``reset_after``.
 * ``features``: which optional features of :class:`~rnnport.Spec` it holds, out of
   ``projection``, ``proj_bias``, ``peepholes``, ``layer_norm``, ``cell_clip``,
   ``gate_clip``, ``input_forget``, ``activations``, ``reset_before``, ``reverse``; writing a
@@ -219,6 +222,9 @@ _REGISTRY: dict[str, Entry] = {
         Entry("paddle", "rnnport.formats.paddle",
               "PaddlePaddle nn.LSTM/GRU/SimpleRNN state dicts and .pdparams files, jit.save "
               "inference models (PIR .json or .pdmodel with .pdiparams), read without paddle"),
+        Entry("tfjs", "rnnport.formats.tfjs",
+              "TensorFlow.js layers models (model.json and its weight shards; read with NumPy "
+              "alone, written as models tf.loadLayersModel runs)"),
     )
 }
 

@@ -170,6 +170,7 @@ class Format:
     dtypes: frozenset[str] | None = None
     fixed_input: Callable[[Any], tuple[int, int] | None] | None = None
     cells: frozenset[str] = frozenset({"lstm", "gru", "rnn"})
+    reset_after: bool = True
     drops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     engines: tuple[Engine, ...] = ()
 
@@ -275,11 +276,11 @@ class Format:
     @property
     def held_features(self) -> frozenset[str]:
         """The declared features, ``simple_rnn`` where ``cells`` has the simple RNN
-        (``rnn`` or ``rnn_tanh``), and ``relu_rnn`` where it has both its activations
-        (``rnn``)."""
+        (``rnn`` or ``rnn_tanh``), ``relu_rnn`` where it has both its activations (``rnn``),
+        and ``reset_after`` unless the format declares ``reset_after=False``."""
         simple = ({"simple_rnn"} if self.cells & {"rnn", "rnn_tanh"} else set()) \
             | ({"relu_rnn"} if "rnn" in self.cells else set())
-        return self.features | simple
+        return self.features | simple | ({"reset_after"} if self.reset_after else frozenset())
 
     def holds(self, spec: Spec) -> frozenset[str]:
         """The features this format holds of ``spec``: its declared ones, the simple RNN cell
@@ -335,6 +336,7 @@ FEATURE_CODES = {"projection": ("P", "LSTM projection"), "peepholes": ("p", "LST
                  "input_forget": ("f", "coupled input-forget gates"),
                  "activations": ("a", "non-default activations"),
                  "reset_before": ("r", "reset-before GRU"),
+                 "reset_after": ("R", "reset-after GRU"),
                  "reverse": ("v", "reverse-only direction"),
                  "proj_bias": ("B", "LSTM projection bias"),
                  "layer_norm": ("n", "layer-norm LSTM"),
@@ -388,6 +390,10 @@ def features_of(spec: Spec) -> list[tuple[str, str, str]]:
         used.append(("reverse", "a reverse-only network (its one direction runs from each "
                      "sequence's end)", "its output at time t depends on the inputs after t, "
                      "not before"))
+    if spec.cell == "gru" and spec.reset_after:
+        used.append(("reset_after", "a reset-after GRU",
+                     "its candidate is tanh(W_n x + bW_n + r∘(R_n h + bR_n)), not tanh(W_n x + "
+                     "R_n(r∘h) + b); no conversion between the two GRUs is exact"))
     if spec.cell == "gru" and not spec.reset_after:
         used.append(("reset_before", "a reset-before GRU",
                      "its candidate is tanh(W_n x + R_n(r∘h) + b), not tanh(W_n x + "

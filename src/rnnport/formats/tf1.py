@@ -755,7 +755,7 @@ def _check_cell(cell: Cell, spec: Spec, options: Mapping[str, Any], where: str) 
             f"{where}: a {cell.name} cannot hold {spec.describe(article=True)}; choose a "
             f"{spec.cell.split('_')[0].upper()} cell (e.g. cell={_default_cell(spec).name!r}).")
     # The family matched above: a simple RNN is this cell's own kind.
-    missing = missing_feature(spec, cell.holds | {"simple_rnn", "relu_rnn"})
+    missing = missing_feature(spec, cell.holds | {"simple_rnn", "relu_rnn", "reset_after"})
     if missing is not None:
         key, what, why = missing
         holders = [c.name for c in CELLS.values() if key in c.holds and c.family == cell.family]

@@ -539,7 +539,8 @@ def _kind(class_name: str, config: Mapping[str, Any]) -> str:
     if class_name in keras_layers.WRAPPERS:
         inner = config.get("layer")
         inner_class = inner.get("class_name") if isinstance(inner, Mapping) else None
-        return "rnn" if inner_class in keras_layers.RNN_LAYERS else "recurrent"
+        return "rnn" if isinstance(inner_class, str) and inner_class in keras_layers.RNN_LAYERS \
+            else "recurrent"
     if class_name in keras_layers.PASSIVE_LAYERS:
         return "passive"
     if isinstance(config.get("layers"), list):  # a nested model

@@ -50,12 +50,9 @@ the network; ``paddle.jit.load`` for an inference model) and run it.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import os
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +64,7 @@ from ...io.inputs import read_file
 from ...model import RNN, Model, Stack, stack
 from ...spec import Spec
 from .._common import describe, is_path, listed
+from .._jobs import run_job
 from .._protocol import Choices, Format, Suffix
 from .program import PROGRAM_SUFFIXES, Program, RnnOp, load_program, parameters
 from .state import (
@@ -417,82 +415,31 @@ def read_options_for(spec: Spec) -> dict[str, Any]:
 # -- running it in paddle ---------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Paddle's import and first run print warnings and log lines: kept out of the output."""
-    os.environ.setdefault("GLOG_minloglevel", "2")  # its C++ log, read when paddle loads
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        yield
-
-
-def layer_for(spec: Spec, time_major: bool = False) -> Any:
-    """The ``paddle.nn`` layer computing a network of ``spec`` (needs paddle); with biases
-    always (paddle 3.3 cannot run a layer made with ``bias_*_attr=False``: its rnn kernel
-    crashes), zeros for a network without."""
-    import paddle
-
-    direction = "bidirect" if spec.bidirectional else "forward"
-    sizes = (spec.input_size, spec.hidden_size, spec.num_layers, direction, time_major)
-    if spec.cell == "lstm":
-        return paddle.nn.LSTM(*sizes, proj_size=spec.proj_size)
-    if spec.cell == "gru":
-        return paddle.nn.GRU(*sizes)
-    return paddle.nn.SimpleRNN(*sizes, activation=spec.nonlinearity)
-
-
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
-    """Paddle computing ``y`` for ``x`` (batch, time, I) from the file itself: a ``.pdparams``
+    """Paddle computing ``y`` for ``x`` (batch, time, I) from the file itself, in a process of
+    its own (paddle crashes when imported after TensorFlow; :mod:`._run`): a ``.pdparams``
     through ``paddle.load`` and ``set_state_dict`` into a layer built for ``model``, an
     inference model through ``paddle.jit.load``; or why not."""
     if importlib.util.find_spec("paddle") is None:
         return "PaddlePaddle is not installed: no framework check"
     if isinstance(model, Stack):
         return "a stack of differing parts is no single paddle layer: no framework check"
-    if not is_path(source) or kind_of(source) is None:
+    kind = kind_of(source) if is_path(source) else None
+    if kind is None:
         return "only a paddle file is loaded by paddle itself: no framework check"
-    kind = kind_of(source)
-    with _quiet():
-        import paddle
-
-        try:
-            if kind in ("program", "pdiparams", "prefix"):
-                program_path, _ = _program_paths(source)
-                _, program, op = _read_program(source, {})
-                if op.time_major is None or len(program.rnns) > 1 or program.others:
-                    return ("the inference model computes more than its rnn operator, or takes "
-                            "its input in a layout rnnport does not follow: no framework check")
-                loaded = paddle.jit.load(os.fspath(program_path.with_suffix("")))
-                loaded.eval()
-                feed = np.ascontiguousarray(x.transpose(1, 0, 2)) if op.time_major else x
-                out = loaded(paddle.to_tensor(feed))
-                y = np.asarray((out[0] if isinstance(out, (list, tuple)) else out).numpy())
-                return (f"paddle.jit.load running {program_path.name}",
-                        y.transpose(1, 0, 2) if op.time_major else y)
-            layer = layer_for(model.spec)
-            _, _, network = _read_state(source, {"activation": model.spec.nonlinearity}
-                                        if model.spec.cell.startswith("rnn") else {})
-            state = paddle.load(os.fspath(source))
-            own = {key: tuple(value.shape) for key, value in layer.state_dict().items()}
-            picked = {key[len(network.prefix):]: value for key, value in state.items()
-                      if isinstance(key, str) and key.startswith(network.prefix)}
-            # A network without biases in a layer paddle gives zero biases: the PyTorch-named
-            # copies sit elsewhere there, so the cells' keys alone go in.
-            taken = {key: value for key, value in picked.items()
-                     if own.get(key) == tuple(np.shape(value))}
-            missing = [key for key in own if ".cell" in key and key not in taken]
-            if missing:
-                return (f"paddle's {type(layer).__name__} does not take the file's keys "
-                        f"({listed(missing)} missing): no framework check")
-            layer.set_state_dict(taken)
-            layer.eval()
-            y, _ = layer(paddle.to_tensor(x))
-            return f"paddle.load of {Path(source).name} into a {type(layer).__name__}", \
-                np.asarray(y.numpy())
-        except Exception as error:  # paddle's errors have no common base
-            said = str(error).strip().splitlines()
-            return (f"paddle cannot run {os.fspath(source)} "
-                    f"({said[-1][:200] if said else type(error).__name__}): no framework check")
+    spec = model.spec
+    job = {"source": os.fspath(Path(source).resolve()), "kind": kind,
+           "spec": {"cell": spec.cell, "input_size": spec.input_size,
+                    "hidden_size": spec.hidden_size, "num_layers": spec.num_layers,
+                    "bidirectional": spec.bidirectional, "proj_size": spec.proj_size}}
+    y = run_job(["-m", "rnnport.formats.paddle._run"], job, np.asarray(x), os.fspath(source),
+                runtime="PaddlePaddle", environment={"GLOG_minloglevel": "2"})
+    if isinstance(y, str):
+        return f"{y}: no framework check"
+    label = (f"paddle.jit.load running {_program_paths(source)[0].name}"
+             if kind in ("program", "pdiparams", "prefix")
+             else f"paddle.load of {Path(source).name} into a paddle.nn layer")
+    return label, y
 
 
 def input_files(path: Path) -> list[Path]:

@@ -101,8 +101,15 @@ GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
 
 
 def _is_module(value: Any) -> bool:
-    return hasattr(value, "state_dict") and (
+    """A PyTorch recurrent module (or a subclass of one), told from other frameworks' layers
+    of the same names and attributes by the module its class comes from."""
+    return hasattr(value, "state_dict") and _from_torch(value) and (
         getattr(value, "mode", None) in MODULE_MODES or _is_cell(value))
+
+
+def _from_torch(value: Any) -> bool:
+    return any(str(getattr(kind, "__module__", "")).split(".")[0] == "torch"
+               for kind in type(value).__mro__)
 
 
 def _is_cell(value: Any) -> bool:
