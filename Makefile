@@ -36,12 +36,16 @@ demo: $(VENV)/.base
 	@echo "rnnport is installed in $(VENV): run $(VENV)/bin/rnnport --help, or activate the" \
 	      "environment with '. $(VENV)/bin/activate' and run rnnport --help"
 
+# The suite runs in parallel (pytest-xdist), one worker per core up to 4; TEST_JOBS=1 runs it
+# in one process. The 20 slowest tests are listed at the end.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_JOBS) --durations=20
 
 # The quick loop: leaves out the tests marked slow (the long fuzz pass, live framework checks).
 test-fast: lint typecheck
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -n $(TEST_JOBS) -m "not slow"
 
 lint: $(VENV)/.test
 	$(PY) -m ruff check src tests tools examples bench
