@@ -19,7 +19,9 @@ the files in ``tests/golden/files`` (legacy Keras
 HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the ``.tflite`` files
 TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
 in ``tests/golden/jax``, the ``.onnx`` files PyTorch's exporters and ONNX Runtime's quantizer
-wrote in ``tests/golden/onnx``, the ``.pdparams`` files and inference models (a program with its
+wrote in ``tests/golden/onnx``, the ncnn ``.param`` files (with their ``.bin``) pnnx wrote in
+``tests/golden/ncnn``, the OpenVINO IRs (``.xml`` with its ``.bin``) ``openvino.save_model``
+wrote in ``tests/golden/openvino``, the ``.pdparams`` files and inference models (a program with its
 ``.pdiparams``) PaddlePaddle saved in ``tests/golden/paddle``, the TensorFlow.js layers models
 (``model.json`` and its shards) TensorFlow.js's converter wrote in ``tests/golden/tfjs``, and
 golden Keras and PyTorch cases saved by rnnport in every file form a registered format writes
@@ -198,6 +200,18 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             target.mkdir()
             shutil.copyfile(path, target / path.name)
             seeds.append(Seed(target.name, fmt, target, path.name, _quantized(path)))
+    pairs = [(param, param.with_suffix(".bin"))  # pnnx wrote them
+             for param in sorted((GOLDEN / "ncnn").glob("*.ncnn.param"))]
+    pairs += [(xml, xml.with_suffix(".bin"))  # openvino.save_model wrote them
+              for xml in sorted((GOLDEN / "openvino").glob("*.xml"))]
+    for path, beside in pairs:  # a file read with the one beside it
+        fmt = formats.sniff(path)
+        if fmt in only:
+            target = folder / f"framework_{path.parent.name}_{path.name.replace('.', '_')}"
+            target.mkdir()
+            shutil.copyfile(path, target / path.name)
+            shutil.copyfile(beside, target / beside.name)
+            seeds.append(Seed(target.name, fmt, target, path.name, {}))
     for program in sorted((GOLDEN / "paddle").glob("*/inference.*")):  # a program, its params
         fmt = formats.sniff(program)
         if program.suffix in (".json", ".pdmodel") and fmt in only:
