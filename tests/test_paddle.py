@@ -23,7 +23,9 @@ from rnnport.formats import get
 from rnnport.formats.paddle.state import unpickled
 
 GOLDEN = Path(__file__).parent / "golden" / "paddle"
-CASES = sorted(json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"])
+ALL_CASES = sorted(json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"])
+MODEL = "crnn_branch"  # a model around its networks: read by op= and prefix= (its own test)
+CASES = [name for name in ALL_CASES if name != MODEL]
 
 
 def _case(name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -148,9 +150,64 @@ def test_a_state_dict_with_two_networks_needs_prefix() -> None:
     assert any("head.weight" in note for note in notes)
 
 
+def test_a_model_around_its_network_reads_it_inside_control_flow_and_a_checkpoint() -> None:
+    """A Linear and an int64 buffer before, an if around the LSTM (a GRU in the other
+    branch), a head after; the checkpoint {"model": state_dict, "epoch": 1} keeps its tensors
+    as (name, array) tuples; its optimizer state beside it is told apart."""
+    meta, expected = _case(MODEL)
+    folder = GOLDEN / MODEL
+    program = rnnport.read(folder / "inference.json", op=0)
+    y, (h, c) = program.forward(expected["x"])
+    for mine, theirs in ((y, "y"), (h, "h"), (c, "c")):
+        np.testing.assert_allclose(mine, expected[theirs], atol=meta["tolerance"], rtol=0)
+    assert rnnport.read(folder / "inference.json", op=1).spec.cell == "gru"
+    notes = get("paddle").source_notes(folder / "inference.json", op=0)
+    assert any("runs inside a control-flow block" in note for note in notes), notes
+    assert any("if ×1" in note for note in notes), notes
+    checkpoint = folder / "model.pdparams"
+    with pytest.raises(rnnport.AmbiguousSourceError, match="'model.neck.encoder.lstm.'"):
+        rnnport.read(checkpoint)
+    assert rnnport.read(checkpoint, prefix="model.neck.encoder.lstm.") == program
+    notes = get("paddle").source_notes(checkpoint, prefix="model.neck.encoder.lstm")
+    assert any("model.steps" in note and "epoch" in note for note in notes), notes
+    with pytest.raises(FormatError, match="an optimizer's state .* read the .pdparams"):
+        rnnport.read(folder / "model.pdopt", "paddle")
+
+
+def test_bfloat16_state_dicts_read_exactly(tmp_path: Path) -> None:
+    """paddle.save writes a bfloat16 tensor as the uint16 array of its bits."""
+    model = rnnport.read(GOLDEN / "gru" / "model.pdparams")
+    state = rnnport.write(model, "paddle")
+    bits = {key: (value.view(np.uint32) >> 16).astype(np.uint16) for key, value in state.items()}
+    path = tmp_path / "bf16.pdparams"
+    path.write_bytes(pickle.dumps(bits, protocol=4))
+    read = rnnport.read(path)
+    for key, value in read.params[0][0].items():
+        widened = (bits[f"0.cell.{key}"].astype(np.uint32) << 16).view(np.float32)
+        assert read.dtype == np.float32 and np.array_equal(value, widened), key
+    notes = get("paddle").source_notes(path)
+    assert any("stored as bfloat16" in note for note in notes), notes
+    tensor = tmp_path / "tensor.pdparams"
+    tensor.write_bytes(pickle.dumps(_Tensor("lstm_cell_0.w_0", bits["weight_ih_l0"]), protocol=4))
+    with pytest.raises(FormatError, match="one tensor \\('lstm_cell_0.w_0'\\), as "
+                       "paddle.save\\(tensor, path\\) writes"):
+        rnnport.read(tensor)
+
+
+class _Tensor:
+    """A tensor as paddle.save pickles one outside a state dict: builtins.tuple of
+    (name, array)."""
+
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        self.name, self.array = name, array
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, ((self.name, self.array),))
+
+
 def test_reading_imports_no_framework() -> None:
     paths = [str(path) for path in sorted(GOLDEN.glob("*/*"))
-             if path.suffix in (".pdparams", ".json", ".pdmodel")]
+             if path.suffix in (".pdparams", ".json", ".pdmodel") and path.parent.name != MODEL]
     script = ("import sys, rnnport\n"
               f"for path in {paths!r}:\n"
               "    rnnport.read(path, activation='relu' if 'relu' in path else None)\n"
@@ -220,6 +277,14 @@ def test_convert_verify_runs_paddle_in_a_process_of_its_own(tmp_path: Path) -> N
                                                                   / "inference.json"),
         np.ascontiguousarray(expected["x"].transpose(1, 0, 2)))
     np.testing.assert_allclose(y.transpose(1, 0, 2), expected["y"], atol=1e-5, rtol=0)
+    # A checkpoint: the network's keys under "model." inside it, found there by paddle too.
+    checkpoint = GOLDEN / MODEL / "model.pdparams"
+    network = rnnport.read(checkpoint, prefix="model.neck.encoder.lstm.")
+    _, expected = _case(MODEL)
+    label, y = get("paddle").framework_forward(  # type: ignore[misc]
+        checkpoint, network, expected["x"])
+    assert "paddle.load of model.pdparams" in label
+    np.testing.assert_allclose(y, expected["y"], atol=1e-5, rtol=0)
 
 
 # -- damaged and hostile files ---------------------------------------------------------------

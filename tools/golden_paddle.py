@@ -20,6 +20,15 @@ Files, per case ``<name>``: ``<name>/model.pdparams`` and, where the case has on
 ``tolerance``), ``x`` (the input, time-major where the layer is) and paddle's own outputs
 for it: ``y`` (in the layer's major order), ``h`` ((L·D, batch, H_out)) and, for an LSTM,
 ``c``.
+
+The ``crnn_branch`` case is a model as packages ship them rather than a bare layer: a
+``Linear`` ``pre`` and an int64 buffer ``steps`` before the network, the bidirectional LSTM
+``neck.encoder.lstm`` run inside an ``if`` (a ``paddle.nn.GRU`` ``alt`` in the other branch,
+so the PIR program holds its two ``rnn`` operators in the ``if``'s blocks), a ``Linear``
+``head`` after; ``paddle.jit.save`` writes it, and ``paddle.save`` a training checkpoint
+``{"model": state_dict, "epoch": 1}`` (its tensors pickled as ``(name, array)`` tuples),
+with the optimizer's state beside it (``model.pdopt``). ``x`` is the LSTM's input (what
+``pre`` and the buffer make of the model's input), ``y``, ``h``, ``c`` the LSTM's outputs.
 """
 
 from __future__ import annotations
@@ -58,6 +67,11 @@ CASES: dict[str, tuple[str, str, dict[str, Any], int, tuple[str, ...]]] = {
                   {"input_size": 4, "hidden_size": 8, "proj_size": 3}, 5, ("pdparams",)),
     "gru_static": ("a GRU saved by paddle.static.save_inference_model as a .pdmodel "
                    "ProgramDesc", "GRU", {"input_size": 4, "hidden_size": 8}, 5, ("pdmodel",)),
+    "crnn_branch": ("a model: Linear, an int64 buffer, then a bidirectional LSTM "
+                    "(neck.encoder.lstm) inside an if (a GRU in the else branch), a Linear head; "
+                    "jit.save, and a paddle.save checkpoint {'model': state_dict, 'epoch': 1}",
+                    "LSTM", {"input_size": 6, "hidden_size": 5, "direction": "bidirect"}, 5,
+                    ("composite",)),
 }
 
 
@@ -161,7 +175,69 @@ def _make_static(name: str, out: Path) -> Made:
                    [f"{name}/inference.pdmodel", f"{name}/inference.pdiparams"], False)
 
 
+def _make_composite(name: str, out: Path) -> Made:
+    """The ``crnn_branch`` model (module docstring)."""
+    import paddle
+
+    _, _, arguments, time, _ = CASES[name]
+
+    class Encoder(paddle.nn.Layer):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = paddle.nn.LSTM(**arguments)
+
+    class Neck(paddle.nn.Layer):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = Encoder()
+
+    class Model(paddle.nn.Layer):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.pre = paddle.nn.Linear(4, arguments["input_size"])
+            self.register_buffer("steps", paddle.arange(time, dtype="int64"), persistable=True)
+            self.neck = Neck()
+            self.alt = paddle.nn.GRU(arguments["input_size"], arguments["hidden_size"],
+                                     direction="bidirect")
+            self.head = paddle.nn.Linear(2 * arguments["hidden_size"], 3)
+
+        def features(self, x: Any) -> Any:
+            return self.pre(x) + 0.01 * paddle.cast(self.steps, "float32").unsqueeze(-1)
+
+        def forward(self, x: Any) -> Any:
+            features = self.features(x)
+            if paddle.mean(features) > -100.0:
+                y = self.neck.encoder.lstm(features)[0]
+            else:
+                y = self.alt(features)[0]
+            return self.head(y)
+
+    paddle.seed(0)
+    model = Model()
+    _random_parameters(model, name)
+    optimizer = paddle.optimizer.Adam(parameters=model.parameters())
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
+    inputs = rng.uniform(-1, 1, (BATCH, time, 4)).astype(np.float32)
+    model(paddle.to_tensor(inputs)).mean().backward()  # the optimizer gets its moments
+    optimizer.step()
+    optimizer.clear_grad()
+    model.eval()
+    x = np.asarray(model.features(paddle.to_tensor(inputs)).numpy())
+    y, state = model.neck.encoder.lstm(paddle.to_tensor(x))
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    paddle.save({"model": model.state_dict(), "epoch": 1}, str(folder / "model.pdparams"))
+    paddle.save(optimizer.state_dict(), str(folder / "model.pdopt"))
+    paddle.jit.save(model, str(folder / "inference"),
+                    input_spec=[paddle.static.InputSpec([None, time, 4], "float32", "x")])
+    files = [f"{name}/model.pdparams", f"{name}/model.pdopt", f"{name}/inference.json",
+             f"{name}/inference.pdiparams"]
+    return _record(name, out, x, {"y": np.asarray(y.numpy()), **_states(state)}, files, False)
+
+
 def make(name: str, out: Path) -> Made:
+    if "composite" in CASES[name][4]:
+        return _make_composite(name, out)
     if "pdmodel" in CASES[name][4]:
         done = subprocess.run([sys.executable, __file__, "--static", name, str(out)],
                               env={**os.environ, "FLAGS_enable_pir_api": "0"}, check=True,

@@ -20,6 +20,14 @@ first use: a ``.pth`` file puts the test environment's packages (TensorFlow, ``t
 SavedModel code, unused for HDF5), plus an empty ``tensorflow_decision_forests`` module
 (imported, unused for HDF5). Nothing else is installed; the Keras-HDF5 path imports no more.
 
+**Keras 3.** The ``keras3_*`` cases are built with Keras 3 (the ``keras`` package) instead,
+saved as a ``.keras`` archive (converted with ``--input_format keras_keras --output_format
+tfjs_layers_model``: weights named by their archive paths, ``layers/lstm/cell/vars/0``) or
+as an ``.h5`` (``--input_format keras``: names under the Sequential's own,
+``sequential/bidirectional/forward_lstm/lstm_cell/kernel``). TF.js 4.22 cannot load a Keras 3
+topology (its ``InputLayer`` has ``batch_shape``), so ``meta.tfjs_error`` says what it said and
+``y_keras`` is the recurrent stack's output (the last recurrent layer's, before the head).
+
 Weights: every array is random (uniform ±0.6) and every value in a case distinct, biases
 included (never Keras's zero or one initial biases), so that a swapped gate or a dropped bias
 cannot pass. Inputs are uniform ±1, batch 2. Seeds: CRC32 of the case name.
@@ -116,6 +124,14 @@ def _lstm_hard_sigmoid(keras: Any) -> Any:
         9, recurrent_activation="hard_sigmoid", return_sequences=True)])
 
 
+def _keras3_stack(keras: Any) -> Any:
+    return keras.Sequential([
+        keras.Input((5, 4)),
+        keras.layers.Bidirectional(keras.layers.LSTM(6, return_sequences=True)),
+        keras.layers.GRU(5, reset_after=False, return_sequences=True),
+        keras.layers.Dense(2)])
+
+
 # name → (description, builder, converter flags, quantization)
 CASES: dict[str, tuple[str, Builder, tuple[str, ...], str | None]] = {
     "lstm_dense": ("Functional: LSTM(8) 'encoder' → Dense(3) 'head', outputs [encoder, head]; "
@@ -135,7 +151,16 @@ CASES: dict[str, tuple[str, Builder, tuple[str, ...], str | None]] = {
                          ("--quantize_float16", "*"), "float16"),
     "gru_reset_after": ("GRU(8) (reset_after=True, the Keras 2 default), which TF.js refuses "
                         "to load; input 4, time 5", _gru_reset_after, (), None),
+    "keras3_archive": ("Keras 3 Sequential: Bidirectional(LSTM(6)) → GRU(5, reset_after=False) "
+                       "→ Dense(2), saved as .keras and converted with --input_format "
+                       "keras_keras; input 4, time 5", _keras3_stack,
+                       ("--input_format", "keras_keras", "--output_format",
+                        "tfjs_layers_model"), None),
+    "keras3_h5": ("the keras3_archive model saved by Keras 3 as .h5 and converted with "
+                  "--input_format keras; input 4, time 5", _keras3_stack,
+                  ("--input_format", "keras"), None),
 }
+KERAS3_SUFFIXES = {"keras3_archive": ".keras", "keras3_h5": ".h5"}
 
 
 def environment() -> Path:
@@ -185,7 +210,10 @@ def make(name: str, out: Path) -> golden_manifest.Made:
     seed = zlib.crc32(name.encode())
     rng = np.random.default_rng(seed)
     tf.random.set_seed(seed % 2**31)
-    model = builder(keras)
+    maker = keras
+    if name in KERAS3_SUFFIXES:
+        import keras as maker  # Keras 3, whatever TF_USE_LEGACY_KERAS says
+    model = builder(maker)
     used: set[float] = set()
     arrays: dict[str, np.ndarray] = {}
     recurrent, others = [], []
@@ -203,21 +231,27 @@ def make(name: str, out: Path) -> golden_manifest.Made:
     x = rng.uniform(-1, 1, (BATCH, shape[1], shape[2])).astype(np.float32)
     if name == "simplernn_relu":
         x[1, -2:] = 0.0  # masked steps: Keras keeps the state there, TF.js too
-    y_keras = model.predict(x, verbose=0)
-    y_keras = np.asarray(y_keras[0] if isinstance(y_keras, list) else y_keras, np.float32)
+    if name in KERAS3_SUFFIXES:  # the stack's output: the last recurrent layer's
+        stack = [layer for layer in model.layers if layer.name in recurrent][-1]
+        model_of_stack = maker.Model(model.inputs, stack.output)
+        y_keras = np.asarray(model_of_stack.predict(x, verbose=0), np.float32)
+    else:
+        y_keras = model.predict(x, verbose=0)
+        y_keras = np.asarray(y_keras[0] if isinstance(y_keras, list) else y_keras, np.float32)
     folder = out / name
     shutil.rmtree(folder, ignore_errors=True)
     with tempfile.TemporaryDirectory() as temporary:
-        h5 = Path(temporary) / f"{name}.h5"
-        model.save(h5)
-        subprocess.run([str(environment().parent / "tensorflowjs_converter"), "--input_format",
-                        "keras", *flags, str(h5), str(folder)], check=True,
-                       capture_output=True)
+        saved = Path(temporary) / f"{name}{KERAS3_SUFFIXES.get(name, '.h5')}"
+        model.save(saved)
+        formats = () if name in KERAS3_SUFFIXES else ("--input_format", "keras")
+        subprocess.run([str(environment().parent / "tensorflowjs_converter"), *formats,
+                        *flags, str(saved), str(folder)], check=True, capture_output=True)
     y_tfjs, error, version = run_tfjs(folder / "model.json", x)
     if y_tfjs is not None:
         arrays["y_tfjs"] = y_tfjs
     tolerance = None if y_tfjs is None else float(np.abs(y_tfjs - y_keras).max())
     versions = {"tensorflow": tf.__version__, "tf_keras": keras.__version__,
+                **({"keras": maker.__version__} if maker is not keras else {}),
                 "tensorflowjs": PINNED[0].split("==")[1], "@tensorflow/tfjs": version,
                 "node": subprocess.run(["node", "--version"], capture_output=True,
                                        text=True).stdout.strip(), "numpy": np.__version__}

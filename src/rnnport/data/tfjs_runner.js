@@ -6,6 +6,8 @@
 //   {"runs": [{"model": "/abs/path/model.json",   // its weight shards lie beside it
 //              "topology": {...} | null,          // replaces modelTopology when given
 //              "strict": true,                    // every weight matched to a variable
+//              "rename": {"stored name": "new name"} | null,  // when given, only the weights
+//                                                 // it names are passed on, renamed
 //              "shape": [batch, time, features],
 //              "input": "<base64: float32 little-endian values>"}, ...]}
 // One JSON line on standard output:
@@ -16,6 +18,9 @@
 //
 // Shards are read as the weights manifest lists them, group after group, and concatenated:
 // what TF.js's own file loaders hand to tf.loadLayersModel, here through tf.io.fromMemory.
+// With "rename", the weights it does not name are cut out of those bytes (each weight takes
+// its shape's count of its stored dtype: quantization.dtype where quantized), and the rest
+// passed on, still encoded as stored, under their new names.
 'use strict';
 
 const fs = require('fs');
@@ -42,15 +47,41 @@ function artifacts(run) {
     }
     weightSpecs.push(...group.weights);
   }
-  const joined = Buffer.concat(buffers);
+  let joined = Buffer.concat(buffers);
+  let specs = weightSpecs;
+  if (run.rename) {
+    [specs, joined] = renamed(weightSpecs, joined, run.rename);
+  }
   return {
     modelTopology: run.topology || modelJson.modelTopology,
-    weightSpecs,
+    weightSpecs: specs,
     weightData: joined.buffer.slice(joined.byteOffset, joined.byteOffset + joined.length),
     format: modelJson.format,
     generatedBy: modelJson.generatedBy,
     convertedBy: modelJson.convertedBy,
   };
+}
+
+const BYTES = {float32: 4, int32: 4, bool: 1, complex64: 8, uint8: 1, uint16: 2, float16: 2};
+
+function renamed(weightSpecs, data, rename) {
+  const specs = [];
+  const parts = [];
+  let offset = 0;
+  for (const spec of weightSpecs) {
+    const stored = spec.quantization ? spec.quantization.dtype : spec.dtype;
+    if (!(stored in BYTES)) {
+      throw new Error(`weight ${spec.name}: cannot size values of dtype ${stored}`);
+    }
+    const size = spec.shape.reduce((a, b) => a * b, 1) * BYTES[stored];
+    const name = rename[spec.name];
+    if (name) {
+      specs.push(Object.assign({}, spec, {name}));
+      parts.push(data.subarray(offset, offset + size));
+    }
+    offset += size;
+  }
+  return [specs, Buffer.concat(parts)];
 }
 
 async function runOne(tf, run) {

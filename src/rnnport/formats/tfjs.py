@@ -30,7 +30,13 @@ sorts the manifest by name, so a Dense layer's weights may come between two LSTM
 ``L``'s arrays are ``L/kernel``, ``L/recurrent_kernel``, ``L/bias``, or with the cell's name
 between (``L/lstm_cell/kernel``, what tf.keras 2.2+ names them); a Bidirectional ``B``
 wrapping ``N`` keeps ``B/forward_N/…`` and ``B/backward_N/…`` (TF.js names the backward layer
-after its own config's name, or the forward layer's). Each array is Keras's (see
+after its own config's name, or the forward layer's; a Keras 3 config names its two layers
+``forward_N`` and ``backward_N`` itself). The converter's files from Keras 3 name them
+otherwise: from an ``.h5``, a Sequential's under its name (``sequential/lstm/lstm_cell/kernel``),
+read when every weight is; from a ``.keras`` archive (``--input_format keras_keras``), by the
+archive's paths, under the key Keras 3 gives each layer of the model in order
+(``layers/lstm_1/cell/vars/0``: 0 kernel, 1 recurrent_kernel, 2 bias; a Bidirectional's
+``layers/bidirectional/forward_layer/cell/vars/0`` and ``backward_layer``). Each array is Keras's (see
 :mod:`rnnport.formats.keras.layers`): ``kernel (I, G·H)``, ``recurrent_kernel (H, G·H)``,
 gate blocks LSTM ``i f c o``, GRU ``z r h``; one bias (LSTM, SimpleRNN, reset-before GRU),
 or two rows for a reset-after GRU.
@@ -61,7 +67,8 @@ decoded; the arrays decoded are charged against the ``expansion`` limit first.
 The framework check (``convert --verify``) runs the stack read in TF.js: Node.js loads the
 file's weights with ``@tensorflow/tfjs`` (found from the working folder upwards, or on
 ``NODE_PATH``) into a Sequential of the stack's layers, every step returned, through rnnport's
-runner script (``rnnport/data/tfjs_runner.js``).
+runner script (``rnnport/data/tfjs_runner.js``): the stack's weights alone, still encoded as
+stored, renamed to the names TF.js gives that Sequential's variables, every one required.
 """
 
 from __future__ import annotations
@@ -109,6 +116,9 @@ QUANTIZED: dict[str, np.dtype[Any]] = {"uint8": np.dtype("<u1"), "uint16": np.dt
                                        "float16": np.dtype("<f2")}
 CELL_SCOPES = {"LSTM": "lstm_cell", "GRU": "gru_cell", "SimpleRNN": "simple_rnn_cell"}
 ROLES = ("kernel", "recurrent_kernel", "bias")
+# A weight's path in a Keras 3 archive (what the converter names it from a .keras file).
+KERAS3_PATH = re.compile(r"(?:^|/)vars/[0-9]{1,9}$")
+KERAS3_WEIGHT = re.compile(r"(?:cell/)?vars/([0-2])")
 TFJS_VERSION = "4.22.0"  # the @tensorflow/tfjs rnnport's writing is checked against
 RUN_SECONDS = 120.0  # for Node.js to load TF.js and run a few small models
 INSTALL = (f"install it with npm (npm install @tensorflow/tfjs@{TFJS_VERSION}, in the working "
@@ -395,10 +405,70 @@ def _config_name(entry: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _prefixes(layer: keras_files.FileLayer) -> list[str]:
-    """Where ``layer``'s arrays are named: ``L/`` or, for a Bidirectional, its two layers."""
+@dataclass(frozen=True)
+class Naming:
+    """How a manifest names its layers' weights: under each layer's name (TF.js, tf.keras and
+    a Keras 3 ``.h5``; ``scope`` before them all, ``sequential/`` from a Keras 3 Sequential's
+    ``.h5``), or by Keras 3's archive paths (``--input_format keras_keras``), under the key
+    Keras 3 gives each layer of the model (``layers/lstm_1/cell/vars/0``)."""
+
+    scope: str = ""
+    keys: Mapping[str, str] | None = None  # layer name → its Keras 3 key; None: by name
+
+    def root(self, layer: keras_files.FileLayer) -> str:
+        if self.keys is None:
+            return f"{self.scope}{layer.name}/"
+        return f"layers/{self.keys[layer.name]}/"
+
+    def role(self, rest: str) -> str | None:
+        """The role of the weight named ``rest`` after one direction's prefix, or None."""
+        parts = rest.split("/")
+        if self.keys is None:
+            return parts[-1] if len(parts) <= 2 and parts[-1] in ROLES else None
+        match = KERAS3_WEIGHT.fullmatch(rest)
+        return ROLES[int(match.group(1))] if match else None
+
+    def pattern(self, prefix: str, role: str) -> str:
+        if self.keys is None:
+            return f"{prefix}[<cell>/]{role}"
+        return f"{prefix}[cell/]vars/{ROLES.index(role)}"
+
+
+def _naming(opened: Opened, entries: Sequence[tuple[str, Any, Any, Any]]) -> Naming:
+    """How ``opened``'s manifest names the weights of the layers ``entries`` lists."""
+    names = list(opened.stored)
+    if names and all(name.startswith("layers/") and KERAS3_PATH.search(name)
+                     for name in names):
+        used: dict[str, int] = {}
+        return Naming(keys={name: keras_files._unique(keras_files._snake(class_name), used)
+                            for name, class_name, _, _ in entries})
+    model = opened.topology.get("config")
+    scope = model.get("name") if isinstance(model, Mapping) else None
+    if isinstance(scope, str) and scope and names and \
+            all(name.startswith(f"{scope}/") for name in names) and \
+            all(name != scope for name, _, _, _ in entries):
+        return Naming(scope=f"{scope}/")
+    return Naming()
+
+
+def _side(opened: Opened, root: str, first: str, *others: str | None) -> str:
+    """The first of the directory names ``first, *others`` under ``root`` that weights are
+    named under (``first`` when none is)."""
+    for name in (first, *others):
+        if name and any(stored.startswith(f"{root}{name}/") for stored in opened.stored):
+            return f"{root}{name}/"
+    return f"{root}{first}/"
+
+
+def _prefixes(opened: Opened, layer: keras_files.FileLayer, naming: Naming) -> list[str]:
+    """Where ``layer``'s arrays are named: under its root or, for a Bidirectional, under its
+    two layers' (``B/forward_N/``, ``B/backward_N/``; Keras 3 configs name them
+    ``forward_N`` and ``backward_N`` themselves; Keras 3 archive paths ``forward_layer``)."""
+    root = naming.root(layer)
     if layer.class_name not in keras_layers.WRAPPERS:
-        return [f"{layer.name}/"]
+        return [root]
+    if naming.keys is not None:
+        return [f"{root}forward_layer/", f"{root}backward_layer/"]
     config = layer.config or {}
     inner = _config_name(config.get("layer"))
     if inner is None:
@@ -406,39 +476,45 @@ def _prefixes(layer: keras_files.FileLayer) -> list[str]:
                           "name; expected config.layer = {class_name, config: {name, …}}, by "
                           "which its weights are named. The file is damaged.")
     backward = _config_name(config.get("backward_layer")) or inner
-    return [f"{layer.name}/forward_{inner}/", f"{layer.name}/backward_{backward}/"]
+    return [_side(opened, root, f"forward_{inner}",
+                  inner if inner.startswith("forward_") else None),
+            _side(opened, root, f"backward_{backward}",
+                  backward if backward.startswith("backward_") else None,
+                  f"backward_{inner.removeprefix('forward_')}")]
 
 
-def _named(opened: Opened, layer: keras_files.FileLayer, claimed: dict[str, str]) -> list[Stored]:
-    """``layer``'s weights, by name: kernel, recurrent_kernel and bias of each direction."""
+def _named(opened: Opened, layer: keras_files.FileLayer, naming: Naming,
+           claimed: dict[str, str], roles_of: dict[str, tuple[int, str]]) -> list[Stored]:
+    """``layer``'s weights, by name: kernel, recurrent_kernel and bias of each direction
+    (each one's direction and role put in ``roles_of``)."""
     found: list[Stored] = []
-    for prefix in _prefixes(layer):
+    for direction, prefix in enumerate(_prefixes(opened, layer, naming)):
         roles: dict[str, Stored] = {}
         strays = []
         for name, stored in opened.stored.items():
             if not name.startswith(prefix):
                 continue
-            rest = name[len(prefix):].split("/")
-            if len(rest) > 2 or rest[-1] not in ROLES:
+            role = naming.role(name[len(prefix):])
+            if role is None:
                 strays.append(name)
                 continue
-            if rest[-1] in roles:
+            if role in roles:
                 raise FormatError(
                     f"{opened.where}: layer {layer.describe()}: two weights are its "
-                    f"{rest[-1]} ({roles[rest[-1]].name!r} and {name!r}); expected one. The "
+                    f"{role} ({roles[role].name!r} and {name!r}); expected one. The "
                     "manifest is damaged or joins two models.")
-            roles[rest[-1]] = stored
+            roles[role] = stored
         if strays:
+            expected = ", ".join(naming.pattern(prefix, role) for role in ROLES)
             raise FormatError(
                 f"{opened.where}: layer {layer.describe()}: weights {listed(strays)} are named "
-                f"under it but are none of {prefix}[<cell>/]kernel, recurrent_kernel or bias; "
-                "rnnport would leave them out. The file is damaged or holds a layer rnnport "
-                "does not read.")
+                f"under it but are none of {expected}; rnnport would leave them out. The file "
+                "is damaged or holds a layer rnnport does not read.")
         missing = [role for role in ROLES[:2] if role not in roles]
         if missing:
             raise FormatError(
                 f"{opened.where}: layer {layer.describe()}: no weight named "
-                f"{prefix}[<cell>/]{missing[0]} in the manifest; expected its kernel, "
+                f"{naming.pattern(prefix, missing[0])} in the manifest; expected its kernel, "
                 "recurrent_kernel and (with use_bias) bias, matched by name. The weights may "
                 "come from another model; convert it again.")
         for role in ROLES:
@@ -449,6 +525,7 @@ def _named(opened: Opened, layer: keras_files.FileLayer, claimed: dict[str, str]
                                       f"two layers ({claimed[stored.name]!r} and "
                                       f"{layer.name!r}); expected each layer's own.")
                 claimed[stored.name] = layer.name
+                roles_of[stored.name] = (direction, role)
                 found.append(stored)
     return found
 
@@ -461,6 +538,7 @@ class Layers:
     functional: bool
     weights: dict[str, list[Stored]]   # a recurrent layer's name → its weights
     unclaimed: list[str]               # weights named under no layer of the topology
+    roles: dict[str, tuple[int, str]] = field(default_factory=dict)  # weight → direction, role
 
 
 def layers_of(opened: Opened) -> Layers:
@@ -471,7 +549,9 @@ def layers_of(opened: Opened) -> Layers:
     except RecursionError:
         raise FormatError(f"{opened.where}: the model config is nested too deeply to be a Keras "
                           "config; the file is damaged or built to break a reader.") from None
+    naming = _naming(opened, entries)
     claimed: dict[str, str] = {}
+    roles: dict[str, tuple[int, str]] = {}
     items, weights = [], {}
     for name, class_name, config, inbound in entries:
         # TF.js computes Keras 2's hard_sigmoid, whichever Keras the topology names.
@@ -479,7 +559,7 @@ def layers_of(opened: Opened) -> Layers:
                                       keras_files._kind(class_name, config), inputs=inbound,
                                       keras_version="2")
         if layer.kind == "rnn":
-            weights[name] = _named(opened, layer, claimed)
+            weights[name] = _named(opened, layer, naming, claimed, roles)
         items.append(layer)
     needed = sum(stored.count * 4 for found in weights.values() for stored in found)
     if needed > budget.allowance("expansion", opened.size):
@@ -489,9 +569,10 @@ def layers_of(opened: Opened) -> Layers:
         for stored in weights.get(layer.name, []):
             layer.arrays.append(opened.array(stored))
             layer.datasets.append(stored.name)
-    owned = tuple(f"{layer.name}/" for layer in items)
+    owned = tuple(naming.root(layer) for layer in items)
     return Layers(items, functional, weights, [name for name in opened.stored
-                                               if name not in claimed and not name.startswith(owned)])
+                                               if name not in claimed and not name.startswith(owned)],
+                  roles)
 
 
 def _chosen(source: Any, choice: Any) -> tuple[Opened, Layers, list[keras_files.FileLayer]]:
@@ -678,13 +759,15 @@ def param_count(model: Model) -> int:
 @dataclass(frozen=True)
 class TfjsRun:
     """One model for TF.js to run: ``model.json``'s path, the topology to load instead of
-    the file's (or None), whether every stored weight must match a variable, and ``x``
-    ``(batch, time, features)``."""
+    the file's (or None), whether every stored weight must match a variable, the weights to
+    pass on and their new names (or None: all, as named), and ``x`` ``(batch, time,
+    features)``."""
 
     model: Path
     x: np.ndarray
     topology: Mapping[str, Any] | None = None
     strict: bool = True
+    rename: Mapping[str, str] | None = None
 
 
 @contextlib.contextmanager
@@ -705,6 +788,7 @@ def run_in_tfjs(runs: Sequence[TfjsRun], *, node_path: str | os.PathLike[str] | 
     job = {"runs": [{"model": str(Path(run.model).resolve()),
                      "topology": None if run.topology is None else dict(run.topology),
                      "strict": run.strict, "shape": list(run.x.shape),
+                     "rename": None if run.rename is None else dict(run.rename),
                      "input": base64.b64encode(np.ascontiguousarray(
                          run.x, dtype="<f4").tobytes()).decode()} for run in runs]}
     environment = dict(os.environ)
@@ -770,13 +854,16 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
             path = _model_json(Path(source))
         else:
             return f"the source is {describe(source)}, not a TF.js model: no framework check"
-        opened, chosen = _stack_of(path, model)
+        found, chosen = _stack_of(path, model)
         if isinstance(chosen, str):
             return f"{chosen}: no framework check"
-        # Other layers' weights (a Dense head's) have no variable in the stack's model.
-        strict = set(opened.stored) == {name for layer in chosen for name in layer.datasets}
+        # Only the stack's weights go to TF.js, under the names its variables have (whatever
+        # the file names them: a Keras 3 archive's paths, a model's scope); other layers'
+        # weights (a Dense head's) have no variable in the stack's model.
+        rename = {stored: _variable_name(layer, *found.roles[stored])
+                  for layer in chosen for stored in layer.datasets}
         run = TfjsRun(path, np.asarray(x, np.float32),
-                      _stack_topology(chosen, model.input_size), strict)
+                      _stack_topology(chosen, model.input_size), True, rename)
         answer = run_in_tfjs([run])
     if isinstance(answer, str):
         return f"{answer}: no framework check"
@@ -786,18 +873,27 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     return f"TF.js {version} (Node.js) loading {path.name}'s weights into the stack read", result
 
 
-def _stack_of(path: Path, model: Model) -> tuple[Opened, list[keras_files.FileLayer] | str]:
+def _variable_name(layer: keras_files.FileLayer, direction: int, role: str) -> str:
+    """The name TF.js gives the variable of ``layer`` that holds ``role`` of ``direction``:
+    ``L/kernel``; in a Bidirectional ``B`` wrapping ``N``, ``B/forward_N/kernel`` and
+    ``B/backward_N/kernel`` (TF.js makes the backward layer from ``N``'s config)."""
+    if layer.class_name not in keras_layers.WRAPPERS:
+        return f"{layer.name}/{role}"
+    inner = _config_name((layer.config or {}).get("layer"))
+    return f"{layer.name}/{('forward_', 'backward_')[direction]}{inner}/{role}"
+
+
+def _stack_of(path: Path, model: Model) -> tuple[Layers, list[keras_files.FileLayer] | str]:
     """The stack of the file that reads as ``model`` (the one read), or why none does."""
-    opened = open_source(path)
-    found = layers_of(opened)
+    found = layers_of(open_source(path))
     stacks = keras_files._stacks(found.items, found.functional)
     for stack in stacks:
         for start in range(len(stack)):
             part = stack[start:start + len(model.layers())]
             if len(part) == len(model.layers()) and keras_layers.stack_layers(
                     [keras_files._read_layer(layer, {}) for layer in part]) == model:
-                return opened, part
-    return opened, f"{path}: no stack of its layers reads as the model given"
+                return found, part
+    return found, f"{path}: no stack of its layers reads as the model given"
 
 
 FORMAT = Format(

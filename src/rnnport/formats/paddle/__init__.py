@@ -25,13 +25,17 @@ Sources (:mod:`.state` has the keys and the pickle, :mod:`.program` the inferenc
   ``.pdparams`` file (``paddle.save``), found by the keys of its cells
   (``0.cell_fw.weight_ih`` …) under any prefix (``encoder.lstm.``; ``prefix=`` picks one
   of several networks); the copies paddle also stores under PyTorch's names are checked
-  against the cells' and said in ``notes``;
+  against the cells' and said in ``notes``; a checkpoint's dict around the state dict
+  (``{"model": state_dict, "epoch": 3}``, tensors pickled as ``(name, array)``) is entered,
+  its keys read as ``model.…``; bfloat16 (which paddle.save writes as uint16 bits) is read as
+  float32, exactly; an optimizer's state (``.pdopt``) is told apart and refused by name;
 * a ``paddle.nn.LSTM/GRU/SimpleRNN`` layer (read through its state dict; its mode says a
   SimpleRNN's activation);
 * an inference model: ``paddle.jit.save``'s PIR program ``model.json`` or the older
   ``model.pdmodel`` (``paddle.static.save_inference_model``) with ``model.pdiparams``
   beside it, named by either file or by the prefix ``model``; ``op=`` picks one of several
-  ``rnn`` operators (0, 1 … in program order).
+  ``rnn`` operators (0, 1 … in program order, those inside control flow included); the
+  program's other operators and parameters (of any dtype) are passed over and listed.
 
 Files are told by their bytes (a pickle of NumPy arrays; JSON with PIR's magic), a
 ``.pdparams`` or ``.pdmodel`` name by its suffix too. What a state dict does not record:
@@ -50,6 +54,7 @@ the network; ``paddle.jit.load`` for an inference model) and run it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -73,6 +78,7 @@ from .state import (
     NAME_TABLE,
     Network,
     find,
+    flat_items,
     pickle_dict,
     read_network,
     state_dict,
@@ -89,6 +95,9 @@ PDMODEL = ".pdmodel"
 # The first bytes of a legacy torch.save file: a pickled magic number (torch reads it).
 TORCH_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."
 LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
+# The ends of the keys of an optimizer's state dict (Adam's, Momentum's …, and its schedule).
+OPTIMIZER_ENDINGS = ("_moment1_0", "_moment2_0", "_beta1_pow_acc_0", "_beta2_pow_acc_0",
+                     "_velocity_0", "LR_Scheduler")
 
 
 # -- what a source is ----------------------------------------------------------------------
@@ -160,8 +169,16 @@ def _activation(options: Mapping[str, Any], where: str) -> str:
     return str(activation)
 
 
-def _pick(networks: list[Network], prefix: Any, where: str) -> Network:
+def _pick(networks: list[Network], prefix: Any, where: str,
+          state: Mapping[Any, Any] | None = None) -> Network:
     if not networks:
+        keys = [str(key) for key, _ in flat_items(state or {})]
+        moments = [key for key in keys if key.endswith(OPTIMIZER_ENDINGS)]
+        if moments:
+            raise FormatError(
+                f"{where}: an optimizer's state (keys like {moments[0]!r}: its moments by "
+                "parameter, as paddle.save(optimizer.state_dict(), '….pdopt') writes), not a "
+                "model's weights; read the .pdparams saved beside it.")
         raise FormatError(f"{where}: no paddle RNN weights found; expected keys like "
                           "'0.cell.weight_ih' or '0.cell_fw.weight_ih' (paddle.nn.LSTM/GRU/"
                           "SimpleRNN's state_dict), or 'weight_ih_l0'.")
@@ -200,7 +217,7 @@ def _read_state(source: Any, options: Mapping[str, Any]) -> tuple[RNN, list[str]
             MODES[mode] != f"rnn_{options['activation']}":
         raise FormatError(f"{where}: activation={options['activation']!r} contradicts the "
                           f"layer's mode {mode!r}; drop the option.")
-    network = _pick(find(state, where), options.get("prefix"), where)
+    network = _pick(find(state, where), options.get("prefix"), where, state)
     rnn, found = read_network(network, activation, where, mode)
     return rnn, found, network
 
@@ -307,14 +324,15 @@ def notes(source: Any, **options: Any) -> list[str]:
     state, where, _ = _state(source)
     out = list(found)
     others = [other for other in find(state, where) if other.prefix != network.prefix]
-    used = {*network.keys(), *(key for other in others for key in other.keys()), NAME_TABLE}
-    rest = [str(key) for key in state if key not in used]
+    used = {*network.keys(), *(key for other in others for key in other.keys())}
+    rest = [str(key) for key, _ in flat_items(state)
+            if key not in used and not (isinstance(key, str) and key.endswith(NAME_TABLE))]
     if others:
         out.append(f"the state dict holds {len(others)} other RNN(s), with key prefixes "
                    f"{listed(repr(other.prefix) for other in others)}; prefix= picks one.")
     if rest:
         out.append(f"{len(rest)} other key(s) are not read: {listed(rest)}.")
-    if NAME_TABLE in state:
+    if any(isinstance(key, str) and key.endswith(NAME_TABLE) for key, _ in flat_items(state)):
         out.append(f"{NAME_TABLE} (each key's parameter name in the program, as paddle.save "
                    "stores it) is not needed to read the network.")
     if rnn.spec.cell.startswith("rnn") and not _is_layer(source) and "activation" not in options:
@@ -340,9 +358,13 @@ def _program_notes(source: str | os.PathLike[str], options: Mapping[str, Any]) -
     if program.others:
         out.append("the program's other operators are not read: "
                    f"{listed(f'{name} ×{count}' for name, count in program.others.items())}.")
-    if program.nested:
+    if op.nested:
+        out.append(f"{op.describe()} runs inside a control-flow block (a condition's branch or "
+                   "a loop's body): its weights are read; whether, and how often, it runs is the "
+                   "program's to decide.")
+    elif program.nested:
         out.append(f"{program.nested} nested block(s) or region(s) (loops, conditions) are not "
-                   "read.")
+                   "read beyond their rnn operators.")
     return out
 
 
@@ -415,6 +437,18 @@ def read_options_for(spec: Spec) -> dict[str, Any]:
 # -- running it in paddle ---------------------------------------------------------------------
 
 
+def _prefix_of(source: Any, model: RNN) -> str | None:
+    """The key prefix of the network of the state dict ``source`` that reads as ``model``
+    (the one read, of several), or None when none does."""
+    state, where, _ = _state(source)
+    activation = "relu" if model.spec.cell == "rnn_relu" else "tanh"
+    for network in find(state, where):
+        with contextlib.suppress(FormatError):
+            if read_network(network, activation, where)[0] == model:
+                return network.prefix
+    return None
+
+
 def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np.ndarray] | str:
     """Paddle computing ``y`` for ``x`` (batch, time, I) from the file itself, in a process of
     its own (paddle crashes when imported after TensorFlow; :mod:`._run`): a ``.pdparams``
@@ -431,7 +465,8 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     job = {"source": os.fspath(Path(source).resolve()), "kind": kind,
            "spec": {"cell": spec.cell, "input_size": spec.input_size,
                     "hidden_size": spec.hidden_size, "num_layers": spec.num_layers,
-                    "bidirectional": spec.bidirectional, "proj_size": spec.proj_size}}
+                    "bidirectional": spec.bidirectional, "proj_size": spec.proj_size},
+           "prefix": _prefix_of(source, model) if kind == "pdparams" else None}
     y = run_job(["-m", "rnnport.formats.paddle._run"], job, np.asarray(x), os.fspath(source),
                 runtime="PaddlePaddle", environment={"GLOG_minloglevel": "2"})
     if isinstance(y, str):

@@ -55,6 +55,7 @@ def layer_for(spec: Spec, time_major: bool = False) -> Any:
 def run(job: dict[str, Any]) -> np.ndarray:
     """``y`` paddle computes for the job's ``x`` from its ``source`` (see the module)."""
     from . import _program_paths, _read_program, _read_state
+    from .state import flat_items
 
     source, x = job["source"], np.load(job["x"], allow_pickle=False)
     sizes = job["spec"]
@@ -77,11 +78,11 @@ def run(job: dict[str, Any]) -> np.ndarray:
             y = np.asarray((out[0] if isinstance(out, (list, tuple)) else out).numpy())
             return y.transpose(1, 0, 2) if op.time_major else y
         layer = layer_for(spec)
-        _, _, network = _read_state(source, {"activation": spec.nonlinearity}
-                                    if spec.cell.startswith("rnn") else {})
+        options = {"activation": spec.nonlinearity} if spec.cell.startswith("rnn") else {}
+        _, _, network = _read_state(source, {**options, "prefix": job.get("prefix")})
         state = paddle.load(os.fspath(source))
         own = {key: tuple(value.shape) for key, value in layer.state_dict().items()}
-        picked = {key[len(network.prefix):]: value for key, value in state.items()
+        picked = {key[len(network.prefix):]: value for key, value in flat_items(state)
                   if isinstance(key, str) and key.startswith(network.prefix)}
         # A network without biases in a layer paddle gives zero biases: the PyTorch-named
         # copies sit elsewhere there, so the cells' keys alone go in.
@@ -91,9 +92,12 @@ def run(job: dict[str, Any]) -> np.ndarray:
         if missing:
             raise Refused(f"paddle's {type(layer).__name__} does not take the file's keys "
                           f"({', '.join(missing)} missing)")
-        layer.set_state_dict(taken)
+        # The layer is float32: a bfloat16 or float16 file's tensors go in widened to it.
+        layer.set_state_dict({key: value.astype("float32")
+                              if isinstance(value, paddle.Tensor) else value
+                              for key, value in taken.items()})
         layer.eval()
-        y, _ = layer(paddle.to_tensor(x))
+        y, _ = layer(paddle.to_tensor(np.asarray(x, np.float32)))
         return np.asarray(y.numpy())
 
 

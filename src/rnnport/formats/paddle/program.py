@@ -22,6 +22,9 @@ layer transposes before and after it), ``PreState``, ``WeightList``, ``SequenceL
 direction), then every cell's ``bias_ih, bias_hh``; the arrays are those of the state dict
 (:mod:`.state`). A projected LSTM does not run as this operator (paddle steps its cells in
 ops of their own), and is refused by name, as is a program without an ``rnn`` operator.
+``rnn`` operators inside control flow (the blocks of an ``if``'s branches or a ``while``'s
+body; a ``ProgramDesc``'s blocks after the first) are found too, numbered in program order
+(``op=``); their parameters are the program's own.
 
 **The parameters** (``model.pdiparams``, beside the program, same stem) are the program's
 persistable variables, sorted by name, one record each, as ``DenseTensor`` serializes
@@ -58,9 +61,21 @@ __all__ = ["PROGRAM_SUFFIXES", "Program", "RnnOp", "load_program", "parameters"]
 PROGRAM_SUFFIXES = (".json", ".pdmodel")
 PARAMS_SUFFIX = ".pdiparams"
 MAX_PROGRAM = 256 << 20
-DTYPES = {4: "float16", 5: "float32", 6: "float64", 22: "bfloat16"}
-PIR_DTYPES = {"0.t_f16": "float16", "0.t_f32": "float32", "0.t_f64": "float64",
-              "0.t_bf16": "bfloat16"}
+# framework.proto's VarType codes and PIR's type names of the dense dtypes a parameter or
+# buffer may have (an embedding's int64 position ids, a quantized layer's int8 weights): the
+# floats are read, the others sized and passed over.
+DTYPES = {0: "bool", 1: "int16", 2: "int32", 3: "int64", 4: "float16", 5: "float32",
+          6: "float64", 20: "uint8", 21: "int8", 22: "bfloat16", 23: "complex64",
+          24: "complex128", 32: "float8_e4m3fn", 33: "float8_e5m2"}
+PIR_DTYPES = {"0.t_bool": "bool", "0.t_i16": "int16", "0.t_i32": "int32", "0.t_i64": "int64",
+              "0.t_f16": "float16", "0.t_f32": "float32", "0.t_f64": "float64",
+              "0.t_ui8": "uint8", "0.t_i8": "int8", "0.t_bf16": "bfloat16",
+              "0.t_c64": "complex64", "0.t_c128": "complex128",
+              "0.t_f8e4m3fn": "float8_e4m3fn", "0.t_f8e5m2": "float8_e5m2"}
+ITEMSIZES = {"bool": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "float32": 4,
+             "float64": 8, "uint8": 1, "int8": 1, "bfloat16": 2, "complex64": 8,
+             "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1}
+FLOATS = ("float16", "float32", "float64", "bfloat16")
 MAX_DIMS = 32
 MAX_LOD_LEVELS = 16
 MAX_DESC = 1 << 16
@@ -68,7 +83,7 @@ MAX_DESC = 1 << 16
 PLUMBING = frozenset({"data", "feed", "fetch", "combine", "split", "transpose", "transpose2",
                       "shape", "shape64", "slice", "full", "full_int_array", "full_with_tensor",
                       "fill_constant", "stack", "parameter", "p", "scale", "assign",
-                      "assign_value", "assign_value_"})
+                      "assign_value", "assign_value_", "yield", "cf_yield"})
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,7 @@ class RnnOp:
     num_layers: int
     weights: tuple[str, ...]
     time_major: bool | None  # None: its input comes from neither the feed nor a transpose
+    nested: bool = False     # inside a control-flow op's block (an if's branch, a loop's body)
 
     def describe(self) -> str:
         return (f"rnn operator {self.index} (mode {self.mode}, {self.num_layers} layer(s), "
@@ -109,7 +125,7 @@ class Program:
     rnns: list[RnnOp] = field(default_factory=list)
     others: dict[str, int] = field(default_factory=dict)  # op name → count
     inputs: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
-    nested: int = 0  # ops inside control flow (loops, conditions): not read
+    nested: int = 0  # blocks or regions of control-flow ops (loops, conditions)
 
 
 def load_program(path: Path, where: str) -> Program:
@@ -173,13 +189,22 @@ def _pir(document: Any, where: str) -> Program:
         raise _fail(where, "the ops are no list")
     program = Program(where, "PIR JSON")
     producers: dict[int, tuple[str, Any]] = {}  # value id → (op short name, what)
+    _pir_ops(program, ops, producers, where, 0)
+    return program
+
+
+def _pir_ops(program: Program, ops: Any, producers: dict[int, tuple[str, Any]], where: str,
+             depth: int) -> None:
+    """Read the ops of one block: ``depth`` 0 the program's own, deeper those of the blocks
+    of control-flow ops (an ``if``'s branches, a ``while``'s body), read in program order."""
+    if not isinstance(ops, list):
+        raise _fail(where, "the ops are no list")
     for op in ops:
         if not isinstance(op, dict) or not isinstance(op.get("#"), str):
             raise _fail(where, "an op without a name")
         name, short = op["#"], _short(op["#"])
         outputs = _ids(op.get("O", []), where)
         inputs = _ids(op.get("I", []), where)
-        program.nested += sum(1 for _ in op.get("regions", []) or [])
         if name == "p":
             program.variables.update(_pir_parameter(op, outputs, producers, where))
             continue
@@ -192,10 +217,21 @@ def _pir(document: Any, where: str) -> Program:
                 dim for dim in shape if isinstance(dim, int)) if isinstance(shape, list) else ()))
         if name in ("1.rnn", "pd_op.rnn"):
             program.rnns.append(_pir_rnn(len(program.rnns), attributes, inputs, producers,
-                                         where))
+                                         where, depth > 0))
         elif short not in PLUMBING:
             program.others[short] = program.others.get(short, 0) + 1
-    return program
+        regions = op.get("regions") or []
+        if not isinstance(regions, list):
+            raise _fail(where, f"op {name!r} has regions of type {type(regions).__name__}")
+        for region in regions:
+            program.nested += 1
+            blocks = region.get("blocks") if isinstance(region, dict) else None
+            if not isinstance(blocks, list):
+                raise _fail(where, f"a region of op {name!r} without a list of blocks")
+            for block in blocks:
+                if not isinstance(block, dict):
+                    raise _fail(where, f"a block of op {name!r} that is no object")
+                _pir_ops(program, block.get("ops", []), producers, where, depth + 1)
 
 
 def _pir_parameter(op: Mapping[str, Any], outputs: list[int],
@@ -220,7 +256,7 @@ def _pir_parameter(op: Mapping[str, Any], outputs: list[int],
 
 
 def _pir_rnn(index: int, attributes: Mapping[str, Any], inputs: list[int],
-             producers: Mapping[int, tuple[str, Any]], where: str) -> RnnOp:
+             producers: Mapping[int, tuple[str, Any]], where: str, nested: bool) -> RnnOp:
     if len(inputs) < 3:
         raise _fail(where, f"rnn operator {index} with {len(inputs)} inputs")
     kind, listed_ids = producers.get(inputs[2], ("", None))
@@ -238,11 +274,11 @@ def _pir_rnn(index: int, attributes: Mapping[str, Any], inputs: list[int],
     time_major = False if source in ("transpose", "transpose2") and isinstance(feeding, list) \
         and feeding and producers.get(feeding[0], ("",))[0] == "data" else \
         True if source == "data" else None
-    return _rnn_op(index, attributes, tuple(names), time_major, where)
+    return _rnn_op(index, attributes, tuple(names), time_major, where, nested)
 
 
 def _rnn_op(index: int, attributes: Mapping[str, Any], weights: tuple[str, ...],
-            time_major: bool | None, where: str) -> RnnOp:
+            time_major: bool | None, where: str, nested: bool) -> RnnOp:
     def number(name: str) -> int:
         value = attributes.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**31:
@@ -256,7 +292,7 @@ def _rnn_op(index: int, attributes: Mapping[str, Any], weights: tuple[str, ...],
     if not isinstance(bidirectional, (bool, int)):
         raise _fail(where, f"rnn operator {index}'s is_bidirec is {str(bidirectional)[:40]}")
     return RnnOp(index, mode, bool(bidirectional), number("input_size"), number("hidden_size"),
-                 number("num_layers"), weights, time_major)
+                 number("num_layers"), weights, time_major, nested)
 
 
 # -- ProgramDesc (.pdmodel) --------------------------------------------------------------------
@@ -286,27 +322,31 @@ def _program_desc(data: bytes, where: str) -> Program:
     program.nested = len(blocks) - 1
     feeds: set[str] = set()
     transposed: dict[str, str] = {}  # output → input of a transpose2
-    for number, value in _message(blocks[0], where):
-        if number == 3 and isinstance(value, bytes):
-            variable = _var_desc(value, where)
-            if variable is not None:
-                program.variables[variable.name] = variable
-        elif number == 4 and isinstance(value, bytes):
-            kind, inputs, outputs, attributes = _op_desc(value, where)
-            if kind == "feed":
-                feeds.update(name for names in outputs.values() for name in names)
-                program.inputs.extend((name, ()) for names in outputs.values() for name in names)
-            elif kind == "transpose2" and inputs.get("X") and outputs.get("Out"):
-                transposed[outputs["Out"][0]] = inputs["X"][0]
-            if kind == "rnn":
-                source = (inputs.get("Input") or [""])[0]
-                time_major = True if source in feeds else \
-                    False if transposed.get(source) in feeds else None
-                program.rnns.append(_rnn_op(len(program.rnns), attributes,
-                                            tuple(inputs.get("WeightList", [])), time_major,
-                                            where))
-            elif kind not in PLUMBING:
-                program.others[kind] = program.others.get(kind, 0) + 1
+    for depth, block in enumerate(blocks):  # block 0 the program's; the others control flow's
+        if not isinstance(block, bytes):
+            raise _fail(where, "a block that is no message")
+        for number, value in _message(block, where):
+            if number == 3 and isinstance(value, bytes):
+                variable = _var_desc(value, where)
+                if variable is not None:
+                    program.variables[variable.name] = variable
+            elif number == 4 and isinstance(value, bytes):
+                kind, inputs, outputs, attributes = _op_desc(value, where)
+                if kind == "feed":
+                    feeds.update(name for names in outputs.values() for name in names)
+                    program.inputs.extend((name, ()) for names in outputs.values()
+                                          for name in names)
+                elif kind == "transpose2" and inputs.get("X") and outputs.get("Out"):
+                    transposed[outputs["Out"][0]] = inputs["X"][0]
+                if kind == "rnn":
+                    source = (inputs.get("Input") or [""])[0]
+                    time_major = True if source in feeds else \
+                        False if transposed.get(source) in feeds else None
+                    program.rnns.append(_rnn_op(len(program.rnns), attributes,
+                                                tuple(inputs.get("WeightList", [])),
+                                                time_major, where, depth > 0))
+                elif kind not in PLUMBING:
+                    program.others[kind] = program.others.get(kind, 0) + 1
     return program
 
 
@@ -410,14 +450,14 @@ def parameters(program: Program, path: Path, wanted: set[str], where: str,
                     f"{shown}, {name!r}: a {dtype} record of dims {list(dims)}, but the program "
                     f"declares {declared.dtype} {list(declared.dims)}; the parameters file is "
                     "damaged, or belongs to another program.")
-            if dtype not in ("float16", "float32", "float64", "bfloat16"):
-                if name in wanted:
-                    raise FormatError(f"{shown}, {name!r}: {dtype} values; expected float "
-                                      "weights (FP16, FP32, FP64 or BF16).")
-            itemsize = {"float16": 2, "float32": 4, "float64": 8, "bfloat16": 2}.get(dtype)
+            if dtype not in FLOATS and name in wanted:
+                raise FormatError(f"{shown}, {name!r}: {dtype} values; expected float "
+                                  "weights (FP16, FP32, FP64 or BF16).")
+            itemsize = ITEMSIZES.get(dtype)
             if itemsize is None:
-                raise FormatError(f"{shown}, {name!r}: {dtype}, which rnnport cannot size; "
-                                  "expected a float parameter.")
+                raise FormatError(f"{shown}, {name!r}: {dtype}, which rnnport cannot size, so "
+                                  "the parameters after it cannot be found; expected one of "
+                                  f"{', '.join(ITEMSIZES)}.")
             count = math.prod(dims)
             nbytes = count * itemsize
             if nbytes > size - file.tell():

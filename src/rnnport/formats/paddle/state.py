@@ -41,14 +41,14 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ...errors import FormatError
-from ...io.pickled import Global, Opaque, globals_named, preview, unpickle
+from ...io.pickled import Builder, Global, Opaque, globals_named, preview, unpickle
 from ...model import RNN
 from ...spec import Spec
 from .._common import layer_number, listed, to_numpy
@@ -66,6 +66,7 @@ CELL_KEY = re.compile(r"^(?P<prefix>(?:.*\.)?)(?P<layer>[0-9]+)\.(?P<cell>cell|c
 FLAT_KEY = re.compile(r"^(?P<prefix>(?:.*\.)?)(?P<name>weight_ih|weight_hh|bias_ih|bias_hh)"
                       r"_l(?P<layer>[0-9]+)(?P<reverse>_reverse)?$")
 GATE_CELLS = {4: "lstm", 3: "gru", 1: "rnn"}
+MAX_NESTING = 8  # dicts inside dicts a checkpoint wraps its state dict in
 # Paddle names the mode of its rnn operator; a SimpleRNN's activation is part of it.
 MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 
@@ -91,10 +92,25 @@ class Network:
         return f"{layers} layer(s), {directions} direction(s)"
 
 
-def find(state: Mapping[Any, Any], where: str) -> list[Network]:
-    """Every network whose keys ``state`` holds, in the order of their first keys."""
-    found: dict[str, Network] = {}
+def flat_items(state: Mapping[Any, Any], prefix: str = "",
+               depth: int = 0) -> Iterator[tuple[Any, Any]]:
+    """``state``'s items, a dict inside it (a checkpoint's ``{"model": state_dict, "epoch":
+    3}``) entered with its key and a dot before its own keys (``model.0.cell.weight_ih``);
+    paddle.save's tables (keys ending ``@@``) and dicts nested deeper than 8 left as they are."""
     for key, value in state.items():
+        if isinstance(key, str) and isinstance(value, Mapping) and value and \
+                not key.endswith("@@") and depth < MAX_NESTING and \
+                all(isinstance(inner, str) for inner in value):
+            yield from flat_items(value, f"{prefix}{key}.", depth + 1)
+        else:
+            yield (f"{prefix}{key}" if prefix and isinstance(key, str) else key), value
+
+
+def find(state: Mapping[Any, Any], where: str) -> list[Network]:
+    """Every network whose keys ``state`` holds (a dict inside it too, see
+    :func:`flat_items`), in the order of their first keys."""
+    found: dict[str, Network] = {}
+    for key, value in flat_items(state):
         if not isinstance(key, str):
             continue
         cell = CELL_KEY.match(key)
@@ -112,7 +128,11 @@ def find(state: Mapping[Any, Any], where: str) -> list[Network]:
     return list(found.values())
 
 
-def _array(key: str, value: Any, where: str) -> np.ndarray:
+def _array(key: str, value: Any, where: str, widened: list[str] | None = None) -> np.ndarray:
+    """``value`` as a float array (bfloat16 bits widened to float32, ``key`` then added to
+    ``widened``)."""
+    if _tensor(value):  # a tensor in a nested dict: (its name, its array)
+        value = value[1]
     if isinstance(value, NumpyArray):
         array = value.array(f"{where}, {key!r}")
     elif isinstance(value, (Opaque, Global)):
@@ -122,10 +142,14 @@ def _array(key: str, value: Any, where: str) -> np.ndarray:
                           "array, as paddle.save writes. Save the state dict with paddle.save.")
     else:
         array = to_numpy(value, f"{where}, {key!r}")
+    if array.dtype == np.uint16:  # paddle.save's bfloat16: NumPy has none, so its bits
+        if widened is not None:
+            widened.append(key)
+        return (array.astype(np.uint32) << 16).view(np.float32)
     if array.dtype.kind != "f" or array.dtype.itemsize not in (2, 4, 8):
         raise FormatError(f"{where}, {key!r}: {array.dtype} values; expected float16, float32 "
-                          "or float64 weights (paddle.save writes a float model's parameters "
-                          "as they are).")
+                          "or float64 weights, or bfloat16 (which paddle.save writes as uint16 "
+                          "bits).")
     return array
 
 
@@ -168,8 +192,14 @@ def read_network(network: Network, activation: str, where: str,
     _check_slots(source, located, naming)
     layers = 1 + max(layer for layer, _ in source)
     directions = 1 + max(direction for _, direction in source)
-    arrays = {slot: {name: _array(key, value, located) for name, (key, value) in named.items()}
+    widened: list[str] = []
+    arrays = {slot: {name: _array(key, value, located, widened)
+                     for name, (key, value) in named.items()}
               for slot, named in source.items()}
+    if widened:
+        found.append(f"{len(widened)} array(s) stored as bfloat16 (uint16 bits, as paddle.save "
+                     f"writes bfloat16: {listed(map(repr, widened))}), read as float32, which "
+                     "holds every bfloat16 value exactly.")
     if network.cells and network.flat:
         copies = _aliases(network, layers, directions)
         values = {key: value for named in network.flat.values() for key, value in named.values()}
@@ -249,14 +279,34 @@ def unpickled(data: bytes, where: str, size: int) -> dict[Any, Any]:
     """The dict a ``.pdparams`` pickle holds, its arrays as :class:`NumpyArray` records (not
     yet made), big arrays' slices joined."""
     ledger = Ledger(where, size)
-    known = globals_named(numpy_builders(ledger))
+    known = globals_named({**numpy_builders(ledger),
+                           "builtins.tuple": Builder("builtins.tuple", _tuple)})
     tree, _ = unpickle(data, where, known=known, size=size)
+    if _tensor(tree):
+        raise FormatError(f"{where}: the pickle holds one tensor ({tree[0]!r}), as "
+                          "paddle.save(tensor, path) writes; expected a dict of arrays, as "
+                          "paddle.save(layer.state_dict(), path) writes.")
     if not isinstance(tree, dict):
         raise FormatError(f"{where}: the pickle holds {preview(tree)}; expected a dict of arrays, "
                           "as paddle.save(layer.state_dict(), path) writes.")
     if SLICES in tree:
         tree = _joined(tree, where, ledger)
     return tree
+
+
+def _tuple(items: Any = ()) -> tuple[Any, ...]:
+    """``builtins.tuple``, which paddle.save calls to pickle a tensor inside a nested
+    structure as ``(name, array)``: of a list or tuple only."""
+    if not isinstance(items, (list, tuple)):
+        raise FormatError(f"builtins.tuple of {preview(items)}; expected a list or tuple.")
+    return tuple(items)
+
+
+def _tensor(value: Any) -> bool:
+    """Whether ``value`` is a tensor as paddle.save pickles one outside a state dict:
+    ``(name, array)``."""
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and \
+        isinstance(value[1], NumpyArray)
 
 
 def _joined(tree: dict[Any, Any], where: str, ledger: Ledger) -> dict[Any, Any]:
