@@ -206,3 +206,15 @@ def test_tensors_of_every_dtype_beside_the_network_leave_it_readable(tmp_path: P
     with pytest.raises(rnnport.errors.DTypeError,
                        match=r"int8.pt, weight_hh_l0: int8 weights; expected float16"):
         rnnport.read(tmp_path / "int8.pt")
+
+
+def test_a_bin_file_is_pytorchs_by_its_bytes_not_its_name(tmp_path: Path) -> None:
+    """pytorch_model.bin is a torch.save zip; other formats' weights files end in .bin too."""
+    model = rnnport.RNN.random(rnnport.Spec("gru", 3, 4), seed=2)
+    rnnport.write(model, "torch", path=tmp_path / "pytorch_model.bin")
+    assert rnnport.formats.sniff(tmp_path / "pytorch_model.bin") == "torch"
+    rnnport.write(model, "openvino", path=tmp_path / "model.xml")
+    assert rnnport.formats.sniff(tmp_path / "model.bin") == "openvino"  # the IR's constants
+    (tmp_path / "weights.bin").write_bytes(np.arange(12, dtype=np.float32).tobytes())
+    with pytest.raises(rnnport.FormatError, match="cannot tell the format"):
+        rnnport.read(tmp_path / "weights.bin")

@@ -122,9 +122,12 @@ def sniff(source: Any) -> bool:
         return True
     if is_path(source):
         # By content; a damaged file named like a PyTorch file is still this format's (its
-        # reader says what is wrong), unless its bytes are plainly another format's.
+        # reader says what is wrong), unless its bytes are plainly another format's. A ".bin"
+        # is claimed by its bytes alone: other formats' weights files are named so too (an
+        # OpenVINO IR's, ncnn's, TensorFlow.js's shards).
+        suffix = Path(source).suffix.lower()
         return kind_of(source) is not None or (
-            Path(source).suffix.lower() in FILE_SUFFIXES and Path(source).is_file()
+            suffix in FILE_SUFFIXES and suffix != ".bin" and Path(source).is_file()
             and not other_zip(source))
     if isinstance(source, Mapping):
         return bool(find(source))
