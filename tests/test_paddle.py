@@ -94,6 +94,22 @@ def test_golden_files_compute_what_paddle_computed(name: str) -> None:
         np.testing.assert_allclose(state[1], expected["c"], atol=meta["tolerance"], rtol=0)
 
 
+def test_a_folder_holding_one_inference_model_reads_as_that_model(tmp_path: Path) -> None:
+    """As models ship (inference.pdmodel and inference.pdiparams in a folder of their own)."""
+    folder = GOLDEN / "gru"
+    assert get("paddle").sniff(folder)
+    assert rnnport.read(folder) == rnnport.read(folder / "inference.json")
+    assert {path.name for path in get("paddle").input_files(folder)} == {
+        "inference.json", "inference.pdiparams"}
+    twice = tmp_path / "two"
+    twice.mkdir()
+    for stem in ("a", "b"):  # two models: which one is meant is not guessed
+        for ending in (".json", ".pdiparams"):
+            shutil.copyfile(folder / f"inference{ending}", twice / f"{stem}{ending}")
+    assert not get("paddle").sniff(twice)
+    assert rnnport.read(twice / "a.json") == rnnport.read(folder)
+
+
 @pytest.mark.parametrize("name", [name for name in CASES if name != "gru_static"])
 def test_written_state_dicts_are_paddles_own_bit_for_bit(name: str, tmp_path: Path) -> None:
     meta, _ = _case(name)

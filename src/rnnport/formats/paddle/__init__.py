@@ -111,9 +111,12 @@ def _is_layer(value: Any) -> bool:
 def kind_of(path: str | os.PathLike[str]) -> str | None:
     """``pdparams``, ``program`` (a PIR ``.json`` or a ``.pdmodel``), ``pdiparams`` (the
     parameters, read with the program beside them), ``prefix`` (``model`` for
-    ``model.json``), or None."""
+    ``model.json``), ``folder`` (one holding one inference model, as models are shipped:
+    ``inference.pdmodel`` and ``inference.pdiparams``), or None."""
     text = os.fspath(path)
     suffix = Path(text).suffix.lower()
+    if os.path.isdir(path):
+        return "folder" if _folder_model(Path(text)) is not None else None
     if not os.path.isfile(path):
         return "prefix" if not os.path.exists(path) and any(
             os.path.isfile(text + ending) for ending in PROGRAM_SUFFIXES) and \
@@ -135,6 +138,28 @@ def kind_of(path: str | os.PathLike[str]) -> str | None:
     if suffix == PDIPARAMS and _program_file(Path(text).with_suffix("")) is not None:
         return "pdiparams"
     return None
+
+
+# The kinds of path read as an inference model.
+PROGRAM_KINDS = ("program", "pdiparams", "prefix", "folder")
+
+# Entries of a folder looked at for its inference model: a model's folder holds a few files.
+FOLDER_ENTRIES = 10_000
+
+
+def _folder_model(folder: Path) -> Path | None:
+    """The stem of the one inference model (a ``.pdiparams`` with its program) in
+    ``folder``, or None when it holds none or several."""
+    found = []
+    with os.scandir(folder) as entries:
+        for count, entry in enumerate(entries):
+            if count >= FOLDER_ENTRIES:
+                return None
+            if entry.name.lower().endswith(PDIPARAMS) and entry.is_file():
+                stem = folder / entry.name[:-len(PDIPARAMS)]
+                if _program_file(stem) is not None:
+                    found.append(stem)
+    return found[0] if len(found) == 1 else None
 
 
 def _program_file(stem: Path) -> Path | None:
@@ -226,8 +251,10 @@ def _program_paths(source: str | os.PathLike[str]) -> tuple[Path, Path]:
     """(program, parameters) of an inference model named by either file or its prefix."""
     path = Path(source)
     kind = kind_of(path)
-    if kind in ("prefix", "pdiparams"):
-        stem = path if kind == "prefix" else path.with_suffix("")
+    if kind in ("prefix", "pdiparams", "folder"):
+        stem = path if kind == "prefix" else _folder_model(path) if kind == "folder" \
+            else path.with_suffix("")
+        assert stem is not None
         program = _program_file(stem)
         if program is None:
             raise FormatError(f"{os.fspath(path)}: no {' or '.join(PROGRAM_SUFFIXES)} program "
@@ -299,7 +326,7 @@ def read(source: Any, **options: Any) -> Model:
         if kind is None and os.fspath(source).lower().endswith(".json") and \
                 os.path.isfile(source):
             kind = "program"  # asked for as paddle's: its parser says what is wrong
-        if kind in ("program", "pdiparams", "prefix"):
+        if kind in PROGRAM_KINDS:
             return _read_program(source, options)[0]
         if kind is None:
             raise FormatError(f"{os.fspath(source)}: no PaddlePaddle file (a .pdparams pickle, a "
@@ -318,7 +345,7 @@ def notes(source: Any, **options: Any) -> list[str]:
     """What the source holds beside the network read (see ``Format.notes``)."""
     if isinstance(source, (list, tuple)):
         return []
-    if is_path(source) and kind_of(source) in ("program", "pdiparams", "prefix"):
+    if is_path(source) and kind_of(source) in PROGRAM_KINDS:
         return _program_notes(source, options)
     rnn, found, network = _read_state(source, options)
     state, where, _ = _state(source)
@@ -370,7 +397,7 @@ def _program_notes(source: str | os.PathLike[str], options: Mapping[str, Any]) -
 
 def networks(source: Any) -> Choices:
     """The networks a source holds: state dicts' by ``prefix``, programs' by ``op``."""
-    if is_path(source) and kind_of(source) in ("program", "pdiparams", "prefix"):
+    if is_path(source) and kind_of(source) in PROGRAM_KINDS:
         program_path, _ = _program_paths(source)
         program = load_program(program_path, os.fspath(program_path))
         return Choices("op", tuple((str(op.index), op.describe()) for op in program.rnns))
@@ -381,7 +408,7 @@ def networks(source: Any) -> Choices:
 
 def fixed_input(source: Any) -> tuple[int, int] | None:
     """The (batch, time) an inference model's input is fixed at, where it fixes its time."""
-    if not (is_path(source) and kind_of(source) in ("program", "pdiparams", "prefix")):
+    if not (is_path(source) and kind_of(source) in PROGRAM_KINDS):
         return None
     _, program, op = _read_program(source, {})
     shapes = [shape for _, shape in program.inputs if len(shape) == 3]
@@ -472,13 +499,19 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     if isinstance(y, str):
         return f"{y}: no framework check"
     label = (f"paddle.jit.load running {_program_paths(source)[0].name}"
-             if kind in ("program", "pdiparams", "prefix")
+             if kind in PROGRAM_KINDS
              else f"paddle.load of {Path(source).name} into a paddle.nn layer")
     return label, y
 
 
 def input_files(path: Path) -> list[Path]:
-    """An inference model's other file (its parameters, or its program)."""
+    """An inference model's other file (its parameters, or its program); a folder's model's
+    two files."""
+    if os.path.isdir(path):
+        stem = _folder_model(Path(path))
+        return [] if stem is None else [path for path in (_program_file(stem),
+                                                           Path(f"{stem}{PDIPARAMS}"))
+                                        if path is not None]
     text = os.fspath(path)
     lower = text.lower()
     if lower.endswith(PROGRAM_SUFFIXES):

@@ -54,7 +54,7 @@ def layer_for(spec: Spec, time_major: bool = False) -> Any:
 
 def run(job: dict[str, Any]) -> np.ndarray:
     """``y`` paddle computes for the job's ``x`` from its ``source`` (see the module)."""
-    from . import _program_paths, _read_program, _read_state
+    from . import PROGRAM_KINDS, _program_paths, _read_program, _read_state
     from .state import flat_items
 
     source, x = job["source"], np.load(job["x"], allow_pickle=False)
@@ -65,7 +65,7 @@ def run(job: dict[str, Any]) -> np.ndarray:
     with quiet():
         import paddle
 
-        if job["kind"] in ("program", "pdiparams", "prefix"):
+        if job["kind"] in PROGRAM_KINDS:
             program_path, _ = _program_paths(source)
             _, program, op = _read_program(source, {})
             if op.time_major is None or len(program.rnns) > 1 or program.others:
