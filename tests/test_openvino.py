@@ -305,6 +305,44 @@ def test_a_read_past_the_limits_is_refused(tmp_path: Path) -> None:
         rnnport.read(path)
 
 
+def _between_w(path: Path, kind: str, levels: int, ports: int) -> None:
+    """Put ``levels`` layers of ``kind`` between the first W constant and its layer, each
+    taking the one before on all of its ``ports`` inputs."""
+    text = path.read_text()
+    found = re.search(r'<layer id="(\d+)" name="lstm/layer0/W"', text)
+    assert found is not None
+    edge = re.search(rf'<edge from-layer="{found.group(1)}" from-port="(\d+)" '
+                     r'to-layer="(\d+)" to-port="(\d+)" />', text)
+    assert edge is not None
+    layers, edges, source = [], [], (found.group(1), edge.group(1))
+    for level in range(levels):
+        number = 1000 + level
+        inputs = "".join(f'<port id="{port}" />' for port in range(ports))
+        data = '<data axis="0" />' if kind == "Concat" else ""
+        layers.append(f'<layer id="{number}" name="copy{level}" type="{kind}" '
+                      f'version="opset1">{data}<input>{inputs}</input><output>'
+                      f'<port id="{ports}" /></output></layer>')
+        edges += [f'<edge from-layer="{source[0]}" from-port="{source[1]}" '
+                  f'to-layer="{number}" to-port="{port}" />' for port in range(ports)]
+        source = (str(number), str(ports))
+    text = text.replace(edge.group(0), f'<edge from-layer="{source[0]}" from-port='
+                        f'"{source[1]}" to-layer="{edge.group(2)}" to-port="{edge.group(3)}" />')
+    path.write_text(text.replace("</layers>", "".join(layers) + "</layers>")
+                    .replace("</edges>", "".join(edges) + "</edges>"))
+
+
+@pytest.mark.parametrize(("kind", "levels", "ports", "inputs"),
+                         [("Concat", 6, 8, 3), ("Transpose", 400, 1, 2000)])
+def test_layers_that_copy_the_weights_over_and_over_are_refused(
+        tmp_path: Path, kind: str, levels: int, ports: int, inputs: int) -> None:
+    # Concat: a 20 kB IR whose W of 192 bytes would take 50 MB (8 ** 6 copies); Transpose:
+    # a 250 kB IR whose W would be copied, and each copy kept, 400 times (51 MB)
+    path = _written(tmp_path, Spec("lstm", inputs, 4))
+    _between_w(path, kind, levels, ports)
+    with pytest.raises(LimitError, match="expansion"):
+        rnnport.read(path)
+
+
 def test_an_xml_that_is_no_ir_is_not_sniffed(tmp_path: Path) -> None:
     (tmp_path / "other.xml").write_text('<?xml version="1.0"?><config/>')
     with pytest.raises(FormatError, match="cannot tell the format"):
