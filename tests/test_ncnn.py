@@ -11,6 +11,7 @@ import json
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 import rnnport
 from rnnport import RNN, Spec
 from rnnport.errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
-from rnnport.formats.ncnn import FORMAT, NcnnModel, notes
+from rnnport.formats.ncnn import FORMAT, NcnnModel, notes, parse_param
 
 GOLDEN = Path(__file__).parent / "golden" / "ncnn"
 CASES = {case["name"]: case for case in json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]}
@@ -253,3 +254,14 @@ def test_a_param_naming_millions_of_layers_is_refused_before_they_are_built() ->
     lines = b"".join(b"Noop n%d 0 0\n" % index for index in range(300_000))
     with pytest.raises(rnnport.LimitError, match="expansion"):
         rnnport.read(NcnnModel(b"7767517\n300000 1\n" + lines, b""), "ncnn")
+
+
+def test_a_quoted_string_left_open_is_read_in_linear_time() -> None:
+    # 1.5 million words after an opening quote (3 MB): joined one by one, 80 s and more
+    param = (b'7767517\n1 1\nInput in0 0 1 in0 0="a b" 1="' + b"w " * 1_500_000)
+    started = time.perf_counter()
+    with pytest.raises(FormatError, match="quoted string should be; the .param is truncated"):
+        rnnport.read(NcnnModel(param, b""), "ncnn")
+    assert time.perf_counter() - started < 5
+    layers = parse_param(b'7767517\n1 1\nInput in0 0 1 in0 0="a  b" 1="" 2=" x " 3=" "\n', "p")
+    assert layers[0].params == {0: '"a b"', 1: '""', 2: '" x "', 3: '" "'}

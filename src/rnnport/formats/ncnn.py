@@ -251,8 +251,11 @@ def parse_param(text: bytes, where: str) -> list[Layer]:
                                   f"{MAX_KEY - 1} (or -23300 minus one, for an array).")
             value = match[2]
             meter.charge(len(token) + 64, f"layer {index}'s params")
-            while value.startswith('"') and (len(value) == 1 or not value.endswith('"')):
-                value += " " + take(f"the end of {label}'s quoted string")
+            if value.startswith('"'):  # a quoted string, spaces kept: words to the closing "
+                words = [value]
+                while words == ['"'] or not words[-1].endswith('"'):
+                    words.append(take(f"the end of {label}'s quoted string"))
+                value = " ".join(words)
             params[key] = value
         layers.append(Layer(index, kind, name, bottoms, tops, params))
     if pending is not None or next(position, None) is not None:
