@@ -8,6 +8,7 @@ running the files rnnport writes, driven here through the ``ncnn`` package's own
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import subprocess
 import sys
@@ -200,6 +201,22 @@ def test_several_networks_are_listed_and_picked_by_layer(tmp_path: Path) -> None
     assert [value for value, _ in FORMAT.networks(files).entries] == ["lstm_0", "lstm_b"]
     with pytest.raises(FormatError, match="no recurrent layer named 'nope'"):
         rnnport.read(files, "ncnn", layer="nope")
+
+
+def test_the_bin_given_reads_the_param_beside_it(ncnn: Any, tmp_path: Path) -> None:
+    model = RNN.random(Spec("gru", 3, 4), seed=2)
+    rnnport.write(model, "ncnn", path=tmp_path / "m.ncnn.param")
+    weights = tmp_path / "m.ncnn.bin"
+    assert rnnport.read(weights) == rnnport.read(tmp_path / "m.ncnn.param")
+    assert FORMAT.input_files(weights) == [tmp_path / "m.ncnn.param"]
+    assert notes(weights) == []
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 4, 3)).astype(np.float32)
+    label, y = FORMAT.framework_forward(weights, model, x)
+    assert label.startswith("ncnn") and np.allclose(y, model.forward(x)[0], atol=1e-5)
+    # a PyTorch file named .bin beside no .param stays PyTorch's
+    shutil.copy(weights, tmp_path / "other.bin")
+    with pytest.raises(FormatError, match="not a PyTorch file"):
+        rnnport.read(tmp_path / "other.bin")
 
 
 def test_a_bin_beside_the_param_only(tmp_path: Path) -> None:

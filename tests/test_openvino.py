@@ -86,8 +86,9 @@ def test_a_converted_ir_round_trips_bit_exactly(tmp_path: Path, name: str) -> No
     assert sorted(path.name for path in tmp_path.iterdir()) == ["m.bin", "m.xml"]
     for source in (tmp_path / "m.xml", tmp_path):
         assert rnnport.read(source) == model
-    # a .bin could be PyTorch's too (a pytorch_model.bin): told by fmt=
-    assert rnnport.read(tmp_path / "m.bin", "openvino") == model
+    # a .bin is PyTorch's by name (a pytorch_model.bin), but not one beside an IR's .xml
+    assert rnnport.read(tmp_path / "m.bin") == rnnport.read(tmp_path / "m.bin", "openvino")
+    assert rnnport.read(tmp_path / "m.bin") == model
 
 
 def test_swapping_two_gates_changes_the_output() -> None:

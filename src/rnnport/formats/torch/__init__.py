@@ -125,13 +125,24 @@ def sniff(source: Any) -> bool:
         # reader says what is wrong), unless its bytes are plainly another format's.
         return kind_of(source) is not None or (
             Path(source).suffix.lower() in FILE_SUFFIXES and Path(source).is_file()
-            and not other_zip(source))
+            and not other_zip(source) and not _weights_beside_a_model(Path(source)))
     if isinstance(source, Mapping):
         return bool(find(source))
     if isinstance(source, (list, tuple)) and source:
         return all(_is_module(item) or (isinstance(item, Mapping) and sniff(item))
                    for item in source)
     return False
+
+
+def _weights_beside_a_model(path: Path) -> bool:
+    """Whether ``path`` is the ``.bin`` of an OpenVINO IR or an ncnn model: raw weights
+    beside the ``.xml`` or ``.param`` of the same name that describes them."""
+    if path.suffix.lower() != ".bin":
+        return False
+    from ..ncnn import is_param
+    from ..openvino.ir import is_ir
+
+    return is_ir(path.with_suffix(".xml")) or is_param(path.with_suffix(".param"))
 
 
 # -- read ------------------------------------------------------------------------------
