@@ -186,6 +186,17 @@ def test_framework_forward_says_why_it_cannot_check() -> None:
     assert "only an IR" in str(framework_forward({"a": 1}, model, np.zeros((1, 2, 5))))
 
 
+@pytest.mark.parametrize(("shape", "fixed"), [("?,?,3", None), ("1,?,3", (1, 7)),
+                                              ("?,5,3", (2, 5)), ("4,6,3", (4, 6))])
+def test_verify_feeds_the_batch_or_time_an_input_fixes(tmp_path: Path, shape: str,
+                                                      fixed: tuple[int, int] | None) -> None:
+    # convert_model(..., input=[1, -1, 4]) fixes the batch alone
+    path = tmp_path / "m.xml"
+    rnnport.write(RNN.random(Spec("gru", 3, 4), seed=1), "openvino", path=path)
+    _edit(path, 'shape="?,?,3"', f'shape="{shape}"')
+    assert rnnport.formats.get("openvino").fixed_input(path) == fixed
+
+
 def test_writing_refuses_what_the_opset_cannot_hold() -> None:
     with pytest.raises(UnsupportedFeatureError, match="projection"):
         rnnport.write(RNN.random(Spec("lstm", 3, 4, proj_size=2)), "openvino")
