@@ -8,9 +8,11 @@ running the files rnnport writes, driven here through the ``ncnn`` package's own
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import pytest
 import rnnport
 from rnnport import RNN, Spec
 from rnnport.errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
-from rnnport.formats.ncnn import FORMAT, NcnnModel, notes
+from rnnport.formats.ncnn import FORMAT, NcnnModel, notes, parse_param
 
 GOLDEN = Path(__file__).parent / "golden" / "ncnn"
 CASES = {case["name"]: case for case in json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]}
@@ -201,6 +203,22 @@ def test_several_networks_are_listed_and_picked_by_layer(tmp_path: Path) -> None
         rnnport.read(files, "ncnn", layer="nope")
 
 
+def test_the_bin_given_reads_the_param_beside_it(ncnn: Any, tmp_path: Path) -> None:
+    model = RNN.random(Spec("gru", 3, 4), seed=2)
+    rnnport.write(model, "ncnn", path=tmp_path / "m.ncnn.param")
+    weights = tmp_path / "m.ncnn.bin"
+    assert rnnport.read(weights) == rnnport.read(tmp_path / "m.ncnn.param")
+    assert FORMAT.input_files(weights) == [tmp_path / "m.ncnn.param"]
+    assert notes(weights) == []
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 4, 3)).astype(np.float32)
+    label, y = FORMAT.framework_forward(weights, model, x)
+    assert label.startswith("ncnn") and np.allclose(y, model.forward(x)[0], atol=1e-5)
+    # the same bytes beside no .param are nobody's: a .bin is PyTorch's by its bytes alone
+    shutil.copy(weights, tmp_path / "other.bin")
+    with pytest.raises(FormatError, match="cannot tell the format"):
+        rnnport.read(tmp_path / "other.bin")
+
+
 def test_a_bin_beside_the_param_only(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -253,3 +271,14 @@ def test_a_param_naming_millions_of_layers_is_refused_before_they_are_built() ->
     lines = b"".join(b"Noop n%d 0 0\n" % index for index in range(300_000))
     with pytest.raises(rnnport.LimitError, match="expansion"):
         rnnport.read(NcnnModel(b"7767517\n300000 1\n" + lines, b""), "ncnn")
+
+
+def test_a_quoted_string_left_open_is_read_in_linear_time() -> None:
+    # 1.5 million words after an opening quote (3 MB): joined one by one, 80 s and more
+    param = (b'7767517\n1 1\nInput in0 0 1 in0 0="a b" 1="' + b"w " * 1_500_000)
+    started = time.perf_counter()
+    with pytest.raises(FormatError, match="quoted string should be; the .param is truncated"):
+        rnnport.read(NcnnModel(param, b""), "ncnn")
+    assert time.perf_counter() - started < 5
+    layers = parse_param(b'7767517\n1 1\nInput in0 0 1 in0 0="a  b" 1="" 2=" x " 3=" "\n', "p")
+    assert layers[0].params == {0: '"a b"', 1: '""', 2: '" x "', 3: '" "'}

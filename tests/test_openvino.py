@@ -86,8 +86,9 @@ def test_a_converted_ir_round_trips_bit_exactly(tmp_path: Path, name: str) -> No
     assert sorted(path.name for path in tmp_path.iterdir()) == ["m.bin", "m.xml"]
     for source in (tmp_path / "m.xml", tmp_path):
         assert rnnport.read(source) == model
-    # a .bin could be PyTorch's too (a pytorch_model.bin): told by fmt=
-    assert rnnport.read(tmp_path / "m.bin", "openvino") == model
+    # a .bin is PyTorch's by name (a pytorch_model.bin), but not one beside an IR's .xml
+    assert rnnport.read(tmp_path / "m.bin") == rnnport.read(tmp_path / "m.bin", "openvino")
+    assert rnnport.read(tmp_path / "m.bin") == model
 
 
 def test_swapping_two_gates_changes_the_output() -> None:
@@ -183,6 +184,17 @@ def test_framework_forward_says_why_it_cannot_check() -> None:
                               np.zeros((1, 2, 5), np.float32))
     assert isinstance(found, str) and "other computing layers" in found
     assert "only an IR" in str(framework_forward({"a": 1}, model, np.zeros((1, 2, 5))))
+
+
+@pytest.mark.parametrize(("shape", "fixed"), [("?,?,3", None), ("1,?,3", (1, 7)),
+                                              ("?,5,3", (2, 5)), ("4,6,3", (4, 6))])
+def test_verify_feeds_the_batch_or_time_an_input_fixes(tmp_path: Path, shape: str,
+                                                      fixed: tuple[int, int] | None) -> None:
+    # convert_model(..., input=[1, -1, 4]) fixes the batch alone
+    path = tmp_path / "m.xml"
+    rnnport.write(RNN.random(Spec("gru", 3, 4), seed=1), "openvino", path=path)
+    _edit(path, 'shape="?,?,3"', f'shape="{shape}"')
+    assert rnnport.formats.get("openvino").fixed_input(path) == fixed
 
 
 def test_writing_refuses_what_the_opset_cannot_hold() -> None:
@@ -302,6 +314,44 @@ def test_a_fixed_non_zero_initial_state_is_refused(tmp_path: Path) -> None:
 def test_a_read_past_the_limits_is_refused(tmp_path: Path) -> None:
     path = _written(tmp_path)
     with rnnport.limits(expansion=1e-4), pytest.raises(LimitError, match="expansion"):
+        rnnport.read(path)
+
+
+def _between_w(path: Path, kind: str, levels: int, ports: int) -> None:
+    """Put ``levels`` layers of ``kind`` between the first W constant and its layer, each
+    taking the one before on all of its ``ports`` inputs."""
+    text = path.read_text()
+    found = re.search(r'<layer id="(\d+)" name="lstm/layer0/W"', text)
+    assert found is not None
+    edge = re.search(rf'<edge from-layer="{found.group(1)}" from-port="(\d+)" '
+                     r'to-layer="(\d+)" to-port="(\d+)" />', text)
+    assert edge is not None
+    layers, edges, source = [], [], (found.group(1), edge.group(1))
+    for level in range(levels):
+        number = 1000 + level
+        inputs = "".join(f'<port id="{port}" />' for port in range(ports))
+        data = '<data axis="0" />' if kind == "Concat" else ""
+        layers.append(f'<layer id="{number}" name="copy{level}" type="{kind}" '
+                      f'version="opset1">{data}<input>{inputs}</input><output>'
+                      f'<port id="{ports}" /></output></layer>')
+        edges += [f'<edge from-layer="{source[0]}" from-port="{source[1]}" '
+                  f'to-layer="{number}" to-port="{port}" />' for port in range(ports)]
+        source = (str(number), str(ports))
+    text = text.replace(edge.group(0), f'<edge from-layer="{source[0]}" from-port='
+                        f'"{source[1]}" to-layer="{edge.group(2)}" to-port="{edge.group(3)}" />')
+    path.write_text(text.replace("</layers>", "".join(layers) + "</layers>")
+                    .replace("</edges>", "".join(edges) + "</edges>"))
+
+
+@pytest.mark.parametrize(("kind", "levels", "ports", "inputs"),
+                         [("Concat", 6, 8, 3), ("Transpose", 400, 1, 2000)])
+def test_layers_that_copy_the_weights_over_and_over_are_refused(
+        tmp_path: Path, kind: str, levels: int, ports: int, inputs: int) -> None:
+    # Concat: a 20 kB IR whose W of 192 bytes would take 50 MB (8 ** 6 copies); Transpose:
+    # a 250 kB IR whose W would be copied, and each copy kept, 400 times (51 MB)
+    path = _written(tmp_path, Spec("lstm", inputs, 4))
+    _between_w(path, kind, levels, ports)
+    with pytest.raises(LimitError, match="expansion"):
         rnnport.read(path)
 
 

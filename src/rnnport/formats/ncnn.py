@@ -89,7 +89,7 @@ from ..spec import Spec
 from ._common import is_path, listed, sum_exact
 from ._protocol import Choices, Format, NamedArray, Suffix
 
-__all__ = ["FORMAT", "NcnnModel", "read", "sniff", "write"]
+__all__ = ["FORMAT", "NcnnModel", "is_param", "read", "sniff", "write"]
 
 MAGIC = 7767517
 TAG_FLOAT32 = 0
@@ -251,8 +251,11 @@ def parse_param(text: bytes, where: str) -> list[Layer]:
                                   f"{MAX_KEY - 1} (or -23300 minus one, for an array).")
             value = match[2]
             meter.charge(len(token) + 64, f"layer {index}'s params")
-            while value.startswith('"') and (len(value) == 1 or not value.endswith('"')):
-                value += " " + take(f"the end of {label}'s quoted string")
+            if value.startswith('"'):  # a quoted string, spaces kept: words to the closing "
+                words = [value]
+                while words == ['"'] or not words[-1].endswith('"'):
+                    words.append(take(f"the end of {label}'s quoted string"))
+                value = " ".join(words)
             params[key] = value
         layers.append(Layer(index, kind, name, bottoms, tops, params))
     if pending is not None or next(position, None) is not None:
@@ -517,6 +520,12 @@ def _contents(value: Any, field: str, where: str) -> bytes:
     return bytes(value)
 
 
+def _param_path(path: Path) -> Path:
+    """The ``.param`` a path names: itself, or the ``.param`` beside a ``.bin`` given in its
+    stead."""
+    return path.with_suffix(".param") if path.suffix.lower() == ".bin" else path
+
+
 def _bin_path(path: Path) -> Path:
     """The ``.bin`` beside a ``.param``: the same name with ``.bin`` for its last suffix."""
     return path.with_suffix(".bin") if path.suffix else path.with_name(path.name + ".bin")
@@ -526,7 +535,7 @@ def _load(source: Any, where: str) -> tuple[list[Layer], BinaryIO | bytes, str]:
     if isinstance(source, NcnnModel):
         return (parse_param(_contents(source.param, "param", where), where),
                 _contents(source.bin, "bin", where), where)
-    path = Path(source)
+    path = _param_path(Path(source))
     text = read_file(path, where, limit=MAX_PARAM_BYTES)
     layers = parse_param(text, where)
     weights = _bin_path(path)
@@ -603,7 +612,8 @@ def _parsed(source: Any) -> tuple[list[Layer], str]:
     where = f"ncnn {os.fspath(source)}" if is_path(source) else "ncnn model"
     if isinstance(source, NcnnModel):
         return parse_param(_contents(source.param, "param", where), where), where
-    return parse_param(read_file(source, where, limit=MAX_PARAM_BYTES), where), where
+    return parse_param(read_file(_param_path(Path(source)), where, limit=MAX_PARAM_BYTES),
+                       where), where
 
 
 def networks(source: Any) -> Choices:
@@ -715,7 +725,9 @@ def output_files(path: Path) -> list[Path]:
 
 
 def input_files(path: Path) -> list[Path]:
-    """Reading a ``.param`` opens the ``.bin`` beside it."""
+    """Reading a ``.param`` opens the ``.bin`` beside it (and a ``.bin`` its ``.param``)."""
+    if path.suffix.lower() == ".bin":
+        return [_param_path(path)]
     return [_bin_path(path)] if sniff(path) else []
 
 
@@ -733,17 +745,24 @@ def write(model: Model, path: Any = None) -> NcnnModel:
 
 def sniff(source: Any) -> bool:
     """An :class:`NcnnModel`, or a path whose file starts with ncnn's magic number (text or
-    binary .param), or ends ``.param``."""
+    binary .param), or ends ``.param``, or a ``.bin`` beside such a ``.param``."""
     if isinstance(source, NcnnModel):
         return True
     if not is_path(source):
         return False
     if os.fspath(source).lower().endswith(".param"):
         return True
-    if not os.path.isfile(source):
+    if Path(source).suffix.lower() == ".bin":
+        return is_param(_param_path(Path(source)))
+    return is_param(Path(source))
+
+
+def is_param(path: Path) -> bool:
+    """Whether the file at ``path`` starts with ncnn's magic number (text or binary)."""
+    if not os.path.isfile(path):  # a FIFO or a device would block or never end
         return False
     try:
-        with open(source, "rb") as file:
+        with open(path, "rb") as file:
             head = file.read(16)
     except OSError:
         return False
@@ -790,6 +809,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
         return "only a .param file beside its .bin holds a model ncnn can load" + NO_CHECK
     if importlib.util.find_spec("ncnn") is None:
         return "the ncnn package is not installed (pip install ncnn)" + NO_CHECK
+    source = _param_path(Path(source))
     layers, where = _parsed(source)
     found = _networks(layers, where)
     if len(found) != 1:

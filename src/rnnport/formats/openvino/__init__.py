@@ -110,15 +110,17 @@ def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
 
 def fixed_input(source: Any) -> tuple[int, int] | None:
     """The batch and time an IR whose one input has static sizes fixes (as ``convert_model``
-    writes it when given ``input=[2, 5, 4]``), or None."""
+    writes it when given ``input=[2, 5, 4]``, or ``[1, -1, 4]``: batch 2 or time 7 where
+    the other one is dynamic), or None."""
     analysis = analyse(source)
     parameters = analysis.graph.of_type("Parameter")
     if len(parameters) != 1:
         return None
     shape = parse_shape(parameters[0].data.get("shape", ""), analysis.graph.where, "shape")
-    if len(shape) != 3 or min(shape) < 1:
+    if len(shape) != 3 or max(shape[:2]) < 1:
         return None
-    return (shape[1], shape[0]) if analysis.time_major else (shape[0], shape[1])
+    batch, time = (shape[1], shape[0]) if analysis.time_major else (shape[0], shape[1])
+    return (batch if batch > 0 else 2, time if time > 0 else 7)
 
 
 def choices(source: Any) -> Choices:

@@ -191,7 +191,9 @@ def _convert(layer: Layer, arrays: list[np.ndarray], charge: Charge) -> list[np.
 def _transpose(layer: Layer, arrays: list[np.ndarray], charge: Charge) -> list[np.ndarray]:
     data = arrays[0]
     order = _integers(arrays[1], "perm") if len(arrays) > 1 else []
-    return [np.transpose(data, order or None).copy()]
+    moved = np.transpose(data, order or None)
+    charge(moved.shape, moved.dtype)
+    return [moved.copy()]
 
 
 def _reshape(layer: Layer, arrays: list[np.ndarray], charge: Charge) -> list[np.ndarray]:
@@ -221,6 +223,8 @@ def _concat(layer: Layer, arrays: list[np.ndarray], charge: Charge) -> list[np.n
     axis = int(layer.data.get("axis", "0"))
     if not arrays:
         raise ValueError("no inputs")
+    # one array may feed every input: the result can be far larger than the arrays it takes
+    charge((sum(array.size for array in arrays),), np.result_type(*arrays))
     return [np.concatenate(arrays, axis=_axis(axis, arrays[0].ndim))]
 
 
@@ -250,6 +254,7 @@ def _broadcast(layer: Layer, arrays: list[np.ndarray], charge: Charge) -> list[n
 def _split(layer: Layer, arrays: list[np.ndarray], charge: Charge) -> list[np.ndarray]:
     data = arrays[0]
     axis = _axis(_integers(arrays[1], "axis")[0], data.ndim)
+    charge(data.shape, data.dtype)
     if layer.type == "Split":
         parts = int(layer.data.get("num_splits", "0"))
         if parts <= 0 or data.shape[axis] % parts:
@@ -274,7 +279,9 @@ def _slice(layer: Layer, arrays: list[np.ndarray], charge: Charge) -> list[np.nd
     index = [slice(None)] * data.ndim
     for start, stop, step, axis in zip(starts, stops, steps, axes, strict=True):
         index[_axis(axis, data.ndim)] = slice(start, stop, step)
-    return [data[tuple(index)].copy()]
+    part = data[tuple(index)]
+    charge(part.shape, part.dtype)
+    return [part.copy()]
 
 
 def _shape_of(layer: Layer, arrays: list[np.ndarray], charge: Charge) -> list[np.ndarray]:
