@@ -59,7 +59,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> tuple[str, np
     beside = [note for note in found if note.startswith(("other computing layers",
                                                           "another recurrent network"))]
     if beside:
-        return f"the IR computes more than the network read ({beside[0]})" + NO_CHECK
+        return f"the IR computes more than the network read ({beside[0].rstrip('.')})" + NO_CHECK
     parameters = analysis.graph.of_type("Parameter")
     if len(parameters) != 1:
         return (f"the IR takes {len(parameters)} inputs, not the sequence alone" + NO_CHECK)
