@@ -40,7 +40,9 @@ cells come from the shapes, and the order of layers of *different* classes is no
                               then backward_<inner>/…; Keras 3 drops the ``:0``)
     /model_weights/<name>/<weight name>   the arrays
 
-``save_weights("m.h5")`` writes the same at the root, without ``model_config``. Attributes
+``save_weights("m.h5")`` writes the same at the root, without ``model_config``. Keras 1
+wrote the same layout with its own layer configs and per-gate arrays (``lstm_1_W_i`` …);
+:mod:`rnnport.formats.keras.keras1` turns those layers into Keras 2's before they are read. Attributes
 over 64 KiB are split into ``layer_names0``, ``layer_names1`` …. ``CuDNNLSTM`` /
 ``CuDNNGRU`` layers exist only here: ``<name>/kernel:0``, ``recurrent_kernel:0``,
 ``bias:0`` with bias ``(8H,)`` / ``(6H,)`` and cuDNN's matrices reshaped, not transposed
