@@ -3,7 +3,8 @@
 Two halves, depending one way: :mod:`.layers` reads and writes layer objects and their
 ``get_weights()`` arrays (its docstring is the layout specification), and :mod:`.files`
 reads and writes ``.keras`` archives, Keras 3 ``.weights.h5`` files and legacy ``.h5`` /
-``.hdf5`` files on top of it (h5py only; Keras is never imported to read).
+``.hdf5`` files on top of it (h5py only; Keras is never imported to read), Keras 1's
+per-gate layers in those through :mod:`.keras1` (read only: writing gives Keras 2/3).
 
 ``read`` takes a layer, a list of layers, ``get_weights()`` lists, or a path to a
 ``.keras`` archive, a ``.weights.h5`` or a legacy ``.h5`` / ``.hdf5`` file; the layer

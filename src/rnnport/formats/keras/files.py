@@ -40,7 +40,9 @@ cells come from the shapes, and the order of layers of *different* classes is no
                               then backward_<inner>/…; Keras 3 drops the ``:0``)
     /model_weights/<name>/<weight name>   the arrays
 
-``save_weights("m.h5")`` writes the same at the root, without ``model_config``. Attributes
+``save_weights("m.h5")`` writes the same at the root, without ``model_config``. Keras 1
+wrote the same layout with its own layer configs and per-gate arrays (``lstm_1_W_i`` …);
+:mod:`rnnport.formats.keras.keras1` turns those layers into Keras 2's before they are read. Attributes
 over 64 KiB are split into ``layer_names0``, ``layer_names1`` …. ``CuDNNLSTM`` /
 ``CuDNNGRU`` layers exist only here: ``<name>/kernel:0``, ``recurrent_kernel:0``,
 ``bias:0`` with bias ``(8H,)`` / ``(6H,)`` and cuDNN's matrices reshaped, not transposed
@@ -98,6 +100,7 @@ from ...io.atomic import atomic_write
 from ...model import Model
 from ...spec import Spec
 from .._common import close_matches, is_path, require
+from . import keras1
 from . import layers as keras_layers
 
 __all__ = ["is_keras_file", "layer_names", "loads_into", "notes", "read_file", "write_file"]
@@ -166,6 +169,7 @@ class FileLayer:
     inputs: tuple[str, ...] | None = None   # Functional: the layers feeding it
     aliases: tuple[str, ...] = ()           # other names it answers to (its group key)
     keras_version: str | None = None        # of the Keras that wrote the file, when it says
+    keras1: str | None = None               # a Keras 1 layer: how that was told
 
     def describe(self) -> str:
         if self.class_name:
@@ -220,12 +224,15 @@ def stacks(source: Any) -> list[tuple[str, str]]:
 def notes(source: Any, **options: Any) -> list[str]:
     """What reading the file with ``options`` leaves out or assumes (see ``Format.notes``):
     the layers beside the stack read, and the gate activation a weights-only file from an
-    old Keras is taken to have."""
+    old Keras is taken to have, and how a Keras 1 layer was told."""
     path, layers, chosen = _chosen(source, options.get("layer"))
     read = {id(layer) for layer in chosen}
     out = []
     for layer in layers:
         if id(layer) in read:
+            if layer.keras1:
+                out.append(f"layer {layer.describe()}: a Keras 1 layer ({layer.keras1}); its "
+                           "gates' arrays, found by name, fused in Keras 2's order.")
             if layer.class_name is None and "recurrent_activation" not in options:
                 assumed = _assumed_activation(layer, options, f"{path}, layer {layer.describe()}")
                 if assumed:
@@ -353,7 +360,25 @@ def _h5_layers(path: Path) -> tuple[list[FileLayer], bool, bool]:
     where = str(path)
     with _open_h5(path, where) as h5:
         version = _text(h5.attrs["keras_version"]) if "keras_version" in h5.attrs else None
-        return _versioned(_h5_file_layers(h5, where), version)
+        found = _versioned(_h5_file_layers(h5, where), version)
+    for layer in found[0]:
+        if layer.kind == "rnn" and layer.datasets and keras1.is_keras1(version, layer.datasets):
+            _from_keras1(layer, version)
+    return found
+
+
+def _from_keras1(layer: FileLayer, version: str | None) -> None:
+    """A Keras 1 layer's per-gate arrays and config in Keras 2's form (see
+    :mod:`rnnport.formats.keras.keras1`)."""
+    location = f"{layer.where}, layer {layer.describe()}"
+    layer.arrays, layer.datasets = keras1.layer_arrays(layer.datasets, layer.arrays, location)
+    if version is None:
+        layer.keras_version = "1"
+        layer.keras1 = "told by its weight names; the file records no keras_version"
+    else:
+        layer.keras1 = f"keras_version {version} on the file's root"
+    if layer.class_name is not None and layer.config is not None:
+        layer.config = keras1.layer_config(layer.class_name, layer.config, location)
 
 
 def _h5_file_layers(h5: hdf5.Group, where: str) -> tuple[list[FileLayer], bool, bool]:
@@ -714,7 +739,8 @@ def _legacy_kind(name: str, weight_names: Sequence[str]) -> str:
         return "passive" if _split_key(name)[0] in PASSIVE_KEYS or name.startswith(
             "input") else "other"
     basenames = [weight.rsplit("/", 1)[-1].split(":")[0] for weight in weight_names]
-    return "rnn" if "recurrent_kernel" in basenames else "other"
+    recurrent = "recurrent_kernel" in basenames or keras1.is_recurrent(weight_names)
+    return "rnn" if recurrent else "other"
 
 
 # -- stacks and layer= ----------------------------------------------------------------------

@@ -120,8 +120,11 @@ def keras_version(version: Any) -> tuple[int, int, bool] | None:
 
 
 def keras_major(version: Any) -> int | None:
-    """2 or 3 from a ``keras_version``; None if unknown."""
+    """2 or 3 from a ``keras_version`` (2 for Keras 1, whose hard_sigmoid is Keras 2's);
+    None if unknown."""
     parsed = keras_version(version)
+    if parsed is not None and parsed[0] == 1:
+        return 2
     return parsed[0] if parsed is not None and parsed[0] in (2, 3) else None
 
 
