@@ -23,7 +23,8 @@ wrote in ``tests/golden/onnx``, the ncnn ``.param`` files (with their ``.bin``) 
 ``tests/golden/ncnn``, the OpenVINO IRs (``.xml`` with its ``.bin``) ``openvino.save_model``
 wrote in ``tests/golden/openvino``, the ``.pdparams`` files and inference models (a program with its
 ``.pdiparams``) PaddlePaddle saved in ``tests/golden/paddle``, the TensorFlow.js layers models
-(``model.json`` and its shards) TensorFlow.js's converter wrote in ``tests/golden/tfjs``, and
+(``model.json`` and its shards) TensorFlow.js's converter wrote in ``tests/golden/tfjs``, the
+Core ML ``.mlmodel`` files coremltools wrote in ``tests/golden/coreml``, and
 golden Keras and PyTorch cases saved by rnnport in every file form a registered format writes
 (each file name ending it declares; names that give the same bytes, such as .pth beside .pt,
 make one seed). Case ``k`` mutates seed ``k mod n`` with a generator seeded by ``(seed, k)``,
@@ -192,8 +193,9 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
     exported = sorted((GOLDEN / "onnx").glob("*.onnx"))  # PyTorch's exporters, ORT's quantizer
     trained = sorted(path for path in (GOLDEN / "torch_files").glob("*/*") if path.is_file())
     pickled = sorted((GOLDEN / "paddle").glob("*/model.pdparams"))  # paddle.save wrote them
+    built = sorted((GOLDEN / "coreml").glob("*.mlmodel"))  # coremltools wrote them
     for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved, *exported,
-                 *trained, *pickled]:
+                 *trained, *pickled, *built]:
         fmt = formats.sniff(path)
         if fmt in only:
             target = folder / f"framework_{path.parent.name}_{path.name.replace('.', '_')}"

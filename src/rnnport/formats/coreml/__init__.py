@@ -249,8 +249,9 @@ def _framework_object(source: Any) -> bool:
     """A coremltools ``MLModel`` or a ``Model_pb2.Model`` spec (told without importing
     coremltools)."""
     module = type(source).__module__ or ""
-    return module.startswith("coremltools") and (
-        hasattr(source, "get_spec") or type(source).__name__ == "Model")
+    if type(source).__name__ == "Model" and module.split(".")[-1] == "Model_pb2":
+        return hasattr(source, "SerializeToString")
+    return module.startswith("coremltools") and hasattr(source, "get_spec")
 
 
 def _networks(contents: Contents, where: str) -> list[list[Layer]]:
@@ -269,13 +270,15 @@ def _networks(contents: Contents, where: str) -> list[list[Layer]]:
                 f"{where}: an ML Program (Model.mlProgram, as coremltools writes by default "
                 "and in .mlpackage folders); rnnport reads NeuralNetwork models. Convert with "
                 "coremltools' convert_to=\"neuralnetwork\", or read the source network itself.")
-        loops = [other for other in contents.others if "(loop)" in other]
-        hint = (" It has a loop layer: coremltools writes networks Core ML has no layer for "
-                "(a PyTorch GRU) as loops, which rnnport does not read; read the source "
-                "network itself." if loops else "")
+        loops = [other for other in contents.others if other.endswith("(loop)")]
+        if loops:
+            raise UnsupportedFeatureError(
+                f"{where}: no recurrent layer, but a loop layer ({listed(loops)}): "
+                "coremltools writes networks Core ML has no layer for (a PyTorch GRU, which "
+                "resets after) as loops of generic layers, which rnnport does not read. Read "
+                "the source network itself, or convert it to ONNX.")
         raise FormatError(f"{where}: no uniDirectionalLSTM, biDirectionalLSTM, gru or "
-                          f"simpleRecurrent layer; found {listed(contents.others) or 'nothing'}."
-                          + hint)
+                          f"simpleRecurrent layer; found {listed(contents.others) or 'nothing'}.")
     return chains
 
 
@@ -324,6 +327,14 @@ def _activation(raw: int | bytes, where: str) -> tuple[str, float, float]:
     body = message(sub(found, FIELDS["ActivationParams"][name], where, name) or b"", where)
     alpha, beta = [float32(body, index + 1, where, parameter) if index < len(parameters)
                    else 0.0 for index, parameter in enumerate(("alpha", "beta"))]
+    if len(parameters) == 2 and alpha == 0 and beta == 0:
+        # coremltools' builders leave them unset (add_gru's default hard sigmoid), and Core
+        # ML does not document what it computes then: clip(0·x + 0) would be a constant.
+        raise UnsupportedFeatureError(
+            f"{where}: the activation {name} with alpha and beta unset (0 and 0), which "
+            "Core ML does not define; expected the values set (0.2 and 0.5 for the usual "
+            "hard sigmoid). Set them in the spec (layer.gru.activations[0].sigmoidHard.alpha "
+            "= 0.2 …) and save it again.")
     return onnx, alpha, beta
 
 

@@ -82,10 +82,11 @@ FIELDS: dict[str, dict[str, int]] = {
 }
 
 # ActivationParams' choices → the ONNX name rnnport's Spec uses, and which of (alpha, beta)
-# the Core ML message carries. PReLU and parametricSoftplus (per-channel arrays) have none.
+# the Core ML message carries. PReLU and parametricSoftplus hold per-channel arrays, and
+# thresholdedReLU keeps x at x = alpha where ONNX gives 0: none of them is here.
 ACTIVATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "linear": ("Affine", ("alpha", "beta")), "ReLU": ("Relu", ()),
-    "leakyReLU": ("LeakyRelu", ("alpha",)), "thresholdedReLU": ("ThresholdedRelu", ("alpha",)),
+    "leakyReLU": ("LeakyRelu", ("alpha",)),
     "tanh": ("Tanh", ()), "scaledTanh": ("ScaledTanh", ("alpha", "beta")),
     "sigmoid": ("Sigmoid", ()), "sigmoidHard": ("HardSigmoid", ("alpha", "beta")),
     "ELU": ("Elu", ("alpha",)), "softsign": ("Softsign", ()), "softplus": ("Softplus", ()),
