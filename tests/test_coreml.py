@@ -92,6 +92,15 @@ def test_round_trips_are_bit_exact(name: str, tmp_path: Path) -> None:
                 assert np.array_equal(summed.view(np.uint8), expected.view(np.uint8)), key
 
 
+def test_a_model_is_told_by_its_bytes_whatever_its_name(tmp_path: Path) -> None:
+    renamed = tmp_path / "model.bin"
+    renamed.write_bytes((GOLDEN / "lstm_head.mlmodel").read_bytes())
+    assert rnnport.formats.sniff(renamed) == "coreml"
+    onnx_like = tmp_path / "other.bin"
+    onnx_like.write_bytes(put_varint(1, 8) + put_bytes(2, b"pytorch") + put_bytes(7, b""))
+    assert not FORMAT.sniff(onnx_like)
+
+
 def test_notes_name_the_layers_and_models_around_the_network() -> None:
     head = notes(GOLDEN / "lstm_head.mlmodel")
     assert "model0/project (innerProduct), model0/head (innerProduct)" in head[0]

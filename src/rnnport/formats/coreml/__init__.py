@@ -153,6 +153,7 @@ class Contents:
     layers: list[Layer]
     others: list[str]
     ml_program: bool = False
+    networks: int = 0  # neural networks seen (a chain stays inside one)
 
 
 # -- reading the model's structure -----------------------------------------------------------
@@ -198,7 +199,8 @@ def _walk(data: bytes, where: str, prefix: str, depth: int, found: Contents) -> 
 
 
 def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
-    network_number = len({layer.network for layer in found.layers}) + len(found.others)
+    network_number = found.networks
+    found.networks += 1
     for raw in message(network, where).get(FIELDS["NeuralNetwork"]["layers"], []):
         if not isinstance(raw, bytes):
             raise FormatError(f"{where}: a layer is a number; expected a message. The file is "
