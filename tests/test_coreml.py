@@ -41,7 +41,7 @@ def coremltools() -> Any:
 
 def golden(name: str) -> tuple[Path, dict[str, np.ndarray]]:
     with np.load(GOLDEN / f"{name}.npz") as data:
-        return GOLDEN / f"{name}.mlmodel", dict(data)
+        return GOLDEN / CASES[name]["file"], dict(data)
 
 
 def output(model: Any, x: np.ndarray) -> np.ndarray:
@@ -70,15 +70,15 @@ def test_golden_files_compute_the_source_frameworks_numbers(name: str) -> None:
     spec = model.spec
     if name == "gru":
         assert not spec.reset_after and spec.activations[0][0] == "HardSigmoid"
-    if name == "lstm_f16":
+    if name in ("lstm_f16", "program_lstm_f16"):
         assert model.params[0][0]["weight_ih"].dtype == np.float16
-    if name == "lstm_bi_2layer":
+    if name in ("lstm_bi_2layer", "program_lstm_bi_2layer"):
         assert spec.bidirectional and spec.num_layers == 2
 
 
 @pytest.mark.parametrize("name", READ)
 def test_round_trips_are_bit_exact(name: str, tmp_path: Path) -> None:
-    model = rnnport.read(GOLDEN / f"{name}.mlmodel")
+    model = rnnport.read(GOLDEN / CASES[name]["file"])
     rnnport.write(model, "coreml", tmp_path / "back.mlmodel")
     back = rnnport.read(tmp_path / "back.mlmodel")
     assert back.spec == model.spec
@@ -112,6 +112,25 @@ def test_notes_name_the_layers_and_models_around_the_network() -> None:
 def test_a_loop_of_generic_layers_is_refused_by_name() -> None:
     with pytest.raises(UnsupportedFeatureError, match=r"a loop layer .*PyTorch GRU"):
         rnnport.read(GOLDEN / "gru_loop.mlmodel")
+    with pytest.raises(UnsupportedFeatureError, match=r"while_loop .*PyTorch GRU"):
+        rnnport.read(GOLDEN / "program_gru_loop.mlpackage")
+
+
+def test_an_ml_program_is_read_from_its_package_alone(tmp_path: Path) -> None:
+    package = GOLDEN / "program_lstm.mlpackage"
+    model = rnnport.read(package / "Data" / "com.apple.CoreML" / "model.mlmodel")
+    assert model == rnnport.read(package)
+    with pytest.raises(FormatError, match="outside the model's bytes"):
+        rnnport.read(CoreMLModel((package / "Data" / "com.apple.CoreML" /
+                                  "model.mlmodel").read_bytes()))
+    copy = tmp_path / "copy.mlpackage"
+    import shutil
+
+    shutil.copytree(package, copy)
+    weights = copy / "Data" / "com.apple.CoreML" / "weights" / "weight.bin"
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(FormatError, match="damaged"):
+        rnnport.read(copy)
 
 
 def test_swapping_two_gates_changes_the_output(coremltools: Any) -> None:
@@ -252,8 +271,8 @@ def _layer(kind: str, body: bytes) -> bytes:
      "quantized weights"),
     (_model(_layer("simpleRecurrent", put_varint(1, 2) + put_varint(2, 2)
                    + put_bytes(10, put_bytes(20, b""))))[:-1] + b"", FormatError, "damaged"),
-    (put_varint(1, 4) + put_bytes(FIELDS["Model"]["mlProgram"], b""), UnsupportedFeatureError,
-     "ML Program"),
+    (put_varint(1, 4) + put_bytes(FIELDS["Model"]["mlProgram"], b""), FormatError,
+     "ML Program without functions"),
     (put_varint(1, 4) + put_bytes(202, put_bytes(1, b"")) * 1, FormatError, "found"),
 ], ids=["huge_sizes", "quantized", "truncated", "ml_program", "empty_pipeline"])
 def test_damaged_and_hostile_models_are_rnnport_errors(data: bytes, error: Any,
@@ -291,7 +310,7 @@ def test_unset_hard_sigmoid_and_ml_packages_are_refused_by_name(coremltools: Any
     with pytest.raises(UnsupportedFeatureError, match="thresholdedReLU"):
         rnnport.read(spec)
     (tmp_path / "model.mlpackage").mkdir()
-    with pytest.raises(UnsupportedFeatureError, match="ML Program"):
+    with pytest.raises(FormatError, match="Manifest.json"):
         rnnport.read(tmp_path / "model.mlpackage")
 
 

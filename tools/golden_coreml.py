@@ -24,6 +24,13 @@ computes the network the file declares, given the same weights:
   constants and squeezes around a ``uniDirectionalLSTM``); reference: PyTorch.
 * ``gru_loop``: a traced PyTorch GRU converted the same way: coremltools writes a ``loop``
   of generic layers, which rnnport refuses by name (no reference).
+* ``program_*``: the same traced PyTorch modules converted to ML Program packages
+  (``convert_to="mlprogram"``, saved as ``<name>.mlpackage`` folders: ``Manifest.json``,
+  the program, ``weights/weight.bin``): LSTM, 2-layer bidirectional LSTM, RNN, and a GRU,
+  which coremltools writes as a ``while_loop`` (refused; no reference); and
+  ``program_lstm_f16``, an iOS17 ``lstm`` with float16 weights built with the MIL Builder
+  (a converted LSTM stays float32 even with FLOAT16 precision); reference: PyTorch with
+  the same float16 values, computing in float32.
 
 Weights are uniform ±0.6 from a generator seeded by the case's name (biases too, never
 zeros), inputs uniform ±1; input 5, hidden 8, time 6, batch 2. Files per case: ``<name>.mlmodel``
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import zlib
 from collections.abc import Callable
@@ -211,7 +219,7 @@ class _Traced:
     """A module whose forward is its recurrent layer's sequence output."""
 
     @staticmethod
-    def convert(module: Any, x: np.ndarray) -> Any:
+    def convert(module: Any, x: np.ndarray, to: str = "neuralnetwork", **options: Any) -> Any:
         import coremltools
         import torch
 
@@ -225,8 +233,8 @@ class _Traced:
 
         traced = torch.jit.trace(Wrapped().eval(), torch.tensor(x))
         converted = coremltools.convert(traced, inputs=[coremltools.TensorType(shape=x.shape)],
-                                        convert_to="neuralnetwork")
-        return converted.get_spec()
+                                        convert_to=to, **options)
+        return converted.get_spec() if to == "neuralnetwork" else converted
 
 
 def _lstm_traced(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
@@ -237,6 +245,55 @@ def _lstm_traced(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
 def _gru_loop(name: str, x: np.ndarray) -> tuple[Any, np.ndarray | None]:
     module = _torch_rnn("GRU", _rng(name))
     return _Traced.convert(module, x), None
+
+
+def _program(kind: str, **options: Any
+             ) -> Callable[[str, np.ndarray], tuple[Any, np.ndarray | None]]:
+    """A case converting a traced PyTorch module to an ML Program package (float32)."""
+    def make(name: str, x: np.ndarray) -> tuple[Any, np.ndarray | None]:
+        import coremltools
+
+        module = _torch_rnn(kind, _rng(name), **options)
+        converted = _Traced.convert(module, x, "mlprogram",
+                                    compute_precision=coremltools.precision.FLOAT32)
+        return converted, None if kind == "GRU" else _torch_y(module, x)
+    return make
+
+
+def _program_f16(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
+    """coremltools keeps a converted LSTM in float32 even with FLOAT16 precision, so the
+    float16 program is built with the MIL Builder (iOS17's lstm takes float16)."""
+    import coremltools
+    import torch
+    from coremltools.converters.mil import Builder
+    from coremltools.converters.mil.mil import types
+
+    module = _torch_rnn("LSTM", _rng(name))
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.copy_(parameter.half().float())
+        module.bias_ih_l0.copy_((module.bias_ih_l0 + module.bias_hh_l0).half().float())
+        module.bias_hh_l0.zero_()
+
+    def mil(parameter: Any) -> np.ndarray:  # PyTorch's gate rows i f g o → MIL's i f o g
+        blocks = np.split(parameter.detach().numpy().astype(np.float16), 4)
+        return np.concatenate([blocks[0], blocks[1], blocks[3], blocks[2]])
+
+    zeros = np.zeros((BATCH, HIDDEN), np.float16)
+
+    @Builder.program(input_specs=[Builder.TensorSpec(shape=(TIME, BATCH, INPUT),
+                                                     dtype=types.fp16)],
+                     opset_version=coremltools.target.iOS17)
+    def program(inputs: Any) -> Any:
+        return Builder.lstm(x=inputs, initial_h=zeros, initial_c=zeros,
+                            weight_ih=mil(module.weight_ih_l0),
+                            weight_hh=mil(module.weight_hh_l0), bias=mil(module.bias_ih_l0),
+                            output_sequence=True)[0]
+
+    converted = coremltools.convert(program, convert_to="mlprogram",
+                                    minimum_deployment_target=coremltools.target.iOS17,
+                                    compute_precision=coremltools.precision.FLOAT16)
+    return converted, _torch_y(module, x)
 
 
 CASES: dict[str, tuple[str, Callable[[str, np.ndarray], tuple[Any, np.ndarray | None]]]] = {
@@ -253,6 +310,14 @@ CASES: dict[str, tuple[str, Callable[[str, np.ndarray], tuple[Any, np.ndarray | 
                     "\"neuralnetwork\")", _lstm_traced),
     "gru_loop": ("traced PyTorch GRU converted by coremltools: a loop layer (refused)",
                  _gru_loop),
+    "program_lstm": ("ML Program package: traced PyTorch LSTM, float32", _program("LSTM")),
+    "program_lstm_bi_2layer": ("ML Program package: 2-layer bidirectional LSTM",
+                               _program("LSTM", num_layers=2, bidirectional=True)),
+    "program_lstm_f16": ("ML Program package: an iOS17 MIL lstm with float16 weights, built "
+                         "with the MIL Builder; PyTorch with the same values", _program_f16),
+    "program_rnn": ("ML Program package: traced PyTorch RNN (tanh)", _program("RNN")),
+    "program_gru_loop": ("ML Program package: traced PyTorch GRU, a while_loop (refused)",
+                         _program("GRU")),
 }
 
 
@@ -278,11 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     manifest = []
     for name, (what, make) in CASES.items():
         x = _rng(name + "/x").uniform(-1, 1, (BATCH, TIME, INPUT)).astype(np.float32)
-        spec, y = make(name, x)
-        (args.out / f"{name}.mlmodel").write_bytes(spec.SerializeToString())
+        made, y = make(name, x)
+        if hasattr(made, "save"):  # an ML Program: a package folder
+            shutil.rmtree(args.out / f"{name}.mlpackage", ignore_errors=True)
+            made.save(str(args.out / f"{name}.mlpackage"))
+        else:
+            (args.out / f"{name}.mlmodel").write_bytes(made.SerializeToString())
         arrays = {"x": x} if y is None else {"x": x, "y": y}
         np.savez(args.out / f"{name}.npz", **arrays)
-        manifest.append({"name": name, "what": what, "reference": y is not None})
+        manifest.append({"name": name, "what": what, "reference": y is not None,
+                         "file": f"{name}.mlpackage" if hasattr(made, "save")
+                         else f"{name}.mlmodel"})
     (args.out / "MANIFEST.json").write_text(json.dumps(
         {"versions": versions, "input": INPUT, "hidden": HIDDEN, "time": TIME,
          "cases": manifest}, indent=1) + "\n")

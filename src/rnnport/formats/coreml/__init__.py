@@ -1,12 +1,13 @@
-"""Core ML (Apple): NeuralNetwork models, the ``.mlmodel`` files coremltools saves.
+"""Core ML (Apple): NeuralNetwork models (``.mlmodel``) and ML Programs (``.mlpackage``).
 
 **The file** is one ``Model`` protocol buffer (Apple's ``Model.proto``; the field numbers
 rnnport uses are in :mod:`.fields`, checked against coremltools' descriptors in the
 tests). Its model is one of ``neuralNetwork`` (500), ``neuralNetworkClassifier`` (403),
 ``neuralNetworkRegressor`` (303), or a ``pipeline`` (202; a ``pipelineClassifier`` 200 or
 ``pipelineRegressor`` 201 wraps one) whose ``models`` run in turn, each again any model.
-An ML Program (``mlProgram``, 502, and the ``.mlpackage`` folders that hold one) is refused
-by name. A neural network is a list of ``NeuralNetworkLayer`` s, each with a ``name``,
+An ML Program (``mlProgram``, 502, the model of the ``.mlpackage`` folders coremltools writes
+by default) is read by :mod:`.program`: its MIL ``lstm`` and ``rnn`` operations. A neural
+network is a list of ``NeuralNetworkLayer`` s, each with a ``name``,
 ``input`` and ``output`` blob names and one layer message. rnnport reads four:
 
 ``uniDirectionalLSTM`` / ``biDirectionalLSTM`` (one ``LSTMWeightParams`` per direction,
@@ -63,7 +64,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -92,6 +93,7 @@ from .fields import (
     sub,
     weights,
 )
+from .program import package_model, read_program
 from .writer import encode, holds_activations
 
 __all__ = ["FORMAT", "CoreMLModel", "read", "sniff", "write"]
@@ -154,6 +156,8 @@ class Contents:
     others: list[str]
     ml_program: bool = False
     networks: int = 0  # neural networks seen (a chain stays inside one)
+    programs: list[bytes] = field(default_factory=list)  # ML Programs' bytes
+    folder: Path | None = None  # where an ML Program's weight files lie
 
 
 # -- reading the model's structure -----------------------------------------------------------
@@ -184,9 +188,10 @@ def _walk(data: bytes, where: str, prefix: str, depth: int, found: Contents) -> 
                                   "message. The file is damaged.")
             _walk(part, where, f"{prefix}model{index}/", depth + 1, found)
         return
-    if MODEL["mlProgram"] in model:
+    program = sub(model, MODEL["mlProgram"], where, "mlProgram")
+    if program is not None:
         found.ml_program = True
-        found.others.append(f"{prefix or 'the model'}: an ML Program (mlProgram)")
+        found.programs.append(program)
         return
     for number, name in NETWORKS.items():
         body = sub(model, number, where, name)
@@ -223,28 +228,29 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
 
 def _contents(source: Any) -> tuple[Contents, str, int]:
     """The file's contents, where it is (for messages), and its size."""
-    data, where = _bytes(source)
-    found = Contents([], [])
+    data, where, folder = _bytes(source)
+    found = Contents([], [], folder=folder)
     _walk(data, where, "", 0, found)
     return found, where, len(data)
 
 
-def _bytes(source: Any) -> tuple[bytes, str]:
+def _bytes(source: Any) -> tuple[bytes, str, Path | None]:
+    """The ``Model`` bytes of ``source``, where it is, and the folder its weight files
+    lie in (None for a model in memory)."""
     if isinstance(source, CoreMLModel):
         if not isinstance(source.spec, (bytes, bytearray, memoryview)):
             raise FormatError(f"coreml: CoreMLModel.spec is a {type(source.spec).__name__}; "
                               "expected the Model protocol buffer's bytes.")
-        return bytes(source.spec), "Core ML model"
+        return bytes(source.spec), "Core ML model", None
     if _framework_object(source):
         spec = source.get_spec() if hasattr(source, "get_spec") else source
-        return bytes(spec.SerializeToString()), "Core ML model"
+        return bytes(spec.SerializeToString()), "Core ML model", None
     where = f"Core ML {os.fspath(source)}"
-    if os.path.isdir(source):
-        raise UnsupportedFeatureError(
-            f"{where}: a folder (an .mlpackage, which holds an ML Program); rnnport reads "
-            "NeuralNetwork models, the .mlmodel files. Convert the source network with "
-            "coremltools' convert_to=\"neuralnetwork\", or read the source network itself.")
-    return read_file(source, where, limit=MAX_FILE_BYTES), where
+    path = Path(source)
+    if path.is_dir():
+        model = package_model(path, where)
+        return read_file(model, where, inside=path, limit=MAX_FILE_BYTES), where, model.parent
+    return read_file(path, where, limit=MAX_FILE_BYTES), where, path.parent
 
 
 def _framework_object(source: Any) -> bool:
@@ -475,6 +481,8 @@ def read(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> M
     coremltools ``MLModel`` / spec; ``layer=`` picks one of several networks, ``cell_clip=``
     replaces the LSTM layers' ``cellClipThreshold`` (None: no clip)."""
     contents, where, size = _contents(source)
+    if not contents.layers and len(contents.programs) == 1:
+        return read_program(contents.programs[0], contents.folder, where, size, cell_clip, layer)
     chain = _pick(_networks(contents, where), layer, where)
     meter = budget.Meter("expansion", size, where, "bytes of weights decoded")
     return stack([_layer_model(item, meter, cell_clip) for item in chain])
@@ -518,6 +526,12 @@ def write(model: Model, path: Any = None) -> CoreMLModel:
     if path is not None:
         atomic_write(Path(path), lambda file: file.write(native.spec))
     return native
+
+
+def input_files(path: Path) -> list[Path]:
+    """An ML Program's weights file, which reading its spec opens."""
+    weights = path.parent / "weights" / "weight.bin"
+    return [weights] if path.suffix.lower() == ".mlmodel" and weights.is_file() else []
 
 
 def sniff(source: Any) -> bool:
@@ -617,7 +631,10 @@ FORMAT = Format(
                         "reset_before", "reverse"}),
     one_bias=frozenset({"lstm", "gru_reset_before", "rnn"}),
     dtypes=frozenset({"float16", "float32"}), extra=None, modules=(),
-    suffixes=(Suffix(".mlmodel", "a Core ML NeuralNetwork model"),),
+    suffixes=(Suffix(".mlmodel", "a Core ML model (a NeuralNetwork, or an ML Program's spec)"),
+              Suffix(".mlpackage", "a Core ML package: an ML Program and its weights",
+                     writes=False)),
+    input_files=input_files,
     activations=holds_activations, explain_arrays=explain_arrays, networks=networks,
     notes=notes, framework_forward=framework_forward, gate_names={"g": "z", "n": "o"},
     drops={"cell_clip": "read it with cell_clip=None to drop the clip: the outputs stay the "
