@@ -21,7 +21,7 @@ import pytest
 import rnnport
 from rnnport import RNN, Spec
 from rnnport.errors import FormatError, LimitError, UnsupportedFeatureError
-from rnnport.formats.coreml import FORMAT, CoreMLModel, framework_forward, notes
+from rnnport.formats.coreml import FORMAT, CoreMLModel, framework_forward, networks, notes
 from rnnport.formats.coreml.fields import FIELDS, LAYER_TYPES, put_bytes, put_varint
 
 GOLDEN = Path(__file__).parent / "golden" / "coreml"
@@ -120,6 +120,10 @@ def test_an_ml_program_is_read_from_its_package_alone(tmp_path: Path) -> None:
     package = GOLDEN / "program_lstm.mlpackage"
     model = rnnport.read(package / "Data" / "com.apple.CoreML" / "model.mlmodel")
     assert model == rnnport.read(package)
+    assert notes(package) == ["other operations of the ML Program beside the network: "
+                              "2 transpose"]
+    choices = networks(GOLDEN / "program_lstm_bi_2layer.mlpackage")
+    assert len(choices.entries) == 1 and "lstm" in choices.entries[0][1]
     with pytest.raises(FormatError, match="outside the model's bytes"):
         rnnport.read(CoreMLModel((package / "Data" / "com.apple.CoreML" /
                                   "model.mlmodel").read_bytes()))

@@ -93,6 +93,8 @@ from .fields import (
     sub,
     weights,
 )
+from .program import networks as program_networks
+from .program import notes as program_notes
 from .program import package_model, read_program
 from .writer import encode, holds_activations
 
@@ -275,9 +277,9 @@ def _networks(contents: Contents, where: str) -> list[list[Layer]]:
     if not chains:
         if contents.ml_program:
             raise UnsupportedFeatureError(
-                f"{where}: an ML Program (Model.mlProgram, as coremltools writes by default "
-                "and in .mlpackage folders); rnnport reads NeuralNetwork models. Convert with "
-                "coremltools' convert_to=\"neuralnetwork\", or read the source network itself.")
+                f"{where}: a pipeline holding {len(contents.programs)} ML Programs and no "
+                "recurrent NeuralNetwork layer; rnnport reads one ML Program at a time. Save "
+                "the program that holds the network as a model of its own.")
         loops = [other for other in contents.others if other.endswith("(loop)")]
         if loops:
             raise UnsupportedFeatureError(
@@ -491,6 +493,8 @@ def read(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> M
 def networks(source: Any) -> Choices:
     """The recurrent networks of a model, each picked by the name of its first layer."""
     contents, where, _ = _contents(source)
+    if not contents.layers and len(contents.programs) == 1:
+        return Choices("layer", tuple(program_networks(contents.programs[0], where)))
     return Choices("layer", tuple((chain[0].label, _describe(chain))
                                   for chain in _networks(contents, where)))
 
@@ -498,6 +502,9 @@ def networks(source: Any) -> Choices:
 def notes(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> list[str]:
     """The layers and models beside the network, and what its layers assume."""
     contents, where, _ = _contents(source)
+    if not contents.layers and len(contents.programs) == 1:
+        read_program(contents.programs[0], contents.folder, where, 0, cell_clip, layer)
+        return program_notes(contents.programs[0], where)
     chains = _networks(contents, where)
     chain = _pick(chains, layer, where)
     out = []

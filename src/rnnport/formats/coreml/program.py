@@ -34,6 +34,7 @@ the sequence output of the one before continues its network.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from ...spec import Spec
 from .._common import listed
 from .fields import Message, last, message
 
-__all__ = ["Operation", "operations", "package_model", "read_program"]
+__all__ = ["Operation", "networks", "notes", "operations", "package_model", "read_program"]
 
 MANIFEST_BYTES = 1 << 20
 BLOB_SENTINEL = 0xDEADBEEF
@@ -174,7 +175,7 @@ class _Values:
                               shape, what)
         immediate = _inner(found, 3, self.where)
         tensor = _inner(immediate, 1, self.where)
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)
         if 4 in tensor:  # strings
             values = _inner(tensor, 4, self.where)
             return _text(last(values, 1, b""), self.where)
@@ -186,12 +187,14 @@ class _Values:
         if 1 in tensor:  # floats
             values = _inner(tensor, 1, self.where)
             packed = last(values, 1, b"")
-            array = np.frombuffer(packed, "<f4") if isinstance(packed, bytes) else \
-                np.array([int(item) for item in values.get(1, [])], np.uint32).view(np.float32)
+            array = _frombuffer(packed, "<f4", what, self.where) if isinstance(packed, bytes) \
+                else np.array([int(item) for item in values.get(1, [])],
+                              np.uint32).view(np.float32)
         elif 7 in tensor and dtype is not None:  # raw bytes of the declared type
             values = _inner(tensor, 7, self.where)
             packed = last(values, 1, b"")
-            array = np.frombuffer(packed if isinstance(packed, bytes) else b"", dtype)
+            array = _frombuffer(packed if isinstance(packed, bytes) else b"", dtype, what,
+                                self.where)
         else:
             raise UnsupportedFeatureError(f"{self.where}: {what} is not a float tensor, a "
                                           "string or a bool; rnnport reads those.")
@@ -226,7 +229,7 @@ class _Values:
         if not name.startswith(MODEL_PATH):
             raise FormatError(f"{self.where}: {what} lies in {name!r}; expected a file under "
                               f"{MODEL_PATH} (the model's own folder).")
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)
         self.meter.charge(4 * count, what)
         path = self.folder / name[len(MODEL_PATH):]
         with open_file(path, f"{self.where}: {what}", inside=self.folder,
@@ -254,6 +257,27 @@ class _Values:
             data = file.read(length)
         return np.frombuffer(data, blob_dtype).reshape(shape).astype(
             np.dtype(blob_dtype).newbyteorder("="))
+
+
+def _frombuffer(data: bytes, dtype: str, what: str, where: str) -> np.ndarray:
+    width = np.dtype(dtype).itemsize
+    if len(data) % width:
+        raise FormatError(f"{where}: {what} holds {len(data):,} bytes, not a whole number of "
+                          f"{width}-byte values; the file is damaged.")
+    return np.frombuffer(data, dtype)
+
+
+def notes(program: bytes, where: str) -> list[str]:
+    """The operations beside the recurrent ones, by type."""
+    ops = operations(program, where)
+    counts: dict[str, int] = {}
+    for op in ops:
+        if op.type not in ("const", "lstm", "rnn"):
+            counts[op.type] = counts.get(op.type, 0) + 1
+    if not counts:
+        return []
+    return ["other operations of the ML Program beside the network: "
+            + listed(f"{count} {kind}" for kind, count in counts.items())]
 
 
 def package_model(folder: Path, where: str) -> Path:
@@ -334,6 +358,31 @@ def _layer(op: Operation, values: _Values, where: str, cell_clip: Any) -> RNN:
                        for named in directions]], copy=False)
 
 
+def _chains(recurrent: list[Operation], values: _Values, where: str) -> list[list[Operation]]:
+    """The recurrent operations grouped into networks: one continues the one before when
+    its ``x`` is that one's sequence output."""
+    chains: list[list[Operation]] = []
+    for op in recurrent:
+        if chains:
+            previous = chains[-1][-1]
+            source = _inner(message(op.inputs.get("x", b""), where), 1, where)
+            if last(source, 1, b"") == previous.outputs[0].encode() and \
+                    values.argument(previous, "output_sequence"):
+                chains[-1].append(op)
+                continue
+        chains.append([op])
+    return chains
+
+
+def networks(program: bytes, where: str) -> list[tuple[str, str]]:
+    """Each network's first output name and its operations, for ``layer=``."""
+    ops = operations(program, where)
+    values = _Values(ops, None, where, budget.Meter("expansion", len(program), where, "bytes"))
+    recurrent = [op for op in ops if op.type in ("lstm", "rnn")]
+    return [(chain[0].outputs[0], " → ".join(op.label for op in chain))
+            for chain in _chains(recurrent, values, where)]
+
+
 def read_program(program: bytes, folder: Path | None, where: str, size: int,
                  cell_clip: Any = "file", layer: str | None = None) -> Model:
     """The recurrent network of an ML Program (``folder``: where its weights' files lie)."""
@@ -351,16 +400,7 @@ def read_program(program: bytes, folder: Path | None, where: str, size: int,
                 "rnnport reads neither. Read the source network itself, or convert it to ONNX.")
         raise FormatError(f"{where}: an ML Program with no lstm or rnn operation; found "
                           f"{listed(sorted({op.type for op in ops}))}.")
-    chains: list[list[Operation]] = []
-    for op in recurrent:
-        if chains:
-            previous = chains[-1][-1]
-            source = _inner(message(op.inputs.get("x", b""), where), 1, where)
-            if last(source, 1, b"") == previous.outputs[0].encode() and \
-                    values.argument(previous, "output_sequence"):
-                chains[-1].append(op)
-                continue
-        chains.append([op])
+    chains = _chains(recurrent, values, where)
     if layer is not None:
         chains = [chain for chain in chains if any(op.outputs[0] == layer for op in chain)]
         if not chains:
