@@ -266,11 +266,14 @@ def _layer(kind: str, body: bytes) -> bytes:
     return put_bytes(1, put_bytes(numbers["name"], b"rnn") + put_bytes(numbers[kind], body))
 
 
+TANH = put_bytes(10, put_bytes(FIELDS["ActivationParams"]["tanh"], b""))
+
+
 @pytest.mark.parametrize("data, error, message", [
-    (_model(_layer("simpleRecurrent", put_varint(1, 1 << 30) + put_varint(2, 1 << 30)
+    (_model(_layer("simpleRecurrent", put_varint(1, 1 << 30) + put_varint(2, 1 << 30) + TANH
                    + put_bytes(30, put_bytes(1, b"\0" * 16)))), (LimitError, FormatError),
      "expansion|expected"),
-    (_model(_layer("simpleRecurrent", put_varint(1, 2) + put_varint(2, 2)
+    (_model(_layer("simpleRecurrent", put_varint(1, 2) + put_varint(2, 2) + TANH
                    + put_bytes(30, put_bytes(31, b"\1" * 4)))), UnsupportedFeatureError,
      "quantized weights"),
     (_model(_layer("simpleRecurrent", put_varint(1, 2) + put_varint(2, 2)

@@ -403,7 +403,10 @@ def layer_spec(layer: Layer, cell_clip: Any = FROM_FILE) -> Spec:
         return Spec("gru", input_size, hidden, reset_after=False, bias=bias,
                     activations=_activations(layer.body.get(10, []), 2, where), reverse=reverse)
     activation = _activations(layer.body.get(10, [])[-1:], 1, where)
-    name = activation[0][0] if activation else "Tanh"
+    if not activation:
+        raise FormatError(f"{where}: a simpleRecurrent layer without its activation; Core ML "
+                          "requires one (tanh or ReLU for rnnport). The file is damaged.")
+    name = activation[0][0]
     if name not in ("Tanh", "Relu"):
         raise UnsupportedFeatureError(
             f"{where}: a simpleRecurrent layer with activation {name}; rnnport's simple RNN "

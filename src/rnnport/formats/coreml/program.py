@@ -143,9 +143,16 @@ class _Values:
                  meter: budget.Meter) -> None:
         self.where, self.folder, self.meter = where, folder, meter
         self.producers = {name: op for op in ops for name in op.outputs}
+        self.decoded: dict[tuple[tuple[str, ...], str], Any] = {}
 
     def argument(self, op: Operation, name: str) -> Any:
-        """The value bound to input ``name`` of ``op`` (None when not bound)."""
+        """The value bound to input ``name`` of ``op`` (None when not bound), decoded once."""
+        key = (op.outputs, name)
+        if key not in self.decoded:
+            self.decoded[key] = self._argument(op, name)
+        return self.decoded[key]
+
+    def _argument(self, op: Operation, name: str) -> Any:
         raw = op.inputs.get(name)
         if raw is None:
             return None
