@@ -22,6 +22,8 @@ computes the network the file declares, given the same weights:
 * ``lstm_traced``: a traced PyTorch module holding a batch-first ``nn.LSTM``, converted by
   ``coremltools.convert(..., convert_to="neuralnetwork")`` (transposes, initial-state
   constants and squeezes around a ``uniDirectionalLSTM``); reference: PyTorch.
+* ``lstm_bi_traced``: a 2-layer bidirectional LSTM converted the same way (coremltools'
+  own mapping of PyTorch's directions onto ``biDirectionalLSTM``); reference: PyTorch.
 * ``gru_loop``: a traced PyTorch GRU converted the same way: coremltools writes a ``loop``
   of generic layers, which rnnport refuses by name (no reference).
 * ``program_*``: the same traced PyTorch modules converted to ML Program packages
@@ -242,6 +244,11 @@ def _lstm_traced(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
     return _Traced.convert(module, x), _torch_y(module, x)
 
 
+def _lstm_bi_traced(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
+    module = _torch_rnn("LSTM", _rng(name), num_layers=2, bidirectional=True)
+    return _Traced.convert(module, x), _torch_y(module, x)
+
+
 def _gru_loop(name: str, x: np.ndarray) -> tuple[Any, np.ndarray | None]:
     module = _torch_rnn("GRU", _rng(name))
     return _Traced.convert(module, x), None
@@ -308,6 +315,8 @@ CASES: dict[str, tuple[str, Callable[[str, np.ndarray], tuple[Any, np.ndarray | 
                   _lstm_head),
     "lstm_traced": ("traced PyTorch LSTM converted by coremltools.convert(convert_to="
                     "\"neuralnetwork\")", _lstm_traced),
+    "lstm_bi_traced": ("traced PyTorch 2-layer bidirectional LSTM converted by coremltools."
+                       "convert(convert_to=\"neuralnetwork\")", _lstm_bi_traced),
     "gru_loop": ("traced PyTorch GRU converted by coremltools: a loop layer (refused)",
                  _gru_loop),
     "program_lstm": ("ML Program package: traced PyTorch LSTM, float32", _program("LSTM")),

@@ -47,10 +47,11 @@ sequence last step first and keeps its outputs in time order (``Spec.reverse``).
 inputs (initial ``h``, ``c``) are zeros by default, ``forward(state=…)`` gives them.
 
 **Networks.** A recurrent layer whose first input is the sequence output of the recurrent
-layer before it (in the same neural network) continues its network; the layers merge into
-one ``RNN`` where they fit, or a ``Stack``. Several networks: ``layer=`` (a layer's name,
-``model<i>/<name>`` inside a pipeline's i-th model) picks one; ``notes`` lists the other
-layers and models.
+layer before it (in the same neural network, directly or through ``squeeze``,
+``expandDims``, ``copy``, ``reshapeStatic`` or ``flatten`` layers) continues its network;
+the layers merge into one ``RNN`` where they fit, or a ``Stack``. Several networks:
+``layer=`` (a layer's name, ``model<i>/<name>`` inside a pipeline's i-th model) picks one;
+``notes`` lists the other layers and models.
 
 **Writing** gives a :class:`CoreMLModel` (the ``Model`` bytes; ``path=`` saves them, atomically):
 a ``neuralNetwork`` (specification version 4) with input ``input`` (``I``) and output
@@ -115,6 +116,9 @@ RECURRENT = {LAYER["uniDirectionalLSTM"], LAYER["biDirectionalLSTM"], LAYER["gru
 LSTM_GATES = {"i": "inputGate", "f": "forgetGate", "g": "blockInput", "o": "outputGate"}
 GRU_GATES = {"r": "resetGate", "z": "updateGate", "n": "outputGate"}
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Layers that give their one input's values unchanged in another shape: a chain of recurrent
+# layers may run through them (coremltools' converter puts squeeze and expandDims between).
+PASSING = frozenset({"squeeze", "expandDims", "copy", "reshapeStatic", "flatten"})
 
 
 class CoreMLModel(NamedTuple):
@@ -159,6 +163,8 @@ class Contents:
     ml_program: bool = False
     networks: int = 0  # neural networks seen (a chain stays inside one)
     programs: list[bytes] = field(default_factory=list)  # ML Programs' bytes
+    # (network, blob) → the blob it repeats, for layers that only reshape their one input
+    aliases: dict[tuple[int, str], str] = field(default_factory=dict)
     folder: Path | None = None  # where an ML Program's weight files lie
 
 
@@ -217,6 +223,9 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
         kinds = [number for number in layer if number >= 100]
         kind = kinds[-1] if kinds else 0
         label = f"{prefix}{name}"
+        inputs, outputs = layer.get(LAYER["input"], []), layer.get(LAYER["output"], [])
+        if LAYER_TYPES.get(kind) in PASSING and len(inputs) == 1 and len(outputs) == 1:
+            found.aliases[network_number, _text(outputs[0], where)] = _text(inputs[0], where)
         if kind not in RECURRENT:
             found.others.append(f"{label} ({LAYER_TYPES.get(kind, f'layer type {kind}')})")
             continue
@@ -270,7 +279,8 @@ def _networks(contents: Contents, where: str) -> list[list[Layer]]:
         if chains:
             previous = chains[-1][-1]
             if previous.network == layer.network and layer.inputs and previous.outputs \
-                    and layer.inputs[0] == previous.outputs[0] and previous.sequence_output:
+                    and _source(contents, layer) == previous.outputs[0] \
+                    and previous.sequence_output:
                 chains[-1].append(layer)
                 continue
         chains.append([layer])
@@ -290,6 +300,15 @@ def _networks(contents: Contents, where: str) -> list[list[Layer]]:
         raise FormatError(f"{where}: no uniDirectionalLSTM, biDirectionalLSTM, gru or "
                           f"simpleRecurrent layer; found {listed(contents.others) or 'nothing'}.")
     return chains
+
+
+def _source(contents: Contents, layer: Layer) -> str:
+    """The blob a layer's first input repeats, through layers that only reshape it."""
+    blob, seen = layer.inputs[0], set()
+    while (layer.network, blob) in contents.aliases and blob not in seen:
+        seen.add(blob)
+        blob = contents.aliases[layer.network, blob]
+    return blob
 
 
 def _describe(chain: Sequence[Layer]) -> str:
