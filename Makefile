@@ -76,6 +76,7 @@ golden: $(VENV)/.test
 	$(PY) tools/golden_paddle.py
 	$(PY) tools/golden_tfjs.py
 	$(PY) tools/golden_keras1.py
+	$(PY) tools/golden_coreml.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

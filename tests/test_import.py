@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 FRAMEWORKS = ("torch", "tensorflow", "keras", "tf_keras", "onnx", "onnxruntime", "h5py", "jax",
-              "ncnn", "openvino", "paddle", "tensorflowjs")
+              "ncnn", "openvino", "paddle", "tensorflowjs", "coremltools")
 
 SCRIPT = """
 import sys

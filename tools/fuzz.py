@@ -24,7 +24,9 @@ wrote in ``tests/golden/onnx``, the ncnn ``.param`` files (with their ``.bin``) 
 ``tests/golden/ncnn``, the OpenVINO IRs (``.xml`` with its ``.bin``) ``openvino.save_model``
 wrote in ``tests/golden/openvino``, the ``.pdparams`` files and inference models (a program with its
 ``.pdiparams``) PaddlePaddle saved in ``tests/golden/paddle``, the TensorFlow.js layers models
-(``model.json`` and its shards) TensorFlow.js's converter wrote in ``tests/golden/tfjs``, and
+(``model.json`` and its shards) TensorFlow.js's converter wrote in ``tests/golden/tfjs``, the
+Core ML ``.mlmodel`` files and ``.mlpackage`` folders coremltools wrote in
+``tests/golden/coreml``, and
 golden Keras and PyTorch cases saved by rnnport in every file form a registered format writes
 (each file name ending it declares; names that give the same bytes, such as .pth beside .pt,
 make one seed). Case ``k`` mutates seed ``k mod n`` with a generator seeded by ``(seed, k)``,
@@ -194,8 +196,9 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
     trained = sorted(path for path in (GOLDEN / "torch_files").glob("*/*") if path.is_file())
     pickled = sorted((GOLDEN / "paddle").glob("*/model.pdparams"))  # paddle.save wrote them
     keras1 = sorted((GOLDEN / "keras1").glob("*.h5"))  # Keras 1.2's layout, h5py wrote them
+    built = sorted((GOLDEN / "coreml").glob("*.mlmodel"))  # coremltools wrote them
     for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved, *exported,
-                 *trained, *pickled, *keras1]:
+                 *trained, *pickled, *keras1, *built]:
         fmt = formats.sniff(path)
         if fmt in only:
             target = folder / f"framework_{path.parent.name}_{path.name.replace('.', '_')}"
@@ -226,6 +229,11 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             target = folder / f"framework_tfjs_{path.parent.name}"
             shutil.copytree(path.parent, target)
             seeds.append(Seed(target.name, fmt, target, path.name, {}))
+    for path in sorted((GOLDEN / "coreml").glob("*.mlpackage")):  # coremltools' packages
+        if "coreml" in only:
+            target = folder / f"framework_coreml_{path.stem}"
+            shutil.copytree(path, target / path.name)
+            seeds.append(Seed(target.name, "coreml", target, path.name, {}))
     for name in GOLDEN_CASES:
         with np.load(GOLDEN / f"{name}.npz", allow_pickle=False) as data:
             arrays = dict(data)

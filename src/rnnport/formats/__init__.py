@@ -219,6 +219,10 @@ _REGISTRY: dict[str, Entry] = {
               "OpenVINO IR (.xml + .bin): LSTMSequence/GRUSequence/RNNSequence layers, f32 "
               "or f16-compressed weights (read without OpenVINO); written as IRs OpenVINO "
               "runs"),
+        Entry("coreml", "rnnport.formats.coreml",
+              "Core ML NeuralNetwork models (.mlmodel: LSTM, bidirectional LSTM, GRU and "
+              "simpleRecurrent layers, in pipelines too) and ML Program packages (MIL lstm, "
+              "rnn); read with NumPy alone, written as models coremltools loads"),
         Entry("paddle", "rnnport.formats.paddle",
               "PaddlePaddle nn.LSTM/GRU/SimpleRNN state dicts and .pdparams files, jit.save "
               "inference models (PIR .json or .pdmodel with .pdiparams), read without paddle"),

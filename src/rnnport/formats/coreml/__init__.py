@@ -1,0 +1,681 @@
+"""Core ML (Apple): NeuralNetwork models (``.mlmodel``) and ML Programs (``.mlpackage``).
+
+**The file** is one ``Model`` protocol buffer (Apple's ``Model.proto``; the field numbers
+rnnport uses are in :mod:`.fields`, checked against coremltools' descriptors in the
+tests). Its model is one of ``neuralNetwork`` (500), ``neuralNetworkClassifier`` (403),
+``neuralNetworkRegressor`` (303), or a ``pipeline`` (202; a ``pipelineClassifier`` 200 or
+``pipelineRegressor`` 201 wraps one) whose ``models`` run in turn, each again any model.
+An ML Program (``mlProgram``, 502, the model of the ``.mlpackage`` folders coremltools writes
+by default) is read by :mod:`.program`: its MIL ``lstm`` and ``rnn`` operations. A neural
+network is a list of ``NeuralNetworkLayer`` s, each with a ``name``,
+``input`` and ``output`` blob names and one layer message. rnnport reads four:
+
+``uniDirectionalLSTM`` / ``biDirectionalLSTM`` (one ``LSTMWeightParams`` per direction,
+forward first; the layer's output is ``[forward, backward]`` along the channels)::
+
+    i = f(W_i x + R_i y + b_i [+ p_i∘c])        weights (H, I), recursions (H, H), biases (H,)
+    f = f(W_f x + R_f y + b_f [+ p_f∘c])        forgetBias: b_f + 1
+    z = g(W_z x + R_z y + b_z)                  the block input: canonical g
+    o = f(W_o x + R_o y + b_o [+ p_o∘c'])       coupledInputAndForgetGate: f = 1 − i
+    c' = clip(f∘c + i∘z, ±cellClipThreshold)    y' = o∘h(c')
+
+``gru`` (reset before, as Keras's ``reset_after=False``; Spec.reset_after False)::
+
+    z = f(W_z x + R_z h + b_z)    r = f(W_r x + R_r h + b_r)
+    n = g(W_o x + R_o (r∘h) + b_o)              (Core ML calls it the output gate)
+    h' = (1 − z)∘n + z∘h
+
+``simpleRecurrent``: ``h' = act(W x + R h + b)``, act tanh (``rnn_tanh``) or ReLU
+(``rnn_relu``); another activation is refused.
+
+Activations ``f``, ``g`` (and an LSTM's ``h``) are ``ActivationParams``: sigmoid, tanh,
+ReLU, linear (ONNX Affine), scaledTanh, sigmoidHard (HardSigmoid, Core ML's default for
+coremltools' ``add_gru``), leakyReLU, ELU, softsign and softplus map to Spec.activations;
+thresholdedReLU (Core ML keeps ``x`` at ``x = alpha``, ONNX does not), PReLU and
+parametricSoftplus are refused. A bidirectional LSTM whose directions differ in them is
+refused. Weights (``WeightParams``) are ``floatValue`` (float32), ``float16Value`` (float16)
+or ``rawValue`` (little-endian float32, or float16 when half as long); quantized ones
+(``int8RawValue``, ``quantization``) are refused by name. ``cellClipThreshold`` is read as
+``Spec.cell_clip`` (coremltools writes 50000 by default; 0, the field unset, and float32's
+largest value read as no clip), and ``cell_clip=`` overrides it (None drops it).
+
+**Layout.** Core ML runs a sequence as a rank-5 blob ``(Seq, Batch, C, 1, 1)``; rnnport's
+``forward(x)`` with ``x (batch, time, I)`` is Core ML fed ``x.transpose(1, 0, 2)[..., None,
+None]``, giving ``(time, batch, D·H, 1, 1)``. A layer with ``sequenceOutput`` false gives
+the last step alone (``y[:, -1]``: ``notes`` says so); one with ``reverseInput`` runs the
+sequence last step first and keeps its outputs in time order (``Spec.reverse``). Extra
+inputs (initial ``h``, ``c``) are zeros by default, ``forward(state=…)`` gives them.
+
+**Networks.** A recurrent layer whose first input is the sequence output of the recurrent
+layer before it (in the same neural network, directly or through ``squeeze``,
+``expandDims``, ``copy``, ``reshapeStatic`` or ``flatten`` layers) continues its network;
+the layers merge into one ``RNN`` where they fit, or a ``Stack``. Several networks:
+``layer=`` (a layer's name, ``model<i>/<name>`` inside a pipeline's i-th model) picks one;
+``notes`` lists the other layers and models.
+
+**Writing** gives a :class:`CoreMLModel` (the ``Model`` bytes; ``path=`` saves them, atomically):
+a ``neuralNetwork`` (specification version 4) with input ``input`` (``I``) and output
+``output`` (``D·H``), one recurrent layer per network layer with ``sequenceOutput`` set,
+float32 weights as ``floatValue`` and float16 ones as ``float16Value``. One bias per gate
+(two biases summed); the reset-after GRU has no Core ML layer and is refused; without a
+cell clip the LSTM's threshold is float32's largest value, which no finite cell state passes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ... import budget
+from ...errors import FormatError, UnsupportedFeatureError
+from ...gates import CANONICAL, gate_family
+from ...io._proto import ProtoError, skip, tag_at
+from ...io.atomic import atomic_write
+from ...io.inputs import read_file
+from ...model import RNN, Model, Stack, stack
+from ...spec import Spec
+from .._common import is_path, listed
+from .._protocol import Choices, Format, NamedArray, Suffix
+from .fields import (
+    ACTIVATIONS,
+    FIELDS,
+    LAYER_TYPES,
+    MAX_DEPTH,
+    Message,
+    flag,
+    float32,
+    message,
+    number_of,
+    sub,
+    weights,
+)
+from .program import networks as program_networks
+from .program import notes as program_notes
+from .program import package_model, read_program
+from .writer import encode, holds_activations
+
+__all__ = ["FORMAT", "CoreMLModel", "read", "sniff", "write"]
+
+READ_OPTIONS = frozenset({"layer", "cell_clip"})
+MAX_FILE_BYTES = 2**31  # protobuf's own limit on a message
+FROM_FILE = "file"
+MODEL, LAYER = FIELDS["Model"], FIELDS["NeuralNetworkLayer"]
+NETWORKS = {MODEL["neuralNetwork"]: "neuralNetwork",
+            MODEL["neuralNetworkClassifier"]: "neuralNetworkClassifier",
+            MODEL["neuralNetworkRegressor"]: "neuralNetworkRegressor"}
+PIPELINES = {MODEL["pipeline"]: "pipeline", MODEL["pipelineClassifier"]: "pipelineClassifier",
+             MODEL["pipelineRegressor"]: "pipelineRegressor"}
+RECURRENT = {LAYER["uniDirectionalLSTM"], LAYER["biDirectionalLSTM"], LAYER["gru"],
+             LAYER["simpleRecurrent"]}
+# Core ML's name of each canonical gate's weight, recursion, bias (and peephole) fields.
+LSTM_GATES = {"i": "inputGate", "f": "forgetGate", "g": "blockInput", "o": "outputGate"}
+GRU_GATES = {"r": "resetGate", "z": "updateGate", "n": "outputGate"}
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Layers that give their one input's values unchanged in another shape: a chain of recurrent
+# layers may run through them (coremltools' converter puts squeeze and expandDims between).
+PASSING = frozenset({"squeeze", "expandDims", "copy", "reshapeStatic", "flatten"})
+
+
+class CoreMLModel(NamedTuple):
+    """A Core ML model in memory: the serialized ``Model`` protocol buffer that a
+    ``.mlmodel`` file holds."""
+
+    spec: bytes
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One recurrent ``NeuralNetworkLayer``: its label (its name, ``model<i>/`` before it
+    inside a pipeline), type field, blobs, and the layer message's fields."""
+
+    label: str
+    kind: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    body: Message
+    network: int  # which neural network of the file it belongs to
+
+    @property
+    def type(self) -> str:
+        return LAYER_TYPES[self.kind]
+
+    @property
+    def sequence_output(self) -> bool:
+        if self.kind in (LAYER["uniDirectionalLSTM"], LAYER["biDirectionalLSTM"]):
+            params = message(sub(self.body, 15, self.label, "params") or b"", self.label)
+            return flag(params, FIELDS["LSTMParams"]["sequenceOutput"], self.label,
+                        "sequenceOutput")
+        return flag(self.body, FIELDS["GRULayerParams"]["sequenceOutput"], self.label,
+                    "sequenceOutput")
+
+
+@dataclass
+class Contents:
+    """What a file holds: its recurrent layers, and everything else, described."""
+
+    layers: list[Layer]
+    others: list[str]
+    ml_program: bool = False
+    networks: int = 0  # neural networks seen (a chain stays inside one)
+    programs: list[bytes] = field(default_factory=list)  # ML Programs' bytes
+    # (network, blob) → the blob it repeats, for layers that only reshape their one input
+    aliases: dict[tuple[int, str], str] = field(default_factory=dict)
+    folder: Path | None = None  # where an ML Program's weight files lie
+
+
+# -- reading the model's structure -----------------------------------------------------------
+
+
+def _text(value: int | bytes, where: str) -> str:
+    if not isinstance(value, bytes):
+        raise FormatError(f"{where}: a name is a number; expected a string. The file is damaged.")
+    return value.decode("utf-8", "replace")
+
+
+def _walk(data: bytes, where: str, prefix: str, depth: int, found: Contents) -> None:
+    """Collect the layers of the model ``data`` (a ``Model`` message) into ``found``."""
+    if depth > MAX_DEPTH:
+        raise FormatError(f"{where}: pipelines nested deeper than {MAX_DEPTH} levels; expected "
+                          "a Core ML model (which nests a few). The file is damaged or hostile.")
+    model = message(data, where)
+    for number, name in PIPELINES.items():
+        body = sub(model, number, where, name)
+        if body is None:
+            continue
+        pipeline = body if number == MODEL["pipeline"] else \
+            sub(message(body, where), 1, where, "pipeline") or b""
+        parts = message(pipeline, where).get(FIELDS["Pipeline"]["models"], [])
+        for index, part in enumerate(parts):
+            if not isinstance(part, bytes):
+                raise FormatError(f"{where}: a pipeline's model is a number; expected a "
+                                  "message. The file is damaged.")
+            _walk(part, where, f"{prefix}model{index}/", depth + 1, found)
+        return
+    program = sub(model, MODEL["mlProgram"], where, "mlProgram")
+    if program is not None:
+        found.ml_program = True
+        found.programs.append(program)
+        return
+    for number, name in NETWORKS.items():
+        body = sub(model, number, where, name)
+        if body is not None:
+            _layers(body, where, prefix, found)
+            return
+    kinds = [number for number in model if number >= 200]
+    found.others.append(f"{prefix or 'the model'}: a model of type field "
+                        f"{kinds[0] if kinds else 'none'}, not a neural network")
+
+
+def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
+    network_number = found.networks
+    found.networks += 1
+    for raw in message(network, where).get(FIELDS["NeuralNetwork"]["layers"], []):
+        if not isinstance(raw, bytes):
+            raise FormatError(f"{where}: a layer is a number; expected a message. The file is "
+                              "damaged.")
+        layer = message(raw, where)
+        name = _text(layer.get(LAYER["name"], [b""])[-1], where)
+        kinds = [number for number in layer if number >= 100]
+        kind = kinds[-1] if kinds else 0
+        label = f"{prefix}{name}"
+        inputs, outputs = layer.get(LAYER["input"], []), layer.get(LAYER["output"], [])
+        if LAYER_TYPES.get(kind) in PASSING and len(inputs) == 1 and len(outputs) == 1:
+            found.aliases[network_number, _text(outputs[0], where)] = _text(inputs[0], where)
+        if kind not in RECURRENT:
+            found.others.append(f"{label} ({LAYER_TYPES.get(kind, f'layer type {kind}')})")
+            continue
+        body = message(sub(layer, kind, where, LAYER_TYPES[kind]) or b"",
+                       f"{where}: layer {label}")
+        found.layers.append(Layer(
+            label, kind, tuple(_text(value, where) for value in layer.get(LAYER["input"], [])),
+            tuple(_text(value, where) for value in layer.get(LAYER["output"], [])), body,
+            network_number))
+
+
+def _contents(source: Any) -> tuple[Contents, str, int]:
+    """The file's contents, where it is (for messages), and its size."""
+    data, where, folder = _bytes(source)
+    found = Contents([], [], folder=folder)
+    _walk(data, where, "", 0, found)
+    return found, where, len(data)
+
+
+def _bytes(source: Any) -> tuple[bytes, str, Path | None]:
+    """The ``Model`` bytes of ``source``, where it is, and the folder its weight files
+    lie in (None for a model in memory)."""
+    if isinstance(source, CoreMLModel):
+        if not isinstance(source.spec, (bytes, bytearray, memoryview)):
+            raise FormatError(f"coreml: CoreMLModel.spec is a {type(source.spec).__name__}; "
+                              "expected the Model protocol buffer's bytes.")
+        return bytes(source.spec), "Core ML model", None
+    if _framework_object(source):
+        spec = source.get_spec() if hasattr(source, "get_spec") else source
+        return bytes(spec.SerializeToString()), "Core ML model", None
+    where = f"Core ML {os.fspath(source)}"
+    path = Path(source)
+    if path.is_dir():
+        model = package_model(path, where)
+        return read_file(model, where, inside=path, limit=MAX_FILE_BYTES), where, model.parent
+    return read_file(path, where, limit=MAX_FILE_BYTES), where, path.parent
+
+
+def _framework_object(source: Any) -> bool:
+    """A coremltools ``MLModel`` or a ``Model_pb2.Model`` spec (told without importing
+    coremltools)."""
+    module = type(source).__module__ or ""
+    if type(source).__name__ == "Model" and module.split(".")[-1] == "Model_pb2":
+        return hasattr(source, "SerializeToString")
+    return module.startswith("coremltools") and hasattr(source, "get_spec")
+
+
+def _networks(contents: Contents, where: str) -> list[list[Layer]]:
+    chains: list[list[Layer]] = []
+    for layer in contents.layers:
+        if chains:
+            previous = chains[-1][-1]
+            if previous.network == layer.network and layer.inputs and previous.outputs \
+                    and _source(contents, layer) == previous.outputs[0] \
+                    and previous.sequence_output:
+                chains[-1].append(layer)
+                continue
+        chains.append([layer])
+    if not chains:
+        if contents.ml_program:
+            raise UnsupportedFeatureError(
+                f"{where}: a pipeline holding {len(contents.programs)} ML Programs and no "
+                "recurrent NeuralNetwork layer; rnnport reads one ML Program at a time. Save "
+                "the program that holds the network as a model of its own.")
+        loops = [other for other in contents.others if other.endswith("(loop)")]
+        if loops:
+            raise UnsupportedFeatureError(
+                f"{where}: no recurrent layer, but a loop layer ({listed(loops)}): "
+                "coremltools writes networks Core ML has no layer for (a PyTorch GRU, which "
+                "resets after) as loops of generic layers, which rnnport does not read. Read "
+                "the source network itself, or convert it to ONNX.")
+        raise FormatError(f"{where}: no uniDirectionalLSTM, biDirectionalLSTM, gru or "
+                          f"simpleRecurrent layer; found {listed(contents.others) or 'nothing'}.")
+    return chains
+
+
+def _source(contents: Contents, layer: Layer) -> str:
+    """The blob a layer's first input repeats, through layers that only reshape it."""
+    blob, seen = layer.inputs[0], set()
+    while (layer.network, blob) in contents.aliases and blob not in seen:
+        seen.add(blob)
+        blob = contents.aliases[layer.network, blob]
+    return blob
+
+
+def _describe(chain: Sequence[Layer]) -> str:
+    return " → ".join(f"{layer.label} ({layer.type})" for layer in chain)
+
+
+def _pick(chains: list[list[Layer]], layer: str | None, where: str) -> list[Layer]:
+    if layer is not None:
+        for chain in chains:
+            if any(item.label == layer for item in chain):
+                return chain
+        names = [item.label for chain in chains for item in chain]
+        raise FormatError(f"{where}: no recurrent layer named {layer!r}; its recurrent layers "
+                          f"are {listed(names)}.")
+    if len(chains) > 1:
+        raise FormatError(
+            f"{where}: holds {len(chains)} recurrent networks ("
+            + "; ".join(_describe(chain) for chain in chains[:8])
+            + f"); pass layer= with the name of one of their layers (e.g. "
+            f"layer={chains[0][0].label!r}).")
+    return chains[0]
+
+
+# -- one layer -------------------------------------------------------------------------------
+
+
+def _activation(raw: int | bytes, where: str) -> tuple[str, float, float]:
+    """One ``ActivationParams`` as Spec.activations holds it."""
+    if not isinstance(raw, bytes):
+        raise FormatError(f"{where}: an activation is a number; expected a message.")
+    found = message(raw, where)
+    names = {number: name for name, number in FIELDS["ActivationParams"].items()}
+    chosen = [names.get(number, f"field {number}") for number in found]
+    if len(chosen) != 1:
+        raise FormatError(f"{where}: an activation naming {listed(chosen) or 'nothing'}; "
+                          "expected exactly one function. The file is damaged.")
+    name = chosen[0]
+    if name not in ACTIVATIONS:
+        raise UnsupportedFeatureError(
+            f"{where}: the activation {name}; rnnport computes "
+            f"{listed(sorted(ACTIVATIONS))} (thresholdedReLU keeps x at x = alpha, which "
+            "rnnport's ThresholdedRelu does not; PReLU and parametricSoftplus hold arrays). "
+            "Rebuild the layer with one of those activations.")
+    onnx, parameters = ACTIVATIONS[name]
+    body = message(sub(found, FIELDS["ActivationParams"][name], where, name) or b"", where)
+    alpha, beta = [float32(body, index + 1, where, parameter) if index < len(parameters)
+                   else 0.0 for index, parameter in enumerate(("alpha", "beta"))]
+    if len(parameters) == 2 and alpha == 0 and beta == 0:
+        # coremltools' builders leave them unset (add_gru's default hard sigmoid), and Core
+        # ML does not document what it computes then: clip(0·x + 0) would be a constant.
+        raise UnsupportedFeatureError(
+            f"{where}: the activation {name} with alpha and beta unset (0 and 0), which "
+            "Core ML does not define; expected the values set (0.2 and 0.5 for the usual "
+            "hard sigmoid). Set them in the spec (layer.gru.activations[0].sigmoidHard.alpha "
+            "= 0.2 …) and save it again.")
+    return onnx, alpha, beta
+
+
+def _activations(values: list[int | bytes], count: int, where: str
+                 ) -> tuple[tuple[str, float, float], ...]:
+    if not values:
+        return ()
+    if len(values) != count:
+        raise FormatError(f"{where}: {len(values)} activations; expected {count}.")
+    return tuple(_activation(value, where) for value in values)
+
+
+def _sizes(layer: Layer) -> tuple[int, int]:
+    input_size = number_of(layer.body, 1, layer.label, "inputVectorSize")
+    hidden = number_of(layer.body, 2, layer.label, "outputVectorSize")
+    if not 0 < input_size < 2**31 or not 0 < hidden < 2**31:
+        raise FormatError(f"{layer.label}: inputVectorSize {input_size}, outputVectorSize "
+                          f"{hidden}; expected positive sizes. The file is damaged.")
+    return input_size, hidden
+
+
+def _cell_clip(threshold: float, option: Any) -> float | None:
+    if option != FROM_FILE:
+        return None if option is None else float(option)
+    if threshold <= 0 or not np.isfinite(threshold) or threshold >= FLOAT32_MAX:
+        return None
+    return threshold
+
+
+def layer_spec(layer: Layer, cell_clip: Any = FROM_FILE) -> Spec:
+    """The one-layer Spec of a recurrent layer (no weights read)."""
+    where = layer.label
+    input_size, hidden = _sizes(layer)
+    if layer.kind in (LAYER["uniDirectionalLSTM"], LAYER["biDirectionalLSTM"]):
+        numbers = FIELDS["LSTMParams"]
+        params = message(sub(layer.body, 15, where, "params") or b"", where)
+        bidirectional = layer.kind == LAYER["biDirectionalLSTM"]
+        activations = _activations(layer.body.get(10, []), 3, where)
+        if bidirectional and _activations(layer.body.get(11, []), 3, where) != activations:
+            raise UnsupportedFeatureError(
+                f"{where}: a biDirectionalLSTM whose backward activations differ from its "
+                "forward ones; rnnport's bidirectional LSTM uses one set for both directions.")
+        return Spec("lstm", input_size, hidden, bidirectional=bidirectional,
+                    bias=flag(params, numbers["hasBiasVectors"], where, "hasBiasVectors")
+                    or flag(params, numbers["forgetBias"], where, "forgetBias"),
+                    peepholes=flag(params, numbers["hasPeepholeVectors"], where, "peepholes"),
+                    input_forget=flag(params, numbers["coupledInputAndForgetGate"], where,
+                                      "coupledInputAndForgetGate"),
+                    cell_clip=_cell_clip(float32(params, numbers["cellClipThreshold"], where,
+                                                 "cellClipThreshold"), cell_clip),
+                    activations=activations,
+                    reverse=not bidirectional and flag(layer.body, 100, where, "reverseInput"))
+    reverse = flag(layer.body, 100, where, "reverseInput")
+    bias = flag(layer.body, 20, where, "hasBiasVectors")
+    if layer.kind == LAYER["gru"]:
+        return Spec("gru", input_size, hidden, reset_after=False, bias=bias,
+                    activations=_activations(layer.body.get(10, []), 2, where), reverse=reverse)
+    activation = _activations(layer.body.get(10, [])[-1:], 1, where)
+    if not activation:
+        raise FormatError(f"{where}: a simpleRecurrent layer without its activation; Core ML "
+                          "requires one (tanh or ReLU for rnnport). The file is damaged.")
+    name = activation[0][0]
+    if name not in ("Tanh", "Relu"):
+        raise UnsupportedFeatureError(
+            f"{where}: a simpleRecurrent layer with activation {name}; rnnport's simple RNN "
+            "computes tanh (rnn_tanh) or ReLU (rnn_relu). Rebuild the layer with one of them.")
+    return Spec("rnn_tanh" if name == "Tanh" else "rnn_relu", input_size, hidden, bias=bias,
+                reverse=reverse)
+
+
+def _direction(layer: Layer, spec: Spec, raw: bytes, meter: budget.Meter,
+               forget_bias: bool) -> dict[str, np.ndarray]:
+    """One direction's canonical arrays from its Core ML weight fields."""
+    where, hidden, inputs = layer.label, spec.hidden_size, spec.input_size
+    if spec.cell == "lstm":
+        numbers, names = FIELDS["LSTMWeightParams"], LSTM_GATES
+        found = message(raw, where)
+        weight, recursion, bias_name = "WeightMatrix", "RecursionMatrix", "BiasVector"
+    else:
+        numbers = FIELDS["GRULayerParams"] if spec.cell == "gru" else \
+            FIELDS["SimpleRecurrentLayerParams"]
+        names = GRU_GATES if spec.cell == "gru" else {"h": ""}
+        found = layer.body
+        weight, recursion, bias_name = (("WeightMatrix", "RecursionMatrix", "BiasVector")
+                                        if spec.cell == "gru" else
+                                        ("weightMatrix", "recursionMatrix", "biasVector"))
+
+    def take(gate: str, suffix: str, count: int) -> np.ndarray:
+        field = f"{names[gate]}{suffix}"
+        return weights(sub(found, numbers[field], where, field), count,
+                       f"{where}: {field}", meter)
+
+    order = CANONICAL[gate_family(spec.cell)]
+    named = {"weight_ih": np.concatenate([take(gate, weight, hidden * inputs).reshape(
+                 hidden, inputs) for gate in order]),
+             "weight_hh": np.concatenate([take(gate, recursion, hidden * hidden).reshape(
+                 hidden, hidden) for gate in order])}
+    has_bias = bool(spec.cell == "lstm" and flag(
+        message(sub(layer.body, 15, where, "params") or b"", where),
+        FIELDS["LSTMParams"]["hasBiasVectors"], where, "hasBiasVectors")) or (
+        spec.cell != "lstm" and spec.bias)
+    if spec.bias:
+        named["bias_ih"] = np.concatenate([take(gate, bias_name, hidden) for gate in order]) \
+            if has_bias else np.zeros(len(order) * hidden, named["weight_ih"].dtype)
+        named["bias_hh"] = np.zeros_like(named["bias_ih"])
+        if forget_bias:  # Core ML adds 1 to the forget gate's bias; kept apart, so exact
+            named["bias_hh"][order.index("f") * hidden:(order.index("f") + 1) * hidden] = 1
+    if spec.peepholes:
+        named["weight_peephole"] = np.stack([take(gate, "PeepholeVector", hidden)
+                                             for gate in "ifo"])
+    return named
+
+
+def _layer_model(layer: Layer, meter: budget.Meter, cell_clip: Any) -> RNN:
+    spec = layer_spec(layer, cell_clip)
+    forget_bias = False
+    if spec.cell == "lstm":
+        params = message(sub(layer.body, 15, layer.label, "params") or b"", layer.label)
+        forget_bias = flag(params, FIELDS["LSTMParams"]["forgetBias"], layer.label, "forgetBias")
+        raws = layer.body.get(20, [])
+        if len(raws) != spec.num_directions or not all(isinstance(raw, bytes) for raw in raws):
+            raise FormatError(f"{layer.label}: {len(raws)} weightParams; expected "
+                              f"{spec.num_directions}, one per direction. The file is damaged.")
+        directions = [_direction(layer, spec, raw, meter, forget_bias)
+                      for raw in raws if isinstance(raw, bytes)]
+    else:
+        directions = [_direction(layer, spec, b"", meter, False)]
+    dtypes = {array.dtype for named in directions for array in named.values()}
+    dtype = np.float16 if dtypes == {np.dtype(np.float16)} else np.float32
+    return RNN(spec, [[{name: array.astype(dtype, copy=False) for name, array in named.items()}
+                       for named in directions]], copy=False)
+
+
+# -- the verbs -------------------------------------------------------------------------------
+
+
+def read(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> Model:
+    """The recurrent network of a ``.mlmodel`` path, a :class:`CoreMLModel`, or a
+    coremltools ``MLModel`` / spec; ``layer=`` picks one of several networks, ``cell_clip=``
+    replaces the LSTM layers' ``cellClipThreshold`` (None: no clip)."""
+    contents, where, size = _contents(source)
+    if not contents.layers and len(contents.programs) == 1:
+        return read_program(contents.programs[0], contents.folder, where, size, cell_clip, layer)
+    chain = _pick(_networks(contents, where), layer, where)
+    meter = budget.Meter("expansion", size, where, "bytes of weights decoded")
+    return stack([_layer_model(item, meter, cell_clip) for item in chain])
+
+
+def networks(source: Any) -> Choices:
+    """The recurrent networks of a model, each picked by the name of its first layer."""
+    contents, where, _ = _contents(source)
+    if not contents.layers and len(contents.programs) == 1:
+        return Choices("layer", tuple(program_networks(contents.programs[0], where)))
+    return Choices("layer", tuple((chain[0].label, _describe(chain))
+                                  for chain in _networks(contents, where)))
+
+
+def notes(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> list[str]:
+    """The layers and models beside the network, and what its layers assume."""
+    contents, where, _ = _contents(source)
+    if not contents.layers and len(contents.programs) == 1:
+        read_program(contents.programs[0], contents.folder, where, 0, cell_clip, layer)
+        return program_notes(contents.programs[0], where)
+    chains = _networks(contents, where)
+    chain = _pick(chains, layer, where)
+    out = []
+    if contents.others:
+        out.append(f"other layers and models beside the network: {listed(contents.others)}")
+    for item in chain:
+        spec = layer_spec(item, cell_clip)
+        if len(item.inputs) > 1:
+            out.append(f"{item.label} takes its initial state from {', '.join(item.inputs[1:])}; "
+                       "forward(state=…) gives it (zeros when None)")
+        if item is chain[-1] and not item.sequence_output:
+            out.append(f"{item.label} outputs its last step alone (sequenceOutput false): "
+                       "forward's y[:, -1]")
+        if spec.cell == "lstm" and spec.cell_clip is not None:
+            out.append(f"{item.label} clips its cell state at ±{spec.cell_clip:g} "
+                       "(cellClipThreshold); read with cell_clip=None to leave it out")
+    for other in chains:
+        if other is not chain:
+            out.append(f"another recurrent network: {_describe(other)} (layer="
+                       f"{other[0].label!r} reads it)")
+    return out
+
+
+def write(model: Model, path: Any = None) -> CoreMLModel:
+    native = CoreMLModel(encode(model))
+    if path is not None:
+        atomic_write(Path(path), lambda file: file.write(native.spec))
+    return native
+
+
+def input_files(path: Path) -> list[Path]:
+    """An ML Program's weights file, which reading its spec opens."""
+    weights = path.parent / "weights" / "weight.bin"
+    return [weights] if path.suffix.lower() == ".mlmodel" and weights.is_file() else []
+
+
+def sniff(source: Any) -> bool:
+    """A :class:`CoreMLModel`, a coremltools model or spec, a path ending ``.mlmodel`` or
+    ``.mlpackage``, or a file whose first field is a small ``specificationVersion`` followed
+    (at the top level) by one of ``Model``'s model fields."""
+    if isinstance(source, CoreMLModel) or _framework_object(source):
+        return True
+    if not is_path(source):
+        return False
+    if os.fspath(source).lower().endswith((".mlmodel", ".mlpackage")):
+        return True
+    if not os.path.isfile(source):
+        return False
+    try:
+        with open(source, "rb") as file:
+            head = memoryview(file.read(1 << 20))
+    except OSError:
+        return False
+    return _looks_like_model(head)
+
+
+def _looks_like_model(head: memoryview) -> bool:
+    models = set(NETWORKS) | set(PIPELINES) | {MODEL["mlProgram"]}
+    position = 0
+    try:
+        number, wire, position = tag_at(head, position)
+        if number != MODEL["specificationVersion"] or wire != 0:
+            return False
+        version_end = skip(head, position, wire, number)
+        if version_end - position != 1 or not 0 < head[position] < 64:
+            return False
+        position = version_end
+        while position < len(head):
+            number, wire, position = tag_at(head, position)
+            if number in models and wire == 2:
+                return True
+            position = skip(head, position, wire, number)
+    except ProtoError:
+        return False
+    return False
+
+
+def param_count(model: Model) -> int:
+    """Values the file stores: one bias per gate."""
+    parts = model.parts if isinstance(model, Stack) else (model,)
+    total = 0
+    for part in parts:
+        spec = part.spec
+        for index in range(spec.num_layers):
+            gates, hidden = spec.gate_count, spec.hidden_size
+            per = gates * hidden * (spec.layer_input_size(index) + hidden)
+            per += gates * hidden if spec.bias else 0
+            per += 3 * hidden if spec.peepholes else 0
+            total += per * spec.num_directions
+    return total
+
+
+def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
+    """Each layer's Core ML arrays, one per gate and kind, as the file names them."""
+    contents, where, size = _contents(native)
+    meter = budget.Meter("expansion", size, where, "bytes of weights decoded")
+    out = []
+    for layer in contents.layers:
+        model = _layer_model(layer, meter, FROM_FILE)
+        order = CANONICAL[gate_family(model.spec.cell)]
+        names = LSTM_GATES if model.spec.cell == "lstm" else \
+            GRU_GATES if model.spec.cell == "gru" else {"h": "h"}
+        for direction, named in enumerate(model.params[0]):
+            side = ("forward", "backward")[direction] + "." if model.spec.bidirectional else ""
+            hidden = model.spec.hidden_size
+            for index, gate in enumerate(order):
+                rows = slice(index * hidden, (index + 1) * hidden)
+                out.append(NamedArray(f"{layer.label}.{side}{names[gate]}WeightMatrix",
+                                      named["weight_ih"][rows]))
+                out.append(NamedArray(f"{layer.label}.{side}{names[gate]}RecursionMatrix",
+                                      named["weight_hh"][rows]))
+                if "bias_ih" in named:
+                    out.append(NamedArray(f"{layer.label}.{side}{names[gate]}BiasVector",
+                                          named["bias_ih"][rows]))
+    return out
+
+
+def framework_forward(source: Any, model: Model, x: np.ndarray) -> str:
+    """Core ML runs on Apple platforms alone; say so, and what was checked instead."""
+    del source, model, x
+    return ("Core ML runs only on macOS and iOS, so it cannot run the model here; the "
+            "network was read by the equations of Apple's NeuralNetwork.proto, which the "
+            "golden files check against the source frameworks' numbers: no framework check")
+
+
+FORMAT = Format(
+    "coreml", sniff=sniff, reader=read, writer=write, counter=param_count,
+    cells=frozenset({"lstm", "gru", "rnn"}), reset_after=False,
+    read_options=READ_OPTIONS,
+    features=frozenset({"peepholes", "cell_clip", "input_forget", "activations",
+                        "reset_before", "reverse"}),
+    one_bias=frozenset({"lstm", "gru_reset_before", "rnn"}),
+    dtypes=frozenset({"float16", "float32"}), extra=None, modules=(),
+    suffixes=(Suffix(".mlmodel", "a Core ML model (a NeuralNetwork, or an ML Program's spec)"),
+              Suffix(".mlpackage", "a Core ML package: an ML Program and its weights",
+                     writes=False)),
+    input_files=input_files,
+    activations=holds_activations, explain_arrays=explain_arrays, networks=networks,
+    notes=notes, framework_forward=framework_forward, gate_names={"g": "z", "n": "o"},
+    drops={"cell_clip": "read it with cell_clip=None to drop the clip: the outputs stay the "
+                        "same while no step's |c| reaches it (coremltools sets 50000 for every "
+                        "LSTM)"},
+    names={"reset_after": "the gru layer (reset before only; ONNX, Keras, PyTorch and TFLite "
+                          "hold a reset-after GRU)",
+           "peepholes": "hasPeepholeVectors", "cell_clip": "cellClipThreshold",
+           "input_forget": "coupledInputAndForgetGate", "activations": "ActivationParams",
+           "reset_before": "gru", "reverse": "reverseInput"},
+    layout_notes=("Core ML keeps one matrix per gate: W (H, I), R (H, H), b (H,) and "
+                  "peepholes (H,), LSTM gates named input, forget, blockInput (canonical g), "
+                  "output; GRU update (z), reset (r), output (canonical n); one bias per gate.",
+                  "Sequences are rank-5 blobs (Seq, Batch, C, 1, 1): time first."),
+)

@@ -1,0 +1,419 @@
+"""ML Program models: the MIL ``lstm`` and ``rnn`` operations of a ``Model.mlProgram``,
+as coremltools writes them by default (``.mlpackage`` folders).
+
+**The package**: ``Manifest.json`` names, by ``rootModelIdentifier``, the item whose
+``path`` (under ``Data/``) is the ``Model`` protocol buffer; the weights lie in
+``weights/weight.bin`` beside it, which the program names ``@model_path/weights/weight.bin``.
+Nothing outside the package is opened.
+
+**The program** (Apple's ``MIL.proto``): ``functions`` (a map; ``main``, or the only one),
+each with ``block_specializations[opset]``, a block of ``operations``: ``type``,
+``inputs`` (a map of name → ``Argument``: a binding to a value name, or a value),
+``outputs`` (named types) and ``attributes`` (a ``const``'s value is ``attributes["val"]``).
+A ``Value`` is immediate (``TensorValue``: floats, ints, bools, strings, or raw bytes) or a
+``blobFileValue`` (file name, offset). In ``weight.bin`` the value's offset points at a
+64-byte record: ``0xDEADBEEF``, the data type (1 float16, 2 float32), the size in bytes
+(u64) and the data's offset (u64).
+
+**The operations** (coremltools' iOS15 opset)::
+
+    lstm   x (T, B, I), initial_h / initial_c (B, H), weight_ih (4H, I), weight_hh (4H, H),
+           bias (4H,) one per gate, peephole (3H,) rows i f o; *_back for the backward
+           direction; direction forward | reverse | bidirectional; output_sequence;
+           recurrent_activation (gates i f o), cell_activation (the cell gate g),
+           activation (applied to c'); clip: the cell state's clip.
+           Rows are in gate order i f o g (canonical i f g o).
+    rnn    weight_ih (H, I), weight_hh (H, H), bias (H,); activation tanh or relu.
+
+Activations sigmoid, tanh and relu are read (MIL gives the others no parameters here);
+``gru`` is refused by name (its documented equation, ``o = act(W_io x + r∘(W_ho h) + b)``
+with one bias, is neither canonical GRU: coremltools issues 1123 and 1124), as is a
+``while_loop`` (how coremltools writes a PyTorch GRU). A recurrent operation whose ``x`` is
+the sequence output of the one before continues its network.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ... import budget
+from ...errors import FormatError, UnsupportedFeatureError
+from ...gates import CANONICAL, reorder
+from ...io import jsontext
+from ...io.inputs import open_file, read_file
+from ...model import RNN, Model, stack
+from ...spec import Spec
+from .._common import listed
+from .fields import Message, last, message
+
+__all__ = ["Operation", "networks", "notes", "operations", "package_model", "read_program"]
+
+MANIFEST_BYTES = 1 << 20
+BLOB_SENTINEL = 0xDEADBEEF
+BLOB_TYPES = {1: "<f2", 2: "<f4"}
+TENSOR_TYPES = {10: "<f2", 11: "<f4"}
+MODEL_PATH = "@model_path/"
+ACTIVATIONS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
+LSTM_ORDER = "ifog"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One MIL operation: its type, input bindings (name → raw ``Argument``), output names
+    and attributes (name → raw ``Value``)."""
+
+    type: str
+    inputs: dict[str, bytes]
+    outputs: tuple[str, ...]
+    attributes: dict[str, bytes]
+
+    @property
+    def label(self) -> str:
+        return f"{self.type} {self.outputs[0] if self.outputs else '(no output)'}"
+
+
+def _text(value: int | bytes, where: str) -> str:
+    if not isinstance(value, bytes):
+        raise FormatError(f"{where}: a name is a number; expected a string. The file is damaged.")
+    return value.decode("utf-8", "replace")
+
+
+def _inner(found: Message, number: int, where: str) -> Message:
+    """The fields of a message-typed field (empty when absent or not a message)."""
+    value = last(found, number, b"")
+    return message(value if isinstance(value, bytes) else b"", where)
+
+
+def _number(found: Message, number: int) -> int:
+    value = last(found, number, 0)
+    return value if isinstance(value, int) else 0
+
+
+def _map(found: Message, number: int, where: str) -> dict[str, bytes]:
+    """A protobuf map field (entries: key 1, value 2) of string keys and message values."""
+    out: dict[str, bytes] = {}
+    for entry in found.get(number, []):
+        if not isinstance(entry, bytes):
+            raise FormatError(f"{where}: a map entry is a number; expected a message.")
+        fields = message(entry, where)
+        value = last(fields, 2, b"")
+        if not isinstance(value, bytes):
+            raise FormatError(f"{where}: a map value is a number; expected a message.")
+        out[_text(last(fields, 1, b""), where)] = value
+    return out
+
+
+def operations(program: bytes, where: str) -> list[Operation]:
+    """The operations of the program's ``main`` function (or its only one), in order."""
+    functions = _map(message(program, where), 2, where)
+    if not functions:
+        raise FormatError(f"{where}: an ML Program without functions; the file is damaged.")
+    if "main" not in functions and len(functions) > 1:
+        raise FormatError(f"{where}: an ML Program with functions {listed(functions)} and no "
+                          "main; rnnport reads one function.")
+    function = message(functions.get("main", next(iter(functions.values()))), where)
+    opset = _text(last(function, 2, b""), where)
+    blocks = _map(function, 3, where)
+    if opset not in blocks:
+        raise FormatError(f"{where}: no block for the function's opset {opset!r}; the file is "
+                          "damaged.")
+    out = []
+    for raw in message(blocks[opset], where).get(3, []):
+        if not isinstance(raw, bytes):
+            raise FormatError(f"{where}: an operation is a number; expected a message.")
+        found = message(raw, where)
+        outputs = tuple(_text(last(message(item, where), 1, b""), where)
+                        for item in found.get(3, []) if isinstance(item, bytes))
+        out.append(Operation(_text(last(found, 1, b""), where), _map(found, 2, where), outputs,
+                             _map(found, 5, where)))
+    return out
+
+
+class _Values:
+    """The constants of a program, decoded on demand (weights from ``weight.bin``)."""
+
+    def __init__(self, ops: list[Operation], folder: Path | None, where: str,
+                 meter: budget.Meter) -> None:
+        self.where, self.folder, self.meter = where, folder, meter
+        self.producers = {name: op for op in ops for name in op.outputs}
+        self.decoded: dict[tuple[tuple[str, ...], str], Any] = {}
+
+    def argument(self, op: Operation, name: str) -> Any:
+        """The value bound to input ``name`` of ``op`` (None when not bound), decoded once."""
+        key = (op.outputs, name)
+        if key not in self.decoded:
+            self.decoded[key] = self._argument(op, name)
+        return self.decoded[key]
+
+    def _argument(self, op: Operation, name: str) -> Any:
+        raw = op.inputs.get(name)
+        if raw is None:
+            return None
+        bindings = message(raw, self.where).get(1, [])
+        if len(bindings) != 1 or not isinstance(bindings[0], bytes):
+            raise FormatError(f"{self.where}: {op.label} input {name} binds {len(bindings)} "
+                              "values; expected one.")
+        binding = message(bindings[0], self.where)
+        if 2 in binding:
+            value = last(binding, 2, b"")
+            return self.value(value if isinstance(value, bytes) else b"", f"{op.label} {name}")
+        source = _text(last(binding, 1, b""), self.where)
+        producer = self.producers.get(source)
+        if producer is None or producer.type != "const" or "val" not in producer.attributes:
+            made = "a program input" if producer is None else f"a {producer.type} operation"
+            raise UnsupportedFeatureError(
+                f"{self.where}: {op.label} takes {name} from {source}, {made}; expected a "
+                "const (rnnport reads weights the program holds, not ones it computes).")
+        return self.value(producer.attributes["val"], f"{op.label} {name}")
+
+    def value(self, raw: bytes, what: str) -> Any:
+        found = message(raw, self.where)
+        dtype, shape = self._type(found, what)
+        if 5 in found:
+            blob = _inner(found, 5, self.where)
+            return self._blob(_text(last(blob, 1, b""), self.where), _number(blob, 2), dtype,
+                              shape, what)
+        immediate = _inner(found, 3, self.where)
+        tensor = _inner(immediate, 1, self.where)
+        count = math.prod(shape)
+        if 4 in tensor:  # strings
+            values = _inner(tensor, 4, self.where)
+            return _text(last(values, 1, b""), self.where)
+        if 3 in tensor:  # bools
+            values = _inner(tensor, 3, self.where)
+            raw_bools = last(values, 1, 0)
+            return bool(raw_bools[0] if isinstance(raw_bools, bytes) and raw_bools else raw_bools)
+        self.meter.charge(4 * count, what)
+        if 1 in tensor:  # floats
+            values = _inner(tensor, 1, self.where)
+            packed = last(values, 1, b"")
+            array = _frombuffer(packed, "<f4", what, self.where) if isinstance(packed, bytes) \
+                else np.array([int(item) for item in values.get(1, [])],
+                              np.uint32).view(np.float32)
+        elif 7 in tensor and dtype is not None:  # raw bytes of the declared type
+            values = _inner(tensor, 7, self.where)
+            packed = last(values, 1, b"")
+            array = _frombuffer(packed if isinstance(packed, bytes) else b"", dtype, what,
+                                self.where)
+        else:
+            raise UnsupportedFeatureError(f"{self.where}: {what} is not a float tensor, a "
+                                          "string or a bool; rnnport reads those.")
+        if array.size != count:
+            raise FormatError(f"{self.where}: {what} holds {array.size} values; its type "
+                              f"declares {count}. The file is damaged.")
+        return array.reshape(shape).astype(array.dtype.newbyteorder("="))
+
+    def _type(self, found: Message, what: str) -> tuple[str | None, tuple[int, ...]]:
+        value_type = _inner(found, 2, self.where)
+        tensor = _inner(value_type, 1, self.where)
+        code = _number(tensor, 1)
+        shape = []
+        for raw in tensor.get(3, []):
+            constant = message(raw, self.where) if isinstance(raw, bytes) else {}
+            if 1 not in constant:
+                raise FormatError(f"{self.where}: {what} has a dimension of unknown size; "
+                                  "expected a constant's fixed shape.")
+            size = _number(_inner(constant, 1, self.where), 1)
+            if not 0 <= size < 2**31:
+                raise FormatError(f"{self.where}: {what} has a dimension of {size}; the file "
+                                  "is damaged.")
+            shape.append(size)
+        return TENSOR_TYPES.get(code), tuple(shape)
+
+    def _blob(self, name: str, offset: int, dtype: str | None, shape: tuple[int, ...],
+              what: str) -> np.ndarray:
+        if self.folder is None:
+            raise FormatError(f"{self.where}: {what} lies in {name}, outside the model's "
+                              "bytes; read the .mlpackage folder (or the .mlmodel inside it) "
+                              "instead.")
+        if not name.startswith(MODEL_PATH):
+            raise FormatError(f"{self.where}: {what} lies in {name!r}; expected a file under "
+                              f"{MODEL_PATH} (the model's own folder).")
+        count = math.prod(shape)
+        self.meter.charge(4 * count, what)
+        path = self.folder / name[len(MODEL_PATH):]
+        with open_file(path, f"{self.where}: {what}", inside=self.folder,
+                       name=name[len(MODEL_PATH):]) as file:
+            size = os.fstat(file.fileno()).st_size
+            if not 0 <= offset <= size - 64:
+                raise FormatError(f"{self.where}: {what} at offset {offset:,} of {name}, which "
+                                  f"holds {size:,} bytes; the file is damaged.")
+            file.seek(offset)
+            sentinel, kind, length, start = struct.unpack("<IIQQ", file.read(24))
+            if sentinel != BLOB_SENTINEL:
+                raise FormatError(f"{self.where}: {what}: no blob record at offset {offset:,} "
+                                  f"of {name} (0x{sentinel:08X}, expected 0xDEADBEEF).")
+            if kind not in BLOB_TYPES:
+                raise UnsupportedFeatureError(
+                    f"{self.where}: {what} is stored as blob type {kind}; rnnport reads "
+                    "float16 (1) and float32 (2) weights (a palettized or quantized model "
+                    "computes other numbers; convert from the float source).")
+            blob_dtype = BLOB_TYPES[kind]
+            if length != count * np.dtype(blob_dtype).itemsize or start + length > size:
+                raise FormatError(f"{self.where}: {what}: a blob of {length:,} bytes at "
+                                  f"{start:,} in {name} ({size:,} bytes); expected {count:,} "
+                                  "values inside the file. The file is damaged or its sizes lie.")
+            file.seek(start)
+            data = file.read(length)
+        return np.frombuffer(data, blob_dtype).reshape(shape).astype(
+            np.dtype(blob_dtype).newbyteorder("="))
+
+
+def _frombuffer(data: bytes, dtype: str, what: str, where: str) -> np.ndarray:
+    width = np.dtype(dtype).itemsize
+    if len(data) % width:
+        raise FormatError(f"{where}: {what} holds {len(data):,} bytes, not a whole number of "
+                          f"{width}-byte values; the file is damaged.")
+    return np.frombuffer(data, dtype)
+
+
+def notes(program: bytes, where: str) -> list[str]:
+    """The operations beside the recurrent ones, by type."""
+    ops = operations(program, where)
+    counts: dict[str, int] = {}
+    for op in ops:
+        if op.type not in ("const", "lstm", "rnn"):
+            counts[op.type] = counts.get(op.type, 0) + 1
+    if not counts:
+        return []
+    return ["other operations of the ML Program beside the network: "
+            + listed(f"{count} {kind}" for kind, count in counts.items())]
+
+
+def package_model(folder: Path, where: str) -> Path:
+    """The ``Model`` file of a ``.mlpackage`` folder, as its ``Manifest.json`` names it."""
+    text = read_file(folder / "Manifest.json", where, inside=folder, name="Manifest.json",
+                     limit=MANIFEST_BYTES)
+    manifest = jsontext.loads(text, f"{where}: Manifest.json", size=len(text))
+    entries = manifest.get("itemInfoEntries") if isinstance(manifest, dict) else None
+    root = manifest.get("rootModelIdentifier") if isinstance(manifest, dict) else None
+    item = entries.get(root) if isinstance(entries, dict) and isinstance(root, str) else None
+    path = item.get("path") if isinstance(item, dict) else None
+    if not isinstance(path, str):
+        raise FormatError(f"{where}: Manifest.json names no root model (rootModelIdentifier "
+                          "and its itemInfoEntries path); expected a Core ML package's "
+                          "manifest.")
+    return folder / "Data" / path
+
+
+def _spec(op: Operation, values: _Values, where: str, cell_clip: Any) -> tuple[Spec, Any]:
+    direction = values.argument(op, "direction") or "forward"
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise FormatError(f"{where}: {op.label} direction {direction!r}; expected forward, "
+                          "reverse or bidirectional.")
+    weight_ih = values.argument(op, "weight_ih")
+    weight_hh = values.argument(op, "weight_hh")
+    if not isinstance(weight_ih, np.ndarray) or not isinstance(weight_hh, np.ndarray) \
+            or weight_ih.ndim != 2 or weight_hh.ndim != 2:
+        raise FormatError(f"{where}: {op.label} needs weight_ih and weight_hh matrices.")
+    hidden, inputs = weight_hh.shape[1], weight_ih.shape[1]
+    names = []
+    for key in (("recurrent_activation", "cell_activation", "activation") if op.type == "lstm"
+                else ("activation",)):
+        name = values.argument(op, key) or ("sigmoid" if key == "recurrent_activation"
+                                            else "tanh")
+        if name not in ACTIVATIONS:
+            raise UnsupportedFeatureError(
+                f"{where}: {op.label} {key}={name!r}; rnnport reads {listed(ACTIVATIONS)} "
+                "(MIL gives the others no parameters here).")
+        names.append(ACTIVATIONS[name])
+    if op.type == "rnn":
+        if direction == "bidirectional":
+            raise UnsupportedFeatureError(f"{where}: a bidirectional rnn operation; MIL's rnn "
+                                          "runs forward or reverse.")
+        return Spec("rnn_tanh" if names[0] == "Tanh" else "rnn_relu", inputs, hidden,
+                    bias=values.argument(op, "bias") is not None,
+                    reverse=direction == "reverse"), weight_ih
+    clip = values.argument(op, "clip")
+    clip_value = None if clip is None else float(np.asarray(clip).reshape(-1)[0])
+    if cell_clip != "file":
+        clip_value = None if cell_clip is None else float(cell_clip)
+    activations = tuple((name, 0.0, 0.0) for name in names)
+    return Spec("lstm", inputs, hidden, bidirectional=direction == "bidirectional",
+                reverse=direction == "reverse", bias=values.argument(op, "bias") is not None,
+                peepholes=values.argument(op, "peephole") is not None, cell_clip=clip_value,
+                activations=() if names == ["Sigmoid", "Tanh", "Tanh"] else activations
+                ), weight_ih
+
+
+def _layer(op: Operation, values: _Values, where: str, cell_clip: Any) -> RNN:
+    spec, _ = _spec(op, values, where, cell_clip)
+    order = LSTM_ORDER if spec.cell == "lstm" else "h"
+    canonical = CANONICAL["lstm" if spec.cell == "lstm" else "rnn"]
+    directions = []
+    for suffix in ("", "_back")[:spec.num_directions]:
+        named = {"weight_ih": reorder(values.argument(op, "weight_ih" + suffix), order, canonical),
+                 "weight_hh": reorder(values.argument(op, "weight_hh" + suffix), order, canonical)}
+        if spec.bias:
+            bias = values.argument(op, "bias" + suffix)
+            named["bias_ih"] = reorder(np.asarray(bias).reshape(-1), order, canonical)
+            named["bias_hh"] = np.zeros_like(named["bias_ih"])
+        if spec.peepholes:
+            named["weight_peephole"] = np.asarray(values.argument(op, "peephole" + suffix)
+                                                  ).reshape(3, spec.hidden_size)
+        directions.append(named)
+    kinds = {array.dtype for named in directions for array in named.values()}
+    dtype = np.float16 if kinds == {np.dtype(np.float16)} else np.float32
+    return RNN(spec, [[{key: array.astype(dtype, copy=False) for key, array in named.items()}
+                       for named in directions]], copy=False)
+
+
+def _chains(recurrent: list[Operation], values: _Values, where: str) -> list[list[Operation]]:
+    """The recurrent operations grouped into networks: one continues the one before when
+    its ``x`` is that one's sequence output."""
+    chains: list[list[Operation]] = []
+    for op in recurrent:
+        if chains:
+            previous = chains[-1][-1]
+            source = _inner(message(op.inputs.get("x", b""), where), 1, where)
+            if last(source, 1, b"") == previous.outputs[0].encode() and \
+                    values.argument(previous, "output_sequence"):
+                chains[-1].append(op)
+                continue
+        chains.append([op])
+    return chains
+
+
+def networks(program: bytes, where: str) -> list[tuple[str, str]]:
+    """Each network's first output name and its operations, for ``layer=``."""
+    ops = operations(program, where)
+    values = _Values(ops, None, where, budget.Meter("expansion", len(program), where, "bytes"))
+    recurrent = [op for op in ops if op.type in ("lstm", "rnn")]
+    return [(chain[0].outputs[0], " → ".join(op.label for op in chain))
+            for chain in _chains(recurrent, values, where)]
+
+
+def read_program(program: bytes, folder: Path | None, where: str, size: int,
+                 cell_clip: Any = "file", layer: str | None = None) -> Model:
+    """The recurrent network of an ML Program (``folder``: where its weights' files lie)."""
+    ops = operations(program, where)
+    meter = budget.Meter("expansion", size, where, "bytes of weights decoded")
+    values = _Values(ops, folder, where, meter)
+    refused = [op for op in ops if op.type in ("gru", "while_loop")]
+    recurrent = [op for op in ops if op.type in ("lstm", "rnn")]
+    if not recurrent:
+        if refused:
+            raise UnsupportedFeatureError(
+                f"{where}: an ML Program with {listed(op.label for op in refused)}: MIL's gru "
+                "(one bias, o = act(W_io x + r∘(W_ho h) + b)) is neither canonical GRU, and "
+                "coremltools writes a PyTorch GRU as a while_loop of generic operations; "
+                "rnnport reads neither. Read the source network itself, or convert it to ONNX.")
+        raise FormatError(f"{where}: an ML Program with no lstm or rnn operation; found "
+                          f"{listed(sorted({op.type for op in ops}))}.")
+    chains = _chains(recurrent, values, where)
+    if layer is not None:
+        chains = [chain for chain in chains if any(op.outputs[0] == layer for op in chain)]
+        if not chains:
+            raise FormatError(f"{where}: no lstm or rnn operation whose output is {layer!r}.")
+    if len(chains) > 1:
+        raise FormatError(f"{where}: holds {len(chains)} recurrent networks; pass layer= with "
+                          f"the output name of one of their operations (e.g. "
+                          f"layer={chains[0][0].outputs[0]!r}).")
+    return stack([_layer(op, values, where, cell_clip) for op in chains[0]])

@@ -1,0 +1,187 @@
+"""Writing a network as a Core ML ``neuralNetwork`` model (the bytes of a ``.mlmodel``).
+
+One layer per network layer: ``uniDirectionalLSTM`` or ``biDirectionalLSTM``, ``gru`` (the
+reset-before GRU), ``simpleRecurrent``; each with ``sequenceOutput`` set, its first input
+the previous layer's output. Weights are written gate by gate (``W (H, I)``, ``R (H, H)``,
+one bias ``(H,)``: the two canonical biases summed) as ``floatValue`` for float32 and
+``float16Value`` for float16, so reading them back gives the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import UnsupportedFeatureError
+from ...gates import CANONICAL, block, gate_family
+from ...io._proto import varint
+from ...model import RNN, Model, Stack
+from ...spec import Spec
+from .._common import sum_exact
+from .fields import ACTIVATIONS, FIELDS, put_bytes, put_float, put_messages, put_varint
+
+__all__ = ["SPECIFICATION_VERSION", "encode", "holds_activations"]
+
+SPECIFICATION_VERSION = 4  # iOS 13: float16 weights and every recurrent layer
+FLOAT32_TYPE = 65568  # ArrayFeatureType.FLOAT32
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+TO_COREML = {onnx: (name, parameters) for name, (onnx, parameters) in ACTIVATIONS.items()}
+DEFAULTS = {"lstm": (("Sigmoid", 0.0, 0.0), ("Tanh", 0.0, 0.0), ("Tanh", 0.0, 0.0)),
+            "gru": (("Sigmoid", 0.0, 0.0), ("Tanh", 0.0, 0.0))}
+LSTM_GATES = {"i": "inputGate", "f": "forgetGate", "g": "blockInput", "o": "outputGate"}
+GRU_GATES = {"r": "resetGate", "z": "updateGate", "n": "outputGate"}
+
+
+def holds_activations(spec: Spec) -> bool:
+    """Whether Core ML's ActivationParams hold every activation of ``spec``."""
+    return all(name in TO_COREML for name, _, _ in spec.activations)
+
+
+def _weights(array: np.ndarray) -> bytes:
+    """A ``WeightParams``: float16 values as ``float16Value``, others as ``floatValue``."""
+    numbers = FIELDS["WeightParams"]
+    if array.dtype == np.float16:
+        return put_bytes(numbers["float16Value"], array.astype("<f2").tobytes())
+    return put_bytes(numbers["floatValue"], array.astype("<f4").tobytes())
+
+
+def _activation(name: str, alpha: float, beta: float) -> bytes:
+    if name not in TO_COREML:
+        raise UnsupportedFeatureError(
+            f"coreml: the activation {name}; Core ML's recurrent layers compute "
+            f"{', '.join(sorted(TO_COREML))}. Write the network to ONNX instead.")
+    coreml, parameters = TO_COREML[name]
+    values = {"alpha": alpha, "beta": beta}
+    body = b"".join(put_float(index + 1, values[parameter])
+                    for index, parameter in enumerate(parameters))
+    return put_bytes(FIELDS["ActivationParams"][coreml], body)
+
+
+def _activations(spec: Spec) -> list[bytes]:
+    return [_activation(*item) for item in (spec.activations or DEFAULTS[spec.cell])]
+
+
+def _bias(named: dict[str, np.ndarray], rows: int) -> np.ndarray:
+    dtype = named["weight_ih"].dtype
+    return sum_exact(named.get("bias_ih", np.zeros(rows, dtype)),
+                     named.get("bias_hh", np.zeros(rows, dtype)))
+
+
+def _gate_fields(named: dict[str, np.ndarray], spec: Spec, names: dict[str, str],
+                 numbers: dict[str, int], suffixes: tuple[str, str, str]) -> bytes:
+    """Each gate's weight, recursion and bias messages (the bias when ``spec.bias``)."""
+    order = CANONICAL[gate_family(spec.cell)]
+    bias = _bias(named, len(order) * spec.hidden_size) if spec.bias else None
+    out = b""
+    for gate in order:
+        prefix = names[gate]
+        out += put_bytes(numbers[prefix + suffixes[0]],
+                         _weights(block(named["weight_ih"], order, gate)))
+        out += put_bytes(numbers[prefix + suffixes[1]],
+                         _weights(block(named["weight_hh"], order, gate)))
+        if bias is not None:
+            out += put_bytes(numbers[prefix + suffixes[2]], _weights(block(bias, order, gate)))
+    return out
+
+
+def _lstm(spec: Spec, directions: list[dict[str, np.ndarray]]) -> tuple[int, bytes]:
+    numbers = FIELDS["LSTMWeightParams"]
+    weight_messages = []
+    for named in directions:
+        body = _gate_fields(named, spec, LSTM_GATES, numbers,
+                            ("WeightMatrix", "RecursionMatrix", "BiasVector"))
+        if spec.peepholes:
+            for row, gate in enumerate("ifo"):
+                body += put_bytes(numbers[f"{LSTM_GATES[gate]}PeepholeVector"],
+                                  _weights(named["weight_peephole"][row]))
+        weight_messages.append(body)
+    params_numbers = FIELDS["LSTMParams"]
+    params = (put_varint(params_numbers["sequenceOutput"], 1)
+              + put_varint(params_numbers["hasBiasVectors"], int(spec.bias))
+              + put_varint(params_numbers["hasPeepholeVectors"], int(spec.peepholes))
+              + put_varint(params_numbers["coupledInputAndForgetGate"], int(spec.input_forget))
+              + put_float(params_numbers["cellClipThreshold"],
+                          FLOAT32_MAX if spec.cell_clip is None else spec.cell_clip))
+    activations = _activations(spec)
+    if spec.bidirectional:
+        numbers = FIELDS["BiDirectionalLSTMLayerParams"]
+        body = (put_messages(numbers["activationsForwardLSTM"], activations)
+                + put_messages(numbers["activationsBackwardLSTM"], activations))
+        kind = FIELDS["NeuralNetworkLayer"]["biDirectionalLSTM"]
+    else:
+        numbers = FIELDS["UniDirectionalLSTMLayerParams"]
+        body = put_messages(numbers["activations"], activations) + (
+            put_varint(numbers["reverseInput"], 1) if spec.reverse else b"")
+        kind = FIELDS["NeuralNetworkLayer"]["uniDirectionalLSTM"]
+    body += put_bytes(numbers["params"], params) + put_messages(numbers["weightParams"],
+                                                                 weight_messages)
+    return kind, body
+
+
+def _gru_or_rnn(spec: Spec, named: dict[str, np.ndarray]) -> tuple[int, bytes]:
+    if spec.cell == "gru":
+        numbers = FIELDS["GRULayerParams"]
+        body = (put_messages(numbers["activations"], _activations(spec))
+                + put_varint(numbers["hasBiasVectors"], int(spec.bias))
+                + _gate_fields(named, spec, GRU_GATES, numbers,
+                               ("WeightMatrix", "RecursionMatrix", "BiasVector")))
+        kind = FIELDS["NeuralNetworkLayer"]["gru"]
+    else:
+        numbers = FIELDS["SimpleRecurrentLayerParams"]
+        activation = _activation("Tanh" if spec.cell == "rnn_tanh" else "Relu", 0.0, 0.0)
+        body = (put_bytes(numbers["activation"], activation)
+                + put_varint(numbers["hasBiasVector"], int(spec.bias))
+                + _gate_fields(named, spec, {"h": ""}, numbers,
+                               ("weightMatrix", "recursionMatrix", "biasVector")))
+        kind = FIELDS["NeuralNetworkLayer"]["simpleRecurrent"]
+    return kind, body + put_varint(numbers["sequenceOutput"], 1) + (
+        put_varint(numbers["reverseInput"], 1) if spec.reverse else b"")
+
+
+def _layers(model: Model) -> list[tuple[int, bytes, Spec]]:
+    """Each network layer's type field, layer message and one-layer spec."""
+    parts: tuple[RNN, ...] = model.parts if isinstance(model, Stack) else (model,)
+    out = []
+    for part in parts:
+        spec = part.spec
+        for index, directions in enumerate(part.params):
+            layer_spec = spec.replace(num_layers=1, input_size=spec.layer_input_size(index))
+            sizes = put_varint(1, layer_spec.input_size) + put_varint(2, layer_spec.hidden_size)
+            named = [dict(direction) for direction in directions]
+            kind, body = _lstm(layer_spec, named) if spec.cell == "lstm" else \
+                _gru_or_rnn(layer_spec, named[0])
+            out.append((kind, sizes + body, layer_spec))
+    return out
+
+
+def _feature(name: str, size: int) -> bytes:
+    array = put_bytes(FIELDS["ArrayFeatureType"]["shape"], varint(size)) \
+        + put_varint(FIELDS["ArrayFeatureType"]["dataType"], FLOAT32_TYPE)
+    return (put_bytes(FIELDS["FeatureDescription"]["name"], name.encode())
+            + put_bytes(FIELDS["FeatureDescription"]["type"],
+                        put_bytes(FIELDS["FeatureType"]["multiArrayType"], array)))
+
+
+def encode(model: Model) -> bytes:
+    """The ``Model`` bytes of ``model``: input ``input`` (I), output ``output`` (D·H)."""
+    layers = _layers(model)
+    numbers = FIELDS["NeuralNetworkLayer"]
+    network = b""
+    blob = "input"
+    for index, (kind, body, _) in enumerate(layers):
+        top = "output" if index == len(layers) - 1 else f"layer{index}_output"
+        network += put_bytes(FIELDS["NeuralNetwork"]["layers"], (
+            put_bytes(numbers["name"], f"{_TYPE_NAMES[kind]}_{index}".encode())
+            + put_bytes(numbers["input"], blob.encode())
+            + put_bytes(numbers["output"], top.encode()) + put_bytes(kind, body)))
+        blob = top
+    last = layers[-1][2]
+    description = (put_bytes(FIELDS["ModelDescription"]["input"],
+                             _feature("input", layers[0][2].input_size))
+                   + put_bytes(FIELDS["ModelDescription"]["output"],
+                               _feature("output", last.num_directions * last.hidden_size)))
+    return (put_varint(FIELDS["Model"]["specificationVersion"], SPECIFICATION_VERSION)
+            + put_bytes(FIELDS["Model"]["description"], description)
+            + put_bytes(FIELDS["Model"]["neuralNetwork"], network))
+
+
+_TYPE_NAMES = {number: name for name, number in FIELDS["NeuralNetworkLayer"].items()}

@@ -1,0 +1,325 @@
+"""Core ML NeuralNetwork models (``rnnport.formats.coreml``), against coremltools and the
+source frameworks.
+
+Core ML runs only on Apple platforms, so expected values come from the frameworks that
+compute the same network: the golden files' ``y`` (PyTorch, or ONNX Runtime for the
+reset-before GRU), made by ``tools/golden_coreml.py`` from files coremltools wrote. What
+rnnport writes is checked by coremltools itself: its protobuf classes parse it, ``MLModel``
+loads it, and each layer equals the one coremltools' ``NeuralNetworkBuilder`` writes for the
+same weights.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rnnport
+from rnnport import RNN, Spec
+from rnnport.errors import FormatError, LimitError, UnsupportedFeatureError
+from rnnport.formats.coreml import FORMAT, CoreMLModel, framework_forward, networks, notes
+from rnnport.formats.coreml.fields import FIELDS, LAYER_TYPES, put_bytes, put_varint
+
+GOLDEN = Path(__file__).parent / "golden" / "coreml"
+CASES = {case["name"]: case for case in json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]}
+READ = [name for name, case in CASES.items() if case["reference"]]
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+@pytest.fixture(scope="module")
+def coremltools() -> Any:
+    """coremltools itself: a test dependency, so a missing one fails these tests."""
+    import coremltools as ct
+    from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: F401
+
+    return ct
+
+
+def golden(name: str) -> tuple[Path, dict[str, np.ndarray]]:
+    with np.load(GOLDEN / f"{name}.npz") as data:
+        return GOLDEN / CASES[name]["file"], dict(data)
+
+
+def output(model: Any, x: np.ndarray) -> np.ndarray:
+    y = model.forward(x)
+    return np.asarray(y[0] if isinstance(y, tuple) else y)
+
+
+def test_field_numbers_are_apples(coremltools: Any) -> None:
+    from coremltools.proto import FeatureTypes_pb2, Model_pb2, NeuralNetwork_pb2
+
+    for name, numbers in FIELDS.items():
+        module = next(module for module in (NeuralNetwork_pb2, Model_pb2, FeatureTypes_pb2)
+                      if hasattr(module, name))
+        descriptor = getattr(module, name).DESCRIPTOR
+        assert {field: descriptor.fields_by_name[field].number for field in numbers} == numbers
+    layer = NeuralNetwork_pb2.NeuralNetworkLayer.DESCRIPTOR.oneofs_by_name["layer"]
+    assert LAYER_TYPES == {field.number: field.name for field in layer.fields}
+
+
+@pytest.mark.parametrize("name", READ)
+def test_golden_files_compute_the_source_frameworks_numbers(name: str) -> None:
+    path, arrays = golden(name)
+    model = rnnport.read(path)
+    assert rnnport.formats.sniff(path) == "coreml"
+    np.testing.assert_allclose(output(model, arrays["x"]), arrays["y"], rtol=0, atol=1e-5)
+    spec = model.spec
+    if name == "gru":
+        assert not spec.reset_after and spec.activations[0][0] == "HardSigmoid"
+    if name in ("lstm_f16", "program_lstm_f16"):
+        assert model.params[0][0]["weight_ih"].dtype == np.float16
+    if name in ("lstm_bi_2layer", "program_lstm_bi_2layer"):
+        assert spec.bidirectional and spec.num_layers == 2
+
+
+@pytest.mark.parametrize("name", READ)
+def test_round_trips_are_bit_exact(name: str, tmp_path: Path) -> None:
+    model = rnnport.read(GOLDEN / CASES[name]["file"])
+    rnnport.write(model, "coreml", tmp_path / "back.mlmodel")
+    back = rnnport.read(tmp_path / "back.mlmodel")
+    assert back.spec == model.spec
+    for mine, theirs in zip(model.params, back.params, strict=True):
+        for named, named_back in zip(mine, theirs, strict=True):
+            for key, array in named.items():
+                summed = array if key != "bias_ih" else array + named.get("bias_hh", 0)
+                expected = named_back[key] if key != "bias_ih" else \
+                    named_back[key] + named_back.get("bias_hh", 0)
+                assert summed.dtype == expected.dtype
+                assert np.array_equal(summed.view(np.uint8), expected.view(np.uint8)), key
+
+
+def test_a_model_is_told_by_its_bytes_whatever_its_name(tmp_path: Path) -> None:
+    renamed = tmp_path / "model.bin"
+    renamed.write_bytes((GOLDEN / "lstm_head.mlmodel").read_bytes())
+    assert rnnport.formats.sniff(renamed) == "coreml"
+    onnx_like = tmp_path / "other.bin"
+    onnx_like.write_bytes(put_varint(1, 8) + put_bytes(2, b"pytorch") + put_bytes(7, b""))
+    assert not FORMAT.sniff(onnx_like)
+
+
+def test_notes_name_the_layers_and_models_around_the_network() -> None:
+    head = notes(GOLDEN / "lstm_head.mlmodel")
+    assert "model0/project (innerProduct), model0/head (innerProduct)" in head[0]
+    traced = notes(GOLDEN / "lstm_traced.mlmodel")
+    assert any("takes its initial state from" in note for note in traced)
+    assert any("±500 (cellClipThreshold)" in note for note in traced)
+
+
+def test_a_loop_of_generic_layers_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedFeatureError, match=r"a loop layer .*PyTorch GRU"):
+        rnnport.read(GOLDEN / "gru_loop.mlmodel")
+    with pytest.raises(UnsupportedFeatureError, match=r"while_loop .*PyTorch GRU"):
+        rnnport.read(GOLDEN / "program_gru_loop.mlpackage")
+
+
+def test_an_ml_program_is_read_from_its_package_alone(tmp_path: Path) -> None:
+    package = GOLDEN / "program_lstm.mlpackage"
+    model = rnnport.read(package / "Data" / "com.apple.CoreML" / "model.mlmodel")
+    assert model == rnnport.read(package)
+    assert notes(package) == ["other operations of the ML Program beside the network: "
+                              "2 transpose"]
+    choices = networks(GOLDEN / "program_lstm_bi_2layer.mlpackage")
+    assert len(choices.entries) == 1 and "lstm" in choices.entries[0][1]
+    with pytest.raises(FormatError, match="outside the model's bytes"):
+        rnnport.read(CoreMLModel((package / "Data" / "com.apple.CoreML" /
+                                  "model.mlmodel").read_bytes()))
+    copy = tmp_path / "copy.mlpackage"
+    import shutil
+
+    shutil.copytree(package, copy)
+    weights = copy / "Data" / "com.apple.CoreML" / "weights" / "weight.bin"
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(FormatError, match="damaged"):
+        rnnport.read(copy)
+
+
+def test_swapping_two_gates_changes_the_output(coremltools: Any) -> None:
+    from coremltools.proto import Model_pb2
+
+    path, arrays = golden("lstm")
+    spec = Model_pb2.Model()
+    spec.ParseFromString(path.read_bytes())
+    weights = spec.neuralNetwork.layers[0].uniDirectionalLSTM.weightParams
+    swapped = list(weights.inputGateWeightMatrix.floatValue)
+    weights.inputGateWeightMatrix.CopyFrom(weights.forgetGateWeightMatrix)
+    del weights.forgetGateWeightMatrix.floatValue[:]
+    weights.forgetGateWeightMatrix.floatValue.extend(swapped)
+    model = rnnport.read(CoreMLModel(spec.SerializeToString()))
+    assert np.abs(output(model, arrays["x"]) - arrays["y"]).max() > 1e-2
+
+
+def _random(spec: Spec, seed: int, dtype: str = "float32") -> RNN:
+    return RNN.random(spec, seed=seed).astype(dtype)
+
+
+def _builder_spec(coremltools: Any, model: RNN) -> Any:
+    """The same network as coremltools' NeuralNetworkBuilder writes it."""
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    spec = model.spec
+    size = spec.num_directions * spec.hidden_size
+    builder = NeuralNetworkBuilder([("input", datatypes.Array(spec.input_size))],
+                                   [("output", datatypes.Array(size))])
+    hidden = spec.hidden_size
+    blob = "input"
+    for index, directions in enumerate(model.params):
+        top = "output" if index == spec.num_layers - 1 else f"layer{index}_output"
+        inputs = spec.layer_input_size(index)
+        per_direction = []
+        for named in directions:
+            blocks = {key: np.split(named[key], spec.gate_count)
+                      for key in ("weight_ih", "weight_hh")}
+            bias = np.split(named["bias_ih"] + named["bias_hh"], spec.gate_count)
+            order = {"lstm": [0, 1, 3, 2], "gru": [1, 0, 2]}.get(spec.cell, [0])
+            per_direction.append([[blocks["weight_hh"][k] for k in order],
+                                  [blocks["weight_ih"][k] for k in order],
+                                  [bias[k] for k in order]])
+        if spec.cell == "lstm" and spec.bidirectional:
+            (rf, wf, bf), (rb, wb, bb) = per_direction
+            builder.add_bidirlstm(f"biDirectionalLSTM_{index}", rf, wf, bf, rb, wb, bb,
+                                  hidden, inputs, [blob], [top], output_all=True,
+                                  cell_clip_threshold=FLOAT32_MAX)
+        elif spec.cell == "lstm":
+            r, w, b = per_direction[0]
+            builder.add_unilstm(f"uniDirectionalLSTM_{index}", r, w, b, hidden, inputs,
+                                [blob], [top], output_all=True, cell_clip_threshold=FLOAT32_MAX)
+        elif spec.cell == "gru":
+            r, w, b = per_direction[0]
+            builder.add_gru(f"gru_{index}", r, w, b, hidden, inputs, [blob], [top],
+                            inner_activation="SIGMOID", output_all=True)
+        else:
+            r, w, b = per_direction[0]
+            builder.add_simple_rnn(f"simpleRecurrent_{index}", r[0], w[0], b[0], hidden,
+                                   inputs, "RELU" if spec.cell == "rnn_relu" else "TANH",
+                                   [blob], [top], output_all=True)
+        blob = top
+    return builder.spec
+
+
+@pytest.mark.parametrize("spec", [
+    Spec("lstm", 5, 8),
+    Spec("lstm", 4, 6, num_layers=2, bidirectional=True),
+    Spec("gru", 5, 8, reset_after=False),
+    Spec("rnn_relu", 5, 8),
+], ids=["lstm", "bi_lstm_2layer", "gru_reset_before", "rnn_relu"])
+def test_written_files_are_what_coremltools_writes(coremltools: Any, spec: Spec,
+                                                   tmp_path: Path) -> None:
+    from coremltools.proto import Model_pb2
+
+    model = _random(spec, 7)
+    path = tmp_path / "model.mlmodel"
+    rnnport.write(model, "coreml", path)
+    written = Model_pb2.Model()
+    written.ParseFromString(path.read_bytes())
+    built = _builder_spec(coremltools, model)
+    assert list(written.neuralNetwork.layers) == list(built.neuralNetwork.layers)
+    for mine, theirs in ((written.description.input, built.description.input),
+                         (written.description.output, built.description.output)):
+        assert [(item.name, list(item.type.multiArrayType.shape)) for item in mine] == \
+            [(item.name, list(item.type.multiArrayType.shape)) for item in theirs]
+    loaded = coremltools.models.MLModel(str(path), skip_model_load=True)
+    assert loaded.get_spec() == written
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 6, spec.input_size)).astype(np.float32)
+    np.testing.assert_array_equal(output(rnnport.read(path), x), output(model, x))
+
+
+def test_float16_peepholes_clip_and_coupled_gates_round_trip(coremltools: Any,
+                                                             tmp_path: Path) -> None:
+    spec = Spec("lstm", 3, 4, peepholes=True, cell_clip=2.5, input_forget=True, reverse=True,
+                activations=(("HardSigmoid", 0.25, 0.5), ("Tanh", 0, 0), ("Softsign", 0, 0)))
+    model = _random(spec, 3, "float16")
+    path = tmp_path / "f16.mlmodel"
+    rnnport.write(model, "coreml", path)
+    loaded = coremltools.models.MLModel(str(path), skip_model_load=True).get_spec()
+    layer = loaded.neuralNetwork.layers[0].uniDirectionalLSTM
+    assert layer.params.hasPeepholeVectors and layer.params.coupledInputAndForgetGate
+    assert layer.reverseInput and layer.params.cellClipThreshold == 2.5
+    assert len(layer.weightParams.inputGateWeightMatrix.float16Value) == 2 * 4 * 3
+    back = rnnport.read(path)
+    assert back.spec == spec
+    for key, array in model.params[0][0].items():
+        assert np.array_equal(back.params[0][0][key], array) or key.startswith("bias")
+
+
+def test_a_reset_after_gru_is_refused_naming_who_holds_it() -> None:
+    with pytest.raises(UnsupportedFeatureError, match="reset"):
+        rnnport.write(_random(Spec("gru", 3, 4), 1), "coreml")
+
+
+def test_verify_says_core_ml_cannot_run_here() -> None:
+    path, arrays = golden("lstm")
+    said = framework_forward(path, rnnport.read(path), arrays["x"])
+    assert isinstance(said, str) and "macOS" in said
+
+
+def _model(network_layers: bytes) -> bytes:
+    return put_varint(1, 4) + put_bytes(FIELDS["Model"]["neuralNetwork"], network_layers)
+
+
+def _layer(kind: str, body: bytes) -> bytes:
+    numbers = FIELDS["NeuralNetworkLayer"]
+    return put_bytes(1, put_bytes(numbers["name"], b"rnn") + put_bytes(numbers[kind], body))
+
+
+TANH = put_bytes(10, put_bytes(FIELDS["ActivationParams"]["tanh"], b""))
+
+
+@pytest.mark.parametrize("data, error, message", [
+    (_model(_layer("simpleRecurrent", put_varint(1, 1 << 30) + put_varint(2, 1 << 30) + TANH
+                   + put_bytes(30, put_bytes(1, b"\0" * 16)))), (LimitError, FormatError),
+     "expansion|expected"),
+    (_model(_layer("simpleRecurrent", put_varint(1, 2) + put_varint(2, 2) + TANH
+                   + put_bytes(30, put_bytes(31, b"\1" * 4)))), UnsupportedFeatureError,
+     "quantized weights"),
+    (_model(_layer("simpleRecurrent", put_varint(1, 2) + put_varint(2, 2)
+                   + put_bytes(10, put_bytes(20, b""))))[:-1] + b"", FormatError, "damaged"),
+    (put_varint(1, 4) + put_bytes(FIELDS["Model"]["mlProgram"], b""), FormatError,
+     "ML Program without functions"),
+    (put_varint(1, 4) + put_bytes(202, put_bytes(1, b"")) * 1, FormatError, "found"),
+], ids=["huge_sizes", "quantized", "truncated", "ml_program", "empty_pipeline"])
+def test_damaged_and_hostile_models_are_rnnport_errors(data: bytes, error: Any,
+                                                       message: str) -> None:
+    with pytest.raises(error, match=message):
+        rnnport.read(CoreMLModel(data))
+
+
+def test_deeply_nested_pipelines_are_refused() -> None:
+    data = put_varint(1, 4) + put_bytes(FIELDS["Model"]["neuralNetwork"], b"")
+    for _ in range(40):
+        data = put_varint(1, 4) + put_bytes(FIELDS["Model"]["pipeline"], put_bytes(1, data))
+    with pytest.raises(FormatError, match="nested deeper"):
+        rnnport.read(CoreMLModel(data))
+
+
+def test_truncated_golden_files_are_rnnport_errors(tmp_path: Path) -> None:
+    data = (GOLDEN / "lstm_bi_2layer.mlmodel").read_bytes()
+    for cut in (len(data) // 3, len(data) - 7):
+        (tmp_path / "cut.mlmodel").write_bytes(data[:cut])
+        with pytest.raises(FormatError):
+            rnnport.read(tmp_path / "cut.mlmodel")
+
+
+def test_unset_hard_sigmoid_and_ml_packages_are_refused_by_name(coremltools: Any,
+                                                                tmp_path: Path) -> None:
+    from coremltools.proto import Model_pb2
+
+    spec = Model_pb2.Model()
+    spec.ParseFromString((GOLDEN / "gru.mlmodel").read_bytes())
+    spec.neuralNetwork.layers[0].gru.activations[0].sigmoidHard.Clear()
+    with pytest.raises(UnsupportedFeatureError, match="alpha and beta unset"):
+        rnnport.read(spec)
+    spec.neuralNetwork.layers[0].gru.activations[0].thresholdedReLU.alpha = 1.0
+    with pytest.raises(UnsupportedFeatureError, match="thresholdedReLU"):
+        rnnport.read(spec)
+    (tmp_path / "model.mlpackage").mkdir()
+    with pytest.raises(FormatError, match="Manifest.json"):
+        rnnport.read(tmp_path / "model.mlpackage")
+
+
+def test_the_format_declares_what_it_holds() -> None:
+    assert not FORMAT.reset_after and "reset_before" in FORMAT.features
