@@ -1,6 +1,8 @@
 """Keras 1 HDF5 files (tests/golden/keras1, made by tools/golden_keras1.py in Keras 1.2's
 layout; the references are tf_keras's outputs after its own legacy converter of Keras 1
-weights): read by content, the gates' arrays found by name, damaged files refused."""
+weights; tests/golden/keras1_real, written and run by Keras 1.2.2 itself with Theano, made by
+tools/golden_keras1_real.py): read by content, the gates' arrays found by name, damaged files
+refused."""
 
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ from rnnport import formats
 from rnnport.errors import FormatError, ShapeError, UnsupportedFeatureError
 
 GOLDEN = Path(__file__).parent / "golden" / "keras1"
+REAL = Path(__file__).parent / "golden" / "keras1_real"
 CASES = sorted(json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"])
+REAL_CASES = sorted(json.loads((REAL / "MANIFEST.json").read_text())["cases"])
 
 
-def _golden(name: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    data = np.load(GOLDEN / f"{name}.npz", allow_pickle=False)
+def _golden(name: str, folder: Path = GOLDEN) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    data = np.load(folder / f"{name}.npz", allow_pickle=False)
     return data["x"], data["y"], json.loads(str(data["meta"]))
 
 
@@ -37,10 +41,11 @@ def test_the_golden_cases_cover_the_issue() -> None:
                           "weights_bidirectional_gru"}
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_a_keras1_file_reads_as_tf_keras_ran_it(name: str) -> None:
-    x, want, meta = _golden(name)
-    source = GOLDEN / f"{name}.h5"
+@pytest.mark.parametrize(("folder", "name"), [(GOLDEN, name) for name in CASES] +
+                         [(REAL, name) for name in REAL_CASES])
+def test_a_keras1_file_reads_as_keras_ran_it(folder: Path, name: str) -> None:
+    x, want, meta = _golden(name, folder)
+    source = folder / f"{name}.h5"
     assert rnnport.formats.sniff(source) == "keras"
     model = rnnport.read(source)
     assert len(model.layers()) == len(meta["layers"])
@@ -167,3 +172,68 @@ def test_the_hard_sigmoid_default_is_keras_1s_and_can_be_overridden() -> None:
     assert spec.activations[0] == ("HardSigmoid", 0.2, 0.5)
     sigmoid = rnnport.read(source, recurrent_activation="sigmoid")
     assert np.abs(sigmoid.forward(x)[0] - want).max() > 1e-3
+
+
+def test_the_real_keras_1_files_cover_its_layouts() -> None:
+    assert set(REAL_CASES) == {"lstm", "gru_gpu_lstm_mem", "bidirectional",
+                               "weights_simplernn_lstm_gpu"}
+    names = {name: _golden(name, REAL)[2]["weight_names"] for name in REAL_CASES}
+    assert names["lstm"]["lstm_1"] == [f"lstm_1_{kind}_{gate}" for gate in "icfo"
+                                       for kind in "WUb"]
+    assert names["gru_gpu_lstm_mem"]["gru_1"] == ["gru_1_W", "gru_1_U", "gru_1_b"]
+    assert [name.split("_")[0] for name in names["bidirectional"]["bidirectional_1"]] == \
+        ["forward"] * 9 + ["backward"] * 9
+
+
+def _configs(path: Path) -> tuple[set[str], dict[str, list[set[str]]]]:
+    """A file's root attributes, and the keys of its recurrent layers' configs by class."""
+    with h5py.File(path, "r") as h5:
+        attributes = set(h5.attrs)
+        config = json.loads(h5.attrs["model_config"])
+    entries = config["config"] if config["class_name"] == "Sequential" else \
+        config["config"]["layers"]
+    found: dict[str, list[set[str]]] = {}
+    for entry in entries:
+        inner = entry["config"].get("layer", entry)
+        if inner["class_name"] in ("LSTM", "GRU", "SimpleRNN"):
+            keys = set(inner["config"]) - {"batch_input_shape", "input_dtype"}
+            found.setdefault(inner["class_name"], []).append(keys)
+    return attributes, found
+
+
+def test_the_hand_written_files_have_keras_1_2_2s_layout() -> None:
+    """Root attributes and config keys as Keras 1.2.2 wrote them (no ``backend``: Keras 1
+    never wrote one; ``input_dim`` and ``input_length`` in every recurrent config)."""
+    real_attributes: set[str] = set()
+    real_keys: dict[str, set[str]] = {}
+    for name in REAL_CASES:
+        if not _golden(name, REAL)[2]["weights_only"]:
+            attributes, found = _configs(REAL / f"{name}.h5")
+            real_attributes |= attributes
+            for cls, keys in found.items():
+                real_keys[cls] = keys[0]
+    assert real_attributes == {"keras_version", "model_config", "training_config"}
+    for name in CASES:
+        if _golden(name)[2]["weights_only"]:
+            continue
+        attributes, found = _configs(GOLDEN / f"{name}.h5")
+        assert attributes == {"keras_version", "model_config"}, name
+        for cls, key_sets in found.items():
+            for keys in key_sets:
+                assert keys == real_keys.get(cls, keys), (name, keys ^ real_keys[cls])
+
+
+def test_tensorflows_unique_variable_names_are_read(tmp_path: Path) -> None:
+    """TensorFlow suffixes a variable's name made twice in one graph (``lstm_1_W_i_1:0``,
+    when a model is built again in one session before it is saved); Keras 1 saves that name."""
+    x, want, _ = _golden("lstm")
+    path = _copy("lstm", tmp_path)
+
+    def suffix(node: Any, names: list[str]) -> list[str]:
+        renamed = [name.replace(":0", "_1:0") for name in names]
+        for old, new in zip(names, renamed, strict=True):
+            node.move(old, new)
+        return renamed
+
+    _rewrite(path, "model_weights/lstm_1", suffix)
+    np.testing.assert_allclose(rnnport.read(path).forward(x)[0], want, rtol=0, atol=1e-5)

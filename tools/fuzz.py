@@ -17,7 +17,7 @@ Seeds: the TF1 golden checkpoints as TensorFlow wrote them, the TF2 checkpoints,
 and frozen graphs in ``tests/golden/tf2``, the Keras 3 exports in ``tests/golden/keras3``,
 the files in ``tests/golden/files`` (legacy Keras
 HDF5 saved by tf_keras, ``torch.save`` and safetensors files), the Keras 1 HDF5 files in
-``tests/golden/keras1``, the ``.tflite`` files
+``tests/golden/keras1`` and ``tests/golden/keras1_real``, the ``.tflite`` files
 TensorFlow's converter wrote in ``tests/golden/tflite``, the Flax ``.msgpack`` checkpoints
 in ``tests/golden/jax``, the ``.onnx`` files PyTorch's exporters and ONNX Runtime's quantizer
 wrote in ``tests/golden/onnx``, the ncnn ``.param`` files (with their ``.bin``) pnnx wrote in
@@ -196,6 +196,7 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
     trained = sorted(path for path in (GOLDEN / "torch_files").glob("*/*") if path.is_file())
     pickled = sorted((GOLDEN / "paddle").glob("*/model.pdparams"))  # paddle.save wrote them
     keras1 = sorted((GOLDEN / "keras1").glob("*.h5"))  # Keras 1.2's layout, h5py wrote them
+    keras1 += sorted((GOLDEN / "keras1_real").glob("*.h5"))  # Keras 1.2.2 wrote them
     built = sorted((GOLDEN / "coreml").glob("*.mlmodel"))  # coremltools wrote them
     for path in [*sorted((GOLDEN / "files").iterdir()), *converted, *saved, *exported,
                  *trained, *pickled, *keras1, *built]:

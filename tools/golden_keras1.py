@@ -9,12 +9,14 @@ so the files are written the way Keras 1.2.2's ``save_model`` / ``save_weights``
 (``keras/engine/topology.py`` ``save_weights_to_hdf5_group``, ``keras/models.py``
 ``save_model``), with h5py:
 
-* whole-model files: root attributes ``keras_version`` (``b"1.2.2"``; the ``gru`` case has
-  none, as a file from before Keras 1.2 does), ``backend`` and ``model_config`` (Keras 1's
-  schema: ``output_dim``, ``inner_activation``, ``consume_less``, a Sequential's config a
-  bare list of layers, a Model's layers with ``inbound_nodes`` ``[[["input_1", 0, 0]]]``),
-  and ``/model_weights`` holding the layers as below;
-* weights-only files (``save_weights``): the layers at the root, nothing else;
+* whole-model files (``save_model``, from Keras 1.0.7): root attributes ``keras_version``
+  (``b"1.2.2"``; ``b"1.1.2"`` in the ``gru`` case) and ``model_config`` (Keras 1's schema:
+  ``output_dim``, ``inner_activation``, ``consume_less``, ``input_dim``, ``input_length``, a
+  Sequential's config a bare list of layers, a Model's layers with ``inbound_nodes``
+  ``[[["input_1", 0, 0]]]``), no ``backend`` (Keras 2 added it), and ``/model_weights``
+  holding the layers as below (no ``training_config``: the model was not compiled);
+* weights-only files (``save_weights``): the layers at the root, nothing else (no
+  ``keras_version``: every Keras 1 file without one is a weights file);
 * each layer a group listed in ``layer_names``, its ``weight_names`` the variables' names in
   ``trainable_weights`` order: the layer's name and the weight's, ``lstm_1_W_i`` (Theano) or
   ``lstm_1_W_i:0`` (TensorFlow). An LSTM holds ``W_i U_i b_i W_c U_c b_c W_f U_f b_f W_o U_o
@@ -82,9 +84,9 @@ CASES: dict[str, tuple[str, list[Layer], int, int, str | None, str, bool, bool, 
     "lstm": ("Sequential: LSTM(output_dim=8), consume_less='cpu', the hard_sigmoid default; "
              "TensorFlow names (lstm_1_W_i:0)", [("LSTM", 8, "cpu", "hard_sigmoid", "tanh", False)],
              4, 6, "1.2.2", "tensorflow", False, False, 0),
-    "gru": ("Sequential: GRU(output_dim=9), consume_less='mem'; Theano names, no keras_version "
-            "on the root", [("GRU", 9, "mem", "hard_sigmoid", "tanh", False)],
-            5, 6, None, "theano", False, False, 0),
+    "gru": ("Sequential: GRU(output_dim=9), consume_less='mem'; Theano names, keras_version "
+            "1.1.2", [("GRU", 9, "mem", "hard_sigmoid", "tanh", False)],
+            5, 6, "1.1.2", "theano", False, False, 0),
     "simplernn": ("Sequential: SimpleRNN(output_dim=10, activation='tanh') → Dense(3)",
                   [("SimpleRNN", 10, "cpu", "hard_sigmoid", "tanh", False)],
                   4, 5, "1.2.2", "tensorflow", False, False, 3),
@@ -136,13 +138,18 @@ def _direction(rng: np.random.Generator, used: set[float], layer: Layer, inputs:
     return out
 
 
-def _layer_config(layer: Layer, name: str, input_shape: list[Any] | None) -> dict[str, Any]:
+def _layer_config(layer: Layer, name: str, input_shape: list[Any] | None,
+                  input_dim: int | None) -> dict[str, Any]:
+    """Keras 1.2.2's ``get_config``: ``input_dim`` is set once the layer is built, so a
+    wrapped layer (never built itself) has none."""
     cls, units, consume_less, inner_activation, activation, _ = layer
     config: dict[str, Any] = {"name": name, "trainable": True}
     if input_shape is not None:
         config.update(batch_input_shape=input_shape, input_dtype="float32")
     config.update(return_sequences=True, go_backwards=False, stateful=False, unroll=False,
-                  consume_less=consume_less, output_dim=units, init="glorot_uniform",
+                  consume_less=consume_less, input_dim=input_dim, input_length=None,
+                  output_dim=units,
+                  init="glorot_uniform",
                   inner_init="orthogonal", activation=activation, W_regularizer=None,
                   U_regularizer=None, b_regularizer=None, dropout_W=0.0, dropout_U=0.0)
     if cls != "SimpleRNN":
@@ -203,12 +210,13 @@ def make(name: str, out: Path) -> golden_manifest.Made:
             built, [array for _, array in arrays], original_keras_version="1",
             original_backend=backend))
         input_shape = [None, steps, inputs] if not entries and not functional else None
-        entry = _layer_config(layer, inner_name, input_shape)
+        entry = _layer_config(layer, inner_name, None if wrapped else input_shape,
+                              None if wrapped else size)
         if wrapped:
             entry = {"class_name": "Bidirectional", "config": {
                 "name": layer_name, "trainable": True, "layer": entry, "merge_mode": "concat"}}
             if input_shape is not None:
-                entry["config"]["batch_input_shape"] = input_shape
+                entry["config"].update(batch_input_shape=input_shape, input_dtype="float32")
         entries.append(entry)
         size = layer[1] * (2 if wrapped else 1)
     y = keras.Model(stack_input, outputs).predict(x, verbose=0)
@@ -241,7 +249,6 @@ def make(name: str, out: Path) -> golden_manifest.Made:
         else:
             if version is not None:
                 h5.attrs["keras_version"] = version.encode()
-            h5.attrs["backend"] = backend.encode()
             h5.attrs["model_config"] = json.dumps(model_config).encode()
             root = h5.create_group("model_weights")
         root.attrs["layer_names"] = [layer_name.encode() for layer_name in stored]

@@ -1,14 +1,15 @@
 """Keras 1 (1.0–1.2, 2015–2017) layers in HDF5 files: each gate's arrays apart, Keras 1's
 config schema. Read only; rnnport writes Keras 2/3 files.
 
-A Keras 1 file has the legacy HDF5 layout of :mod:`rnnport.formats.keras.files` (root
-attributes ``model_config`` and ``keras_version`` — the latter only on the root, and absent
-before Keras 1.2 — layers under ``/model_weights`` or, from ``save_weights``, at the root;
-``layer_names``, ``weight_names``). What differs is inside each recurrent layer.
+A Keras 1 file has the legacy HDF5 layout of :mod:`rnnport.formats.keras.files`: from
+``model.save`` (Keras ≥ 1.0.7) root attributes ``keras_version``, ``model_config`` (and
+``training_config``), the layers under ``/model_weights``; from ``save_weights`` the layers at
+the root and no ``keras_version``. Keras 1 writes no ``backend`` attribute. ``layer_names``
+and ``weight_names`` as in Keras 2. What differs is inside each recurrent layer.
 
 **Weights.** A layer's ``weight_names`` are its variables' names, ``<layer>_<weight>``
-(``lstm_1_W_i`` from Theano, ``lstm_1_W_i:0`` from TensorFlow), in ``trainable_weights``
-order::
+(``lstm_1_W_i`` from Theano, ``lstm_1_W_i:0`` from TensorFlow, ``lstm_1_W_i_1:0`` where
+TensorFlow made a name unique in its graph), in ``trainable_weights`` order::
 
     LSTM        W_i U_i b_i  W_c U_c b_c  W_f U_f b_f  W_o U_o b_o    (gates i c f o!)
     GRU         W_z U_z b_z  W_r U_r b_r  W_h U_h b_h                  (reset-before)
@@ -54,7 +55,10 @@ __all__ = ["CONSUME_LESS", "is_keras1", "is_recurrent", "layer_arrays", "layer_c
 CONSUME_LESS = ("cpu", "mem", "gpu")
 # The gates of Keras 1's per-gate arrays (LSTM, GRU), in Keras 2's order of gate blocks.
 GATE_ORDERS = {"cfio": "ifco", "hrz": "zrh"}
-NAME = re.compile(r"(?P<prefix>.+)_(?P<kind>[WUb])(?:_(?P<gate>[a-z]))?(?::[0-9]{1,9})?")
+# TensorFlow makes a variable's name unique in its graph with a suffix, lstm_1_W_i_1:0 (a
+# model built twice in one session, e.g. loaded again before it is saved); Theano does not.
+NAME = re.compile(r"(?P<prefix>.+)_(?P<kind>[WUb])(?:_(?P<gate>[a-z]))?"
+                  r"(?:(?:_[0-9]{1,9})?:[0-9]{1,9})?")
 RECURRENT = {*keras_layers.LAYER_CELLS}
 
 
@@ -141,7 +145,10 @@ def _direction(weights: Mapping[tuple[str, str], tuple[np.ndarray, str]],
     for kind in "WUb":
         fused.append(np.concatenate([weights[(kind, gate)][0] for gate in order], axis=-1))
         first = weights[(kind, order[0])][1]
-        where.append(f"{first.rsplit('_', 1)[0]}_{{{','.join(order)}}}")
+        match = _parse(first)
+        assert match is not None
+        folder = first[:len(first) - len(first.rsplit("/", 1)[-1])]
+        where.append(f"{folder}{match['prefix']}_{kind}_{{{','.join(order)}}}")
     return fused, where
 
 
