@@ -233,10 +233,10 @@ class RNN:
         in as many threads as the BLAS's count. ``1``: one thread throughout, the pieces
         and blocks in turn. ``n ≥ 2``: pieces at once as for ``None``, and the other input
         projections' blocks in ``n`` threads. The numbers do not depend on ``threads``. The
-        BLAS's count is set through the optional ``threadpoolctl`` (``pip install
-        rnnport[threads]``); without it ``threads`` has no effect and everything runs as
-        the BLAS is configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. That
-        count is process-wide: it is switched during the call and put back after it.
+        BLAS's count is set through ``threadpoolctl`` (a required dependency); where it
+        cannot be imported ``threads`` has no effect and everything runs as the BLAS is
+        configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. That count is
+        process-wide: it is switched during the call and put back after it.
         """
         if isinstance(engine, str) and engine == "numpy" and (
                 device is None or (isinstance(device, str) and device.lower() == "cpu")):

@@ -39,7 +39,7 @@ How it runs:
   OpenBLAS's small-matrix kernels (chosen by shape alone), and its sum with the step's
   input lands gate-major, ``(D, G, B, H)``, so that each gate's block is contiguous for
   the elementwise work (see :class:`_Scratch`).
-* Threads (``forward(threads=...)``, through the optional ``threadpoolctl``; see
+* Threads (``forward(threads=...)``, through ``threadpoolctl``, a required dependency; see
   :class:`_Plan`): the per-step products, small and latency-bound, run single-threaded (a
   BLAS thread that waits for a busy core at every step is what makes a loaded machine
   slow, and a threaded matrix-vector product may split its sums); an input projection,
@@ -56,14 +56,18 @@ How it runs:
   together. On Linux a large enough layer instead runs its second piece (a bidirectional
   layer's backward direction, a one-way layer's second half of the batch) in a helper
   process (:mod:`rnnport.helper`), first step to last, while this process runs the first:
-  no interpreter lock between them, one meeting per layer, the same numbers. Without
-  ``threadpoolctl`` the thread counts cannot be set: everything runs as the BLAS is
+  no interpreter lock between them, one meeting per layer, the same numbers. Where
+  ``threadpoolctl`` cannot be imported the thread counts cannot be set: everything runs as the BLAS is
   configured (``OPENBLAS_NUM_THREADS`` …), in one Python thread.
 * Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
   Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``; an LSTM candidate's
   tanh(x) = 2σ(2x) − 1 takes ``−2x``) is folded into the weights and biases once, so one
   ``exp`` pass serves all four LSTM gates. ±1 and ±2 are powers of two: no product or
   sum changes by a bit. See :class:`rnnport.activations.Kernel`.
+* A :class:`Stream` runs a one-way network chunk after chunk with the same per-step code
+  and pieces, on one thread, its buffers planned when it is made; a one-row input
+  projection runs as two rows (:func:`_one_row`), so that its numbers are those of the
+  same row in ``forward``'s product over the whole sequence.
 * With ``lengths`` the batch is sorted longest first and step ``s`` computes only the
   sequences still running, a prefix of the batch, as PyTorch's packed sequences do.
   Each backward sequence is reversed within its own length, so it starts at its last
@@ -383,7 +387,7 @@ def _blas() -> tuple[Any, ...]:
     if _BLAS is None:
         with _BLAS_LOCK:
             if _BLAS is None:
-                try:  # optional (the ``threads`` extra), and untyped: looked up by name
+                try:  # required, but a broken environment only costs speed; untyped
                     threadpoolctl = importlib.import_module("threadpoolctl")
                 except ImportError:
                     _BLAS = ()
