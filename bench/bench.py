@@ -288,7 +288,14 @@ def run_streaming(steps: int, rounds: int) -> dict[str, Any]:
                 _, state = module(torch.from_numpy(x), state)
         return state[0].numpy()
 
-    calls = {"rnnport": through("numpy"), "rnnport:onnxruntime": through("onnxruntime"),
+    def stream() -> Any:
+        streamed = rnn.stream(1, time_major=True)
+        for x in xs:
+            streamed(x)
+        return streamed.state[0]
+
+    calls = {"rnnport": through("numpy"), "rnnport:stream": stream,
+             "rnnport:onnxruntime": through("onnxruntime"),
              "rnnport:torch": through("torch"), "onnxruntime": direct_onnxruntime,
              "torch": direct_torch}
     finals = {name: np.asarray(call()) for name, call in calls.items()}
@@ -306,7 +313,8 @@ def run_streaming(steps: int, rounds: int) -> dict[str, Any]:
     per_step = {name: statistics.median(taken) / steps * 1e6 for name, taken in samples.items()}
     return {"title": f"LSTM {STREAMING.input_size}→{STREAMING.hidden_size}, batch 1, one step "
                      "per call", "steps": steps, "us_per_step": per_step,
-            "vs_onnxruntime": per_step["rnnport"] / per_step["onnxruntime"]}
+            "vs_onnxruntime": per_step["rnnport"] / per_step["onnxruntime"],
+            "stream_vs_onnxruntime": per_step["rnnport:stream"] / per_step["onnxruntime"]}
 
 
 # -- corpus throughput ---------------------------------------------------------------------------
@@ -475,6 +483,38 @@ def machine() -> dict[str, Any]:
             "rnnport": rnnport.__version__}
 
 
+def runtime_path() -> dict[str, Any]:
+    """Which path rnnport's NumPy runtime took in this process: whether ``threadpoolctl``
+    is there to set the BLAS's thread count (without it: one Python thread, no helper
+    process), the BLAS libraries it found, and whether a helper process can start and did."""
+    from rnnport import helper, runtime
+
+    try:
+        from importlib.metadata import version
+
+        threadpoolctl = version("threadpoolctl")
+    except Exception:  # not installed: the slow path a bare install used to take
+        threadpoolctl = None
+    libraries = [{"api": library.internal_api, "version": library.version,
+                  "threads": library.get_num_threads()} for library in runtime._blas()]
+    return {"threadpoolctl": threadpoolctl, "blas": libraries,
+            "helper_available": helper.available() and bool(libraries),
+            "helper_started": helper._HELPER is not None}
+
+
+def describe_path(path: dict[str, Any]) -> str:
+    """One line saying which path was measured."""
+    if path["threadpoolctl"] is None:
+        return ("Path: threadpoolctl missing — one Python thread, the BLAS as configured, "
+                "no helper process (not the installed path).")
+    blas = ", ".join(f"{library['api']} {library['version']} ({library['threads']} threads)"
+                     for library in path["blas"]) or "no BLAS found"
+    helper = ("helper process used" if path["helper_started"] else
+              "helper process available, not started" if path["helper_available"] else
+              "no helper process on this platform")
+    return f"Path: threadpoolctl {path['threadpoolctl']}, {blas}; {helper}."
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -500,6 +540,10 @@ def table(results: dict[str, Any]) -> str:
         lines.append(f"| S: {results['streaming']['title']} | {s['rnnport']:.0f} µs/step | "
                      f"{s['torch']:.0f} µs/step | {s['onnxruntime']:.0f} µs/step | "
                      f"{results['streaming']['vs_onnxruntime']:.2f}× |")
+        if "rnnport:stream" in s:
+            lines.append(f"| S through `rnn.stream(1)` | {s['rnnport:stream']:.0f} µs/step | "
+                         f"| {s['onnxruntime']:.0f} µs/step | "
+                         f"{results['streaming']['stream_vs_onnxruntime']:.2f}× (≤ 0.8×) |")
     if "conversion" in results:
         d = results["conversion"]
         lines.append(f"| D: {d['title']}, {d['params'] / 1e6:.0f}M params | "
@@ -626,10 +670,12 @@ def main(argv: list[str] | None = None) -> int:
         print("running F: corpus …", file=sys.stderr, flush=True)
         results["corpus"] = run_corpus(args.files, args.rounds)
 
+    results["path"] = runtime_path()  # after the work: whether a helper process started
     path = args.json or HERE / "results" / f"{results['when'].replace(':', '')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
+    print(describe_path(results["path"]))
     if args.compare:
         print(compare(results, json.loads(args.compare.read_text())))
     if not args.markdown:

@@ -73,7 +73,10 @@ def test_main_writes_json_with_the_import_time(bench, tmp_path: Path, capsys) ->
     results = json.loads(out.read_text())
     assert results["import"]["frameworks_imported"] == []
     assert np.isfinite(results["import"]["median_ms"])
-    assert "E: `import rnnport`" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "E: `import rnnport`" in printed
+    # which path was measured: threadpoolctl (a required dependency) and the helper process
+    assert results["path"]["threadpoolctl"] and "Path: threadpoolctl " in printed
 
 
 def test_contention_times_every_engine_beside_a_busy_process(bench, monkeypatch) -> None:
@@ -96,8 +99,8 @@ def test_contention_times_every_engine_beside_a_busy_process(bench, monkeypatch)
 
 def test_streaming_checks_the_final_states_and_reports_per_step_times(bench) -> None:
     result = bench.run_streaming(steps=3, rounds=1)
-    assert set(result["us_per_step"]) == {"rnnport", "rnnport:onnxruntime", "rnnport:torch",
-                                          "onnxruntime", "torch"}
+    assert set(result["us_per_step"]) == {"rnnport", "rnnport:stream", "rnnport:onnxruntime",
+                                          "rnnport:torch", "onnxruntime", "torch"}
     assert all(value > 0 for value in result["us_per_step"].values())
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from . import budget
 from .copying import copy_into, writable_view
 from .errors import DTypeError, FormatError, ShapeError, SpecError, StackSpecError, StateError
 from .spec import Spec
+
+if TYPE_CHECKING:
+    from .runtime import Stream
 
 __all__ = ["RNN", "Model", "Stack", "install_engines", "stack"]
 
@@ -230,10 +233,10 @@ class RNN:
         in as many threads as the BLAS's count. ``1``: one thread throughout, the pieces
         and blocks in turn. ``n ≥ 2``: pieces at once as for ``None``, and the other input
         projections' blocks in ``n`` threads. The numbers do not depend on ``threads``. The
-        BLAS's count is set through the optional ``threadpoolctl`` (``pip install
-        rnnport[threads]``); without it ``threads`` has no effect and everything runs as
-        the BLAS is configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. That
-        count is process-wide: it is switched during the call and put back after it.
+        BLAS's count is set through ``threadpoolctl`` (a required dependency); where it
+        cannot be imported ``threads`` has no effect and everything runs as the BLAS is
+        configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. That count is
+        process-wide: it is switched during the call and put back after it.
         """
         if isinstance(engine, str) and engine == "numpy" and (
                 device is None or (isinstance(device, str) and device.lower() == "cpu")):
@@ -247,6 +250,33 @@ class RNN:
         return _run_engine(self, x, state, lengths, time_major, engine=engine, device=device)
 
     # -- value semantics --------------------------------------------------------------
+
+    def stream(self, batch_size: int = 1, *, state: Any = None,
+               time_major: bool = False) -> Stream:
+        """A stateful stream of this network: it is planned once, then takes chunk after
+        chunk, carrying the state between calls (online use: a frame or a few at a time).
+
+        ``stream = rnn.stream(batch_size=1)``; ``y_chunk = stream(x_chunk)`` takes
+        ``(batch_size, steps, I)`` (``(steps, batch_size, I)`` with ``time_major=True``), any
+        ``steps ≥ 1``, and returns ``(batch_size, steps, H_out)`` in the same major order.
+        ``stream.state`` is the carried state, a copy in ``forward``'s layout (``(h, c)``
+        for an LSTM, else ``h``); ``state=`` starts from one. ``stream.reset()`` zeros it;
+        ``stream.reset(rows, state=None)`` restarts chosen slots of the batch (zeros, or
+        ``state`` with a batch axis of those rows) while the others go on.
+
+        The chunks' outputs, concatenated, are ``forward``'s over the whole sequence, and
+        the state after the last chunk is ``forward``'s final state: bit for bit where
+        the BLAS computes each row of a product the same whatever the rows around it
+        (OpenBLAS does; the tests check every cell and option), as the per-step code is
+        ``forward``'s. A call checks only the chunk's shape and dtype (a float dtype other
+        than the network's is cast), runs on one thread, and reuses the buffers planned for
+        its number of steps. A bidirectional or reverse network cannot stream: its
+        backward direction starts at the sequence's end (``UnsupportedFeatureError``).
+        """
+        from .runtime import Stream
+
+        return Stream([self], batch_size, state=state, time_major=time_major,
+                      where="RNN.stream")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("rnnport.RNN is immutable; build a new one instead")
@@ -478,6 +508,15 @@ class Stack:
                                     time_major, engine=engine, device=device, threads=threads)
             states.append(final)
         return y, states
+
+    def stream(self, batch_size: int = 1, *, state: Sequence[Any] | None = None,
+               time_major: bool = False) -> Stream:
+        """Like :meth:`RNN.stream`; ``state`` (and ``stream.state``) is a list with one entry
+        per part, and every part must be one-way."""
+        from .runtime import Stream
+
+        return Stream(self._parts, batch_size, state=state, time_major=time_major,
+                      where="Stack.stream", stacked=True)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Stack):

@@ -39,7 +39,7 @@ How it runs:
   OpenBLAS's small-matrix kernels (chosen by shape alone), and its sum with the step's
   input lands gate-major, ``(D, G, B, H)``, so that each gate's block is contiguous for
   the elementwise work (see :class:`_Scratch`).
-* Threads (``forward(threads=...)``, through the optional ``threadpoolctl``; see
+* Threads (``forward(threads=...)``, through ``threadpoolctl``, a required dependency; see
   :class:`_Plan`): the per-step products, small and latency-bound, run single-threaded (a
   BLAS thread that waits for a busy core at every step is what makes a loaded machine
   slow, and a threaded matrix-vector product may split its sums); an input projection,
@@ -56,14 +56,18 @@ How it runs:
   together. On Linux a large enough layer instead runs its second piece (a bidirectional
   layer's backward direction, a one-way layer's second half of the batch) in a helper
   process (:mod:`rnnport.helper`), first step to last, while this process runs the first:
-  no interpreter lock between them, one meeting per layer, the same numbers. Without
-  ``threadpoolctl`` the thread counts cannot be set: everything runs as the BLAS is
+  no interpreter lock between them, one meeting per layer, the same numbers. Where
+  ``threadpoolctl`` cannot be imported the thread counts cannot be set: everything runs as the BLAS is
   configured (``OPENBLAS_NUM_THREADS`` …), in one Python thread.
 * Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
   Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``; an LSTM candidate's
   tanh(x) = 2σ(2x) − 1 takes ``−2x``) is folded into the weights and biases once, so one
   ``exp`` pass serves all four LSTM gates. ±1 and ±2 are powers of two: no product or
   sum changes by a bit. See :class:`rnnport.activations.Kernel`.
+* A :class:`Stream` runs a one-way network chunk after chunk with the same per-step code
+  and pieces, on one thread, its buffers planned when it is made; a one-row input
+  projection runs as two rows (:func:`_one_row`), so that its numbers are those of the
+  same row in ``forward``'s product over the whole sequence.
 * With ``lengths`` the batch is sorted longest first and step ``s`` computes only the
   sequences still running, a prefix of the batch, as PyTorch's packed sequences do.
   Each backward sequence is reversed within its own length, so it starts at its last
@@ -83,11 +87,11 @@ import numpy as np
 
 from . import budget
 from .activations import DEFAULTS, RELU, TANH, kernel, one
-from .errors import DTypeError, ShapeError, StateError
+from .errors import DTypeError, ShapeError, StateError, UnsupportedFeatureError
 from .gates import CANONICAL, block, block_range, gate_family, reorder
 from .spec import Spec
 
-__all__ = ["Network", "run"]
+__all__ = ["Network", "Stream", "run"]
 
 # The runtime's gate order: an LSTM's sigmoid gates side by side, then the candidate.
 ORDER = {"lstm": "ifog", "gru": "rzn", "rnn": "h"}
@@ -383,7 +387,7 @@ def _blas() -> tuple[Any, ...]:
     if _BLAS is None:
         with _BLAS_LOCK:
             if _BLAS is None:
-                try:  # optional (the ``threads`` extra), and untyped: looked up by name
+                try:  # required, but a broken environment only costs speed; untyped
                     threadpoolctl = importlib.import_module("threadpoolctl")
                 except ImportError:
                     _BLAS = ()
@@ -560,9 +564,13 @@ def _row_blocks(rows: int, depth: int, width: int) -> list[slice]:
 
 
 def _blocked_product(rows: np.ndarray, weights: np.ndarray, out: np.ndarray,
-                     threads: int) -> None:
+                     threads: int, padded: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """``out = rows @ weights`` in the blocks of :func:`_row_blocks`, up to ``threads`` at
-    once; the caller has set one BLAS thread (or left the BLAS as configured)."""
+    once; the caller has set one BLAS thread (or left the BLAS as configured). One row runs
+    as two (see :func:`_one_row`), through ``padded`` if given."""
+    if rows.shape[0] == 1:
+        _one_row(rows, weights, out, padded)
+        return
     blocks = _row_blocks(rows.shape[0], rows.shape[1], weights.shape[1])
 
     def block(cut: slice) -> None:
@@ -573,6 +581,26 @@ def _blocked_product(rows: np.ndarray, weights: np.ndarray, out: np.ndarray,
             block(cut)
     else:
         _at_once(block, [(cut,) for cut in blocks], threads)
+
+
+def _one_row(row: np.ndarray, weights: np.ndarray, out: np.ndarray,
+             padded: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """``out = row @ weights`` for one row (1, K), as a product of two rows computes it.
+
+    A one-row product runs as a matrix-vector product (gemv), whose sums OpenBLAS orders
+    otherwise than its matrix kernels (float64 always, float32 at 128 columns and more):
+    the row's numbers would differ in their last bits from the same row inside a product of
+    more rows. Run with a second row of zeros, a row gets the same numbers however many rows
+    its product has (OpenBLAS 0.3.31), so a sequence run a step at a time (a stream, or
+    ``forward`` per step with its state) matches ``forward`` over the whole of it.
+    ``padded``: buffers (2, K) whose second row is zero and (2, N), else made here."""
+    if padded is None:
+        padded = (np.zeros((2, row.shape[1]), row.dtype),
+                  np.empty((2, weights.shape[1]), out.dtype))
+    source, result = padded
+    source[0] = row[0]
+    np.matmul(source, weights, out=result)
+    out[0] = result[0]
 
 
 def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: np.ndarray,
@@ -603,7 +631,7 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
             # Sorted longest first, the sequences running at a step are a prefix of each part.
             running = [min(max(n - rows.start, 0), rows.stop - rows.start) for n in active]
         loop(one, projected, history[:, directions, rows],
-             None if cell is None else cell[directions, rows], running)
+             None if cell is None else cell[directions, rows], running, None)
 
     job = None
     if plan.uses_helper(layer, batch, steps, packed):
@@ -667,7 +695,7 @@ def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
     the initial cell state (updated in place). One BLAS thread is the caller's to set."""
     projected = _project(layer, inputs, None, slice(0, 1), slice(0, inputs.shape[1]))
     with _quiet():
-        _LOOPS[layer.cell](layer, projected, history, cell, None)
+        _LOOPS[layer.cell](layer, projected, history, cell, None, None)
 
 
 def serve_helper(fd: int) -> None:
@@ -883,8 +911,9 @@ def _normalize(gate: np.ndarray, norm: tuple[np.ndarray, np.ndarray, float],
 
 
 def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
-               active: list[int] | None) -> None:
-    scratch = _Scratch(layer, projected.shape[2], projected.dtype)
+               active: list[int] | None, scratch: _Scratch | None) -> None:
+    if scratch is None:
+        scratch = _Scratch(layer, projected.shape[2], projected.dtype)
     order = list(layer.blocks)
     sigmoid_gates = slice(order.index("i"), order.index("o") + 1)
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
@@ -955,9 +984,10 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
 
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
-              active: list[int] | None) -> None:
+              active: list[int] | None, scratch: _Scratch | None) -> None:
     # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
-    scratch = _Scratch(layer, projected.shape[2], projected.dtype)
+    if scratch is None:
+        scratch = _Scratch(layer, projected.shape[2], projected.dtype)
     act_f, act_g, bias_n, clip = layer.act_f, layer.act_g, layer.bias_n, layer.clip
     per_direction_n = None if layer.recurrent_n is None else list(layer.recurrent_n)
     if bias_n is not None:
@@ -996,7 +1026,7 @@ def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
 
 
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
-              active: list[int] | None) -> None:
+              active: list[int] | None, scratch: _Scratch | None) -> None:
     act, recurrent = layer.act_g, list(layer.recurrent)
     bound = None if layer.clip is None else layer.clip["h"]
     for step_input, h, h_next, _, _ in _steps(projected, history, None, active, None):
@@ -1007,8 +1037,10 @@ def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
         act.prescaled(h_next)
 
 
-# (layer, input projections, h history, cell state or None, sequences running per step)
-_Loop = Callable[[_Layer, np.ndarray, np.ndarray, Any, "list[int] | None"], None]
+# (layer, input projections, h history, cell state or None, sequences running per step,
+# per-step buffers to reuse or None for new ones; the RNN loop has none)
+_Loop = Callable[[_Layer, np.ndarray, np.ndarray, Any, "list[int] | None", "_Scratch | None"],
+                 None]
 _LOOPS: dict[str, _Loop] = {"lstm": _lstm_loop, "gru": _gru_loop, "rnn_tanh": _rnn_loop,
                             "rnn_relu": _rnn_loop}
 
@@ -1075,8 +1107,8 @@ def _check_lengths(lengths: Any, batch: int, steps: int) -> np.ndarray | None:
     return array
 
 
-def _check_state(state: Any, spec: Any, batch: int,
-                 dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+def _check_state(state: Any, spec: Any, batch: int, dtype: np.dtype,
+                 where: str = "forward") -> tuple[np.ndarray, np.ndarray | None]:
     layers_directions = spec.num_layers * spec.num_directions
     h_shape = (layers_directions, batch, spec.output_size)
     c_shape = (layers_directions, batch, spec.hidden_size)
@@ -1085,12 +1117,12 @@ def _check_state(state: Any, spec: Any, batch: int,
         return np.zeros(h_shape, dtype), (np.zeros(c_shape, dtype) if is_lstm else None)
     if is_lstm:
         if not isinstance(state, (tuple, list)) or len(state) != 2:
-            raise StateError(f"forward: an LSTM state is a pair (h, c) with h {h_shape} and c "
+            raise StateError(f"{where}: an LSTM state is a pair (h, c) with h {h_shape} and c "
                              f"{c_shape}; got {type(state).__name__}.")
         h, c = (np.asarray(part) for part in state)
     else:
         if isinstance(state, (tuple, list)):
-            raise StateError(f"forward: a {spec.cell} state is one array h {h_shape}, "
+            raise StateError(f"{where}: a {spec.cell} state is one array h {h_shape}, "
                              f"not a {type(state).__name__}.")
         h, c = np.asarray(state), None
     problems = []
@@ -1101,6 +1133,258 @@ def _check_state(state: Any, spec: Any, batch: int,
         problems.append(f"c has shape {c.shape}; expected {c_shape} "
                         "(layers·directions, batch, hidden)")
     if problems:
-        raise StateError("forward: " + "; ".join(problems) + ".")
+        raise StateError(f"{where}: " + "; ".join(problems) + ".")
     return h.astype(dtype, copy=False), (None if c is None else c.astype(dtype, copy=False))
 
+
+
+# -- streams -------------------------------------------------------------------------------
+
+# A stream keeps the buffers of this many chunk lengths (steps per call); a call with
+# another length plans its buffers anew, and the length used least recently is dropped.
+STREAM_KEPT_LENGTHS = 4
+
+
+class _StreamLayer:
+    """One layer of a stream, planned at its creation: the prepared layer, its pieces (the
+    batch rows each runs, as ``forward`` splits them by shape alone), a scratch per piece,
+    and where its state lives (its row of the part's ``h`` and ``c``)."""
+
+    __slots__ = ("bias", "cells", "dtype", "index", "layer", "loop", "padded", "part",
+                 "pieces", "scratches", "weights")
+
+    def __init__(self, layer: _Layer, part: int, index: int, batch: int, dtype: np.dtype,
+                 cell: np.ndarray | None) -> None:
+        self.layer, self.part, self.index, self.dtype = layer, part, index, dtype
+        self.loop = _LOOPS[layer.cell]
+        self.weights, self.bias = layer.input_weights[0], layer.input_bias[:, None]
+        # A one-row input projection (one step of one sequence) runs as two: see _one_row.
+        self.padded = (np.zeros((2, self.weights.shape[0]), dtype),
+                       np.empty((2, self.weights.shape[1]), dtype))
+        self.pieces = [rows for _, rows in _pieces(layer, batch, by_direction=False)]
+        self.scratches = [None if layer.cell.startswith("rnn")
+                          else _Scratch(layer, rows.stop - rows.start, dtype)
+                          for rows in self.pieces]
+        self.cells = [None if cell is None else cell[index:index + 1, rows]
+                      for rows in self.pieces]
+
+
+class Stream:
+    """A network run chunk after chunk, its state carried between calls, planned once.
+
+    Made by :meth:`rnnport.RNN.stream` and :meth:`rnnport.Stack.stream`; see there. A call
+    ``stream(x_chunk)`` takes ``(batch_size, steps, I)`` (``(steps, batch_size, I)`` with
+    ``time_major``), any ``steps ≥ 1``, and returns that chunk's outputs
+    ``(batch_size, steps, H_out)`` (a new array each call). It runs what ``forward`` runs for
+    those steps, with the same per-step code, on one thread: the weights prepared, the
+    batch split into the pieces ``forward`` uses, and the buffers of every step allocated
+    when the stream is made (the buffers that depend on ``steps``, at the first call with
+    that many steps), so that a call checks the chunk's shape and dtype and computes.
+    """
+
+    def __init__(self, parts: Sequence[Network], batch_size: Any, *, state: Any = None,
+                 time_major: bool = False, where: str = "RNN.stream",
+                 stacked: bool = False) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise ShapeError(f"{where}: batch_size={batch_size!r}; expected a whole number ≥ 1, "
+                             "the sequences the stream serves at once (one per slot).")
+        if not isinstance(time_major, (bool, np.bool_)):
+            raise StateError(f"{where}: time_major={time_major!r}; expected True or False.")
+        for number, network in enumerate(parts):
+            spec = network.spec
+            if spec.bidirectional or spec.reverse:
+                what = "bidirectional" if spec.bidirectional else "a reverse network"
+                which = f"part {number} of the stack is" if stacked else "the network is"
+                raise UnsupportedFeatureError(
+                    f"{where}: {which} {what}; expected a one-way network, because a stream "
+                    "sees a sequence a chunk at a time and the backward direction starts at "
+                    "the sequence's end. Run forward(x) over whole sequences, or stream a "
+                    "one-way network.")
+        self._parts = list(parts)
+        self._where, self._stacked = where, stacked
+        self.batch_size, self.time_major = int(batch_size), bool(time_major)
+        self.dtype = compute_dtype(parts[0].dtype)
+        self.input_size = parts[0].spec.input_size
+        self.output_size = parts[-1].spec.output_size
+        self._batch_axis = 1 if self.time_major else 0
+        self._h: list[np.ndarray] = []
+        self._c: list[np.ndarray | None] = []
+        self._layers: list[_StreamLayer] = []
+        for number, network in enumerate(parts):
+            spec, dtype = network.spec, compute_dtype(network.dtype)
+            h = np.zeros((spec.num_layers, self.batch_size, spec.output_size), dtype)
+            c = np.zeros((spec.num_layers, self.batch_size, spec.hidden_size), dtype) \
+                if spec.cell == "lstm" else None
+            self._h.append(h)
+            self._c.append(c)
+            self._layers.extend(_StreamLayer(layer, number, index, self.batch_size, dtype, c)
+                                for index, layer in enumerate(_prepared(network)))
+        self._buffers: dict[int, list[tuple[list[np.ndarray], np.ndarray]]] = {}
+        self._planned(1)
+        if state is not None:
+            self.reset(state=state)
+
+    def _planned(self, steps: int) -> list[tuple[list[np.ndarray], np.ndarray]]:
+        """Per layer, for chunks of ``steps``: each piece's input projections
+        ``(1, steps, rows, G·H)`` and the h history ``(steps + 1, 1, batch, H_out)``."""
+        for network in self._parts:
+            _check_size(network.spec, steps, self.batch_size)
+        if len(self._buffers) >= STREAM_KEPT_LENGTHS:
+            del self._buffers[next(iter(self._buffers))]
+        planned = [([np.empty((1, steps, rows.stop - rows.start, entry.layer.width), entry.dtype)
+                     for rows in entry.pieces],
+                    np.empty((steps + 1, 1, self.batch_size, entry.layer.out_size), entry.dtype))
+                   for entry in self._layers]
+        self._buffers[steps] = planned
+        return planned
+
+    def __call__(self, x_chunk: Any) -> np.ndarray:
+        """The outputs of the chunk ``x_chunk`` (see the class); the state moves on."""
+        x = x_chunk
+        if not (type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3
+                and x.shape[self._batch_axis] == self.batch_size
+                and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
+            x = self._checked(x)
+        inputs = x if self.time_major else x.transpose(1, 0, 2)
+        steps = inputs.shape[0]
+        buffers = self._buffers.get(steps)
+        if buffers is None:
+            buffers = self._planned(steps)
+        else:  # the most recently used length stays longest
+            self._buffers[steps] = self._buffers.pop(steps)
+        layer_input = np.ascontiguousarray(inputs)
+        plan = _Plan(1)
+        try:
+            plan.use(1)
+            with _quiet():
+                for entry, (projections, history) in zip(self._layers, buffers, strict=True):
+                    layer_input = self._step(entry, layer_input, projections, history)
+        finally:
+            plan.restore()
+        return layer_input.copy() if self.time_major else layer_input.transpose(1, 0, 2).copy()
+
+    def _step(self, entry: _StreamLayer, inputs: np.ndarray, projections: list[np.ndarray],
+              history: np.ndarray) -> np.ndarray:
+        """One layer over the chunk ``inputs`` (T, B, I), as ``forward``'s ``_run_layer``
+        runs a one-way layer in one thread; returns its output (T, B, H_out), a view of
+        ``history``."""
+        if inputs.dtype != entry.dtype:  # a stack's parts of different dtypes
+            inputs = inputs.astype(entry.dtype)
+        steps, batch, width = inputs.shape
+        h = self._h[entry.part]
+        history[0, 0] = h[entry.index]
+        for rows, scratch, cell, projected in zip(entry.pieces, entry.scratches, entry.cells,
+                                                  projections, strict=True):
+            count = rows.stop - rows.start
+            source = inputs if count == batch else np.ascontiguousarray(inputs[:, rows])
+            _blocked_product(source.reshape(steps * count, width), entry.weights,
+                             projected.reshape(steps * count, entry.layer.width), 1,
+                             entry.padded if steps * count == 1 else None)
+            projected += entry.bias
+            entry.loop(entry.layer, projected, history[:, :, rows], cell, None, scratch)
+        h[entry.index] = history[-1, 0]
+        return history[1:].reshape(steps, batch, entry.layer.out_size)
+
+    def _checked(self, x: Any) -> np.ndarray:
+        """``x_chunk`` as an array of the stream's dtype, or the error that says why not."""
+        where = "stream(x_chunk)"
+        batch, size = self.batch_size, self.input_size
+        layout, expected = (("(steps, batch, input)", f"(steps ≥ 1, {batch}, {size})")
+                            if self.time_major else
+                            ("(batch, steps, input)", f"({batch}, steps ≥ 1, {size})"))
+        try:
+            array = np.asarray(x)
+        except (ValueError, TypeError) as error:  # a ragged nesting of lists
+            raise ShapeError(f"{where}: x_chunk cannot be an array "
+                             f"({str(error).splitlines()[0]}); expected {layout} = {expected} "
+                             "numbers.") from None
+        if array.dtype.kind not in "fiu":
+            raise DTypeError(f"{where}: x_chunk has dtype {array.dtype}; expected real numbers "
+                             f"(the stream computes in {self.dtype}). Cast it with "
+                             f"x_chunk.astype(numpy.{self.dtype}).")
+        if (array.ndim != 3 or array.shape[self._batch_axis] != batch
+                or array.shape[2] != size or array.shape[1 - self._batch_axis] < 1):
+            hint = ""
+            if array.ndim == 2 and array.shape[1] == size and batch == 1:
+                hint = " Add a batch axis with x_chunk[None] (one stream, batch_size=1)."
+            elif array.ndim == 3 and array.shape[2] == size \
+                    and array.shape[self._batch_axis] != batch:
+                hint = (f" A stream serves the same {batch} slots at every call: pass a chunk "
+                        "for each (reset a slot when a new sequence starts in it), or make a "
+                        f"stream with batch_size={array.shape[self._batch_axis]}.")
+            elif array.ndim == 3 and array.shape[2] == size:
+                hint = " A chunk holds at least one step."
+            raise ShapeError(f"{where}: x_chunk has shape {array.shape}; expected {layout} = "
+                             f"{expected} because the stream was made with batch_size={batch} "
+                             f"for a network of input_size {size}.{hint}")
+        return array.astype(self.dtype, copy=False)
+
+    @property
+    def state(self) -> Any:
+        """The carried state, a copy in ``forward``'s layout: an LSTM's ``(h, c)`` with
+        ``h: (L, batch_size, H_out)`` and ``c: (L, batch_size, H)``, else ``h`` alone; a
+        list of one such entry per part for a stack."""
+        states = [h.copy() if c is None else (h.copy(), c.copy())
+                  for h, c in zip(self._h, self._c, strict=True)]
+        return states if self._stacked else states[0]
+
+    def reset(self, rows: Any = None, state: Any = None) -> None:
+        """Start over: the state of ``rows`` (an int, a sequence of ints or a boolean mask of
+        ``batch_size``; None for every row) set to zeros, or to ``state`` in ``forward``'s
+        layout with a batch axis of those rows (a list of one per part for a stack, each
+        entry None for zeros). The other rows go on where they were."""
+        where = "stream.reset"
+        selected, count = self._rows(rows, where)
+        parts = len(self._parts)
+        if not self._stacked:
+            entries: Sequence[Any] = [state]
+        elif state is None:
+            entries = [None] * parts
+        elif not isinstance(state, Sequence) or isinstance(state, (str, bytes)) \
+                or len(state) != parts:
+            got = len(state) if isinstance(state, Sequence) else type(state).__name__
+            raise StateError(f"{where}: state must be a list with one entry per part ({parts}), "
+                             f"got {got}. Pass None (or None for a part) for zero states.")
+        else:
+            entries = list(state)
+        checked = [None if entry is None else
+                   _check_state(entry, network.spec, count, h.dtype, where)
+                   for entry, network, h in zip(entries, self._parts, self._h, strict=True)]
+        for found, h, c in zip(checked, self._h, self._c, strict=True):  # all checked first
+            if found is None:
+                h[:, selected] = 0
+                if c is not None:
+                    c[:, selected] = 0
+            else:
+                h[:, selected] = found[0]
+                if c is not None:
+                    c[:, selected] = found[1]
+
+    def _rows(self, rows: Any, where: str) -> tuple[Any, int]:
+        """``rows`` as an index of the batch axis, and how many rows it selects."""
+        batch = self.batch_size
+        if rows is None:
+            return slice(None), batch
+        array = np.asarray(rows)
+        if array.dtype == np.bool_:
+            if array.shape != (batch,):
+                raise StateError(f"{where}: rows is a boolean mask of shape {array.shape}; "
+                                 f"expected ({batch},), one flag per slot of the stream.")
+            array = np.flatnonzero(array)
+        elif array.ndim > 1 or not whole_numbers(array):
+            raise StateError(f"{where}: rows={rows!r}; expected a slot number, a sequence of "
+                             f"them, or a boolean mask of {batch} flags.")
+        array = array.astype(np.int64).reshape(-1)
+        bad = array[(array < 0) | (array >= batch)]
+        if bad.size:
+            raise StateError(f"{where}: rows holds {bad[0]}; expected slots 0 ≤ row < {batch} "
+                             f"(the stream's batch_size).")
+        if np.unique(array).size != array.size:
+            raise StateError(f"{where}: rows holds a slot twice ({array.tolist()}); expected "
+                             "each slot once.")
+        return array, array.size
+
+    def __repr__(self) -> str:
+        inner = " → ".join(network.spec.describe() for network in self._parts)
+        return f"<rnnport stream of {inner}, batch_size={self.batch_size}, {self.dtype}>"
