@@ -3,8 +3,9 @@
 One layer per network layer: ``uniDirectionalLSTM`` or ``biDirectionalLSTM``, ``gru`` (the
 reset-before GRU), ``simpleRecurrent``; each with ``sequenceOutput`` set, its first input
 the previous layer's output (a bidirectional GRU or simple RNN: two layers, a
-``reverse`` and a ``concat``, see :func:`_gru_or_rnn_pair`). Weights are written gate by gate (``W (H, I)``, ``R (H, H)``,
-one bias ``(H,)``: the two canonical biases summed) as ``floatValue`` for float32 and
+``reverse`` and a ``concat``, see :func:`_gru_or_rnn_pair`). Weights are written gate by
+gate (``W (H, I)``, ``R (H, H)``, one bias ``(H,)``: the two canonical biases summed) as
+``floatValue`` for float32 and
 ``float16Value`` for float16, so reading them back gives the same bits.
 """
 
