@@ -53,9 +53,11 @@ def test_field_numbers_are_apples(coremltools: Any) -> None:
     from coremltools.proto import FeatureTypes_pb2, Model_pb2, NeuralNetwork_pb2
 
     for name, numbers in FIELDS.items():
+        outer, _, inner = name.partition(".")
         module = next(module for module in (NeuralNetwork_pb2, Model_pb2, FeatureTypes_pb2)
-                      if hasattr(module, name))
-        descriptor = getattr(module, name).DESCRIPTOR
+                      if hasattr(module, outer))
+        found = getattr(module, outer)
+        descriptor = (getattr(found, inner) if inner else found).DESCRIPTOR
         assert {field: descriptor.fields_by_name[field].number for field in numbers} == numbers
     layer = NeuralNetwork_pb2.NeuralNetworkLayer.DESCRIPTOR.oneofs_by_name["layer"]
     assert LAYER_TYPES == {field.number: field.name for field in layer.fields}
@@ -323,3 +325,112 @@ def test_unset_hard_sigmoid_and_ml_packages_are_refused_by_name(coremltools: Any
 
 def test_the_format_declares_what_it_holds() -> None:
     assert not FORMAT.reset_after and "reset_before" in FORMAT.features
+
+
+@pytest.mark.parametrize("spec", [
+    Spec("gru", 4, 6, bidirectional=True, reset_after=False),
+    Spec("gru", 4, 6, num_layers=2, bidirectional=True, reset_after=False),
+    Spec("rnn_tanh", 4, 6, bidirectional=True),
+    Spec("rnn_relu", 4, 6, num_layers=2, bidirectional=True),
+], ids=["bi_gru", "bi_gru_2layer", "bi_rnn_tanh", "bi_rnn_relu_2layer"])
+def test_bidirectional_gru_and_rnn_round_trip_as_layer_pairs(coremltools: Any, spec: Spec,
+                                                             tmp_path: Path) -> None:
+    model = _random(spec, 11)
+    path = tmp_path / "model.mlmodel"
+    rnnport.write(model, "coreml", path)
+    loaded = coremltools.models.MLModel(str(path), skip_model_load=True).get_spec()
+    types = [layer.WhichOneof("layer") for layer in loaded.neuralNetwork.layers]
+    kind = "gru" if spec.cell == "gru" else "simpleRecurrent"
+    assert types == [kind, kind, "reverse", "concat"] * spec.num_layers
+    back = rnnport.read(path)
+    assert back.spec == spec
+    for mine, theirs in zip(back.params, model.params, strict=True):
+        for named, expected in zip(mine, theirs, strict=True):
+            assert named["weight_ih"].tobytes() == expected["weight_ih"].tobytes()
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 5, spec.input_size)).astype(np.float32)
+    np.testing.assert_array_equal(output(back, x), output(model, x))
+
+
+def _builder_bidirectional_gru(coremltools: Any, model: RNN, order: str = "fb") -> Any:
+    """A bidirectional GRU built with coremltools' NeuralNetworkBuilder: two gru layers,
+    the second reverse_input, its outputs flipped back by add_reverse, joined by concat."""
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    spec = model.spec
+    builder = NeuralNetworkBuilder(
+        [("input", datatypes.Array(1, 1, spec.input_size, 1, 1))],
+        [("output", datatypes.Array(1, 1, 2 * spec.hidden_size, 1, 1))],
+        disable_rank5_shape_mapping=True)
+    for name, named, reverse in (("forward", model.params[0][0], False),
+                                 ("backward", model.params[0][1], True)):
+        blocks = {key: np.split(named[key], 3) for key in ("weight_ih", "weight_hh")}
+        bias = np.split(named["bias_ih"] + named["bias_hh"], 3)
+        order_zro = [1, 0, 2]
+        builder.add_gru(name, [blocks["weight_hh"][k] for k in order_zro],
+                        [blocks["weight_ih"][k] for k in order_zro],
+                        [bias[k] for k in order_zro], spec.hidden_size, spec.input_size,
+                        ["input"], [name if not reverse else "backward_reversed"],
+                        inner_activation="SIGMOID", output_all=True, reverse_input=reverse)
+    builder.add_reverse("flip", "backward_reversed", "backward", [True] + [False] * 4)
+    inputs = ["forward", "backward"] if order == "fb" else ["backward", "forward"]
+    builder.add_elementwise("join", inputs, "output", "CONCAT")
+    return builder.spec
+
+
+def test_a_builder_made_bidirectional_gru_computes_onnx_runtimes_numbers(
+        coremltools: Any) -> None:
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    spec = Spec("gru", 3, 5, bidirectional=True, reset_after=False)
+    model = _random(spec, 5)
+    read = rnnport.read(_builder_bidirectional_gru(coremltools, model), "coreml")
+    assert read.spec == spec
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 7, 3)).astype(np.float32)
+    hidden = spec.hidden_size
+    zrn = [1, 0, 2]  # canonical r, z, n → ONNX z, r, h
+
+    def onnx_order(array: np.ndarray) -> np.ndarray:
+        parts = np.split(array, 3)
+        return np.concatenate([parts[k] for k in zrn])
+
+    directions = model.params[0]
+    weights = np.stack([onnx_order(named["weight_ih"]) for named in directions])
+    recursions = np.stack([onnx_order(named["weight_hh"]) for named in directions])
+    biases = np.stack([np.concatenate([onnx_order(named["bias_ih"]),
+                                       onnx_order(named["bias_hh"])]) for named in directions])
+    node = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y"], hidden_size=hidden,
+                            direction="bidirectional", linear_before_reset=0)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [7, 2, 3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(weights, "W"), onnx.numpy_helper.from_array(
+            recursions, "R"), onnx.numpy_helper.from_array(biases, "B")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)],
+                              ir_version=8)
+    session = onnxruntime.InferenceSession(proto.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    y = session.run(None, {"X": x.transpose(1, 0, 2)})[0]  # (T, D, B, H)
+    expected = y.transpose(2, 0, 1, 3).reshape(2, 7, 2 * hidden)
+    np.testing.assert_allclose(output(read, x), expected, atol=1e-5)
+
+
+def test_a_bidirectional_pair_joined_backward_first_is_read_as_two_layers(
+        coremltools: Any) -> None:
+    model = _random(Spec("gru", 3, 5, bidirectional=True, reset_after=False), 5)
+    built = _builder_bidirectional_gru(coremltools, model, order="bf")
+    with pytest.raises(FormatError, match="holds 2 recurrent networks"):
+        rnnport.read(built, "coreml")
+    forward = rnnport.read(built, "coreml", layer="forward")
+    assert forward.spec == Spec("gru", 3, 5, reset_after=False)
+
+
+def test_the_writer_refuses_to_drop_a_direction() -> None:
+    from rnnport.formats.coreml import writer
+
+    model = _random(Spec("gru", 3, 5, bidirectional=True, reset_after=False), 5)
+    layers = [writer.Written("gru_0", 410, ("input",), "output", b"")]
+    with pytest.raises(UnsupportedFeatureError, match="refuses to drop any"):
+        writer._check_every_direction_written(layers, [model.spec])

@@ -28,6 +28,14 @@ forward first; the layer's output is ``[forward, backward]`` along the channels)
 ``simpleRecurrent``: ``h' = act(W x + R h + b)``, act tanh (``rnn_tanh``) or ReLU
 (``rnn_relu``); another activation is refused.
 
+A bidirectional ``gru`` or ``simpleRecurrent`` has no layer of its own: it is a forward layer
+and a ``reverseInput`` layer of the same type and sizes on the same input, the reversed
+one's outputs (in the order it ran them: Apple's BiDirectionalLSTM documentation gives the
+backward outputs ``yb_1`` after ``x_T`` alone, and coremltools' tests expect the same of
+``direction="reverse"``) flipped by a ``reverse`` layer along the sequence axis alone, joined
+forward then backward by a ``concat`` along the channels; read as one layer. Joined in
+another order, or without the ``reverse``, the layers are read as what they are.
+
 Activations ``f``, ``g`` (and an LSTM's ``h``) are ``ActivationParams``: sigmoid, tanh,
 ReLU, linear (ONNX Affine), scaledTanh, sigmoidHard (HardSigmoid, Core ML's default for
 coremltools' ``add_gru``), leakyReLU, ELU, softsign and softplus map to Spec.activations;
@@ -65,7 +73,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -139,6 +147,7 @@ class Layer:
     outputs: tuple[str, ...]
     body: Message
     network: int  # which neural network of the file it belongs to
+    backward: Message | None = None  # a bidirectional pair's reversed layer (gru, simpleRecurrent)
 
     @property
     def type(self) -> str:
@@ -166,6 +175,9 @@ class Contents:
     # (network, blob) → the blob it repeats, for layers that only reshape their one input
     aliases: dict[tuple[int, str], str] = field(default_factory=dict)
     folder: Path | None = None  # where an ML Program's weight files lie
+    # (network, output blob) → a concat or reverse layer: its label, type, inputs, message
+    joins: dict[tuple[int, str], tuple[str, int, tuple[str, ...], Message]] = field(
+        default_factory=dict)
 
 
 # -- reading the model's structure -----------------------------------------------------------
@@ -228,6 +240,10 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
             found.aliases[network_number, _text(outputs[0], where)] = _text(inputs[0], where)
         if kind not in RECURRENT:
             found.others.append(f"{label} ({LAYER_TYPES.get(kind, f'layer type {kind}')})")
+            if kind in (LAYER["concat"], LAYER["reverse"]) and len(outputs) == 1:
+                found.joins[network_number, _text(outputs[0], where)] = (
+                    label, kind, tuple(_text(value, where) for value in inputs),
+                    message(sub(layer, kind, where, LAYER_TYPES[kind]) or b"", label))
             continue
         body = message(sub(layer, kind, where, LAYER_TYPES[kind]) or b"",
                        f"{where}: layer {label}")
@@ -242,7 +258,79 @@ def _contents(source: Any) -> tuple[Contents, str, int]:
     data, where, folder = _bytes(source)
     found = Contents([], [], folder=folder)
     _walk(data, where, "", 0, found)
+    _pair_directions(found)
     return found, where, len(data)
+
+
+def _pair_directions(contents: Contents) -> None:
+    """Merge each bidirectional GRU or simple RNN, as Core ML spells one, into one layer:
+    a forward layer and a ``reverseInput`` layer of the same type and sizes reading the same
+    blob, the reversed one's outputs put back in time order by a ``reverse`` layer along
+    the sequence axis alone, joined forward then backward by a ``concat`` along the
+    channels. Other joins (backward first, no ``reverse``) stay separate layers."""
+    by_output = {(layer.network, layer.outputs[0]): layer for layer in contents.layers
+                 if layer.outputs and layer.kind in (LAYER["gru"], LAYER["simpleRecurrent"])}
+
+    def joined(network: int, blob: str, kind: int) -> tuple[str, ...] | None:
+        blob = _resolve(contents, network, blob)
+        join = contents.joins.get((network, blob))
+        return join[2] if join is not None and join[1] == kind else None
+
+    pairs: dict[int, tuple[Layer, Layer, str]] = {}
+    for (network, top), (_, kind, inputs, body) in contents.joins.items():
+        if kind != LAYER["concat"] or len(inputs) != 2 or flag(
+                body, FIELDS["ConcatLayerParams"]["sequenceConcat"], top, "sequenceConcat"):
+            continue
+        reversed_from = joined(network, inputs[1], LAYER["reverse"])
+        if reversed_from is None or len(reversed_from) != 1 or not _sequence_axis_alone(
+                contents.joins[network, _resolve(contents, network, inputs[1])][3], top):
+            continue
+        forward = by_output.get((network, _resolve(contents, network, inputs[0])))
+        backward = by_output.get((network, _resolve(contents, network, reversed_from[0])))
+        if forward is None or backward is None or forward is backward \
+                or forward.kind != backward.kind or not forward.inputs or not backward.inputs \
+                or _source(contents, forward) != _source(contents, backward) \
+                or _reversed(forward) or not _reversed(backward) \
+                or _sizes(forward) != _sizes(backward) \
+                or not forward.sequence_output or not backward.sequence_output \
+                or id(forward) in pairs or any(id(backward) == id(pair[1])
+                                               for pair in pairs.values()):
+            continue
+        pairs[id(forward)] = (forward, backward, top)
+    if not pairs:
+        return
+    dropped = {id(pair[1]) for pair in pairs.values()}
+    merged = []
+    for layer in contents.layers:
+        if id(layer) in pairs:
+            forward, backward, top = pairs[id(layer)]
+            layer = replace(forward, outputs=(top,), backward=backward.body)
+        elif id(layer) in dropped:
+            continue
+        merged.append(layer)
+    contents.layers = merged
+
+
+def _resolve(contents: Contents, network: int, blob: str) -> str:
+    seen = set()
+    while (network, blob) in contents.aliases and blob not in seen:
+        seen.add(blob)
+        blob = contents.aliases[network, blob]
+    return blob
+
+
+def _reversed(layer: Layer) -> bool:
+    return flag(layer.body, 100, layer.label, "reverseInput")
+
+
+def _sequence_axis_alone(body: Message, where: str) -> bool:
+    """Whether a ``reverse`` layer flips the first axis (Seq of a rank-5 blob) alone."""
+    values = body.get(FIELDS["ReverseLayerParams"]["reverseDim"], [])
+    flags: list[int] = []
+    for value in values:  # packed (bytes of varints) or one varint per value
+        flags += list(value) if isinstance(value, bytes) else [value]
+    del where
+    return bool(flags) and flags[0] == 1 and not any(flags[1:])
 
 
 def _bytes(source: Any) -> tuple[bytes, str, Path | None]:
@@ -304,11 +392,7 @@ def _networks(contents: Contents, where: str) -> list[list[Layer]]:
 
 def _source(contents: Contents, layer: Layer) -> str:
     """The blob a layer's first input repeats, through layers that only reshape it."""
-    blob, seen = layer.inputs[0], set()
-    while (layer.network, blob) in contents.aliases and blob not in seen:
-        seen.add(blob)
-        blob = contents.aliases[layer.network, blob]
-    return blob
+    return _resolve(contents, layer.network, layer.inputs[0])
 
 
 def _describe(chain: Sequence[Layer]) -> str:
@@ -395,6 +479,15 @@ def _cell_clip(threshold: float, option: Any) -> float | None:
 
 def layer_spec(layer: Layer, cell_clip: Any = FROM_FILE) -> Spec:
     """The one-layer Spec of a recurrent layer (no weights read)."""
+    if layer.backward is not None:
+        forward = layer_spec(replace(layer, backward=None), cell_clip)
+        backward = layer_spec(replace(layer, body=layer.backward, backward=None), cell_clip)
+        if backward != forward.replace(reverse=True):
+            raise UnsupportedFeatureError(
+                f"{layer.label}: a bidirectional {layer.type} pair whose backward layer "
+                f"differs from its forward one ({backward} against {forward}); rnnport's "
+                "bidirectional layers use one cell, bias and activations for both directions.")
+        return forward.replace(bidirectional=True)
     where = layer.label
     input_size, hidden = _sizes(layer)
     if layer.kind in (LAYER["uniDirectionalLSTM"], LAYER["biDirectionalLSTM"]):
@@ -490,7 +583,11 @@ def _layer_model(layer: Layer, meter: budget.Meter, cell_clip: Any) -> RNN:
         directions = [_direction(layer, spec, raw, meter, forget_bias)
                       for raw in raws if isinstance(raw, bytes)]
     else:
-        directions = [_direction(layer, spec, b"", meter, False)]
+        one = spec.replace(bidirectional=False)
+        directions = [_direction(replace(layer, backward=None), one, b"", meter, False)]
+        if layer.backward is not None:
+            directions.append(_direction(replace(layer, body=layer.backward, backward=None),
+                                         one, b"", meter, False))
     dtypes = {array.dtype for named in directions for array in named.values()}
     dtype = np.float16 if dtypes == {np.dtype(np.float16)} else np.float32
     return RNN(spec, [[{name: array.astype(dtype, copy=False) for name, array in named.items()}

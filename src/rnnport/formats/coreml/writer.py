@@ -2,12 +2,16 @@
 
 One layer per network layer: ``uniDirectionalLSTM`` or ``biDirectionalLSTM``, ``gru`` (the
 reset-before GRU), ``simpleRecurrent``; each with ``sequenceOutput`` set, its first input
-the previous layer's output. Weights are written gate by gate (``W (H, I)``, ``R (H, H)``,
-one bias ``(H,)``: the two canonical biases summed) as ``floatValue`` for float32 and
+the previous layer's output (a bidirectional GRU or simple RNN: two layers, a
+``reverse`` and a ``concat``, see :func:`_gru_or_rnn_pair`). Weights are written gate by
+gate (``W (H, I)``, ``R (H, H)``, one bias ``(H,)``: the two canonical biases summed) as
+``floatValue`` for float32 and
 ``float16Value`` for float16, so reading them back gives the same bits.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -137,25 +141,100 @@ def _gru_or_rnn(spec: Spec, named: dict[str, np.ndarray]) -> tuple[int, bytes]:
         put_varint(numbers["reverseInput"], 1) if spec.reverse else b"")
 
 
-def _layers(model: Model) -> list[tuple[int, bytes, Spec]]:
-    """Each network layer's type field, layer message and one-layer spec."""
+class Written(NamedTuple):
+    """One NeuralNetworkLayer to write: its name, type field, blobs and layer message."""
+
+    name: str
+    kind: int
+    inputs: tuple[str, ...]
+    output: str
+    body: bytes
+
+
+def _gru_or_rnn_pair(spec: Spec, directions: list[dict[str, np.ndarray]], index: int,
+                     blob: str, top: str) -> list[Written]:
+    """A bidirectional GRU or simple RNN layer as Core ML spells it: no such layer, so the
+    forward layer and a ``reverseInput`` one read the same input; the reversed layer gives
+    its outputs in the order it ran them (Apple's BiDirectionalLSTM documentation: the
+    backward ``yb_1`` is the output after ``x_T`` alone; coremltools' own tests expect the
+    same of ``direction="reverse"``), so a ``reverse`` layer along the sequence axis puts
+    them back in time order, and a ``concat`` along the channels joins forward, backward."""
+    forward, backward = (spec.replace(bidirectional=False),
+                         spec.replace(bidirectional=False, reverse=True))
+    sizes = put_varint(1, spec.input_size) + put_varint(2, spec.hidden_size)
+    kind, forward_body = _gru_or_rnn(forward, directions[0])
+    _, backward_body = _gru_or_rnn(backward, directions[1])
+    name = _TYPE_NAMES[kind]
+    reverse_dim = put_bytes(FIELDS["ReverseLayerParams"]["reverseDim"],
+                            bytes([1, 0, 0, 0, 0]))  # (Seq, Batch, C, 1, 1): Seq alone
+    concat = put_varint(FIELDS["ConcatLayerParams"]["sequenceConcat"], 0)
+    return [
+        Written(f"{name}_{index}_forward", kind, (blob,), f"layer{index}_forward",
+                sizes + forward_body),
+        Written(f"{name}_{index}_backward", kind, (blob,), f"layer{index}_backward_reversed",
+                sizes + backward_body),
+        Written(f"reverse_{index}", FIELDS["NeuralNetworkLayer"]["reverse"],
+                (f"layer{index}_backward_reversed",), f"layer{index}_backward", reverse_dim),
+        Written(f"concat_{index}", FIELDS["NeuralNetworkLayer"]["concat"],
+                (f"layer{index}_forward", f"layer{index}_backward"), top, concat)]
+
+
+def _layers(model: Model) -> tuple[list[Written], Spec, Spec]:
+    """The network's layers, and the first and last one-layer specs."""
     parts: tuple[RNN, ...] = model.parts if isinstance(model, Stack) else (model,)
-    out = []
-    for part in parts:
-        spec = part.spec
-        for index, directions in enumerate(part.params):
-            layer_spec = spec.replace(num_layers=1, input_size=spec.layer_input_size(index))
+    specs = [part.spec.replace(num_layers=1, input_size=part.spec.layer_input_size(index))
+             for part in parts for index in range(part.spec.num_layers)]
+    out: list[Written] = []
+    blob = "input"
+    for index, (layer_spec, directions) in enumerate(zip(specs, (
+            directions for part in parts for directions in part.params), strict=True)):
+        top = "output" if index == len(specs) - 1 else f"layer{index}_output"
+        named = [dict(direction) for direction in directions]
+        if len(named) != layer_spec.num_directions:
+            raise UnsupportedFeatureError(
+                f"coreml: layer {index} holds {len(named)} directions; expected "
+                f"{layer_spec.num_directions} (its spec's). The model is inconsistent.")
+        if layer_spec.cell != "lstm" and layer_spec.bidirectional:
+            out += _gru_or_rnn_pair(layer_spec, named, index, blob, top)
+        else:
             sizes = put_varint(1, layer_spec.input_size) + put_varint(2, layer_spec.hidden_size)
-            named = [dict(direction) for direction in directions]
-            kind, body = _lstm(layer_spec, named) if spec.cell == "lstm" else \
+            kind, body = _lstm(layer_spec, named) if layer_spec.cell == "lstm" else \
                 _gru_or_rnn(layer_spec, named[0])
-            out.append((kind, sizes + body, layer_spec))
-    return out
+            out.append(Written(f"{_TYPE_NAMES[kind]}_{index}", kind, (blob,), top,
+                               sizes + body))
+        blob = top
+    _check_every_direction_written(out, specs)
+    return out, specs[0], specs[-1]
 
 
-def _feature(name: str, size: int) -> bytes:
-    array = put_bytes(FIELDS["ArrayFeatureType"]["shape"], varint(size)) \
-        + put_varint(FIELDS["ArrayFeatureType"]["dataType"], FLOAT32_TYPE)
+def _check_every_direction_written(layers: list[Written], specs: list[Spec]) -> None:
+    """Refuse, rather than write, a network that lost a direction on the way."""
+    recurrent = {FIELDS["NeuralNetworkLayer"][name]: name for name in
+                 ("gru", "simpleRecurrent", "uniDirectionalLSTM", "biDirectionalLSTM")}
+    written = sum(2 if item.kind == FIELDS["NeuralNetworkLayer"]["biDirectionalLSTM"] else 1
+                  for item in layers if item.kind in recurrent)
+    expected = sum(spec.num_directions for spec in specs)
+    if written != expected:
+        raise UnsupportedFeatureError(
+            f"coreml: the network has {expected} layer directions but {written} would be "
+            "written; rnnport refuses to drop any. This is a bug in rnnport's Core ML writer.")
+
+
+def _feature(name: str, size: int, rank5: bool) -> bytes:
+    numbers = FIELDS["ArrayFeatureType"]
+    if rank5:  # exact shapes: (Seq, Batch, C, 1, 1), Seq and Batch any length
+        ranges = b"".join(put_bytes(
+            FIELDS["ArrayFeatureType.ShapeRange"]["sizeRanges"],
+            put_varint(FIELDS["SizeRange"]["lowerBound"], low)
+            + put_varint(FIELDS["SizeRange"]["upperBound"], high & (2**64 - 1)))
+            for low, high in ((1, -1), (1, -1), (size, size), (1, 1), (1, 1)))
+        array = put_bytes(numbers["shape"], b"".join(varint(value)
+                                                     for value in (1, 1, size, 1, 1))) \
+            + put_varint(numbers["dataType"], FLOAT32_TYPE) \
+            + put_bytes(numbers["shapeRange"], ranges)
+    else:
+        array = put_bytes(numbers["shape"], varint(size)) \
+            + put_varint(numbers["dataType"], FLOAT32_TYPE)
     return (put_bytes(FIELDS["FeatureDescription"]["name"], name.encode())
             + put_bytes(FIELDS["FeatureDescription"]["type"],
                         put_bytes(FIELDS["FeatureType"]["multiArrayType"], array)))
@@ -163,22 +242,24 @@ def _feature(name: str, size: int) -> bytes:
 
 def encode(model: Model) -> bytes:
     """The ``Model`` bytes of ``model``: input ``input`` (I), output ``output`` (D·H)."""
-    layers = _layers(model)
+    layers, first, last = _layers(model)
     numbers = FIELDS["NeuralNetworkLayer"]
     network = b""
-    blob = "input"
-    for index, (kind, body, _) in enumerate(layers):
-        top = "output" if index == len(layers) - 1 else f"layer{index}_output"
+    for item in layers:
         network += put_bytes(FIELDS["NeuralNetwork"]["layers"], (
-            put_bytes(numbers["name"], f"{_TYPE_NAMES[kind]}_{index}".encode())
-            + put_bytes(numbers["input"], blob.encode())
-            + put_bytes(numbers["output"], top.encode()) + put_bytes(kind, body)))
-        blob = top
-    last = layers[-1][2]
+            put_bytes(numbers["name"], item.name.encode())
+            + b"".join(put_bytes(numbers["input"], blob.encode()) for blob in item.inputs)
+            + put_bytes(numbers["output"], item.output.encode()) + put_bytes(item.kind,
+                                                                              item.body)))
+    # reverse is a layer of specification 4, which Core ML allows with exact shapes alone
+    rank5 = any(item.kind == numbers["reverse"] for item in layers)
+    if rank5:
+        network += put_varint(FIELDS["NeuralNetwork"]["arrayInputShapeMapping"], 1)
     description = (put_bytes(FIELDS["ModelDescription"]["input"],
-                             _feature("input", layers[0][2].input_size))
+                             _feature("input", first.input_size, rank5))
                    + put_bytes(FIELDS["ModelDescription"]["output"],
-                               _feature("output", last.num_directions * last.hidden_size)))
+                               _feature("output", last.num_directions * last.hidden_size,
+                                        rank5)))
     return (put_varint(FIELDS["Model"]["specificationVersion"], SPECIFICATION_VERSION)
             + put_bytes(FIELDS["Model"]["description"], description)
             + put_bytes(FIELDS["Model"]["neuralNetwork"], network))
