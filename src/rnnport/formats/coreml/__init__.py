@@ -448,7 +448,8 @@ def _activation(raw: int | bytes, where: str) -> tuple[str, float, float]:
             "Core ML does not define; expected the values set (0.2 and 0.5 for the usual "
             "hard sigmoid). Set them in the spec (layer.gru.activations[0].sigmoidHard.alpha "
             "= 0.2 …) and save it again.")
-    return onnx, alpha, beta
+    # float32 fields: the shortest decimal that gives the stored value back (as ONNX's).
+    return onnx, float(str(np.float32(alpha))), float(str(np.float32(beta)))
 
 
 def _activations(values: list[int | bytes], count: int, where: str
@@ -474,7 +475,7 @@ def _cell_clip(threshold: float, option: Any) -> float | None:
         return None if option is None else float(option)
     if threshold <= 0 or not np.isfinite(threshold) or threshold >= FLOAT32_MAX:
         return None
-    return threshold
+    return float(str(np.float32(threshold)))  # a float32 field: its shortest decimal
 
 
 def layer_spec(layer: Layer, cell_clip: Any = FROM_FILE) -> Spec:
