@@ -94,10 +94,10 @@ from .fields import (
     sub,
     weights,
 )
+from .package import CoreMLPackage, encode_package, save_package
 from .program import networks as program_networks
 from .program import notes as program_notes
 from .program import package_model, read_program
-from .package import CoreMLPackage, encode_package, save_package
 from .writer import encode, holds_activations
 
 __all__ = ["FORMAT", "CoreMLModel", "CoreMLPackage", "read", "sniff", "write"]

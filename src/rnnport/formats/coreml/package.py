@@ -47,7 +47,7 @@ from ...spec import Spec
 from .._common import sum_exact
 from .fields import put_bytes, put_varint
 
-__all__ = ["CoreMLPackage", "WEIGHTS", "encode_package", "save_package"]
+__all__ = ["WEIGHTS", "CoreMLPackage", "encode_package", "save_package"]
 
 WEIGHTS = "@model_path/weights/weight.bin"
 MODEL_ITEM, WEIGHTS_ITEM = "com.apple.CoreML/model.mlmodel", "com.apple.CoreML/weights"
