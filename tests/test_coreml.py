@@ -434,3 +434,39 @@ def test_the_writer_refuses_to_drop_a_direction() -> None:
     layers = [writer.Written("gru_0", 410, ("input",), "output", b"")]
     with pytest.raises(UnsupportedFeatureError, match="refuses to drop any"):
         writer._check_every_direction_written(layers, [model.spec])
+
+
+@pytest.mark.parametrize("spec", [
+    Spec("lstm", 3, 4), Spec("lstm", 3, 4, num_layers=2, bidirectional=True),
+    Spec("lstm", 3, 4, peepholes=True, cell_clip=2.5, reverse=True),
+    Spec("rnn_relu", 3, 4, num_layers=2),
+], ids=["lstm", "bidirectional_2layer", "peepholes_clip_reverse", "rnn_relu"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_ml_packages_written_load_in_coremltools_and_read_back_bit_exact(
+        coremltools: Any, spec: Spec, dtype: str, tmp_path: Path) -> None:
+    from coremltools.converters.mil.frontend.milproto.load import load
+
+    model = RNN.random(spec, seed=1).astype(dtype)
+    path = tmp_path / "model.mlpackage"
+    rnnport.write(model, "coreml", path)
+    loaded = coremltools.models.MLModel(str(path), skip_model_load=True)
+    found = loaded.get_spec()
+    program = load(found, found.specificationVersion, loaded.weights_dir)  # MIL's own checks
+    kinds = [op.op_type for op in program.functions["main"].operations]
+    assert kinds.count("lstm" if spec.cell == "lstm" else "rnn") == spec.num_layers
+    back = rnnport.read(path)
+    assert back.spec == model.spec
+    for named, named_back in zip((d for layer in model.params for d in layer),
+                                 (d for layer in back.params for d in layer), strict=True):
+        for key, array in named.items():
+            expected = array + named["bias_hh"] if key == "bias_ih" else \
+                np.zeros_like(array) if key == "bias_hh" else array
+            assert named_back[key].dtype == array.dtype
+            assert np.array_equal(named_back[key].view(np.uint8), expected.view(np.uint8)), key
+
+
+def test_a_gru_into_an_ml_package_is_refused_by_name(tmp_path: Path) -> None:
+    model = RNN.random(Spec("gru", 3, 4, reset_after=False), seed=1)
+    with pytest.raises(UnsupportedFeatureError, match="NeuralNetwork .mlmodel"):
+        rnnport.write(model, "coreml", tmp_path / "model.mlpackage")
+    assert not list(tmp_path.iterdir())

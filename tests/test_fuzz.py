@@ -37,7 +37,7 @@ FORMATS = {name for name in rnnport.formats()
 def test_every_file_reader_survives_mutated_golden_files(tmp_path: Path) -> None:
     report = tmp_path / "fuzz.json"
     done = subprocess.run([sys.executable, str(TOOL), "--cases", "1400", "--seed", "20261121",
-                           "--jobs", "2", "--structure", "0.05", "--json", str(report),
+                           "--jobs", "2", "--structure", "0.1", "--json", str(report),
                            "--keep", str(tmp_path / "k")],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]

@@ -254,7 +254,8 @@ def make_seeds(folder: Path, only: set[str]) -> list[Seed]:
             except UnsupportedFeatureError:
                 shutil.rmtree(target)
                 continue
-            content = (fmt, tuple(sorted(path.read_bytes() for path in target.iterdir())))
+            content = (fmt, tuple(sorted(path.read_bytes() for path in target.rglob("*")
+                                         if path.is_file())))
             if content in written:  # another name for the same file (.pth beside .pt)
                 shutil.rmtree(target)
                 continue

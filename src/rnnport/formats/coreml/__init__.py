@@ -102,12 +102,13 @@ from .fields import (
     sub,
     weights,
 )
+from .package import CoreMLPackage, encode_package, save_package
 from .program import networks as program_networks
 from .program import notes as program_notes
 from .program import package_model, read_program
 from .writer import encode, holds_activations
 
-__all__ = ["FORMAT", "CoreMLModel", "read", "sniff", "write"]
+__all__ = ["FORMAT", "CoreMLModel", "CoreMLPackage", "read", "sniff", "write"]
 
 READ_OPTIONS = frozenset({"layer", "cell_clip"})
 MAX_FILE_BYTES = 2**31  # protobuf's own limit on a message
@@ -648,7 +649,17 @@ def notes(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> 
     return out
 
 
-def write(model: Model, path: Any = None) -> CoreMLModel:
+def write(model: Model, path: Any = None, program: bool | None = None
+          ) -> CoreMLModel | CoreMLPackage:
+    """A NeuralNetwork model, or with ``program=True`` (the default for a path ending
+    ``.mlpackage``) an ML Program package (:mod:`.package`)."""
+    if program is None:
+        program = path is not None and os.fspath(path).lower().endswith(".mlpackage")
+    if program:
+        package = encode_package(model)
+        if path is not None:
+            save_package(package, Path(path))
+        return package
     native = CoreMLModel(encode(model))
     if path is not None:
         atomic_write(Path(path), lambda file: file.write(native.spec))
@@ -753,14 +764,13 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> str:
 FORMAT = Format(
     "coreml", sniff=sniff, reader=read, writer=write, counter=param_count,
     cells=frozenset({"lstm", "gru", "rnn"}), reset_after=False,
-    read_options=READ_OPTIONS,
+    read_options=READ_OPTIONS, write_options=frozenset({"program"}),
     features=frozenset({"peepholes", "cell_clip", "input_forget", "activations",
                         "reset_before", "reverse"}),
     one_bias=frozenset({"lstm", "gru_reset_before", "rnn"}),
     dtypes=frozenset({"float16", "float32"}), extra=None, modules=(),
     suffixes=(Suffix(".mlmodel", "a Core ML model (a NeuralNetwork, or an ML Program's spec)"),
-              Suffix(".mlpackage", "a Core ML package: an ML Program and its weights",
-                     writes=False)),
+              Suffix(".mlpackage", "a Core ML package: an ML Program and its weights")),
     input_files=input_files,
     activations=holds_activations, explain_arrays=explain_arrays, networks=networks,
     notes=notes, framework_forward=framework_forward, gate_names={"g": "z", "n": "o"},
