@@ -16,7 +16,9 @@ Workloads::
     D  conversion of a ~100M-parameter stacked LSTM: Keras weights -> cuDNN buffer ->
        PyTorch state_dict, against a plain NumPy copy of the same bytes
     E  `import rnnport` in a fresh interpreter, bytecode cached (no framework may be imported)
-    S  streaming: an LSTM 128->128, batch 1, one step per call, the state carried
+    S  streaming: an LSTM 128->128, batch 1, one step per call, the state carried; then
+       rnnport's streams (``rnn.stream(engine=...)``: NumPy, onnxruntime, torch) and the
+       runtimes called directly, for calls of 1 and 10 steps, 1 and 64 streams at once
     F  corpus throughput: `rnnport run` over many feature files, one worker against two
        (a process pool, and the Dask workers of a local cluster)
 
@@ -308,13 +310,85 @@ def run_streaming(steps: int, rounds: int) -> dict[str, Any]:
         for _ in range(rounds):
             for name, call in calls.items():
                 samples[name] += timed(call, 1, warmup=0)
+        time_major = rnnport.write(rnn, "torch", module=True, batch_first=False)
+        streams = {f"{batch}x{chunk}": stream_grid(rnn, session, time_major, batch, chunk,
+                                                    max(1, steps // (10 if batch > 1 else 1)
+                                                        // chunk), rounds)
+                   for batch, chunk in STREAM_GRID}
     finally:
         torch.set_num_threads(threads)
     per_step = {name: statistics.median(taken) / steps * 1e6 for name, taken in samples.items()}
     return {"title": f"LSTM {STREAMING.input_size}→{STREAMING.hidden_size}, batch 1, one step "
                      "per call", "steps": steps, "us_per_step": per_step,
             "vs_onnxruntime": per_step["rnnport"] / per_step["onnxruntime"],
-            "stream_vs_onnxruntime": per_step["rnnport:stream"] / per_step["onnxruntime"]}
+            "stream_vs_onnxruntime": per_step["rnnport:stream"] / per_step["onnxruntime"],
+            "streams": streams}
+
+
+# (streams served in one batch, steps per call) of the stream grid
+STREAM_GRID = ((1, 1), (1, 10), (64, 1), (64, 10))
+# each stream against ONNX Runtime called directly, the state fed back by the caller
+STREAMS = ("stream:numpy", "stream:onnxruntime", "stream:torch", "onnxruntime", "torch")
+
+
+def stream_grid(rnn: rnnport.RNN, session: Any, module: Any, batch: int, chunk: int,
+                calls: int, rounds: int) -> dict[str, Any]:
+    """Microseconds per call of ``chunk`` steps for ``batch`` streams at once: rnnport's
+    streams (NumPy, and through each engine) and the runtimes called directly with the
+    state fed back, timed in rounds; and each one's time over ONNX Runtime's called
+    directly, the median ratio of calls timed in pairs (:func:`overhead`). A sample runs
+    ``calls`` calls; every one must end in the same state. ``session`` and ``module``
+    (``batch_first=False``) are time-major, taking and giving the state."""
+    import torch
+
+    xs = np.random.default_rng(7).standard_normal((calls, chunk, batch, STREAMING.input_size),
+                                                  dtype=np.float32)
+    zeros = np.zeros((1, batch, STREAMING.hidden_size), np.float32)
+    inputs = [entry.name for entry in session.get_inputs()]
+    outputs = [entry.name for entry in session.get_outputs()]
+
+    def streamed(engine: str) -> Callable[[], Any]:
+        stream = rnn.stream(batch, time_major=True, engine=engine)
+
+        def call() -> Any:
+            stream.reset()
+            for x in xs:
+                stream(x)
+            return stream.state[0]
+        return call
+
+    def direct_onnxruntime() -> Any:
+        h = c = zeros
+        for x in xs:
+            _, h, c = session.run(outputs, dict(zip(inputs, (x, h, c), strict=True)))
+        return h
+
+    def direct_torch() -> Any:
+        state = (torch.from_numpy(zeros), torch.from_numpy(zeros))
+        with torch.inference_mode():
+            for x in xs:
+                _, state = module(torch.from_numpy(x), state)
+        return state[0].numpy()
+
+    calls_of = {"stream:numpy": streamed("numpy"), "stream:onnxruntime": streamed("onnxruntime"),
+                "stream:torch": streamed("torch"), "onnxruntime": direct_onnxruntime,
+                "torch": direct_torch}
+    finals = {name: np.asarray(call()) for name, call in calls_of.items()}
+    worst = max(float(np.max(np.abs(final - finals["onnxruntime"])))
+                for final in finals.values())
+    if not worst <= TOLERANCE:
+        raise SystemExit(f"bench S ({batch} streams × {chunk} steps): the streams' final states "
+                         f"disagree by {worst}; expected at most {TOLERANCE}.")
+    samples: dict[str, list[float]] = {name: [] for name in calls_of}
+    for _ in range(rounds):
+        for name, call in calls_of.items():
+            samples[name] += timed(call, 1, warmup=0)
+    direct = calls_of["onnxruntime"]
+    return {"batch": batch, "chunk": chunk, "calls": calls,
+            "us_per_call": {name: statistics.median(taken) / calls * 1e6
+                            for name, taken in samples.items()},
+            "vs_onnxruntime": {name: overhead(call, direct, rounds) + 1.0
+                               for name, call in calls_of.items() if name != "onnxruntime"}}
 
 
 # -- corpus throughput ---------------------------------------------------------------------------
@@ -590,6 +664,16 @@ def _engine_lines(results: dict[str, Any]) -> list[str]:
         lines.append("  S: " + "; ".join(f"{engine} {s[engine]:.0f} µs/step "
                                          f"({s[engine] / s[direct] - 1:+.0%})"
                                          for engine, direct in THROUGH.items()))
+    if "streaming" in results and "streams" in results["streaming"]:
+        lines += ["", "S streamed (µs per call; time / ONNX Runtime called directly, timed in "
+                      "pairs; ≤ 0.8× for the NumPy stream, ≤ 1.1× through onnxruntime, at 1×1):"]
+        for grid in results["streaming"]["streams"].values():
+            cells = [f"{name} {grid['us_per_call'][name]:.0f}"
+                     + (f" ({grid['vs_onnxruntime'][name]:.2f}×)"
+                        if name in grid["vs_onnxruntime"] else "") for name in STREAMS]
+            lines.append(f"  {grid['batch']} stream{'s' if grid['batch'] > 1 else ''} × "
+                         f"{grid['chunk']} step{'s' if grid['chunk'] > 1 else ''}: "
+                         + "; ".join(cells))
     if any("slowdown" in engine for entry in forward.values()
            for engine in entry["engines"].values()):
         lines += ["", f"Beside one competing CPU-bound process (time / idle time; target for "

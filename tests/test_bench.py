@@ -102,6 +102,14 @@ def test_streaming_checks_the_final_states_and_reports_per_step_times(bench) -> 
     assert set(result["us_per_step"]) == {"rnnport", "rnnport:stream", "rnnport:onnxruntime",
                                           "rnnport:torch", "onnxruntime", "torch"}
     assert all(value > 0 for value in result["us_per_step"].values())
+    # the stream grid: every stream and runtime, 1 and 64 streams, 1 and 10 steps a call
+    assert set(result["streams"]) == {"1x1", "1x10", "64x1", "64x10"}
+    for grid in result["streams"].values():
+        assert set(grid["us_per_call"]) == set(bench.STREAMS)
+        assert set(grid["vs_onnxruntime"]) == set(bench.STREAMS) - {"onnxruntime"}
+        assert all(value > 0 for value in grid["vs_onnxruntime"].values())
+    lines = "\n".join(bench._engine_lines({"forward": {}, "streaming": result}))
+    assert "64 streams × 10 steps: stream:numpy" in lines
 
 
 def test_corpus_throughput_runs_one_and_two_workers(bench) -> None:

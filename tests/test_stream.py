@@ -217,3 +217,113 @@ def test_workload_s_size_one_step_at_a_time(dtype: type) -> None:
         out, carried = net.forward(x[:, t:t + 1], state=carried)
         steps.append(out)
     assert _same(np.concatenate(steps, axis=1), y) and _same_state(carried, state)
+
+
+# -- engines: the same API through ONNX Runtime (I/O binding) and PyTorch --------------------
+
+ENGINE_SPECS = [
+    Spec("lstm", 3, 4, num_layers=2),
+    Spec("gru", 3, 4),
+    Spec("rnn_tanh", 3, 4, num_layers=2),
+]
+ENGINES = ["onnxruntime", "torch"]
+
+
+def _engine(name: str) -> str:
+    pytest.importorskip("onnxruntime" if name == "onnxruntime" else "torch")
+    return name
+
+
+def _close_state(a: object, b: object) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(  # type: ignore[arg-type]
+            _close_state(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[call-overload]
+    return np.asarray(a).dtype == np.asarray(b).dtype and np.allclose(a, b, atol=1e-5, rtol=0)
+
+
+def _engine_streamed(model: rnnport.Model, x: np.ndarray, chunk: int, engine: str,
+                     **options: object) -> tuple[np.ndarray, object]:
+    stream = model.stream(x.shape[0], engine=engine, **options)  # type: ignore[arg-type]
+    pieces = [stream(x[:, start:start + chunk]) for start in range(0, x.shape[1], chunk)]
+    return np.concatenate(pieces, axis=1), stream.state
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("spec", ENGINE_SPECS, ids=lambda spec: spec.describe())
+def test_engine_streams_match_the_numpy_stream(spec: Spec, engine: str) -> None:
+    engine = _engine(engine)
+    net = RNN.random(spec, seed=9, scale=0.9)
+    x = np.random.default_rng(9).standard_normal((2, 10, 3)).astype(np.float32)
+    for chunk in (1, 3):
+        expected, final = _streamed(net, x, chunk)
+        streamed, state = _engine_streamed(net, x, chunk, engine)
+        assert streamed.dtype == np.float32 and streamed.shape == expected.shape
+        assert np.allclose(streamed, expected, atol=1e-5, rtol=0), chunk
+        assert _close_state(state, final), chunk
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_stack_state_reset_and_time_major(engine: str) -> None:
+    engine = _engine(engine)
+    stack = Stack([RNN.random(Spec("lstm", 3, 5), seed=1),
+                   RNN.random(Spec("gru", 5, 4), seed=2)])
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((3, 8, 3)).astype(np.float32)
+    start = [(rng.standard_normal((1, 3, 5)).astype(np.float32),
+              rng.standard_normal((1, 3, 5)).astype(np.float32)), None]
+    expected, final = _streamed(stack, x, 3, state=start)
+    streamed, state = _engine_streamed(stack, x, 3, engine, state=start)
+    assert np.allclose(streamed, expected, atol=1e-5, rtol=0) and _close_state(state, final)
+
+    stream = stack.stream(3, engine=engine, time_major=True)
+    numpy_stream = stack.stream(3, time_major=True)
+    xt = np.ascontiguousarray(x.transpose(1, 0, 2))
+    for mine, theirs in ((stream, numpy_stream),):
+        mine(xt[:5]), theirs(xt[:5])
+        mine.reset([1]), theirs.reset([1])
+        assert np.allclose(mine(xt[5:]), theirs(xt[5:]), atol=1e-5, rtol=0)
+        assert _close_state(mine.state, theirs.state)
+    stream.reset()
+    assert not any(np.asarray(part).any() for entry in stream.state
+                   for part in (entry if isinstance(entry, tuple) else (entry,)))
+
+
+def test_onnxruntime_stream_binds_its_buffers() -> None:
+    _engine("onnxruntime")
+    stream = RNN.random(Spec("lstm", 3, 4)).stream(1, engine="onnxruntime")
+    step = stream._steps[0][1]  # type: ignore[attr-defined]
+    assert type(step).__name__ == "_Bound"
+    x = np.ones((1, 2, 3), np.float32)
+    first = stream(x)
+    assert not np.array_equal(stream(x), first)  # the state moved on through the binding
+    assert len(step.bound) == 1
+
+
+def test_engine_stream_falls_back_as_forward_does() -> None:
+    _engine("onnxruntime")
+    net = RNN.random(Spec("lstm", 3, 4), dtype=np.float64)  # ORT computes float32 only
+    x = np.random.default_rng(11).standard_normal((1, 6, 3))
+    with pytest.warns(rnnport.errors.EngineFallbackWarning,
+                      match=r"RNN\.stream\(engine='onnxruntime'\).*float64.*NumPy runtime"):
+        stream = net.stream(1, engine="onnxruntime")
+    expected, final = _streamed(net, x, 2)
+    pieces = [stream(x[:, start:start + 2]) for start in range(0, 6, 2)]
+    assert _same(np.concatenate(pieces, axis=1), expected) and _same_state(stream.state, final)
+    stack = Stack([RNN.random(Spec("lstm", 3, 4)), RNN.random(Spec("lstm", 4, 2,
+                                                                    layer_norm=True))])
+    with pytest.warns(rnnport.errors.EngineFallbackWarning, match="layer"):
+        mixed = stack.stream(2, engine="onnxruntime")
+    x32 = x.astype(np.float32).repeat(2, axis=0)
+    assert np.allclose(mixed(x32), stack.stream(2)(x32), atol=1e-5, rtol=0)
+    mixed.reset(0)
+    assert not mixed.state[1][0][:, 0].any() and mixed.state[1][0][:, 1].any()
+
+
+def test_engine_stream_refusals() -> None:
+    net = RNN.random(Spec("lstm", 3, 4))
+    with pytest.raises(rnnport.errors.UnknownOptionError, match=r"RNN\.stream: engine='auto'"):
+        net.stream(engine="auto")
+    with pytest.raises(rnnport.errors.UnknownOptionError, match=r"RNN\.stream: unknown engine"):
+        net.stream(engine="onnxrt")
+    with pytest.raises(UnsupportedFeatureError, match="bidirectional"):
+        RNN.random(Spec("lstm", 3, 4, bidirectional=True)).stream(engine="torch")

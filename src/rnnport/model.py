@@ -40,11 +40,35 @@ Params = Mapping[str, np.ndarray]
 _run_engine: Callable[..., tuple[np.ndarray, Any]] | None = None
 
 
-def install_engines(dispatch: Callable[..., tuple[np.ndarray, Any]]) -> None:
+# ``stream`` with an engine other than NumPy: installed beside ``_run_engine``.
+_stream_engine: Callable[..., Stream] | None = None
+
+
+def install_engines(dispatch: Callable[..., tuple[np.ndarray, Any]],
+                    streams: Callable[..., Stream] | None = None) -> None:
     """Let ``forward(engine=...)`` run the engines ``dispatch(network, x, state, lengths,
-    time_major, engine=, device=)`` knows."""
-    global _run_engine
+    time_major, engine=, device=)`` knows, and ``stream(engine=...)`` stream them through
+    ``streams(parts, batch_size, state=, time_major=, engine=, device=, where=, stacked=)``."""
+    global _run_engine, _stream_engine
     _run_engine = dispatch
+    if streams is not None:
+        _stream_engine = streams
+
+
+def _stream(parts: Sequence[RNN], batch_size: Any, state: Any, time_major: bool, engine: Any,
+            device: Any, where: str, stacked: bool) -> Stream:
+    """``RNN.stream`` and ``Stack.stream``: NumPy's stream, or the installed engines'."""
+    from .runtime import Stream
+
+    if isinstance(engine, str) and engine == "numpy" and (
+            device is None or (isinstance(device, str) and device.lower() == "cpu")):
+        return Stream(parts, batch_size, state=state, time_major=time_major, where=where,
+                      stacked=stacked)
+    if _stream_engine is None:
+        raise FormatError(f"{where}(engine={engine!r}): no engines are installed; "
+                          "import rnnport first.")
+    return _stream_engine(parts, batch_size, state=state, time_major=time_major, engine=engine,
+                          device=device, where=where, stacked=stacked)
 
 
 def where(layer: int, direction: int, name: str | None = None) -> str:
@@ -251,8 +275,8 @@ class RNN:
 
     # -- value semantics --------------------------------------------------------------
 
-    def stream(self, batch_size: int = 1, *, state: Any = None,
-               time_major: bool = False) -> Stream:
+    def stream(self, batch_size: int = 1, *, state: Any = None, time_major: bool = False,
+               engine: str = "numpy", device: Any = None) -> Stream:
         """A stateful stream of this network: it is planned once, then takes chunk after
         chunk, carrying the state between calls (online use: a frame or a few at a time).
 
@@ -272,11 +296,15 @@ class RNN:
         than the network's is cast), runs on one thread, and reuses the buffers planned for
         its number of steps. A bidirectional or reverse network cannot stream: its
         backward direction starts at the sequence's end (``UnsupportedFeatureError``).
-        """
-        from .runtime import Stream
 
-        return Stream([self], batch_size, state=state, time_major=time_major,
-                      where="RNN.stream")
+        ``engine``/``device``: as for ``forward`` (not ``"auto"``). An engine's stream runs
+        the session or module ``forward`` builds for the network, its inputs, outputs and
+        carried state in buffers planned once (ONNX Runtime through I/O binding): the same
+        API, and the NumPy stream's numbers within the engine's rounding. A network the
+        engine cannot compute exactly streams in NumPy, with an ``EngineFallbackWarning``.
+        """
+        return _stream([self], batch_size, state, time_major, engine, device, "RNN.stream",
+                       False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("rnnport.RNN is immutable; build a new one instead")
@@ -510,13 +538,12 @@ class Stack:
         return y, states
 
     def stream(self, batch_size: int = 1, *, state: Sequence[Any] | None = None,
-               time_major: bool = False) -> Stream:
+               time_major: bool = False, engine: str = "numpy", device: Any = None) -> Stream:
         """Like :meth:`RNN.stream`; ``state`` (and ``stream.state``) is a list with one entry
-        per part, and every part must be one-way."""
-        from .runtime import Stream
-
-        return Stream(self._parts, batch_size, state=state, time_major=time_major,
-                      where="Stack.stream", stacked=True)
+        per part, and every part must be one-way. With an engine, each part streams in it
+        (or, where it cannot compute that part exactly, in NumPy)."""
+        return _stream(self._parts, batch_size, state, time_major, engine, device,
+                       "Stack.stream", True)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Stack):

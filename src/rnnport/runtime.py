@@ -1210,20 +1210,26 @@ class Stream:
         self._batch_axis = 1 if self.time_major else 0
         self._h: list[np.ndarray] = []
         self._c: list[np.ndarray | None] = []
-        self._layers: list[_StreamLayer] = []
-        for number, network in enumerate(parts):
+        for network in parts:
             spec, dtype = network.spec, compute_dtype(network.dtype)
-            h = np.zeros((spec.num_layers, self.batch_size, spec.output_size), dtype)
-            c = np.zeros((spec.num_layers, self.batch_size, spec.hidden_size), dtype) \
-                if spec.cell == "lstm" else None
-            self._h.append(h)
-            self._c.append(c)
-            self._layers.extend(_StreamLayer(layer, number, index, self.batch_size, dtype, c)
-                                for index, layer in enumerate(_prepared(network)))
-        self._buffers: dict[int, list[tuple[list[np.ndarray], np.ndarray]]] = {}
-        self._planned(1)
+            self._h.append(np.zeros((spec.num_layers, self.batch_size, spec.output_size), dtype))
+            self._c.append(np.zeros((spec.num_layers, self.batch_size, spec.hidden_size), dtype)
+                           if spec.cell == "lstm" else None)
+        self._prepare()
         if state is not None:
             self.reset(state=state)
+
+    def _prepare(self) -> None:
+        """Everything a call reuses: here the NumPy layers, their weights prepared, and the
+        buffers of one-step chunks (an engine's stream builds its sessions instead)."""
+        self._layers: list[_StreamLayer] = []
+        for number, network in enumerate(self._parts):
+            dtype = compute_dtype(network.dtype)
+            self._layers.extend(
+                _StreamLayer(layer, number, index, self.batch_size, dtype, self._c[number])
+                for index, layer in enumerate(_prepared(network)))
+        self._buffers: dict[int, list[tuple[list[np.ndarray], np.ndarray]]] = {}
+        self._planned(1)
 
     def _planned(self, steps: int) -> list[tuple[list[np.ndarray], np.ndarray]]:
         """Per layer, for chunks of ``steps``: each piece's input projections

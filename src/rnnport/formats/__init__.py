@@ -137,6 +137,7 @@ from ._protocol import (
 )
 from .running import AUTO, NUMPY
 from .running import forward as run_engine
+from .running import stream as stream_engine
 
 __all__ = [
     "BIAS_KINDS",
@@ -352,7 +353,8 @@ def engine(name: str) -> Engine:
     return found[name][1]
 
 
-install_engines(functools.partial(run_engine, declared=_declared_engines))
+install_engines(functools.partial(run_engine, declared=_declared_engines),
+                functools.partial(stream_engine, declared=_declared_engines))
 
 
 # -- files ----------------------------------------------------------------------------------

@@ -19,6 +19,12 @@ formats declare (:class:`~._protocol.Engine`, e.g. ONNX Runtime, PyTorch), and `
   call's own input (after a warm-up run each), and keeps the fastest for that network and
   shape class (:func:`chosen`): batch and time rounded up to powers of two, whether
   ``lengths`` is given, the device.
+* ``stream(engine=...)`` (:func:`stream`): each part of the network streams through the
+  runner ``forward`` builds for it (the same cache), its state carried in the stream's own
+  arrays. A runner with a ``stream(h, c)`` method (ONNX Runtime: I/O binding to planned
+  buffers; PyTorch on the CPU: tensors over them) gives its own per-chunk step; any other is
+  called per chunk with the carried state. A part the engine cannot compute exactly streams
+  in NumPy, with the warning ``forward`` gives.
 """
 
 from __future__ import annotations
@@ -40,11 +46,19 @@ from ..errors import (
     UnsupportedFeatureError,
 )
 from ..model import RNN
-from ..runtime import _check_input, _check_lengths, _check_size, _check_state, compute_dtype, run
+from ..runtime import (
+    Stream,
+    _check_input,
+    _check_lengths,
+    _check_size,
+    _check_state,
+    compute_dtype,
+    run,
+)
 from ._common import close_matches, install_hint
 from ._protocol import Engine, Format, Runner, cpu_only, missing_feature
 
-__all__ = ["NUMPY", "ShapeClass", "chosen", "forward"]
+__all__ = ["NUMPY", "EngineStream", "ShapeClass", "chosen", "forward", "stream"]
 
 NUMPY = "numpy"
 AUTO = "auto"
@@ -97,13 +111,14 @@ def chosen(network: RNN) -> dict[ShapeClass, str]:
 
 
 def _runner(network: RNN, name: Any, device: Any,
-            engines: Mapping[str, tuple[Format, Engine]]) -> _Prepared | str:
+            engines: Mapping[str, tuple[Format, Engine]], what: str = "forward"
+            ) -> _Prepared | str:
     """The cached runner of ``network`` in engine ``name`` on ``device``, built on first use;
     or, where the engine cannot compute the network exactly, the warning's text."""
     if not isinstance(name, str) or name not in engines:
         known = [NUMPY, *engines, AUTO]
         hint = close_matches(name, known) if isinstance(name, str) else ""
-        raise UnknownOptionError(f"forward: unknown engine {name!r}; expected one of "
+        raise UnknownOptionError(f"{what}: unknown engine {name!r}; expected one of "
                                  f"{', '.join(map(repr, known))}.{hint}")
     owner, declared = engines[name]
     where = f"forward(engine={name!r})"
@@ -237,3 +252,92 @@ def _runs_on_cpu(device: Any) -> bool:
     except DeviceError:
         return False
     return True
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+# A part's step: its chunk (T, batch, I) time-major, C-contiguous, in its compute dtype →
+# its outputs (T, batch, H_out), valid until the next step; the state moves on in place.
+Step = Callable[[np.ndarray], np.ndarray]
+
+
+def stream(parts: list[RNN], batch_size: Any, *, state: Any, time_major: bool, engine: Any,
+           device: Any, where: str, stacked: bool,
+           declared: Callable[[], Mapping[str, tuple[Format, Engine]]]) -> Stream:
+    """``RNN.stream`` / ``Stack.stream`` with ``engine`` (any but NumPy on the CPU)."""
+    if isinstance(engine, str) and engine == NUMPY:
+        try:
+            cpu_only(device)
+        except DeviceError as error:
+            raise DeviceError(f"{where}(engine='numpy'): {error}") from None
+        return Stream(parts, batch_size, state=state, time_major=time_major, where=where,
+                      stacked=stacked)
+    if isinstance(engine, str) and engine == AUTO:
+        raise UnknownOptionError(
+            f"{where}: engine='auto' chooses per call's shape, and a stream keeps one engine; "
+            f"expected an engine by name ({', '.join(map(repr, [NUMPY, *declared()]))}).")
+    engines = declared()
+    runners = [_runner(network, engine, device, engines, f"{where}") for network in parts]
+    return EngineStream(parts, batch_size, runners, state=state, time_major=time_major,
+                        where=where, stacked=stacked, engine=engine)
+
+
+class EngineStream(Stream):
+    """:class:`~rnnport.runtime.Stream`'s API (state, reset, the chunk's checks), each part
+    stepped by its engine's runner, or by a NumPy stream where the engine falls back."""
+
+    def __init__(self, parts: list[RNN], batch_size: Any, runners: list[_Prepared | str], *,
+                 state: Any, time_major: bool, where: str, stacked: bool, engine: str) -> None:
+        self._runners = runners
+        self.engine = engine
+        super().__init__(parts, batch_size, state=state, time_major=time_major, where=where,
+                         stacked=stacked)
+
+    def _prepare(self) -> None:
+        self._steps: list[tuple[np.dtype, Step]] = []
+        for number, (network, runner) in enumerate(zip(self._parts, self._runners,
+                                                       strict=True)):
+            h, c = self._h[number], self._c[number]
+            dtype = compute_dtype(network.dtype)
+            if isinstance(runner, str):
+                text = runner.replace("forward(engine=", f"{self._where}(engine=")
+                warnings.warn(text, EngineFallbackWarning, stacklevel=5)
+                alone = Stream([network], self.batch_size, time_major=True)
+                alone._h[0], alone._c[0] = h, c  # one state: reset and state see it
+                alone._prepare()  # its layers write c where the stream keeps it
+                self._steps.append((dtype, alone))
+                continue
+            own = getattr(runner.runner, "stream", None)
+            self._steps.append((dtype, own(h, c) if own is not None else
+                                _carried(runner.runner, h, c)))
+
+    def __call__(self, x_chunk: Any) -> np.ndarray:
+        x = x_chunk
+        if not (type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3
+                and x.shape[self._batch_axis] == self.batch_size
+                and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
+            x = self._checked(x)
+        y = np.ascontiguousarray(x if self.time_major else x.transpose(1, 0, 2))
+        for network in self._parts:
+            _check_size(network.spec, y.shape[0], self.batch_size)
+        for dtype, step in self._steps:
+            if y.dtype != dtype:  # a stack's parts of different dtypes
+                y = y.astype(dtype)
+            y = step(y)
+        return y.copy() if self.time_major else y.transpose(1, 0, 2).copy()
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("stream of", f"{self.engine} stream of", 1)
+
+
+def _carried(runner: Runner, h: np.ndarray, c: np.ndarray | None) -> Step:
+    """A step calling ``runner`` on each chunk from the carried state."""
+
+    def step(inputs: np.ndarray) -> np.ndarray:
+        y, h_n, c_n = runner(inputs, h, c, None)
+        h[...] = h_n
+        if c is not None and c_n is not None:
+            c[...] = c_n
+        return y
+
+    return step

@@ -58,9 +58,10 @@ reset-before GRU, peepholes …) runs in NumPy instead, with a warning.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -809,7 +810,33 @@ def build_engine(model: RNN, device: str) -> Runner:
         return (y.cpu().numpy(), h_n.cpu().numpy(),
                 None if c_n is None else c_n.cpu().numpy())
 
+    if target.type == "cpu":
+        runner.stream = functools.partial(_stream_step, torch, module)  # type: ignore[attr-defined]
     return runner
+
+
+def _stream_step(torch: Any, module: Any, h: np.ndarray,
+                 c: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
+    """A stream's step on the CPU (see :mod:`rnnport.formats.running`): the module built
+    once, its state tensors sharing the stream's state arrays, the final state copied
+    back into them after each chunk."""
+    h_t = torch.from_numpy(h)
+    hx = h_t if c is None else (h_t, torch.from_numpy(c))
+    no_grad = torch.no_grad
+
+    def step(inputs: np.ndarray) -> np.ndarray:
+        if not inputs.flags.writeable:  # torch.from_numpy warns about read-only memory
+            inputs = inputs.copy()
+        with no_grad():
+            y, final = module(torch.from_numpy(inputs), hx)
+            if c is None:
+                h_t.copy_(final)
+            else:
+                hx[0].copy_(final[0])
+                hx[1].copy_(final[1])
+        return y.numpy()
+
+    return step
 
 
 ENGINE = Engine("torch", modules=("torch",), extra="torch", build=build_engine,
