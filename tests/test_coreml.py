@@ -470,3 +470,93 @@ def test_a_gru_into_an_ml_package_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedFeatureError, match="NeuralNetwork .mlmodel"):
         rnnport.write(model, "coreml", tmp_path / "model.mlpackage")
     assert not list(tmp_path.iterdir())
+
+
+# -- .mlpackage outputs and inputs -----------------------------------------------------------
+
+
+def _holds(path: Path, model: RNN) -> bool:
+    """Whether the package at ``path`` holds ``model``'s weights (its biases summed)."""
+    return np.array_equal(rnnport.read(path).params[0][0]["weight_hh"],
+                          model.params[0][0]["weight_hh"])
+
+
+def _hidden(folder: Path) -> list[str]:
+    return sorted(entry.name for entry in folder.iterdir() if entry.name.startswith("."))
+
+
+def test_an_ml_package_is_replaced_only_with_overwrite_and_never_an_other_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rnnport.cli import main
+    from rnnport.formats.coreml import package as package_module
+
+    first = RNN.random(Spec("lstm", 3, 4), seed=1)
+    second = RNN.random(Spec("lstm", 3, 4), seed=2)
+    path = tmp_path / "model.mlpackage"
+    rnnport.write(first, "coreml", path)
+    with pytest.raises(FormatError, match="exists; pass overwrite=True"):
+        rnnport.write(second, "coreml", path)
+    assert _holds(path, first)
+    rnnport.write(second, "coreml", path, overwrite=True)
+    assert _holds(path, second) and _hidden(tmp_path) == []
+
+    def broken() -> bytes:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(package_module, "manifest", broken)  # the write fails half-way
+    with pytest.raises(FormatError, match="Nothing was written"):
+        rnnport.write(first, "coreml", path, overwrite=True)
+    monkeypatch.undo()
+    assert _holds(path, second) and _hidden(tmp_path) == []
+
+    source = tmp_path / "source.mlpackage"
+    rnnport.write(first, "coreml", source)
+    assert main(["convert", str(source), str(path), "--to", "coreml"]) != 0
+    assert _holds(path, second)
+    assert main(["convert", str(source), str(path), "--to", "coreml", "--force"]) == 0
+    assert _holds(path, first) and _hidden(tmp_path) == []
+
+    from rnnport.io import atomic  # where renameat2 is missing: renamed aside, then in
+
+    monkeypatch.setattr(atomic, "_renameat2", lambda *args: False)
+    rnnport.write(second, "coreml", path, overwrite=True)
+    rnnport.write(second, "coreml", tmp_path / "new.mlpackage")
+    monkeypatch.undo()
+    assert _holds(path, second) and _holds(tmp_path / "new.mlpackage", second)
+    assert _hidden(tmp_path) == []
+
+    other = tmp_path / "other.mlpackage"  # a folder, but no package: never replaced
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(FormatError, match="is a folder"):
+        rnnport.write(first, "coreml", other, overwrite=True)
+    assert (other / "keep.txt").read_text() == "mine"
+    a_file = tmp_path / "file.mlpackage"  # a file there is replaced as any file is
+    a_file.write_bytes(b"old")
+    with pytest.raises(FormatError, match="exists"):
+        rnnport.write(first, "coreml", a_file)
+    rnnport.write(first, "coreml", a_file, overwrite=True)
+    assert _holds(a_file, first) and _hidden(tmp_path) == []
+
+
+def test_a_killed_package_writes_temporary_folder_is_removed_by_the_next_write(
+        tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    path = tmp_path / "model.mlpackage"
+    stale = tmp_path / ".model.mlpackage.k1ll3d_x.partial"
+    (stale / "Data").mkdir(parents=True)
+    (stale / "Data" / "weight.bin").write_bytes(b"half")
+    live = tmp_path / ".model.mlpackage.l1ve0000.partial"
+    live.mkdir()
+    held = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a writer still at work holds its folder
+        rnnport.write(RNN.random(Spec("lstm", 3, 4), seed=1), "coreml", path)
+        assert _hidden(tmp_path) == [live.name]
+    finally:
+        os.close(held)
+    rnnport.write(RNN.random(Spec("lstm", 3, 4), seed=1), "coreml", path, overwrite=True)
+    assert _hidden(tmp_path) == []
+

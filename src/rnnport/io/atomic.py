@@ -27,6 +27,13 @@ What a write guarantees, crash (even ``kill -9``) and concurrent writers include
   write and hands every write to the system with Python's own calls, so that a failed write
   keeps its reason whatever library writes the bytes (NumPy's ``tofile``, used on real
   files, reports a short write without it: "N requested and M written").
+* A package folder (a Core ML ``.mlpackage``: a folder holding ``Manifest.json``) is
+  written the same way by :func:`atomic_write_folder`: filled in a temporary folder
+  ``.NAME.XXXXXXXX.partial`` (locked as a temporary file is, and removed as stale as one
+  is), then renamed in whole. Replacing one swaps the two folders in one step
+  (``renameat2(RENAME_EXCHANGE)``; elsewhere the old one is renamed aside, the new one in,
+  and the old one back should that fail), then removes the old one. Only a package folder
+  (or a file) is ever replaced: never any other folder.
 """
 
 from __future__ import annotations
@@ -57,12 +64,14 @@ try:
 except ImportError:  # pragma: no cover - a system without flock
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["NUMPY_ARCHIVE", "STALE_AFTER", "atomic_write", "atomic_write_all", "check_outputs",
-           "check_target", "folder_lock", "overwrite_setting", "remove_stale_temporaries",
-           "remove_stale_temporaries_in", "replaces", "replacing", "save_archive", "save_npy",
-           "shown", "swept", "system_error"]
+__all__ = ["NUMPY_ARCHIVE", "PACKAGE_SUFFIX", "STALE_AFTER", "atomic_write", "atomic_write_all",
+           "atomic_write_folder", "check_outputs", "check_target", "folder_lock", "is_package",
+           "overwrite_setting", "remove_stale_temporaries", "remove_stale_temporaries_in",
+           "replaces", "replacing", "save_archive", "save_npy", "shown", "swept",
+           "system_error"]
 
 NUMPY_ARCHIVE = ".npz"  # the suffix of numpy.savez's archives, by which readers tell them
+PACKAGE_SUFFIX = ".mlpackage"  # an output so named is written as a package folder
 STALE_AFTER = 3600.0  # seconds: a temporary this old is abandoned, where flock is missing
 _SUFFIX = ".partial"
 _LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # the random part of a temporary's name
@@ -215,8 +224,19 @@ class _Output(io.BufferedIOBase):
         return True
 
 
-def check_target(path: str | os.PathLike[str]) -> Path:
-    """``path`` as a file that can be written: its folder exists and it is not a folder."""
+def is_package(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a package folder, which a package write may replace: a folder
+    (not a link to one) holding a ``Manifest.json`` file."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode) and \
+            stat.S_ISREG(os.lstat(Path(path) / "Manifest.json").st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def check_target(path: str | os.PathLike[str], *, package: bool = False) -> Path:
+    """``path`` as a file that can be written: its folder exists and it is not a folder
+    (with ``package``, a package folder: see :func:`is_package`, which may be replaced)."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     try:
@@ -229,19 +249,37 @@ def check_target(path: str | os.PathLike[str]) -> Path:
         raise FormatError(f"{target}: the folder {folder} does not exist; create it first "
                           f"(mkdir -p {shlex.quote(str(folder))}) or choose another output "
                           "path. Nothing was written.")
-    if is_folder:
+    if is_folder and package and not is_package(target):
+        raise FormatError(f"{target}: is a folder, and no package (no Manifest.json in it); "
+                          "rnnport replaces only a package folder. Choose another output path. "
+                          "Nothing was written.")
+    if is_folder and not package:
         raise FormatError(f"{target}: is a folder; expected a file path. Nothing was written.")
     return target
 
 
+def _is_package_output(path: Path) -> bool:
+    return path.name.lower().endswith(PACKAGE_SUFFIX)
+
+
+def _holds(folder: Path, paths: Iterable[Path]) -> Path | None:
+    """The first of ``paths`` (real paths) inside the folder ``folder`` names, if any."""
+    try:
+        resolved = folder.resolve()
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return next((path for path in paths if resolved in path.parents), None)
+
+
 def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bool,
                   how: str) -> None:
-    """Before any work: every output can be written, is none of the inputs, and replaces
-    nothing unless ``overwrite``; ``how`` says how to allow that (``pass --force``).
-    (The write itself enforces ``overwrite=False`` again when it renames: see
-    :func:`replacing`.)"""
+    """Before any work: every output can be written, is none of the inputs (nor, for a
+    package folder, holds one), and replaces nothing unless ``overwrite``; ``how`` says how
+    to allow that (``pass --force``). An output named ``NAME.mlpackage`` is a package folder
+    (:data:`PACKAGE_SUFFIX`), which may replace a package folder there. (The write itself
+    enforces ``overwrite=False`` again when it renames: see :func:`replacing`.)"""
     for path in outputs:
-        check_target(path)
+        check_target(path, package=_is_package_output(path))
     usable = []
     for path in inputs:  # an input the system cannot name cannot be an output either
         try:
@@ -261,6 +299,10 @@ def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bo
         if is_input:
             raise FormatError(f"{path}: is the input file; rnnport never writes over its input. "
                               "Choose another output path. Nothing was written.")
+        held = _holds(path, sources) if _is_package_output(path) and exists else None
+        if held is not None:
+            raise FormatError(f"{path}: holds the input file {held}; rnnport never writes over "
+                              "its input. Choose another output path. Nothing was written.")
         if exists and not overwrite:
             raise FormatError(f"{path}: exists; {how} to replace it. Nothing was written.")
 
@@ -317,8 +359,9 @@ def atomic_write_all(
     return targets
 
 
-def _check_protected(targets: Sequence[Path]) -> None:
-    """Refuse, before anything is written, a target that is a file the read opened."""
+def _check_protected(targets: Sequence[Path], folder: bool = False) -> None:
+    """Refuse, before anything is written, a target that is a file the read opened (or,
+    with ``folder``, a package folder that holds one)."""
     setting = _REPLACING.get()
     if setting is None or not setting.protected:
         return
@@ -330,10 +373,154 @@ def _check_protected(targets: Sequence[Path]) -> None:
                 if source.exists()))
         except (OSError, ValueError):
             continue
-        if same:
-            raise FormatError(f"{shown(target)}: is a file the read of this conversion opened; "
-                              "rnnport never writes over its input. Choose another output "
-                              "path. Nothing was written.")
+        if same or (folder and _holds(target, setting.protected) is not None):
+            raise FormatError(f"{shown(target)}: is (or holds) a file the read of this "
+                              "conversion opened; rnnport never writes over its input. Choose "
+                              "another output path. Nothing was written.")
+
+
+def atomic_write_folder(path: str | os.PathLike[str], fill: Callable[[Path], Any], *,
+                        replace: bool | None = None) -> Path:
+    """Call ``fill(folder)`` on a new temporary folder beside ``path``, then rename it to
+    ``path``: a package folder (see the module docstring); ``replace`` (``None``: as
+    :func:`replacing` says) whether that may replace a package folder or a file there."""
+    target = check_target(path, package=True)
+    _check_protected([target], folder=True)
+    may_replace = replaces(target) if replace is None else replace
+    if not _SWEPT.get():
+        remove_stale_temporaries(target)
+    temporary = _TemporaryFolder.create(target)
+    try:
+        try:
+            fill(temporary.path)
+        except OSError as error:
+            raise system_error(target, "be written", error, "choose another output path") \
+                from None
+        temporary.commit(may_replace)
+        _sync_folders([target])
+    except BaseException:
+        temporary.discard()
+        raise
+    finally:
+        temporary.close()
+    return target
+
+
+class _TemporaryFolder:
+    """One locked temporary folder beside its target (a package folder being written)."""
+
+    def __init__(self, target: Path, path: Path, descriptor: int) -> None:
+        self.target, self.path, self.descriptor = target, path, descriptor
+        self.status = os.fstat(descriptor)
+        self.committed = False
+
+    @classmethod
+    def create(cls, target: Path) -> _TemporaryFolder:
+        folder = target.parent if str(target.parent) else Path(".")
+        for _ in range(100):
+            name = "".join(secrets.choice(_LETTERS) for _ in range(_RANDOM))
+            path = folder / f".{target.name}.{name}{_SUFFIX}"
+            try:
+                os.mkdir(path, 0o777)
+                descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                                     | getattr(os, "O_CLOEXEC", 0))
+            except (FileExistsError, FileNotFoundError):  # taken, or removed before the open
+                continue
+            except OSError as error:
+                raise system_error(target, f"create a folder in {shown(folder)}", error,
+                                   "choose a folder you can write to") from None
+            if fcntl is not None:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+                try:  # taken for an abandoned one before the lock (see _Temporary.create)
+                    same = _same_file(os.lstat(path), os.fstat(descriptor))
+                except OSError:
+                    same = False
+                if not same:
+                    os.close(descriptor)
+                    continue
+            return cls(target, path, descriptor)
+        raise FormatError(f"{shown(target)}: cannot create a temporary folder in "
+                          f"{shown(folder)}; expected one of 100 random names to be free. "
+                          "Nothing was written.")
+
+    def commit(self, may_replace: bool) -> None:
+        """Rename the folder to the target: replacing a package folder or a file there
+        only when ``may_replace``, in one step where the system can swap two names."""
+        try:
+            try:
+                _rename_folder_no_replace(self.path, self.target)
+            except FileExistsError:
+                if not may_replace:
+                    setting = _REPLACING.get()
+                    how = setting.how if setting is not None else "pass overwrite=True"
+                    raise FormatError(
+                        f"{shown(self.target)}: appeared while rnnport was writing it; expected "
+                        "to create it (nothing is replaced without overwrite), got one another "
+                        "process wrote meanwhile, which is left as it is. "
+                        f"{how[:1].upper()}{how[1:]} to replace it. Nothing was written.") \
+                        from None
+                self._swap()
+        except OSError as error:
+            raise system_error(self.target, "be renamed into place", error,
+                               "check the folder and try again") from None
+        self.committed = True
+
+    def _swap(self) -> None:
+        if stat.S_ISDIR(os.lstat(self.target).st_mode) and not is_package(self.target):
+            raise FormatError(f"{shown(self.target)}: is a folder, and no package (no "
+                              "Manifest.json in it); rnnport replaces only a package folder. "
+                              "Choose another output path. Nothing was written.")
+        if _renameat2(self.path, self.target, _RENAME_EXCHANGE):
+            old = self.path  # the old package now lies under the temporary's name
+        else:
+            folder = self.target.parent if str(self.target.parent) else Path(".")
+            old = folder / (f".{self.target.name}."
+                            f"{''.join(secrets.choice(_LETTERS) for _ in range(_RANDOM))}{_SUFFIX}")
+            os.rename(self.target, old)
+            try:
+                os.rename(self.path, self.target)
+            except BaseException:
+                os.rename(old, self.target)
+                raise
+        self.committed = True
+        _remove_tree(old)
+
+    def discard(self) -> None:
+        if not self.committed:
+            with contextlib.suppress(OSError):
+                if _same_file(os.lstat(self.path), self.status):
+                    _remove_tree(self.path)
+
+    def close(self) -> None:
+        if self.descriptor >= 0:
+            os.close(self.descriptor)
+            self.descriptor = -1
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a file or a folder and all it holds (links are removed, never followed)."""
+    import shutil
+
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+
+
+def _rename_folder_no_replace(source: Path, target: Path) -> None:
+    """Rename the folder ``source`` to ``target``, raising FileExistsError rather than
+    replacing anything there: ``renameat2(RENAME_NOREPLACE)``; where the system has none,
+    a claim of the name with ``mkdir``, then a rename over the empty claim."""
+    if _renameat2(source, target, _RENAME_NOREPLACE):
+        return
+    os.mkdir(target)
+    try:
+        os.rename(source, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rmdir(target)
+        raise
 
 
 class _Temporary:
@@ -447,7 +634,7 @@ def _rename_no_replace(source: Path, target: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(source)
         return
-    if _renameat2(source, target):
+    if _renameat2(source, target, _RENAME_NOREPLACE):
         return
     claim = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(claim)
@@ -459,9 +646,12 @@ def _rename_no_replace(source: Path, target: Path) -> None:
         raise
 
 
-def _renameat2(source: Path, target: Path) -> bool:
-    """``renameat2(source, target, RENAME_NOREPLACE)``; False where the system or the file
-    system has no such call."""
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2  # renameat2's flags (linux/fs.h)
+
+
+def _renameat2(source: Path, target: Path, flags: int) -> bool:
+    """``renameat2(source, target, flags)``: ``RENAME_NOREPLACE`` or ``RENAME_EXCHANGE``;
+    False where the system or the file system has no such call."""
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
@@ -470,9 +660,9 @@ def _renameat2(source: Path, target: Path) -> bool:
         call = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
         return False
-    at_current_folder, no_replace = -100, 1
+    at_current_folder = -100
     if call(at_current_folder, os.fsencode(source), at_current_folder, os.fsencode(target),
-            no_replace) == 0:
+            flags) == 0:
         return True
     code = ctypes.get_errno()
     if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
@@ -495,9 +685,10 @@ def _sync_folders(targets: Sequence[Path]) -> None:
 
 def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
     """Remove the temporaries of earlier writes to ``target`` that were killed before they
-    finished: the files named ``.NAME.XXXXXXXX.partial`` beside it that no live writer holds
-    locked (where ``flock`` is missing: older than :data:`STALE_AFTER`). Returns those
-    removed; anything that cannot be looked at is left alone."""
+    finished: the files (and a package write's folders) named ``.NAME.XXXXXXXX.partial``
+    beside it that no live writer holds locked (where ``flock`` is missing: older than
+    :data:`STALE_AFTER`). Returns those removed; anything that cannot be looked at is left
+    alone."""
     target = Path(target)
     return remove_stale_temporaries_in(target.parent if str(target.parent) else Path("."),
                                        {target.name})
@@ -538,8 +729,9 @@ def _remove_if_abandoned(path: Path) -> bool:
     if fcntl is None:
         try:
             status = os.lstat(path)
-            if stat.S_ISREG(status.st_mode) and time.time() - status.st_mtime > STALE_AFTER:
-                os.unlink(path)
+            if (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)) and \
+                    time.time() - status.st_mtime > STALE_AFTER:
+                _remove_tree(path)
                 return True
         except OSError:
             pass
@@ -551,7 +743,7 @@ def _remove_if_abandoned(path: Path) -> bool:
         return False
     try:
         status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
+        if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)):
             return False
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -559,7 +751,10 @@ def _remove_if_abandoned(path: Path) -> bool:
             return False  # a live writer holds it
         if not _same_file(os.lstat(path), status):
             return False
-        os.unlink(path)
+        if stat.S_ISDIR(status.st_mode):
+            _remove_tree(path)
+        else:
+            os.unlink(path)
         return True
     except OSError:
         return False

@@ -25,12 +25,9 @@ and the data.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import struct
-import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +38,7 @@ import numpy as np
 from ...errors import FormatError, UnsupportedFeatureError
 from ...gates import CANONICAL, reorder
 from ...io._proto import varint
-from ...io.atomic import replaces, system_error
+from ...io.atomic import atomic_write_folder
 from ...model import RNN, Model, Stack
 from ...spec import Spec
 from .._common import sum_exact
@@ -301,46 +298,19 @@ def manifest() -> bytes:
 
 
 def save_package(package: CoreMLPackage, path: Path) -> None:
-    """Write the package folder under a temporary name beside ``path``, then rename it in:
-    replacing a package there only where :func:`~rnnport.io.atomic.replaces` allows."""
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial",
-                                          dir=folder))
-    except OSError as error:
-        raise system_error(path, "be written", error, "choose another output path") from None
-    old: Path | None = None
-    try:
-        data = temporary / "Data"
+    """Write the package folder under a temporary name beside ``path``, then rename it in
+    (:func:`~rnnport.io.atomic.atomic_write_folder`): replacing a package there only where
+    :func:`~rnnport.io.atomic.replaces` allows, and never a folder that is no package."""
+
+    def fill(folder: Path) -> None:
+        data = folder / "Data"
         (data / WEIGHTS_ITEM).mkdir(parents=True)
         for name, content in ((data / WEIGHTS_ITEM / "weight.bin", package.weights),
                               (data / MODEL_ITEM, package.spec),
-                              (temporary / "Manifest.json", manifest())):
+                              (folder / "Manifest.json", manifest())):
             with open(name, "wb") as file:
                 file.write(content)
                 file.flush()
                 os.fsync(file.fileno())
-        if os.path.lexists(path):
-            if not replaces(path) or not path.is_dir():
-                raise FormatError(f"{path}: exists; pass overwrite=True to replace it. "
-                                  "Nothing was written.")
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial",
-                                        dir=folder))
-            os.replace(path, old)
-        os.rename(temporary, path)
-    except OSError as error:
-        shutil.rmtree(temporary, ignore_errors=True)
-        if old is not None and not os.path.lexists(path):
-            os.replace(old, path)
-        raise system_error(path, "be written", error, "choose another output path") from None
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+
+    atomic_write_folder(path, fill)
