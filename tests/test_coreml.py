@@ -560,3 +560,31 @@ def test_a_killed_package_writes_temporary_folder_is_removed_by_the_next_write(
     rnnport.write(RNN.random(Spec("lstm", 3, 4), seed=1), "coreml", path, overwrite=True)
     assert _hidden(tmp_path) == []
 
+
+def test_the_files_of_a_package_are_inputs_no_output_may_be(tmp_path: Path) -> None:
+    import shutil
+
+    from rnnport.api import Conversion
+    from rnnport.cli import main
+
+    package = tmp_path / "model.mlpackage"
+    shutil.copytree(GOLDEN / "program_lstm.mlpackage", package)
+    inside = package / "Data" / "com.apple.CoreML"
+    assert {path.resolve() for path in FORMAT.input_files(package)} >= {
+        (package / "Manifest.json").resolve(), (inside / "model.mlmodel").resolve(),
+        (inside / "weights" / "weight.bin").resolve()}
+    before = {path: path.read_bytes() for path in package.rglob("*") if path.is_file()}
+    for output in (inside / "weights" / "weight.bin", package / "Manifest.json"):
+        with pytest.raises(FormatError, match="input"):
+            Conversion.plan(package, "coreml", path=output, overwrite=True,
+                            options={"program": False})
+    # The package folder holding the source's files is no output either.
+    with pytest.raises(FormatError, match="input"):
+        Conversion.plan(inside / "model.mlmodel", "coreml", path=package, overwrite=True)
+    assert main(["convert", str(inside / "model.mlmodel"), str(package), "--to", "coreml",
+                 "--force"]) != 0
+    assert main(["convert", str(package), str(package), "--to", "coreml", "--force"]) != 0
+    assert main(["convert", str(package), str(package), "--to", "coreml"]) != 0
+    assert {path: path.read_bytes() for path in package.rglob("*") if path.is_file()} == before
+    assert _hidden(tmp_path) == []
+

@@ -102,7 +102,7 @@ from .fields import (
     sub,
     weights,
 )
-from .package import CoreMLPackage, encode_package, save_package
+from .package import MODEL_ITEM, CoreMLPackage, encode_package, save_package
 from .program import networks as program_networks
 from .program import notes as program_notes
 from .program import package_model, read_program
@@ -667,9 +667,20 @@ def write(model: Model, path: Any = None, program: bool | None = None
 
 
 def input_files(path: Path) -> list[Path]:
-    """An ML Program's weights file, which reading its spec opens."""
-    weights = path.parent / "weights" / "weight.bin"
-    return [weights] if path.suffix.lower() == ".mlmodel" and weights.is_file() else []
+    """The files a read opens beside ``path``: an ML Program's weights file, which reading
+    its spec opens; for a ``.mlpackage`` folder, its ``Manifest.json``, the model file the
+    manifest names (``Data/com.apple.CoreML/model.mlmodel`` where it names none) and the
+    weights file beside that."""
+    if path.suffix.lower() == ".mlmodel":
+        weights = path.parent / "weights" / "weight.bin"
+        return [weights] if weights.is_file() else []
+    if not (path.is_dir() and (path / "Manifest.json").is_file()):
+        return []
+    try:
+        model = package_model(path, f"Core ML {path}")
+    except FormatError:
+        model = path / "Data" / MODEL_ITEM
+    return [path / "Manifest.json", model, model.parent / "weights" / "weight.bin"]
 
 
 def sniff(source: Any) -> bool:
