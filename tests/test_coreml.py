@@ -588,3 +588,19 @@ def test_the_files_of_a_package_are_inputs_no_output_may_be(tmp_path: Path) -> N
     assert {path: path.read_bytes() for path in package.rglob("*") if path.is_file()} == before
     assert _hidden(tmp_path) == []
 
+
+@pytest.mark.parametrize("link", ["Manifest.json", "Data/com.apple.CoreML/model.mlmodel",
+                                  "Data/com.apple.CoreML/weights/weight.bin",
+                                  "Data/com.apple.CoreML/weights", "Data"])
+def test_a_package_read_opens_no_file_outside_it(tmp_path: Path, link: str) -> None:
+    import shutil
+
+    outside = tmp_path / "outside"
+    shutil.copytree(GOLDEN / "program_lstm.mlpackage", outside)
+    package = tmp_path / "model.mlpackage"
+    shutil.copytree(GOLDEN / "program_lstm.mlpackage", package)
+    target = package / link
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    target.symlink_to(outside / link)
+    with pytest.raises(FormatError, match="leads out"):
+        rnnport.read(package)
