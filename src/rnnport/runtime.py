@@ -76,6 +76,7 @@ How it runs:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import threading
@@ -492,6 +493,44 @@ class _Plan:
     def projects_concurrently(self, layer: _Layer, batch: int, steps: int) -> bool:
         return (self.concurrent and layer.directions == 2
                 and steps * batch * layer.input_weights[0].size >= CONCURRENT_MIN_PROJECTION)
+
+
+def _one_thread() -> tuple[Any, ...]:
+    """The BLAS at one thread for a call whose products all run on one, as ``_Plan(1)``
+    and ``use(1)`` do, at less cost (a stream's call of one step takes a few tens of µs):
+    counted among the running calls, the count switched only where it is not one already.
+    Returns the libraries to pass to :func:`_put_back` when the call ends."""
+    global _RUNNING, _FOUND, _SWITCHED
+    libraries = _BLAS if _BLAS is not None else _blas()
+    if not libraries:
+        return libraries
+    with _BLAS_LOCK:
+        counts = None
+        if _RUNNING == 0:
+            _FOUND = counts = [library.get_num_threads() for library in libraries]
+        _RUNNING += 1
+        if not _SWITCHED:
+            if counts is None:
+                counts = [library.get_num_threads() for library in libraries]
+            if any(count != 1 for count in counts):
+                for library in libraries:
+                    library.set_num_threads(1)
+                _SWITCHED = True
+    return libraries
+
+
+def _put_back(libraries: tuple[Any, ...]) -> None:
+    """The end of a call begun by :func:`_one_thread`: the last call running puts back the
+    counts found before the first (as :meth:`_Plan.restore`)."""
+    global _RUNNING, _SWITCHED
+    if not libraries:
+        return
+    with _BLAS_LOCK:
+        _RUNNING -= 1
+        if _RUNNING == 0 and _SWITCHED:
+            for library, count in zip(libraries, _FOUND, strict=True):
+                library.set_num_threads(count)
+            _SWITCHED = False
 
 
 def _splits_batch(layer: _Layer, batch: int) -> bool:
@@ -914,6 +953,20 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
                active: list[int] | None, scratch: _Scratch | None) -> None:
     if scratch is None:
         scratch = _Scratch(layer, projected.shape[2], projected.dtype)
+    step: Any = None
+    last = None
+    for step_input, h, h_next, c, views in _steps(projected, history, cell, active, scratch):
+        if views is not last:  # the same views at every step, without lengths
+            last = views
+            step = _lstm_step(layer, scratch, views)
+        step(step_input, h, h_next, c)
+
+
+def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
+               ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]:
+    """One LSTM step over ``views`` (see :meth:`_Scratch.views`): ``step(step_input, h,
+    h_next, c)``, everything else read once here (a step at batch 1 takes about 8 µs
+    besides its product), so that a stream runs a step with one call."""
     order = list(layer.blocks)
     sigmoid_gates = slice(order.index("i"), order.index("o") + 1)
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
@@ -921,17 +974,16 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
     shared = act_f.core is act_g.core and layer.peephole is None
     core, post_f, post_g = act_f.core, act_f.post, act_g.post
     into_h = act_h.direct or act_h.into  # tanh(c') straight into h' (or the output slot)
-    # Options read once: a step at batch 1 takes about 8 µs besides its product.
     peephole, projection, layer_norm = layer.peephole, layer.projection, layer.layer_norm
     projection_bias = layer.projection_bias
     clip, cell_clip, input_forget = layer.clip, layer.cell_clip, layer.input_forget
-    unit = one(projected)
-    product, last = scratch.product, None
-    for step_input, h, h_next, c, views in _steps(projected, history, cell, active, scratch):
-        if views is not last:  # the same views at every step, without lengths
-            last = views
-            raw, raw_gates, buf, split, gates, tmp = views
-            i, f, g, o = gates["i"], gates["f"], gates["g"], gates["o"]
+    product = scratch.product
+    raw, raw_gates, buf, split, gates, tmp = views
+    i, f, g, o = gates["i"], gates["f"], gates["g"], gates["o"]
+    unit = one(buf)
+    sigmoids = buf[:, sigmoid_gates]
+
+    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: np.ndarray) -> None:
         product(h, raw)
         np.add(raw_gates, step_input, out=split)
         if peephole is not None:
@@ -946,15 +998,15 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
         if shared:
             core(buf)
             if post_f is not None:
-                post_f(buf[:, sigmoid_gates])
+                post_f(sigmoids)
             if post_g is not None:
                 post_g(g)
         else:
             if peephole is None:
-                act_f.prescaled(buf[:, sigmoid_gates])
+                act_f.prescaled(sigmoids)
             else:
-                act_f.prescaled(gates["i"])
-                act_f.prescaled(gates["f"])
+                act_f.prescaled(i)
+                act_f.prescaled(f)
             act_g.prescaled(g)
         if input_forget:
             np.subtract(unit, i, out=f)
@@ -966,21 +1018,23 @@ def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: 
         if peephole is not None:
             # o's peephole sees the new cell state.
             np.multiply(peephole["o"], c, out=tmp)
-            gates["o"] += tmp
+            np.add(o, tmp, out=o)
             if layer_norm is not None:
-                _normalize(gates["o"], layer_norm["o"], tmp)
+                _normalize(o, layer_norm["o"], tmp)
             if clip is not None:
                 _clip(layer, gates, "o")
-            act_f.prescaled(gates["o"])
+            act_f.prescaled(o)
         if projection is None:
             into_h(c, h_next)
             h_next *= o
         else:
             into_h(c, tmp)
-            tmp *= o
+            np.multiply(tmp, o, out=tmp)
             np.matmul(tmp, projection, out=h_next)
             if projection_bias is not None:
                 h_next += projection_bias
+
+    return step
 
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
@@ -1229,7 +1283,9 @@ class Stream:
                 _StreamLayer(layer, number, index, self.batch_size, dtype, self._c[number])
                 for index, layer in enumerate(_prepared(network)))
         self._buffers: dict[int, list[tuple[list[np.ndarray], np.ndarray]]] = {}
-        self._planned(1)
+        self._one_step = [self._step_of_one(entry, projections, history)
+                          for entry, (projections, history)
+                          in zip(self._layers, self._planned(1), strict=True)]
 
     def _planned(self, steps: int) -> list[tuple[list[np.ndarray], np.ndarray]]:
         """Per layer, for chunks of ``steps``: each piece's input projections
@@ -1254,20 +1310,28 @@ class Stream:
             x = self._checked(x)
         inputs = x if self.time_major else x.transpose(1, 0, 2)
         steps = inputs.shape[0]
+        if steps == 1:  # the common call, planned to the last view at the stream's creation
+            libraries = _one_thread()
+            try:
+                with _quiet():
+                    for run in self._one_step:
+                        inputs = run(inputs)
+            finally:
+                _put_back(libraries)
+            return inputs.copy() if self.time_major else inputs.transpose(1, 0, 2).copy()
         buffers = self._buffers.get(steps)
         if buffers is None:
             buffers = self._planned(steps)
         else:  # the most recently used length stays longest
             self._buffers[steps] = self._buffers.pop(steps)
         layer_input = np.ascontiguousarray(inputs)
-        plan = _Plan(1)
+        libraries = _one_thread()
         try:
-            plan.use(1)
             with _quiet():
                 for entry, (projections, history) in zip(self._layers, buffers, strict=True):
                     layer_input = self._step(entry, layer_input, projections, history)
         finally:
-            plan.restore()
+            _put_back(libraries)
         return layer_input.copy() if self.time_major else layer_input.transpose(1, 0, 2).copy()
 
     def _step(self, entry: _StreamLayer, inputs: np.ndarray, projections: list[np.ndarray],
@@ -1291,6 +1355,78 @@ class Stream:
             entry.loop(entry.layer, projected, history[:, :, rows], cell, None, scratch)
         h[entry.index] = history[-1, 0]
         return history[1:].reshape(steps, batch, entry.layer.out_size)
+
+    def _step_of_one(self, entry: _StreamLayer, projections: list[np.ndarray],
+                     history: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """What :meth:`_step` runs for a chunk of one step, every view made here: a function
+        of the layer's input (1, B, I) that returns its output (1, B, H_out), a view of
+        ``history``. The same operations in the same order, hence the same bits."""
+        layer, dtype, weights, bias = entry.layer, entry.dtype, entry.weights, entry.bias
+        h_state = self._h[entry.part][entry.index:entry.index + 1]  # (1, B, H_out)
+        h_first, out = history[0], history[1]  # (1, B, H_out)
+        batch = self.batch_size
+        source, result = entry.padded
+        width = source.shape[1]
+        source_row = source[:1].reshape(1, 1, width)
+        runs: list[Callable[[np.ndarray], None]] = []
+        for rows, scratch, cell, projected in zip(entry.pieces, entry.scratches, entry.cells,
+                                                  projections, strict=True):
+            count = rows.stop - rows.start
+            flat = projected.reshape(count, layer.width)
+            piece_history = history[:, :, rows]
+            if scratch is not None and cell is not None:  # an LSTM
+                parts, size = scratch.split
+                step_input = projected.reshape(1, 1, count, layer.width // (parts * size), parts,
+                                               size).transpose(1, 0, 3, 2, 4, 5)[0]
+                run_step: Callable[[], None] = functools.partial(
+                    _lstm_step(layer, scratch, scratch.views(count)), step_input,
+                    piece_history[0], piece_history[1], cell)
+            else:
+                run_step = functools.partial(entry.loop, layer, projected, piece_history, cell,
+                                             None, scratch)
+            runs.append(self._piece_of_one(rows, count, batch, flat, projected,
+                                           (source_row, source, result), weights, bias,
+                                           run_step))
+
+        def run(inputs: np.ndarray) -> np.ndarray:
+            if inputs.dtype != dtype:  # a stack's parts of different dtypes
+                inputs = inputs.astype(dtype)
+            np.copyto(h_first, h_state)
+            for piece in runs:
+                piece(inputs)
+            np.copyto(h_state, out)
+            return out
+
+        return run
+
+    @staticmethod
+    def _piece_of_one(rows: slice, count: int, batch: int, flat: np.ndarray,
+                      projected: np.ndarray, padded: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      weights: np.ndarray, bias: np.ndarray,
+                      run_step: Callable[[], None]) -> Callable[[np.ndarray], None]:
+        """One piece of a layer at one step: its input projection (one row through the
+        padded product of :func:`_one_row`, the bias added on the way out), then its step.
+        ``padded``: the first row of the padded input as (1, 1, I), the padded input and
+        the product."""
+        source_row, source, result = padded
+        piece: Callable[[np.ndarray], None]
+        if count == 1:
+            result_row = result[:1].reshape(projected.shape)
+
+            def piece(inputs: np.ndarray) -> None:
+                np.copyto(source_row, inputs if count == batch else inputs[:, rows])
+                np.matmul(source, weights, out=result)
+                np.add(result_row, bias, out=projected)
+                run_step()
+        else:
+            width = source.shape[1]
+
+            def piece(inputs: np.ndarray) -> None:
+                rows_in = inputs if count == batch else np.ascontiguousarray(inputs[:, rows])
+                _blocked_product(rows_in.reshape(count, width), weights, flat, 1)
+                np.add(projected, bias, out=projected)
+                run_step()
+        return piece
 
     def _checked(self, x: Any) -> np.ndarray:
         """``x_chunk`` as an array of the stream's dtype, or the error that says why not."""

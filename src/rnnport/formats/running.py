@@ -47,6 +47,7 @@ from ..errors import (
 )
 from ..model import RNN
 from ..runtime import (
+    STREAM_KEPT_LENGTHS,
     Stream,
     _check_input,
     _check_lengths,
@@ -294,6 +295,7 @@ class EngineStream(Stream):
                          stacked=stacked)
 
     def _prepare(self) -> None:
+        self._sized: set[int] = set()  # the chunk lengths whose size _check_size passed
         self._steps: list[tuple[np.dtype, Step]] = []
         for number, (network, runner) in enumerate(zip(self._parts, self._runners,
                                                        strict=True)):
@@ -318,8 +320,12 @@ class EngineStream(Stream):
                 and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
             x = self._checked(x)
         y = np.ascontiguousarray(x if self.time_major else x.transpose(1, 0, 2))
-        for network in self._parts:
-            _check_size(network.spec, y.shape[0], self.batch_size)
+        if y.shape[0] not in self._sized:  # checked once per chunk length, as Stream plans
+            for network in self._parts:
+                _check_size(network.spec, y.shape[0], self.batch_size)
+            if len(self._sized) >= STREAM_KEPT_LENGTHS:
+                self._sized.pop()
+            self._sized.add(y.shape[0])
         for dtype, step in self._steps:
             if y.dtype != dtype:  # a stack's parts of different dtypes
                 y = y.astype(dtype)
