@@ -822,8 +822,9 @@ def _stream_step(torch: Any, module: Any, h: np.ndarray,
     back into them after each chunk."""
     h_t = torch.from_numpy(h)
     hx = h_t if c is None else (h_t, torch.from_numpy(c))
-    # inference_mode, not no_grad: no version counters nor views tracked for autograd (about
-    # 10 µs less a call of one step at batch 1, LSTM 128→128, on 2 shared cores); the same bits.
+    # inference_mode, not no_grad: no version counters nor views tracked for autograd (the
+    # module called directly took 10 to 15 µs less a one-step call at batch 1, LSTM 128→128,
+    # on 2 shared cores); the same bits.
     inference_mode = torch.inference_mode
 
     def step(inputs: np.ndarray) -> np.ndarray:
