@@ -208,7 +208,7 @@ def write_parts(fmt: str, model: Model, path: Any, overwrite: bool, source: Any,
     from .io.atomic import check_outputs
 
     check_outputs([file for part in paths for file in output_files(fmt, part)],
-                  [*input_files(source), *opened], overwrite, how)
+                  [*input_files(source), *opened], overwrite, how, get(fmt).package)
     declared = get(fmt)
     for part in model.parts:
         declared.write(part, **options)
@@ -229,7 +229,8 @@ def check_path(where: str, path: Any, fmt: str, overwrite: bool, source: Any,
                           "or None to only return the native object.")
     from .io.atomic import check_outputs  # only when saving: tempfile and shutil come with it
 
-    check_outputs(output_files(fmt, path), [*input_files(source), *opened], overwrite, how)
+    check_outputs(output_files(fmt, path), [*input_files(source), *opened], overwrite, how,
+                  get(fmt).package)
 
 
 def replacing(path: Any, overwrite: bool, how: str,

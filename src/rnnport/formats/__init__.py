@@ -59,6 +59,9 @@ Files:
   ``path`` itself; a checkpoint writes an index and data shards).
 * ``input_files(path) -> [Path]``: files beside ``path`` that reading it opens (default:
   none); no output may be one of them.
+* ``package``: the outputs it writes as folders (:class:`~rnnport.io.atomic.Package`: a
+  name ending, and the marker file such a folder holds), which a write with overwrite may
+  replace; no other folder is ever replaced.
 
 Reading back, and running:
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceError, FormatError, UnknownOptionError, UnsupportedFeatureError
+from ..io.packages import Package
 from ..model import RNN, Model, Stack
 from ..spec import Spec
 from ._common import close_matches, describe
@@ -173,6 +174,7 @@ class Format:
     reset_after: bool = True
     drops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     engines: tuple[Engine, ...] = ()
+    package: Package | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted((self.features | set(self.names) | set(self.drops))

@@ -27,12 +27,13 @@ What a write guarantees, crash (even ``kill -9``) and concurrent writers include
   write and hands every write to the system with Python's own calls, so that a failed write
   keeps its reason whatever library writes the bytes (NumPy's ``tofile``, used on real
   files, reports a short write without it: "N requested and M written").
-* A package folder (a Core ML ``.mlpackage``: a folder holding ``Manifest.json``) is
-  written the same way by :func:`atomic_write_folder`: filled in a temporary folder
-  ``.NAME.XXXXXXXX.partial`` (locked as a temporary file is, and removed as stale as one
-  is), then renamed in whole. Replacing one swaps the two folders in one step
-  (``renameat2(RENAME_EXCHANGE)``; elsewhere the old one is renamed aside, the new one in,
-  and the old one back should that fail), then removes the old one. Only a package folder
+* A package folder (a :class:`~.packages.Package` a format declares: an output whose name
+  ends in its suffix, written as a folder holding its marker file) is written the same way
+  by :func:`atomic_write_folder`: filled in a temporary folder ``.NAME.XXXXXXXX.partial``
+  (locked as a temporary file is, and removed as stale as one is), then renamed in whole.
+  Replacing one swaps the two folders in one step (``renameat2(RENAME_EXCHANGE)``;
+  elsewhere the old one is renamed aside, the new one in, and the old one back should that
+  fail), then removes the old one. Only a package folder
   (or a file) is ever replaced: never any other folder.
 """
 
@@ -58,20 +59,21 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import FormatError
+from .packages import Package
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - a system without flock
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["NUMPY_ARCHIVE", "PACKAGE_SUFFIX", "STALE_AFTER", "atomic_write", "atomic_write_all",
-           "atomic_write_folder", "check_outputs", "check_target", "folder_lock", "is_package",
+__all__ = ["NUMPY_ARCHIVE", "STALE_AFTER", "atomic_write", "atomic_write_all",
+           "atomic_write_folder", "check_outputs", "check_target", "folder_lock",
            "overwrite_setting", "remove_stale_temporaries", "remove_stale_temporaries_in",
            "replaces", "replacing", "save_archive", "save_npy", "shown", "swept",
            "system_error"]
 
 NUMPY_ARCHIVE = ".npz"  # the suffix of numpy.savez's archives, by which readers tell them
-PACKAGE_SUFFIX = ".mlpackage"  # an output so named is written as a package folder
+
 STALE_AFTER = 3600.0  # seconds: a temporary this old is abandoned, where flock is missing
 _SUFFIX = ".partial"
 _LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # the random part of a temporary's name
@@ -224,19 +226,9 @@ class _Output(io.BufferedIOBase):
         return True
 
 
-def is_package(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a package folder, which a package write may replace: a folder
-    (not a link to one) holding a ``Manifest.json`` file."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode) and \
-            stat.S_ISREG(os.lstat(Path(path) / "Manifest.json").st_mode)
-    except (OSError, ValueError):
-        return False
-
-
-def check_target(path: str | os.PathLike[str], *, package: bool = False) -> Path:
+def check_target(path: str | os.PathLike[str], *, package: Package | None = None) -> Path:
     """``path`` as a file that can be written: its folder exists and it is not a folder
-    (with ``package``, a package folder: see :func:`is_package`, which may be replaced)."""
+    (with ``package``, the path of such a package folder, which may replace one)."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     try:
@@ -249,17 +241,11 @@ def check_target(path: str | os.PathLike[str], *, package: bool = False) -> Path
         raise FormatError(f"{target}: the folder {folder} does not exist; create it first "
                           f"(mkdir -p {shlex.quote(str(folder))}) or choose another output "
                           "path. Nothing was written.")
-    if is_folder and package and not is_package(target):
-        raise FormatError(f"{target}: is a folder, and no package (no Manifest.json in it); "
-                          "rnnport replaces only a package folder. Choose another output path. "
-                          "Nothing was written.")
-    if is_folder and not package:
+    if is_folder and package is not None and not package.holds(target):
+        raise FormatError(package.refusal(str(target)))
+    if is_folder and package is None:
         raise FormatError(f"{target}: is a folder; expected a file path. Nothing was written.")
     return target
-
-
-def _is_package_output(path: Path) -> bool:
-    return path.name.lower().endswith(PACKAGE_SUFFIX)
 
 
 def _holds(folder: Path, paths: Iterable[Path]) -> Path | None:
@@ -272,14 +258,15 @@ def _holds(folder: Path, paths: Iterable[Path]) -> Path | None:
 
 
 def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bool,
-                  how: str) -> None:
+                  how: str, package: Package | None = None) -> None:
     """Before any work: every output can be written, is none of the inputs (nor, for a
     package folder, holds one), and replaces nothing unless ``overwrite``; ``how`` says how
-    to allow that (``pass --force``). An output named ``NAME.mlpackage`` is a package folder
-    (:data:`PACKAGE_SUFFIX`), which may replace a package folder there. (The write itself
+    to allow that (``pass --force``). An output ``package`` names is a package folder, which
+    may replace one there. (The write itself
     enforces ``overwrite=False`` again when it renames: see :func:`replacing`.)"""
     for path in outputs:
-        check_target(path, package=_is_package_output(path))
+        check_target(path, package=package if package is not None and package.names(path)
+                     else None)
     usable = []
     for path in inputs:  # an input the system cannot name cannot be an output either
         try:
@@ -299,7 +286,8 @@ def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bo
         if is_input:
             raise FormatError(f"{path}: is the input file; rnnport never writes over its input. "
                               "Choose another output path. Nothing was written.")
-        held = _holds(path, sources) if _is_package_output(path) and exists else None
+        held = _holds(path, sources) if package is not None and package.names(path) \
+            and exists else None
         if held is not None:
             raise FormatError(f"{path}: holds the input file {held}; rnnport never writes over "
                               "its input. Choose another output path. Nothing was written.")
@@ -379,17 +367,17 @@ def _check_protected(targets: Sequence[Path], folder: bool = False) -> None:
                               "another output path. Nothing was written.")
 
 
-def atomic_write_folder(path: str | os.PathLike[str], fill: Callable[[Path], Any], *,
-                        replace: bool | None = None) -> Path:
+def atomic_write_folder(path: str | os.PathLike[str], fill: Callable[[Path], Any],
+                        package: Package, *, replace: bool | None = None) -> Path:
     """Call ``fill(folder)`` on a new temporary folder beside ``path``, then rename it to
-    ``path``: a package folder (see the module docstring); ``replace`` (``None``: as
-    :func:`replacing` says) whether that may replace a package folder or a file there."""
-    target = check_target(path, package=True)
+    ``path``: a ``package`` folder (see the module docstring); ``replace`` (``None``: as
+    :func:`replacing` says) whether that may replace such a folder or a file there."""
+    target = check_target(path, package=package)
     _check_protected([target], folder=True)
     may_replace = replaces(target) if replace is None else replace
     if not _SWEPT.get():
         remove_stale_temporaries(target)
-    temporary = _TemporaryFolder.create(target)
+    temporary = _TemporaryFolder.create(target, package)
     try:
         try:
             fill(temporary.path)
@@ -409,13 +397,13 @@ def atomic_write_folder(path: str | os.PathLike[str], fill: Callable[[Path], Any
 class _TemporaryFolder:
     """One locked temporary folder beside its target (a package folder being written)."""
 
-    def __init__(self, target: Path, path: Path, descriptor: int) -> None:
-        self.target, self.path, self.descriptor = target, path, descriptor
+    def __init__(self, target: Path, package: Package, path: Path, descriptor: int) -> None:
+        self.target, self.package, self.path, self.descriptor = target, package, path, descriptor
         self.status = os.fstat(descriptor)
         self.committed = False
 
     @classmethod
-    def create(cls, target: Path) -> _TemporaryFolder:
+    def create(cls, target: Path, package: Package) -> _TemporaryFolder:
         folder = target.parent if str(target.parent) else Path(".")
         for _ in range(100):
             name = "".join(secrets.choice(_LETTERS) for _ in range(_RANDOM))
@@ -438,7 +426,7 @@ class _TemporaryFolder:
                 if not same:
                     os.close(descriptor)
                     continue
-            return cls(target, path, descriptor)
+            return cls(target, package, path, descriptor)
         raise FormatError(f"{shown(target)}: cannot create a temporary folder in "
                           f"{shown(folder)}; expected one of 100 random names to be free. "
                           "Nothing was written.")
@@ -466,10 +454,8 @@ class _TemporaryFolder:
         self.committed = True
 
     def _swap(self) -> None:
-        if stat.S_ISDIR(os.lstat(self.target).st_mode) and not is_package(self.target):
-            raise FormatError(f"{shown(self.target)}: is a folder, and no package (no "
-                              "Manifest.json in it); rnnport replaces only a package folder. "
-                              "Choose another output path. Nothing was written.")
+        if stat.S_ISDIR(os.lstat(self.target).st_mode) and not self.package.holds(self.target):
+            raise FormatError(self.package.refusal(shown(self.target)))
         if _renameat2(self.path, self.target, _RENAME_EXCHANGE):
             old = self.path  # the old package now lies under the temporary's name
         else:

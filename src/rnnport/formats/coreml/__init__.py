@@ -102,7 +102,7 @@ from .fields import (
     sub,
     weights,
 )
-from .package import MODEL_ITEM, CoreMLPackage, encode_package, save_package
+from .package import MODEL_ITEM, PACKAGE, CoreMLPackage, encode_package, save_package
 from .program import networks as program_networks
 from .program import notes as program_notes
 from .program import package_model, read_program
@@ -773,7 +773,7 @@ def framework_forward(source: Any, model: Model, x: np.ndarray) -> str:
 
 
 FORMAT = Format(
-    "coreml", sniff=sniff, reader=read, writer=write, counter=param_count,
+    "coreml", sniff=sniff, reader=read, writer=write, counter=param_count, package=PACKAGE,
     cells=frozenset({"lstm", "gru", "rnn"}), reset_after=False,
     read_options=READ_OPTIONS, write_options=frozenset({"program"}),
     features=frozenset({"peepholes", "cell_clip", "input_forget", "activations",

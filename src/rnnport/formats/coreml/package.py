@@ -39,6 +39,7 @@ from ...errors import FormatError, UnsupportedFeatureError
 from ...gates import CANONICAL, reorder
 from ...io._proto import varint
 from ...io.atomic import atomic_write_folder
+from ...io.packages import Package
 from ...model import RNN, Model, Stack
 from ...spec import Spec
 from .._common import sum_exact
@@ -297,6 +298,10 @@ def manifest() -> bytes:
                        "rootModelIdentifier": model}, indent=4).encode()
 
 
+# An ML Program is written as a folder: NAME.mlpackage holding Manifest.json.
+PACKAGE = Package(".mlpackage", "Manifest.json")
+
+
 def save_package(package: CoreMLPackage, path: Path) -> None:
     """Write the package folder under a temporary name beside ``path``, then rename it in
     (:func:`~rnnport.io.atomic.atomic_write_folder`): replacing a package there only where
@@ -313,4 +318,4 @@ def save_package(package: CoreMLPackage, path: Path) -> None:
                 file.flush()
                 os.fsync(file.fileno())
 
-    atomic_write_folder(path, fill)
+    atomic_write_folder(path, fill, PACKAGE)
