@@ -394,6 +394,48 @@ def atomic_write_folder(path: str | os.PathLike[str], fill: Callable[[Path], Any
     return target
 
 
+def _create_locked(target: Path, make: Callable[[Path], int], what: str) -> tuple[Path, int]:
+    """A new temporary ``what`` (file or folder) beside ``target`` under a random name,
+    made and opened by ``make`` (FileExistsError: the name is taken), and locked. Another
+    write's clean-up may take it for an abandoned one between its creation and the lock:
+    then it is gone, and another name is tried."""
+    folder = target.parent if str(target.parent) else Path(".")
+    for _ in range(100):
+        name = "".join(secrets.choice(_LETTERS) for _ in range(_RANDOM))
+        path = folder / f".{target.name}.{name}{_SUFFIX}"
+        try:
+            descriptor = make(path)
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise system_error(target, f"create a {what} in {shown(folder)}", error,
+                               "choose a folder you can write to") from None
+        if fcntl is not None:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            try:
+                same = _same_file(os.lstat(path), os.fstat(descriptor))
+            except OSError:
+                same = False
+            if not same:
+                os.close(descriptor)
+                continue
+        return path, descriptor
+    raise FormatError(f"{shown(target)}: cannot create a temporary {what} in {shown(folder)}; "
+                      "expected one of 100 random names to be free. Nothing was written.")
+
+
+def _appeared(target: Path, what: str) -> FormatError:
+    """The error for an output another process created while rnnport wrote it (``what``:
+    "a file", "one")."""
+    setting = _REPLACING.get()
+    how = setting.how if setting is not None else "pass overwrite=True"
+    return FormatError(
+        f"{shown(target)}: appeared while rnnport was writing it; expected to create it "
+        f"(nothing is replaced without overwrite), got {what} another process wrote "
+        f"meanwhile, which is left as it is. {how[:1].upper()}{how[1:]} to replace it. "
+        "Nothing was written.")
+
+
 class _TemporaryFolder:
     """One locked temporary folder beside its target (a package folder being written)."""
 
@@ -404,32 +446,16 @@ class _TemporaryFolder:
 
     @classmethod
     def create(cls, target: Path, package: Package) -> _TemporaryFolder:
-        folder = target.parent if str(target.parent) else Path(".")
-        for _ in range(100):
-            name = "".join(secrets.choice(_LETTERS) for _ in range(_RANDOM))
-            path = folder / f".{target.name}.{name}{_SUFFIX}"
+        def make(path: Path) -> int:
+            os.mkdir(path, 0o777)
             try:
-                os.mkdir(path, 0o777)
-                descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-                                     | getattr(os, "O_CLOEXEC", 0))
-            except (FileExistsError, FileNotFoundError):  # taken, or removed before the open
-                continue
-            except OSError as error:
-                raise system_error(target, f"create a folder in {shown(folder)}", error,
-                                   "choose a folder you can write to") from None
-            if fcntl is not None:
-                fcntl.flock(descriptor, fcntl.LOCK_EX)
-                try:  # taken for an abandoned one before the lock (see _Temporary.create)
-                    same = _same_file(os.lstat(path), os.fstat(descriptor))
-                except OSError:
-                    same = False
-                if not same:
-                    os.close(descriptor)
-                    continue
-            return cls(target, package, path, descriptor)
-        raise FormatError(f"{shown(target)}: cannot create a temporary folder in "
-                          f"{shown(folder)}; expected one of 100 random names to be free. "
-                          "Nothing was written.")
+                return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                               | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:  # removed before the open: another name is tried
+                raise FileExistsError(path) from None
+
+        path, descriptor = _create_locked(target, make, "folder")
+        return cls(target, package, path, descriptor)
 
     def commit(self, may_replace: bool) -> None:
         """Rename the folder to the target: replacing a package folder or a file there
@@ -439,14 +465,7 @@ class _TemporaryFolder:
                 _rename_folder_no_replace(self.path, self.target)
             except FileExistsError:
                 if not may_replace:
-                    setting = _REPLACING.get()
-                    how = setting.how if setting is not None else "pass overwrite=True"
-                    raise FormatError(
-                        f"{shown(self.target)}: appeared while rnnport was writing it; expected "
-                        "to create it (nothing is replaced without overwrite), got one another "
-                        "process wrote meanwhile, which is left as it is. "
-                        f"{how[:1].upper()}{how[1:]} to replace it. Nothing was written.") \
-                        from None
+                    raise _appeared(self.target, "one") from None
                 self._swap()
         except OSError as error:
             raise system_error(self.target, "be renamed into place", error,
@@ -519,33 +538,12 @@ class _Temporary:
 
     @classmethod
     def create(cls, target: Path) -> _Temporary:
-        folder = target.parent if str(target.parent) else Path(".")
-        for _ in range(100):
-            name = "".join(secrets.choice(_LETTERS) for _ in range(_RANDOM))
-            path = folder / f".{target.name}.{name}{_SUFFIX}"
-            try:
-                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                                     | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0),
-                                     0o666)
-            except FileExistsError:
-                continue
-            except OSError as error:
-                raise system_error(target, f"create a file in {shown(folder)}", error,
-                                   "choose a folder you can write to") from None
-            if fcntl is not None:
-                fcntl.flock(descriptor, fcntl.LOCK_EX)
-                # Another write's clean-up may have taken this file for an abandoned one
-                # between its creation and the lock: then it is gone, and a new one is made.
-                try:
-                    same = _same_file(os.lstat(path), os.fstat(descriptor))
-                except OSError:
-                    same = False
-                if not same:
-                    os.close(descriptor)
-                    continue
-            return cls(target, path, descriptor)
-        raise FormatError(f"{shown(target)}: cannot create a temporary file in {shown(folder)}; "
-                          "expected one of 100 random names to be free. Nothing was written.")
+        def make(path: Path) -> int:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                           | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0), 0o666)
+
+        path, descriptor = _create_locked(target, make, "file")
+        return cls(target, path, descriptor)
 
     def fill(self, write: Callable[[BinaryIO], Any]) -> None:
         file = os.fdopen(self.descriptor, "wb", closefd=False)
@@ -569,13 +567,7 @@ class _Temporary:
             else:
                 _rename_no_replace(self.path, self.target)
         except FileExistsError:
-            setting = _REPLACING.get()
-            how = setting.how if setting is not None else "pass overwrite=True"
-            raise FormatError(
-                f"{shown(self.target)}: appeared while rnnport was writing it; expected to "
-                "create it (nothing is replaced without overwrite), got a file another process "
-                f"wrote meanwhile, which is left as it is. {how[:1].upper()}{how[1:]} to replace "
-                "it. Nothing was written.") from None
+            raise _appeared(self.target, "a file") from None
         except OSError as error:
             raise system_error(self.target, "be renamed into place", error,
                                "check the folder and try again") from None
