@@ -77,3 +77,14 @@ def test_a_fifo_named_like_a_model_is_named_as_a_fifo(tmp_path: Path, name: str)
     os.mkfifo(tmp_path / name)
     with pytest.raises(FormatError, match=r"is a FIFO \(named pipe\), not a file"):
         rnnport.read(tmp_path / name)
+
+
+def test_a_sniff_looks_only_at_regular_files_and_never_blocks(tmp_path: Path) -> None:
+    from rnnport.io.inputs import head
+
+    (tmp_path / "file").write_bytes(b"7767517\n1 1\n")
+    os.mkfifo(tmp_path / "fifo")  # no writer: opening it to read would block
+    assert head(tmp_path / "file", 7) == b"7767517"
+    assert head(tmp_path / "fifo", 7) is None
+    assert head(tmp_path, 7) is None
+    assert head(tmp_path / "absent", 7) is None

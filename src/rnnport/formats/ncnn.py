@@ -83,7 +83,7 @@ from .. import budget
 from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ..gates import CANONICAL, block, gate_family, reorder
 from ..io.atomic import atomic_write_all
-from ..io.inputs import open_file, read_file
+from ..io.inputs import head, open_file, read_file
 from ..model import RNN, Model, Stack, stack
 from ..spec import Spec
 from ._common import is_path, listed, sum_exact
@@ -759,15 +759,9 @@ def sniff(source: Any) -> bool:
 
 def is_param(path: Path) -> bool:
     """Whether the file at ``path`` starts with ncnn's magic number (text or binary)."""
-    if not os.path.isfile(path):  # a FIFO or a device would block or never end
-        return False
-    try:
-        with open(path, "rb") as file:
-            head = file.read(16)
-    except OSError:
-        return False
-    return head[:4] == struct.pack("<i", MAGIC) or re.match(
-        rb"\s*7767517\s", head) is not None
+    start = head(path, 16)
+    return start is not None and (start[:4] == struct.pack("<i", MAGIC) or re.match(
+        rb"\s*7767517\s", start) is not None)
 
 
 def param_count(model: Model) -> int:

@@ -142,15 +142,9 @@ def sniff(source: Any) -> bool:
     if not is_path(source):
         return False
     path = _model_json(Path(source))
-    if not path.is_file():
-        return False
-    try:
-        with open(path, "rb") as file:
-            head = file.read(SNIFF_BYTES)
-    except OSError:
-        return False
-    return head.lstrip()[:1] == b"{" and (b'"modelTopology"' in head
-                                          or b'"weightsManifest"' in head)
+    start = inputs.head(path, SNIFF_BYTES)
+    return start is not None and start.lstrip()[:1] == b"{" and (
+        b'"modelTopology"' in start or b'"weightsManifest"' in start)
 
 
 # -- the manifest ---------------------------------------------------------------------------

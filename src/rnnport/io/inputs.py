@@ -196,6 +196,26 @@ def open_file(path: str | os.PathLike[str], where: str, *, inside: Path | None =
         raise
 
 
+def head(path: str | os.PathLike[str], size: int) -> bytes | None:
+    """The first ``size`` bytes of the regular file at ``path`` (links followed), or None
+    for anything else (a folder, a FIFO or a device, which could block or never end) and a
+    file that cannot be read: what a format's ``sniff`` looks at. It is opened without
+    blocking and checked open; nothing is recorded (a look, not a read)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                             | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            return None
+        with os.fdopen(descriptor, "rb") as file:
+            return file.read(size)
+    except OSError:
+        return None
+
+
 def is_file(path: str | os.PathLike[str], where: str) -> bool:
     """Whether ``path`` is a regular file (links followed), as ``Path.is_file`` says; but a
     path the system cannot look up for another reason than its absence (a name too long, a

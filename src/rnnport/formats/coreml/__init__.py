@@ -84,7 +84,7 @@ from ...errors import FormatError, UnsupportedFeatureError
 from ...gates import CANONICAL, gate_family
 from ...io._proto import ProtoError, skip, tag_at
 from ...io.atomic import atomic_write
-from ...io.inputs import read_file
+from ...io.inputs import head, read_file
 from ...model import RNN, Model, Stack, stack
 from ...spec import Spec
 from .._common import is_path, listed
@@ -693,14 +693,8 @@ def sniff(source: Any) -> bool:
         return False
     if os.fspath(source).lower().endswith((".mlmodel", ".mlpackage")):
         return True
-    if not os.path.isfile(source):
-        return False
-    try:
-        with open(source, "rb") as file:
-            head = memoryview(file.read(1 << 20))
-    except OSError:
-        return False
-    return _looks_like_model(head)
+    start = head(source, 1 << 20)
+    return start is not None and _looks_like_model(memoryview(start))
 
 
 def _looks_like_model(head: memoryview) -> bool:

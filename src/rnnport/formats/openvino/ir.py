@@ -21,7 +21,7 @@ import numpy as np
 
 from ... import budget
 from ...errors import FormatError, UnsupportedFeatureError
-from ...io.inputs import is_file, read_file
+from ...io.inputs import head, is_file, read_file
 from .._common import describe, is_path
 
 __all__ = ["ELEMENT_TYPES", "IR", "Graph", "Layer", "Port", "bin_path", "load", "parse_shape",
@@ -366,11 +366,6 @@ def _only_ir(folder: Path) -> Path:
 def is_ir(path: Path) -> bool:
     """Whether the file at ``path`` starts like an IR's XML (a ``<net`` element in its first
     kilobyte); nothing else is read."""
-    if not os.path.isfile(path):  # a FIFO or a device would block or never end
-        return False
-    try:
-        with open(path, "rb") as file:
-            head = file.read(1024)
-    except OSError:
-        return False
-    return b"<net" in head and b"<!DOCTYPE" not in head[:head.find(b"<net")]
+    start = head(path, 1024)
+    return start is not None and b"<net" in start and \
+        b"<!DOCTYPE" not in start[:start.find(b"<net")]

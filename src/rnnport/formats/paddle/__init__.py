@@ -65,7 +65,7 @@ import numpy as np
 
 from ...errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
 from ...io.atomic import atomic_write, check_target
-from ...io.inputs import read_file
+from ...io.inputs import head, read_file
 from ...model import RNN, Model, Stack, stack
 from ...spec import Spec
 from .._common import describe, is_path, listed
@@ -121,15 +121,13 @@ def kind_of(path: str | os.PathLike[str]) -> str | None:
         return "prefix" if not os.path.exists(path) and any(
             os.path.isfile(text + ending) for ending in PROGRAM_SUFFIXES) and \
             _program_file(Path(text)) is not None else None
-    try:
-        with open(path, "rb") as file:
-            head = file.read(512)
-    except OSError:
+    start = head(path, 512)
+    if start is None:
         return None
-    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") and \
-            not head.startswith(TORCH_MAGIC) and b"numpy" in head and b"ndarray" in head:
+    if start[:1] == b"\x80" and start[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") and \
+            not start.startswith(TORCH_MAGIC) and b"numpy" in start and b"ndarray" in start:
         return "pdparams"
-    if head.lstrip()[:1] == b"{" and b'"magic"' in head and b'"pir"' in head:
+    if start.lstrip()[:1] == b"{" and b'"magic"' in start and b'"pir"' in start:
         return "program"
     if suffix == PDPARAMS:
         return "pdparams"
