@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..errors import (
+    AmbiguousSourceError,
     FormatError,
     MissingDependencyError,
     UnsupportedFeatureError,
@@ -18,6 +19,7 @@ from ..spec import Spec
 
 __all__ = [
     "MAX_LISTED",
+    "by_layer",
     "close_matches",
     "combine_biases",
     "is_path",
@@ -30,6 +32,30 @@ __all__ = [
 
 
 MAX_LISTED = 8  # names a note lists before "…"
+
+_Network = TypeVar("_Network")
+
+
+def by_layer(networks: Sequence[_Network], layer: str | None, names: Callable[[_Network],
+             list[str]], describe: Callable[[_Network], str], where: str,
+             option: str = "layer") -> _Network:
+    """The one of ``networks`` holding the recurrent layer named ``layer`` (``names`` gives
+    a network's layer names), or the only one; else a FormatError listing the layers, or an
+    AmbiguousSourceError listing the networks (``describe``) and saying to pass ``option=``."""
+    if layer is not None:
+        for network in networks:
+            if layer in names(network):
+                return network
+        every = [name for network in networks for name in names(network)]
+        raise FormatError(f"{where}: no recurrent layer named {layer!r}; the recurrent layers "
+                          f"are {listed(every)}.")
+    if len(networks) > 1:
+        raise AmbiguousSourceError(
+            f"{where}: holds {len(networks)} recurrent networks ("
+            + "; ".join(describe(network) for network in networks[:MAX_LISTED])
+            + f"); pass {option}= with the name of one of their layers (e.g. "
+            f"{option}={names(networks[0])[0]!r}).")
+    return networks[0]
 
 
 def layer_number(text: str, where: str) -> int:

@@ -80,13 +80,13 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 
 from .. import budget
-from ..errors import AmbiguousSourceError, FormatError, UnsupportedFeatureError
+from ..errors import FormatError, UnsupportedFeatureError
 from ..gates import CANONICAL, block, gate_family, reorder
 from ..io.atomic import atomic_write_all
 from ..io.inputs import head, open_file, read_file
 from ..model import RNN, Model, Stack, stack
 from ..spec import Spec
-from ._common import is_path, listed, sum_exact
+from ._common import by_layer, is_path, listed, sum_exact
 from ._protocol import Choices, Format, NamedArray, Suffix
 
 __all__ = ["FORMAT", "NcnnModel", "is_param", "read", "sniff", "write"]
@@ -491,20 +491,8 @@ def _pick(networks: list[_Network], layer: str | None, where: str) -> _Network:
         raise FormatError(f"{where}: holds no LSTM, GRU or RNN layer; expected at least one "
                           "(rnnport reads recurrent networks). pnnx writes two .param files: "
                           "read the .ncnn.param, not pnnx's own .pnnx.param.")
-    if layer is not None:
-        for network in networks:
-            if any(item.name == layer for item in network.layers):
-                return network
-        names = [item.name for network in networks for item in network.layers]
-        raise FormatError(f"{where}: no recurrent layer named {layer!r}; the recurrent layers "
-                          f"are {listed(names)}.")
-    if len(networks) > 1:
-        raise AmbiguousSourceError(
-            f"{where}: holds {len(networks)} recurrent networks ("
-            + "; ".join(_describe(network) for network in networks[:8])
-            + f"); pass layer= with the name of one of their layers (e.g. "
-            f"layer={networks[0].layers[0].name!r}).")
-    return networks[0]
+    return by_layer(networks, layer, lambda network: [item.name for item in network.layers],
+                    _describe, where)
 
 
 # -- reading ---------------------------------------------------------------------------------

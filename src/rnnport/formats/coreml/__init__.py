@@ -87,7 +87,7 @@ from ...io.atomic import atomic_write
 from ...io.inputs import head, read_file
 from ...model import RNN, Model, Stack, stack
 from ...spec import Spec
-from .._common import is_path, listed
+from .._common import by_layer, is_path, listed
 from .._protocol import Choices, Format, NamedArray, Suffix
 from .fields import (
     ACTIVATIONS,
@@ -401,20 +401,8 @@ def _describe(chain: Sequence[Layer]) -> str:
 
 
 def _pick(chains: list[list[Layer]], layer: str | None, where: str) -> list[Layer]:
-    if layer is not None:
-        for chain in chains:
-            if any(item.label == layer for item in chain):
-                return chain
-        names = [item.label for chain in chains for item in chain]
-        raise FormatError(f"{where}: no recurrent layer named {layer!r}; its recurrent layers "
-                          f"are {listed(names)}.")
-    if len(chains) > 1:
-        raise FormatError(
-            f"{where}: holds {len(chains)} recurrent networks ("
-            + "; ".join(_describe(chain) for chain in chains[:8])
-            + f"); pass layer= with the name of one of their layers (e.g. "
-            f"layer={chains[0][0].label!r}).")
-    return chains[0]
+    return by_layer(chains, layer, lambda chain: [item.label for item in chain], _describe,
+                    where)
 
 
 # -- one layer -------------------------------------------------------------------------------
