@@ -270,25 +270,10 @@ def run_streaming(steps: int, rounds: int) -> dict[str, Any]:
     session = onnxruntime.InferenceSession(
         rnnport.write(rnn, "onnx", initial_state=True, time_major=True).SerializeToString(),
         options, providers=["CPUExecutionProvider"])
-    names = [entry.name for entry in session.get_inputs()]
-    outputs = [entry.name for entry in session.get_outputs()]
-
-    def direct_onnxruntime() -> Any:
-        h = c = zeros
-        for x in xs:
-            _, h, c = session.run(outputs, dict(zip(names, (x, h, c), strict=True)))
-        return h
-
     module = rnnport.write(rnn, "torch", module=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as for ONNX Runtime (the engine shares the setting)
-
-    def direct_torch() -> Any:
-        state = (torch.from_numpy(zeros), torch.from_numpy(zeros))
-        with torch.inference_mode():
-            for x in xs:
-                _, state = module(torch.from_numpy(x), state)
-        return state[0].numpy()
+    direct_onnxruntime, direct_torch = _called_directly(session, module, xs, zeros)
 
     def stream() -> Any:
         streamed = rnn.stream(1, time_major=True)
@@ -325,6 +310,32 @@ def run_streaming(steps: int, rounds: int) -> dict[str, Any]:
             "streams": streams}
 
 
+def _called_directly(session: Any, module: Any, xs: np.ndarray, zeros: np.ndarray
+                     ) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """ONNX Runtime's ``session`` and PyTorch's ``module`` (time-major, taking and giving
+    the state) run on each chunk of ``xs`` from ``zeros``, the state fed back by the caller:
+    each a call that returns the final ``h``."""
+    import torch
+
+    inputs = [entry.name for entry in session.get_inputs()]
+    outputs = [entry.name for entry in session.get_outputs()]
+
+    def direct_onnxruntime() -> Any:
+        h = c = zeros
+        for x in xs:
+            _, h, c = session.run(outputs, dict(zip(inputs, (x, h, c), strict=True)))
+        return h
+
+    def direct_torch() -> Any:
+        state = (torch.from_numpy(zeros), torch.from_numpy(zeros))
+        with torch.inference_mode():
+            for x in xs:
+                _, state = module(torch.from_numpy(x), state)
+        return state[0].numpy()
+
+    return direct_onnxruntime, direct_torch
+
+
 # (streams served in one batch, steps per call) of the stream grid
 STREAM_GRID = ((1, 1), (1, 10), (64, 1), (64, 10))
 # each stream against ONNX Runtime called directly, the state fed back by the caller
@@ -339,13 +350,11 @@ def stream_grid(rnn: rnnport.RNN, session: Any, module: Any, batch: int, chunk: 
     directly, the median ratio of calls timed in pairs (:func:`overhead`). A sample runs
     ``calls`` calls; every one must end in the same state. ``session`` and ``module``
     (``batch_first=False``) are time-major, taking and giving the state."""
-    import torch
 
     xs = np.random.default_rng(7).standard_normal((calls, chunk, batch, STREAMING.input_size),
                                                   dtype=np.float32)
     zeros = np.zeros((1, batch, STREAMING.hidden_size), np.float32)
-    inputs = [entry.name for entry in session.get_inputs()]
-    outputs = [entry.name for entry in session.get_outputs()]
+    direct_onnxruntime, direct_torch = _called_directly(session, module, xs, zeros)
 
     def streamed(engine: str) -> Callable[[], Any]:
         stream = rnn.stream(batch, time_major=True, engine=engine)
@@ -356,19 +365,6 @@ def stream_grid(rnn: rnnport.RNN, session: Any, module: Any, batch: int, chunk: 
                 stream(x)
             return stream.state[0]
         return call
-
-    def direct_onnxruntime() -> Any:
-        h = c = zeros
-        for x in xs:
-            _, h, c = session.run(outputs, dict(zip(inputs, (x, h, c), strict=True)))
-        return h
-
-    def direct_torch() -> Any:
-        state = (torch.from_numpy(zeros), torch.from_numpy(zeros))
-        with torch.inference_mode():
-            for x in xs:
-                _, state = module(torch.from_numpy(x), state)
-        return state[0].numpy()
 
     calls_of = {"stream:numpy": streamed("numpy"), "stream:onnxruntime": streamed("onnxruntime"),
                 "stream:torch": streamed("torch"), "onnxruntime": direct_onnxruntime,
