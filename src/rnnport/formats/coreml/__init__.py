@@ -102,6 +102,7 @@ from .fields import (
     sub,
     weights,
 )
+from .loops import LoopCell, loop_model, nn_loop, recognise, signed
 from .package import MODEL_ITEM, PACKAGE, CoreMLPackage, encode_package, save_package
 from .program import networks as program_networks
 from .program import notes as program_notes
@@ -125,6 +126,7 @@ RECURRENT = {LAYER["uniDirectionalLSTM"], LAYER["biDirectionalLSTM"], LAYER["gru
 LSTM_GATES = {"i": "inputGate", "f": "forgetGate", "g": "blockInput", "o": "outputGate"}
 GRU_GATES = {"r": "resetGate", "z": "updateGate", "n": "outputGate"}
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+LAYER_SLICE = LAYER["slice"]
 # Layers that give their one input's values unchanged in another shape: a chain of recurrent
 # layers may run through them (coremltools' converter puts squeeze and expandDims between).
 PASSING = frozenset({"squeeze", "expandDims", "copy", "reshapeStatic", "flatten"})
@@ -149,6 +151,8 @@ class Layer:
     body: Message
     network: int  # which neural network of the file it belongs to
     backward: Message | None = None  # a bidirectional pair's reversed layer (gru, simpleRecurrent)
+    # A loop layer's cell (inputs: its sequence; outputs: its output rows), or why not
+    loop: LoopCell | UnsupportedFeatureError | None = None
 
     @property
     def type(self) -> str:
@@ -156,6 +160,8 @@ class Layer:
 
     @property
     def sequence_output(self) -> bool:
+        if self.kind == LAYER["loop"]:
+            return isinstance(self.loop, LoopCell) and self.outputs != (self.loop.output,)
         if self.kind in (LAYER["uniDirectionalLSTM"], LAYER["biDirectionalLSTM"]):
             params = message(sub(self.body, 15, self.label, "params") or b"", self.label)
             return flag(params, FIELDS["LSTMParams"]["sequenceOutput"], self.label,
@@ -179,6 +185,7 @@ class Contents:
     # (network, output blob) → a concat or reverse layer: its label, type, inputs, message
     joins: dict[tuple[int, str], tuple[str, int, tuple[str, ...], Message]] = field(
         default_factory=dict)
+    meter: budget.Meter | None = None  # what decoding a loop's weights is charged to
 
 
 # -- reading the model's structure -----------------------------------------------------------
@@ -227,7 +234,8 @@ def _walk(data: bytes, where: str, prefix: str, depth: int, found: Contents) -> 
 def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
     network_number = found.networks
     found.networks += 1
-    for raw in message(network, where).get(FIELDS["NeuralNetwork"]["layers"], []):
+    layers = message(network, where).get(FIELDS["NeuralNetwork"]["layers"], [])
+    for position, raw in enumerate(layers):
         if not isinstance(raw, bytes):
             raise FormatError(f"{where}: a layer is a number; expected a message. The file is "
                               "damaged.")
@@ -239,6 +247,10 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
         inputs, outputs = layer.get(LAYER["input"], []), layer.get(LAYER["output"], [])
         if LAYER_TYPES.get(kind) in PASSING and len(inputs) == 1 and len(outputs) == 1:
             found.aliases[network_number, _text(outputs[0], where)] = _text(inputs[0], where)
+        if kind == LAYER["loop"]:
+            found.layers.append(_loop_layer(layer, label, layers, position, where, found,
+                                            network_number))
+            continue
         if kind not in RECURRENT:
             found.others.append(f"{label} ({LAYER_TYPES.get(kind, f'layer type {kind}')})")
             if kind in (LAYER["concat"], LAYER["reverse"]) and len(outputs) == 1:
@@ -254,10 +266,38 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
             network_number))
 
 
+def _loop_layer(layer: Message, label: str, layers: list[int | bytes], position: int,
+                where: str, found: Contents, network: int) -> Layer:
+    """A ``loop`` layer as the recurrent layer it computes (:mod:`.loops`); one that is
+    none keeps its refusal, raised when it is read."""
+    params = message(sub(layer, LAYER["loop"], where, "loop") or b"", f"{where}: {label}")
+    assert found.meter is not None
+    cell: LoopCell | UnsupportedFeatureError
+    try:
+        cell = recognise(nn_loop(params, f"{where}: layer {label} (loop)", layers[:position],
+                                 where, found.meter))
+    except UnsupportedFeatureError as refusal:
+        return Layer(label, LAYER["loop"], (), (), {}, network, loop=refusal)
+    output = cell.output
+    for raw in layers[position + 1:]:  # the rows the steps wrote: buffer[1:T+1]
+        after = message(raw, where) if isinstance(raw, bytes) else {}
+        slice_params = message(sub(after, LAYER_SLICE, where, "slice") or b"", where)
+        numbers = FIELDS["SliceLayerParams"]
+        rows = tuple(signed(number_of(slice_params, numbers[key], where, key))
+                     for key in ("startIndex", "endIndex", "stride", "axis"))
+        if LAYER_SLICE in after and [_text(value, where) for value in after.get(
+                LAYER["input"], [])] == [cell.output] and rows in (
+                (1, cell.steps + 1, 1, 0), (1, -1, 1, 0)) and after.get(LAYER["output"]):
+            output = _text(after[LAYER["output"]][0], where)
+            break
+    return Layer(label, LAYER["loop"], (cell.sequence,), (output,), {}, network, loop=cell)
+
+
 def _contents(source: Any) -> tuple[Contents, str, int]:
     """The file's contents, where it is (for messages), and its size."""
     data, where, folder = _bytes(source)
-    found = Contents([], [], folder=folder)
+    found = Contents([], [], folder=folder, meter=budget.Meter(
+        "expansion", len(data), where, "bytes of weights decoded"))
     _walk(data, where, "", 0, found)
     _pair_directions(found)
     return found, where, len(data)
@@ -379,13 +419,6 @@ def _networks(contents: Contents, where: str) -> list[list[Layer]]:
                 f"{where}: a pipeline holding {len(contents.programs)} ML Programs and no "
                 "recurrent NeuralNetwork layer; rnnport reads one ML Program at a time. Save "
                 "the program that holds the network as a model of its own.")
-        loops = [other for other in contents.others if other.endswith("(loop)")]
-        if loops:
-            raise UnsupportedFeatureError(
-                f"{where}: no recurrent layer, but a loop layer ({listed(loops)}): "
-                "coremltools writes networks Core ML has no layer for (a PyTorch GRU, which "
-                "resets after) as loops of generic layers, which rnnport does not read. Read "
-                "the source network itself, or convert it to ONNX.")
         raise FormatError(f"{where}: no uniDirectionalLSTM, biDirectionalLSTM, gru or "
                           f"simpleRecurrent layer; found {listed(contents.others) or 'nothing'}.")
     return chains
@@ -469,6 +502,12 @@ def _cell_clip(threshold: float, option: Any) -> float | None:
 
 def layer_spec(layer: Layer, cell_clip: Any = FROM_FILE) -> Spec:
     """The one-layer Spec of a recurrent layer (no weights read)."""
+    if layer.kind == LAYER["loop"]:
+        if isinstance(layer.loop, UnsupportedFeatureError):
+            raise UnsupportedFeatureError(*layer.loop.args) from None
+        if layer.loop is None:
+            raise FormatError(f"{layer.label}: a loop layer not read")
+        return Spec(**layer.loop.fields)
     if layer.backward is not None:
         forward = layer_spec(replace(layer, backward=None), cell_clip)
         backward = layer_spec(replace(layer, body=layer.backward, backward=None), cell_clip)
@@ -562,6 +601,9 @@ def _direction(layer: Layer, spec: Spec, raw: bytes, meter: budget.Meter,
 
 def _layer_model(layer: Layer, meter: budget.Meter, cell_clip: Any) -> RNN:
     spec = layer_spec(layer, cell_clip)
+    if layer.loop is not None:
+        assert isinstance(layer.loop, LoopCell)  # layer_spec raised the refusal
+        return loop_model(spec, layer.loop)
     forget_bias = False
     if spec.cell == "lstm":
         params = message(sub(layer.body, 15, layer.label, "params") or b"", layer.label)
@@ -727,6 +769,8 @@ def explain_arrays(native: Any, spec: Spec) -> list[NamedArray]:
     meter = budget.Meter("expansion", size, where, "bytes of weights decoded")
     out = []
     for layer in contents.layers:
+        if layer.kind == LAYER["loop"]:
+            continue  # rnnport writes no loops; a read one has no Core ML names of its own
         model = _layer_model(layer, meter, FROM_FILE)
         order = CANONICAL[gate_family(model.spec.cell)]
         names = LSTM_GATES if model.spec.cell == "lstm" else \

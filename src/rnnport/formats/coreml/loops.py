@@ -1,0 +1,547 @@
+"""The recurrent cell a Core ML loop computes: a NeuralNetwork ``loop`` layer or an ML
+Program ``while_loop``, as coremltools writes a PyTorch GRU (Core ML has no reset-after
+GRU), read by evaluating one step symbolically (:mod:`.._loops`).
+
+**What coremltools writes** (both kinds alike)::
+
+    counter = 0                      buffer = zeros (T+1, B, H)   row 0: the initial state
+    while counter < T:
+        x  = squeeze(gather(sequence, counter, axis 0))           sequence (T, B, I)
+        h  = squeeze(gather(buffer, counter, axis 0))
+        h' = the cell's step, from linear / innerProduct, add, mul, sub, sigmoid, tanh …
+        counter' = counter + 1
+        buffer'  = scatter(buffer, counter', expand_dims(h'), axis 0)   update, or add to 0
+    y = buffer[1:T+1]                (T, B, H), time first
+
+Each operation is one :class:`Node`; ``loop`` layers and ``while_loop`` operations become a
+:class:`Loop` (its loop values: where each starts, its value in the body and after it).
+:func:`recognise` checks the counter (a constant 0, plus a constant 1 per step), the
+condition (``less`` than a constant ``T``), the buffer (a constant of zeros, ``T + 1`` rows,
+written at the next row each step with what the step computes), and the step: the new
+state must be a canonical cell (a simple RNN, a GRU, reset after as PyTorch's or before),
+with the weights and biases the body holds, bit for bit. Anything else is refused naming
+what does not fit; an operation the evaluation cannot follow is named by its layer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ... import budget
+from ...errors import FormatError, UnsupportedFeatureError
+from ...io._proto import ProtoError, read_varint
+from ...model import RNN
+from ...spec import Spec
+from .._common import listed
+from .._loops import (
+    Act,
+    Const,
+    Mul,
+    Opaque,
+    Sub,
+    Sum,
+    Sym,
+    Term,
+    Unsupported,
+    Var,
+    add,
+    match,
+    unmatched,
+)
+from .fields import (
+    FIELDS,
+    LAYER_TYPES,
+    Message,
+    flag,
+    float32,
+    last,
+    message,
+    number_of,
+    sub,
+    weights,
+)
+
+__all__ = ["Loop", "LoopCell", "Node", "loop_model", "nn_loop", "recognise", "signed"]
+
+LAYER = FIELDS["NeuralNetworkLayer"]
+SCATTER_MODES = {0: "update", 1: "add"}  # ScatterMode's SCATTER_UPDATE, SCATTER_ADD
+MAX_NODES = 1 << 16  # operations of one loop body: a cell needs a few dozen
+
+# Node kinds: "dense" (data: weight (out, in), bias or None), "add", "mul", "sub" (two
+# inputs), "act" (data: sigmoid, tanh, relu), "neg" (0 − v), "scale" (data: a float32 scalar;
+# v·a), "shift" (v + a), "pass" (squeeze, expand_dims, copy, cast: the same values),
+# "gather" / "scatter" (data: (axis, mode)), "less", "const" (data: the values), "rows"
+# (data: (start, stop, step) along axis 0), "other" (data: what it is).
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operation: its kind (above), a label for messages, input and output names."""
+
+    kind: str
+    label: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    data: Any = None
+
+
+@dataclass
+class Loop:
+    """A loop: its label, loop values (the name inside the body, the name of the value it
+    starts as, the name of its new value after the body), condition and body."""
+
+    label: str
+    variables: list[tuple[str, str, str]]
+    condition: list[Node]
+    condition_variables: list[str]  # each loop value's name inside the condition
+    condition_output: str
+    body: list[Node]
+    outer: Callable[[str], Node | None]  # the operation outside the loop giving a name
+    final: list[str]  # the names outside holding each loop value after the loop
+
+
+@dataclass
+class LoopCell:
+    """What a recognised loop computes and where its sequence enters and leaves."""
+
+    fields: dict[str, Any]  # Spec fields
+    params: dict[str, np.ndarray]  # canonical weight_ih, weight_hh (bias_ih, bias_hh)
+    sequence: str  # the name of the sequence the loop reads (time first)
+    output: str  # the name of the loop value holding the output rows (after the loop)
+    steps: int
+    notes: list[str] = field(default_factory=list)
+
+
+# -- symbolic values of the loop's machinery ------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Outer(Sym):
+    name: str  # a value computed outside the loop
+
+
+@dataclass(frozen=True, eq=False)
+class _Scatter(Sym):
+    data: Sym
+    index: Sym
+    update: Sym
+    axis: int
+    mode: str
+
+
+@dataclass(frozen=True, eq=False)
+class _Less(Sym):
+    a: Sym
+    b: Sym
+
+
+class _Evaluation:
+    """The values of one run of a node list, from the loop values' roles (``loop<k>``)."""
+
+    def __init__(self, loop: Loop, roles: dict[str, Sym], constant: Callable[[str], Sym]
+                 ) -> None:
+        self.loop, self.env, self.constant = loop, dict(roles), constant
+        self.loop_values = {id(value): k for k, value in enumerate(roles.values())}
+        self.sequences: dict[str, Var] = {}  # outer name → x
+        self.states: dict[int, Var] = {}  # loop value → h
+        self.indices: list[Sym] = []  # what every gather of x or h was indexed with
+
+    def value(self, name: str) -> Sym:
+        if name not in self.env:
+            self.env[name] = self.constant(name)
+        return self.env[name]
+
+    def run(self, nodes: list[Node]) -> None:
+        if len(nodes) > MAX_NODES:
+            raise UnsupportedFeatureError(
+                f"{self.loop.label}: {len(nodes):,} operations in one step; expected a "
+                "recurrent cell's few dozen.")
+        for node in nodes:
+            result = self._node(node)
+            for name in node.outputs[:1]:
+                self.env[name] = result
+            for name in node.outputs[1:]:
+                self.env[name] = Opaque(node.label)
+
+    def _node(self, node: Node) -> Sym:
+        kind = node.kind
+        args = [self.value(name) for name in node.inputs]
+        if kind == "const":
+            return Const(np.asarray(node.data), node.outputs[0] if node.outputs else "")
+        if kind == "pass" and len(args) == 1:
+            return args[0]
+        if kind == "other" or any(isinstance(arg, _Scatter) for arg in args):
+            return Opaque(f"{node.label}{f' ({node.data})' if node.data else ''}")
+        if kind == "dense" and len(args) == 1:
+            weight, bias = node.data
+            if isinstance(args[0], (Sum, Const, Opaque)):
+                return Opaque(f"{node.label} (a product of a sum or a constant)")
+            return Sum(terms=(Term(args[0], weight, bias),))
+        if kind in ("add", "mul", "sub") and len(args) == 2:
+            a, b = args
+            return add(a, b) if kind == "add" else Mul(a, b) if kind == "mul" else Sub(a, b)
+        if kind == "act" and len(args) == 1:
+            return Act(node.data, args[0])
+        if kind == "neg" and len(args) == 1:
+            return Sub(Const(np.zeros((), np.float32), node.label), args[0])
+        if kind == "shift" and len(args) == 1:
+            return add(args[0], Const(np.asarray(node.data, np.float32), node.label))
+        if kind == "scale" and len(args) == 1:
+            return Mul(args[0], Const(np.asarray(node.data, np.float32), node.label))
+        if kind == "less" and len(args) == 2:
+            return _Less(args[0], args[1])
+        if kind == "less" and len(args) == 1 and node.data is not None:  # v < alpha
+            return _Less(args[0], Const(np.asarray(node.data), node.label))
+        if kind == "gather" and len(args) == 2:
+            return self._gather(node, *args)
+        if kind == "scatter" and len(args) == 3:
+            axis, mode = node.data
+            return _Scatter(args[0], args[1], args[2], axis, mode)
+        return Opaque(node.label)
+
+    def _gather(self, node: Node, data: Sym, index: Sym) -> Sym:
+        """A row of the sequence (x) or of a loop value (h: the state buffer) at an index."""
+        axis, _ = node.data
+        if axis != 0:
+            return Opaque(f"{node.label} (along axis {axis})")
+        if isinstance(data, _Outer):
+            self.indices.append(index)
+            return self.sequences.setdefault(data.name, Var("x"))
+        k = self.loop_values.get(id(data))
+        if k is not None:
+            self.indices.append(index)
+            return self.states.setdefault(k, Var("h"))
+        return Opaque(f"{node.label} (of a computed value)")
+
+
+def _opaque(values: list[Sym]) -> list[str]:
+    """What the evaluation could not follow, among what ``values`` are built from."""
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+    pending = list(values)
+    while pending and len(seen) < 1 << 14:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, Opaque):
+            found[value.what] = None
+        elif isinstance(value, (Mul, Sub)):
+            pending.extend((value.a, value.b))
+        elif isinstance(value, Act):
+            pending.append(value.arg)
+        elif isinstance(value, Sum):
+            pending.extend(value.others)
+            pending.extend(term.source for term in value.terms)
+    return list(found)
+
+
+def _scalar(value: Sym) -> float | None:
+    if isinstance(value, Const) and value.values.size == 1:
+        return float(value.values.reshape(-1)[0])
+    return None
+
+
+def _constant(loop: Loop, name: str, follow: bool = True) -> np.ndarray | None:
+    """The values of the constant outside the loop that ``name`` is (through copies)."""
+    seen = 0
+    node = loop.outer(name)
+    while node is not None and node.kind == "pass" and follow and seen < 64:
+        seen += 1
+        node = loop.outer(node.inputs[0]) if node.inputs else None
+    return np.asarray(node.data) if node is not None and node.kind == "const" else None
+
+
+def recognise(loop: Loop) -> LoopCell:
+    """The cell ``loop`` computes (see the module's docstring); UnsupportedFeatureError
+    naming what does not fit."""
+    label = loop.label
+
+    def outside(name: str) -> Sym:
+        node = loop.outer(name)
+        values = _constant(loop, name)
+        if values is not None:
+            return Const(values.astype(np.float32) if values.dtype.kind == "f" else values,
+                         name)
+        del node
+        return _Outer(name)
+
+    roles: dict[str, Sym] = {inside: Var(f"loop{k}")
+                             for k, (inside, _, _) in enumerate(loop.variables)}
+    step = _Evaluation(loop, roles, outside)
+    step.run(loop.body)
+    new = [step.value(after) for _, _, after in loop.variables]
+    starts = [_constant(loop, start) for _, start, _ in loop.variables]
+    role_values = list(roles.values())
+
+    counters = [k for k, value in enumerate(new)
+                if isinstance(value, Sum) and not value.terms and len(value.others) == 1
+                and value.others[0] is role_values[k] and len(value.consts) == 1
+                and value.consts[0].size == 1 and float(value.consts[0].reshape(-1)[0]) == 1
+                and starts[k] is not None and starts[k].size == 1  # type: ignore[union-attr]
+                and float(starts[k].reshape(-1)[0]) == 0]  # type: ignore[union-attr]
+    buffers = [k for k, value in enumerate(new) if isinstance(value, _Scatter)]
+    if len(counters) != 1 or len(buffers) != 1:
+        raise UnsupportedFeatureError(
+            f"{label}: its {len(new)} loop values are not a step counter (starting at 0, "
+            "adding 1 per step) and a buffer of states written one row per step; rnnport reads "
+            "loops as coremltools writes them for a recurrent layer (a PyTorch GRU). Nothing "
+            "was read.")
+    counter, buffer = counters[0], buffers[0]
+    others = [k for k in range(len(new)) if k not in (counter, buffer) and
+              new[k] is not role_values[k]]
+    if others:
+        raise UnsupportedFeatureError(
+            f"{label}: it carries loop values beside its counter and its buffer of states "
+            f"({listed(loop.variables[k][0] for k in others)}); rnnport reads loops carrying "
+            "one state (a simple RNN's or a GRU's h). Nothing was read.")
+    scatter = new[buffer]
+    assert isinstance(scatter, _Scatter)
+    start = starts[buffer]
+    if start is None or start.ndim != 3 or start.shape[0] < 2:
+        raise UnsupportedFeatureError(
+            f"{label}: its buffer of states ({loop.variables[buffer][0]}) starts as "
+            f"{'a computed value' if start is None else f'a constant {list(start.shape)}'}; "
+            "expected a constant (T + 1, batch, hidden), as coremltools writes for a network "
+            "with no initial state given. Nothing was read.")
+    if np.any(start != 0):
+        raise UnsupportedFeatureError(
+            f"{label}: its buffer of states ({loop.variables[buffer][0]}) starts with values "
+            "other than zeros: an initial state the file fixes, which rnnport's networks do not "
+            "hold (forward(state=…) gives one). Nothing was read.")
+    steps, hidden = start.shape[0] - 1, start.shape[2]
+    if scatter.data is not role_values[buffer] or scatter.index is not new[counter] or \
+            scatter.axis != 0 or scatter.mode not in ("update", "add"):
+        raise UnsupportedFeatureError(
+            f"{label}: its body writes the buffer of states ({loop.variables[buffer][0]}) "
+            f"other than at the next row (scatter mode {scatter.mode}, axis {scatter.axis}); "
+            "rnnport reads a loop that writes the new state at row counter + 1. Nothing was "
+            "read.")
+    if len(step.sequences) != 1 or any(index is not role_values[counter]
+                                       for index in step.indices):
+        raise UnsupportedFeatureError(
+            f"{label}: its body reads {len(step.sequences)} sequences "
+            f"({listed(step.sequences) or 'none'}), or reads rows at an index other than the "
+            "step counter; rnnport reads a loop that takes the row of one sequence and of its "
+            "buffer of states at the counter. Nothing was read.")
+    sequence = next(iter(step.sequences))
+    _check_condition(loop, role_values, counter, steps)
+    h_new = scatter.update
+    matched = match((h_new,), hidden)
+    if isinstance(matched, Unsupported):
+        raise UnsupportedFeatureError(f"{label}: its body computes {matched}. Nothing was read.")
+    if matched is None:
+        raise UnsupportedFeatureError(
+            f"{label}: its body computes a step that is neither a simple RNN (tanh or relu) "
+            f"nor a GRU as rnnport defines them; {unmatched((h_new,), _opaque([h_new]))}. "
+            "Nothing was read.")
+    fields, params, has_bias = dict(matched[0]), dict(matched[1]), matched[2]
+    if params["weight_hh"].shape != (params["weight_ih"].shape[0], hidden):
+        raise FormatError(f"{label}: recurrent weights {list(params['weight_hh'].shape)} for "
+                          f"hidden size {hidden}; the sizes disagree. The file is damaged.")
+    if not has_bias:
+        params = {k: v for k, v in params.items() if not k.startswith("bias")}
+    fields.update(input_size=params["weight_ih"].shape[1], hidden_size=hidden, bias=has_bias)
+    return LoopCell(fields, params, sequence, loop.final[buffer], steps)
+
+
+def _check_condition(loop: Loop, roles: list[Sym], counter: int, steps: int) -> None:
+    check = _Evaluation(loop, {inside: roles[k] for k, inside in
+                               enumerate(loop.condition_variables)},
+                        lambda name: Const(values, name) if (values := _constant(loop, name))
+                        is not None else _Outer(name))
+    check.run(loop.condition)
+    condition = check.value(loop.condition_output)
+    bound = _scalar(condition.b) if isinstance(condition, _Less) else None
+    if not isinstance(condition, _Less) or condition.a is not roles[counter] or bound != steps:
+        found = f"stops after {bound:g} steps" if bound is not None else \
+            "is not the step counter compared (less than) with a constant"
+        raise UnsupportedFeatureError(
+            f"{loop.label}: its condition {found}, and its buffer of states holds {steps} "
+            "steps; rnnport reads a loop that runs every step of the sequence. Nothing was "
+            "read.")
+
+
+# -- NeuralNetwork loop layers ----------------------------------------------------------------
+
+
+def signed(value: int) -> int:
+    """An int64 field's value (varints carry negative numbers in two's complement)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _nn_node(raw: int | bytes, where: str, meter: budget.Meter, weights_too: bool) -> Node:
+    """One NeuralNetworkLayer as a :class:`Node` (``weights_too``: decode innerProduct
+    and batchedMatmul weights; outside a loop they are not needed)."""
+    if not isinstance(raw, bytes):
+        raise FormatError(f"{where}: a layer is a number; expected a message. The file is "
+                          "damaged.")
+    layer = message(raw, where)
+    name = _name(last(layer, LAYER["name"], b""), where)
+    kinds = [number for number in layer if number >= 100]
+    kind = kinds[-1] if kinds else 0
+    type_name = LAYER_TYPES.get(kind, f"layer type {kind}")
+    label = f"{where}: layer {name} ({type_name})"
+    inputs = tuple(_name(value, where) for value in layer.get(LAYER["input"], []))
+    outputs = tuple(_name(value, where) for value in layer.get(LAYER["output"], []))
+    body = message(sub(layer, kind, label, type_name) or b"", label) if kind else {}
+
+    def node(kind_name: str, data: Any = None) -> Node:
+        return Node(kind_name, f"layer {name} ({type_name})", inputs, outputs, data)
+
+    if type_name in ("copy", "squeeze", "expandDims"):
+        return node("pass")
+    if type_name == "loadConstantND":
+        numbers = FIELDS["LoadConstantNDLayerParams"]
+        shape = [number for value in body.get(numbers["shape"], [])
+                 for number in (_varints(value, label) if isinstance(value, bytes)
+                                else [value])]
+        if any(not 0 < size < 2**31 for size in shape) or len(shape) > 5:
+            raise FormatError(f"{label}: shape {shape}; expected up to 5 positive sizes. The "
+                              "file is damaged.")
+        count = math.prod(shape)
+        return node("const", weights(sub(body, numbers["data"], label, "data"), count,
+                                     f"{label} data", meter).reshape(shape))
+    if type_name == "activation":
+        chosen = [number for number in body]
+        names = {number: key for key, number in FIELDS["ActivationParams"].items()}
+        function = names.get(chosen[-1], "") if len(chosen) == 1 else ""
+        if function in ("sigmoid", "tanh", "ReLU"):
+            return node("act", function.lower())
+        if function == "linear":
+            params = message(sub(body, chosen[-1], label, "linear") or b"", label)
+            alpha, beta = (float32(params, number, label, what)
+                           for number, what in ((1, "alpha"), (2, "beta")))
+            if beta == 0 and alpha in (1.0, -1.0):
+                return node("pass" if alpha == 1 else "neg")
+            return node("other", f"linear {alpha:g}·x + {beta:g}")
+        return node("other", function or "no function")
+    if type_name in ("add", "multiply", "addBroadcastable", "multiplyBroadcastable",
+                     "subtractBroadcastable"):
+        operation = {"add": "add", "multiply": "mul", "addBroadcastable": "add",
+                     "multiplyBroadcastable": "mul", "subtractBroadcastable": "sub"}[type_name]
+        if len(inputs) == 2:
+            return node(operation)
+        if len(inputs) == 1 and type_name in ("add", "multiply"):  # v + alpha, v · alpha
+            alpha = float32(body, 1, label, "alpha")
+            return node("shift" if operation == "add" else "scale", np.float32(alpha))
+        return node("other", f"{len(inputs)} inputs")
+    if type_name == "innerProduct" and weights_too:
+        return _inner_product(body, label, meter, node)
+    if type_name == "batchedMatmul" and weights_too and len(inputs) == 1:
+        return _batched_matmul(body, label, meter, node)
+    if type_name == "gather":
+        return node("gather", (signed(number_of(body, 1, label, "axis")), ""))
+    if type_name == "scatter":
+        mode = number_of(body, 2, label, "mode")
+        return node("scatter", (signed(number_of(body, 1, label, "axis")),
+                                SCATTER_MODES.get(mode, f"mode {mode}")))
+    if type_name == "lessThan":
+        return node("less", np.float32(float32(body, 2, label, "alpha"))
+                    if len(inputs) == 1 else None)
+    if type_name == "slice":
+        numbers = FIELDS["SliceLayerParams"]
+        values = [signed(number_of(body, numbers[key], label, key))
+                  for key in ("startIndex", "endIndex", "stride", "axis")]
+        if values[3] == 0:  # CHANNEL_AXIS: axis -3, the time axis of (T, B, H)
+            return node("rows", tuple(values[:3]))
+        return node("other", f"slice along axis {values[3]}")
+    return node("other")
+
+
+def _varints(data: bytes, where: str) -> list[int]:
+    values: list[int] = []
+    position = 0
+    try:
+        while position < len(data) and len(values) < 8:
+            value, position = read_varint(data, position)
+            values.append(value)
+    except ProtoError as error:
+        raise FormatError(f"{where}: a packed list of numbers is damaged ({error}).") from None
+    return values
+
+
+def _inner_product(body: Message, label: str, meter: budget.Meter,
+                   node: Callable[[str, Any], Node]) -> Node:
+    numbers = FIELDS["InnerProductLayerParams"]
+    if numbers["int8DynamicQuantize"] in body:
+        return node("other", "int8 dynamic quantization")
+    inputs, outputs = (number_of(body, numbers[key], label, key)
+                       for key in ("inputChannels", "outputChannels"))
+    if not 0 < inputs < 2**31 or not 0 < outputs < 2**31:
+        raise FormatError(f"{label}: {inputs} input and {outputs} output channels; expected "
+                          "positive sizes. The file is damaged.")
+    weight = weights(sub(body, numbers["weights"], label, "weights"), inputs * outputs,
+                     f"{label} weights", meter).reshape(outputs, inputs)
+    bias = weights(sub(body, numbers["bias"], label, "bias"), outputs, f"{label} bias", meter) \
+        if flag(body, numbers["hasBias"], label, "hasBias") else None
+    return node("dense", (weight, bias))
+
+
+def _batched_matmul(body: Message, label: str, meter: budget.Meter,
+                    node: Callable[[str, Any], Node]) -> Node:
+    """``x @ W (+ b)`` with ``W`` (in, out) stored: the weight ``Wᵀ`` (out, in)."""
+    numbers = FIELDS["BatchedMatMulLayerParams"]
+    if numbers["int8DynamicQuantize"] in body or flag(body, numbers["transposeA"], label, "") \
+            or flag(body, numbers["transposeB"], label, ""):
+        return node("other", "transposed or quantized")
+    inputs, outputs = (number_of(body, numbers[key], label, key) for key in
+                       ("weightMatrixFirstDimension", "weightMatrixSecondDimension"))
+    if not 0 < inputs < 2**31 or not 0 < outputs < 2**31:
+        raise FormatError(f"{label}: a weight matrix {inputs} × {outputs}; expected positive "
+                          "sizes. The file is damaged.")
+    weight = weights(sub(body, numbers["weights"], label, "weights"), inputs * outputs,
+                     f"{label} weights", meter).reshape(inputs, outputs).T
+    bias = weights(sub(body, numbers["bias"], label, "bias"), outputs, f"{label} bias", meter) \
+        if flag(body, numbers["hasBias"], label, "hasBias") else None
+    return node("dense", (np.ascontiguousarray(weight), bias))
+
+
+def _name(value: int | bytes, where: str) -> str:
+    if not isinstance(value, bytes):
+        raise FormatError(f"{where}: a name is a number; expected a string. The file is damaged.")
+    return value.decode("utf-8", "replace")
+
+
+def nn_loop(params: Message, label: str, before: list[int | bytes], where: str,
+            meter: budget.Meter) -> Loop:
+    """The :class:`Loop` of a ``loop`` layer (its ``LoopLayerParams``), with the
+    layers of its network ``before`` it (where its loop values start)."""
+    numbers = FIELDS["LoopLayerParams"]
+    outer = [_nn_node(layer, where, meter, False) for layer in before]
+    written = {name: node for node in outer for name in node.outputs}
+
+    def network(number: int, what: str) -> list[Node]:
+        found = message(sub(params, number, label, what) or b"", label)
+        return [_nn_node(layer, where, meter, True)
+                for layer in found.get(FIELDS["NeuralNetwork"]["layers"], [])]
+
+    body = network(numbers["bodyNetwork"], "bodyNetwork")
+    condition = network(numbers["conditionNetwork"], "conditionNetwork")
+    condition_var = _name(last(params, numbers["conditionVar"], b""), label)
+    if not condition or not condition_var:
+        raise UnsupportedFeatureError(
+            f"{label}: no condition network (it runs maxLoopIterations times); rnnport reads "
+            "loops whose condition compares a step counter with the sequence's length, as "
+            "coremltools writes them. Nothing was read.")
+    # Loop values: the blobs of the network the body writes again.
+    variables = list(dict.fromkeys(name for node in body for name in node.outputs
+                                   if name in written))
+    return Loop(label, [(name, name, name) for name in variables], condition, variables,
+                condition_var, body, written.get, variables)
+
+
+def loop_model(spec: Spec, cell: LoopCell) -> RNN:
+    """The one-layer network of a recognised loop; float16 when its weights are (and its
+    biases float16 values)."""
+    params = cell.params
+    half = all(params[name].dtype == np.float16 for name in ("weight_ih", "weight_hh")) and \
+        all(np.array_equal(array.astype(np.float16).astype(array.dtype), array)
+            for array in params.values())
+    dtype = np.float16 if half else np.float32
+    return RNN(spec, [[{name: array.astype(dtype) for name, array in params.items()}]])
