@@ -47,19 +47,23 @@ from ... import budget
 from ...errors import FormatError, UnsupportedFeatureError
 from ...gates import CANONICAL, reorder
 from ...io import jsontext
+from ...io._proto import ProtoError, packed_varints
 from ...io.inputs import open_file, read_file
 from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import listed
 from .fields import Message, last, message
+from .loops import Loop, LoopCell, Node, loop_model, recognise
 
-__all__ = ["Operation", "networks", "notes", "operations", "package_model", "read_program"]
+__all__ = ["Block", "Operation", "flattened", "networks", "notes", "operations", "package_model",
+           "read_program"]
 
 MANIFEST_BYTES = 1 << 20
 BLOB_SENTINEL = 0xDEADBEEF
 BLOB_TYPES = {1: "<f2", 2: "<f4"}
 TENSOR_TYPES = {10: "<f2", 11: "<f4"}
 MODEL_PATH = "@model_path/"
+MAX_NESTING = 16  # blocks inside blocks: a while_loop's body nests one
 ACTIVATIONS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
 LSTM_ORDER = "ifog"
 
@@ -73,10 +77,20 @@ class Operation:
     inputs: dict[str, bytes]
     outputs: tuple[str, ...]
     attributes: dict[str, bytes]
+    blocks: tuple[Block, ...] = ()  # a while_loop's condition and body
 
     @property
     def label(self) -> str:
         return f"{self.type} {self.outputs[0] if self.outputs else '(no output)'}"
+
+
+@dataclass(frozen=True)
+class Block:
+    """A block of operations nested in one: its input names, output names, operations."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    operations: tuple[Operation, ...]
 
 
 def _text(value: int | bytes, where: str) -> str:
@@ -124,15 +138,41 @@ def operations(program: bytes, where: str) -> list[Operation]:
     if opset not in blocks:
         raise FormatError(f"{where}: no block for the function's opset {opset!r}; the file is "
                           "damaged.")
-    out = []
-    for raw in message(blocks[opset], where).get(3, []):
-        if not isinstance(raw, bytes):
+    return list(_block(blocks[opset], where, 0).operations)
+
+
+def _block(raw: bytes, where: str, depth: int) -> Block:
+    """A ``Block``: inputs (named value types), output names and operations, each with the
+    blocks nested in it."""
+    if depth > MAX_NESTING:
+        raise FormatError(f"{where}: blocks nested deeper than {MAX_NESTING}; expected an ML "
+                          "Program's few. The file is damaged or hostile.")
+    found = message(raw, where)
+    ops = []
+    for item in found.get(3, []):
+        if not isinstance(item, bytes):
             raise FormatError(f"{where}: an operation is a number; expected a message.")
-        found = message(raw, where)
-        outputs = tuple(_text(last(message(item, where), 1, b""), where)
-                        for item in found.get(3, []) if isinstance(item, bytes))
-        out.append(Operation(_text(last(found, 1, b""), where), _map(found, 2, where), outputs,
-                             _map(found, 5, where)))
+        op = message(item, where)
+        outputs = tuple(_text(last(message(value, where), 1, b""), where)
+                        for value in op.get(3, []) if isinstance(value, bytes))
+        nested = tuple(_block(value, where, depth + 1) for value in op.get(4, [])
+                       if isinstance(value, bytes))
+        ops.append(Operation(_text(last(op, 1, b""), where), _map(op, 2, where), outputs,
+                             _map(op, 5, where), nested))
+    names = tuple(_text(last(message(value, where), 1, b""), where)
+                  for value in found.get(1, []) if isinstance(value, bytes))
+    return Block(names, tuple(_text(value, where) for value in found.get(2, [])), tuple(ops))
+
+
+def flattened(ops: list[Operation] | tuple[Operation, ...]) -> list[Operation]:
+    """``ops`` and every operation nested in their blocks, in order."""
+    out: list[Operation] = []
+    pending = list(reversed(ops))
+    while pending:
+        op = pending.pop()
+        out.append(op)
+        for block in reversed(op.blocks):
+            pending.extend(reversed(block.operations))
     return out
 
 
@@ -186,9 +226,27 @@ class _Values:
         if 4 in tensor:  # strings
             values = _inner(tensor, 4, self.where)
             return _text(last(values, 1, b""), self.where)
+        if 2 in tensor:  # ints (int32; negative ones as 64-bit two's complement)
+            values = _inner(tensor, 2, self.where)
+            self.meter.charge(4 * count, what)
+            ints = [number for item in values.get(1, []) for number in (
+                _packed(item, what, self.where) if isinstance(item, bytes) else [item])]
+            array = np.array([number - (1 << 64) if number >= 1 << 63 else number
+                              for number in ints], dtype=np.int64)
+            if array.size != count:
+                raise FormatError(f"{self.where}: {what} holds {array.size} values; its type "
+                                  f"declares {count}. The file is damaged.")
+            return array.reshape(shape)
         if 3 in tensor:  # bools
             values = _inner(tensor, 3, self.where)
             raw_bools = last(values, 1, 0)
+            if shape:  # a mask: one per axis
+                flags = list(raw_bools) if isinstance(raw_bools, bytes) else \
+                    [item for item in values.get(1, []) if isinstance(item, int)]
+                if len(flags) != count:
+                    raise FormatError(f"{self.where}: {what} holds {len(flags)} values; its "
+                                      f"type declares {count}. The file is damaged.")
+                return np.array(flags, dtype=bool).reshape(shape)
             return bool(raw_bools[0] if isinstance(raw_bools, bytes) and raw_bools else raw_bools)
         self.meter.charge(4 * count, what)
         if 1 in tensor:  # floats
@@ -266,6 +324,13 @@ class _Values:
             np.dtype(blob_dtype).newbyteorder("="))
 
 
+def _packed(data: bytes, what: str, where: str) -> list[int]:
+    try:
+        return [int(value) for value in packed_varints(memoryview(data))]
+    except ProtoError as error:
+        raise FormatError(f"{where}: {what}: its numbers are damaged ({error}).") from None
+
+
 def _frombuffer(data: bytes, dtype: str, what: str, where: str) -> np.ndarray:
     width = np.dtype(dtype).itemsize
     if len(data) % width:
@@ -279,7 +344,7 @@ def notes(program: bytes, where: str) -> list[str]:
     ops = operations(program, where)
     counts: dict[str, int] = {}
     for op in ops:
-        if op.type not in ("const", "lstm", "rnn"):
+        if op.type not in ("const", "lstm", "rnn", "while_loop"):
             counts[op.type] = counts.get(op.type, 0) + 1
     if not counts:
         return []
@@ -365,29 +430,73 @@ def _layer(op: Operation, values: _Values, where: str, cell_clip: Any) -> RNN:
                        for named in directions]], copy=False)
 
 
-def _chains(recurrent: list[Operation], values: _Values, where: str) -> list[list[Operation]]:
-    """The recurrent operations grouped into networks: one continues the one before when
-    its ``x`` is that one's sequence output."""
-    chains: list[list[Operation]] = []
-    for op in recurrent:
-        if chains:
-            previous = chains[-1][-1]
+@dataclass(frozen=True)
+class _Unit:
+    """A recurrent operation: ``lstm``, ``rnn``, or a ``while_loop`` and its cell (or why
+    it is none); the sequence it reads and the one it gives ("": none)."""
+
+    op: Operation
+    sequence: str
+    output: str
+    loop: LoopCell | UnsupportedFeatureError | None = None
+
+
+def _units(ops: list[Operation], values: _Values, where: str) -> list[_Unit]:
+    units = []
+    for op in ops:
+        if op.type in ("lstm", "rnn"):
             source = _inner(message(op.inputs.get("x", b""), where), 1, where)
-            if last(source, 1, b"") == previous.outputs[0].encode() and \
-                    values.argument(previous, "output_sequence"):
-                chains[-1].append(op)
+            units.append(_Unit(op, _text(last(source, 1, b""), where),
+                               op.outputs[0] if values.argument(op, "output_sequence") else ""))
+        elif op.type == "while_loop":
+            try:
+                cell = recognise(_loop(op, ops, values, where))
+            except UnsupportedFeatureError as refusal:
+                units.append(_Unit(op, "", "", refusal))
                 continue
-        chains.append([op])
+            output = ""
+            for item in ops:  # the rows the steps wrote: buffer[1:T+1]
+                if item.type == "slice_by_index":
+                    rows = _node(item, values, where)
+                    if rows.kind == "rows" and rows.inputs == (cell.output,) and \
+                            rows.data in ((1, cell.steps + 1, 1), (1, -1, 1)):
+                        output = item.outputs[0]
+                        break
+            units.append(_Unit(op, cell.sequence, output, cell))
+    return units
+
+
+def _chains(units: list[_Unit]) -> list[list[_Unit]]:
+    """The recurrent operations grouped into networks: one continues the one before when
+    it reads that one's sequence output."""
+    chains: list[list[_Unit]] = []
+    for unit in units:
+        if chains and chains[-1][-1].output and unit.sequence == chains[-1][-1].output:
+            chains[-1].append(unit)
+            continue
+        chains.append([unit])
     return chains
+
+
+def _describe(unit: _Unit) -> str:
+    return unit.op.label if unit.op.type != "while_loop" else f"{unit.op.label} (while_loop)"
 
 
 def networks(program: bytes, where: str) -> list[tuple[str, str]]:
     """Each network's first output name and its operations, for ``layer=``."""
     ops = operations(program, where)
-    values = _Values(ops, None, where, budget.Meter("expansion", len(program), where, "bytes"))
-    recurrent = [op for op in ops if op.type in ("lstm", "rnn")]
-    return [(chain[0].outputs[0], " → ".join(op.label for op in chain))
-            for chain in _chains(recurrent, values, where)]
+    values = _Values(flattened(ops), None, where,
+                     budget.Meter("expansion", len(program), where, "bytes"))
+    return [(chain[0].op.outputs[0], " → ".join(_describe(unit) for unit in chain))
+            for chain in _chains(_units(ops, values, where))]
+
+
+def _unit_model(unit: _Unit, values: _Values, where: str, cell_clip: Any) -> RNN:
+    if isinstance(unit.loop, UnsupportedFeatureError):
+        raise UnsupportedFeatureError(*unit.loop.args) from None
+    if unit.loop is not None:
+        return loop_model(Spec(**unit.loop.fields), unit.loop)
+    return _layer(unit.op, values, where, cell_clip)
 
 
 def read_program(program: bytes, folder: Path | None, where: str, size: int,
@@ -395,25 +504,144 @@ def read_program(program: bytes, folder: Path | None, where: str, size: int,
     """The recurrent network of an ML Program (``folder``: where its weights' files lie)."""
     ops = operations(program, where)
     meter = budget.Meter("expansion", size, where, "bytes of weights decoded")
-    values = _Values(ops, folder, where, meter)
-    refused = [op for op in ops if op.type in ("gru", "while_loop")]
-    recurrent = [op for op in ops if op.type in ("lstm", "rnn")]
-    if not recurrent:
+    values = _Values(flattened(ops), folder, where, meter)
+    units = _units(ops, values, where)
+    if not units:
+        refused = [op for op in ops if op.type == "gru"]
         if refused:
             raise UnsupportedFeatureError(
                 f"{where}: an ML Program with {listed(op.label for op in refused)}: MIL's gru "
-                "(one bias, o = act(W_io x + r∘(W_ho h) + b)) is neither canonical GRU, and "
-                "coremltools writes a PyTorch GRU as a while_loop of generic operations; "
-                "rnnport reads neither. Read the source network itself, or convert it to ONNX.")
-        raise FormatError(f"{where}: an ML Program with no lstm or rnn operation; found "
-                          f"{listed(sorted({op.type for op in ops}))}.")
-    chains = _chains(recurrent, values, where)
+                "(one bias, o = act(W_io x + r∘(W_ho h) + b)) is neither canonical GRU; "
+                "rnnport does not read it. Read the source network itself, or convert it to "
+                "ONNX.")
+        raise FormatError(f"{where}: an ML Program with no lstm, rnn or while_loop operation; "
+                          f"found {listed(sorted({op.type for op in ops}))}.")
+    chains = _chains(units)
     if layer is not None:
-        chains = [chain for chain in chains if any(op.outputs[0] == layer for op in chain)]
+        chains = [chain for chain in chains if any(unit.op.outputs[0] == layer
+                                                   for unit in chain)]
         if not chains:
-            raise FormatError(f"{where}: no lstm or rnn operation whose output is {layer!r}.")
+            raise FormatError(f"{where}: no lstm, rnn or while_loop operation whose output is "
+                              f"{layer!r}.")
     if len(chains) > 1:
         raise FormatError(f"{where}: holds {len(chains)} recurrent networks; pass layer= with "
                           f"the output name of one of their operations (e.g. "
-                          f"layer={chains[0][0].outputs[0]!r}).")
-    return stack([_layer(op, values, where, cell_clip) for op in chains[0]])
+                          f"layer={chains[0][0].op.outputs[0]!r}).")
+    return stack([_unit_model(unit, values, where, cell_clip) for unit in chains[0]])
+
+
+# -- while_loop ------------------------------------------------------------------------------
+
+PASSING = frozenset({"squeeze", "expand_dims", "cast", "identity"})
+ELEMENTWISE = {"add": "add", "mul": "mul", "sub": "sub", "less": "less"}
+
+
+def _bound(op: Operation, name: str, where: str) -> list[str]:
+    """The value names bound to input ``name`` (a loop's ``loop_vars`` binds several)."""
+    raw = op.inputs.get(name)
+    if raw is None:
+        return []
+    out = []
+    for binding in message(raw, where).get(1, []):
+        fields = message(binding, where) if isinstance(binding, bytes) else {}
+        out.append(_text(last(fields, 1, b""), where) if 1 in fields else "")
+    return out
+
+
+def _node(op: Operation, values: _Values, where: str) -> Node:
+    """One MIL operation as a loop :class:`Node`."""
+    label = op.label
+
+    def node(kind: str, names: tuple[str, ...], data: Any = None) -> Node:
+        return Node(kind, label, names, op.outputs, data)
+
+    def one(name: str) -> str:
+        bound = _bound(op, name, where)
+        return bound[0] if len(bound) == 1 else ""
+
+    try:
+        if op.type == "const" and "val" in op.attributes:
+            return node("const", (), values.value(op.attributes["val"], label))
+        if op.type in PASSING:
+            return node("pass", (one("x"),))
+        if op.type in ("sigmoid", "tanh", "relu"):
+            return node("act", (one("x"),), op.type)
+        if op.type in ELEMENTWISE:
+            return node(ELEMENTWISE[op.type], (one("x"), one("y")))
+        if op.type == "linear":
+            weight, bias = values.argument(op, "weight"), values.argument(op, "bias")
+            if isinstance(weight, np.ndarray) and weight.ndim == 2 and (
+                    bias is None or (isinstance(bias, np.ndarray) and
+                                     bias.shape == weight.shape[:1])):
+                return node("dense", (one("x"),), (weight, bias))
+        if op.type == "matmul" and not values.argument(op, "transpose_x"):
+            weight = values.argument(op, "y")  # x @ y: y (in, out), or (out, in) transposed
+            if isinstance(weight, np.ndarray) and weight.ndim == 2:
+                weight = weight if values.argument(op, "transpose_y") else weight.T
+                return node("dense", (one("x"),), (np.ascontiguousarray(weight), None))
+        if op.type == "gather":
+            axis = values.argument(op, "axis")
+            return node("gather", (one("x"), one("indices")),
+                        (int(np.asarray(axis).reshape(-1)[0]) if axis is not None else 0, ""))
+        if op.type == "scatter":
+            axis, mode = values.argument(op, "axis"), values.argument(op, "mode")
+            return node("scatter", (one("data"), one("indices"), one("updates")),
+                        (int(np.asarray(axis).reshape(-1)[0]) if axis is not None else 0,
+                         mode if isinstance(mode, str) else "add"))
+        if op.type == "slice_by_index":
+            return _rows(op, values, node, one("x"))
+    except UnsupportedFeatureError as refusal:  # weights the program computes
+        return node("other", (), str(refusal).split(": ", 1)[-1][:200])
+    return node("other", ())
+
+
+def _rows(op: Operation, values: _Values, node: Any, source: str) -> Node:
+    """A ``slice_by_index`` taking rows of the first axis (every other axis whole) as
+    (start, stop, step); ``stop`` -1 where the end is masked."""
+    arguments = [values.argument(op, key) for key in
+                 ("begin", "end", "stride", "begin_mask", "end_mask", "squeeze_mask")]
+    begin, end, stride, begin_mask, end_mask, squeeze = (
+        None if value is None else np.asarray(value).reshape(-1) for value in arguments)
+    if begin is None or end is None or begin.size < 1 or end.size != begin.size or (
+            squeeze is not None and squeeze.any()):
+        return node("other", ())
+    whole = all((begin_mask is not None and begin_mask[k]) or begin[k] == 0
+                for k in range(1, begin.size)) and \
+        all(end_mask is not None and end_mask[k] for k in range(1, end.size))
+    step = 1 if stride is None else int(stride[0])
+    if not whole or (stride is not None and np.any(stride[1:] != 1)):
+        return node("other", ())
+    start = 0 if begin_mask is not None and begin_mask[0] else int(begin[0])
+    stop = -1 if end_mask is not None and end_mask[0] else int(end[0])
+    return node("rows", (source,), (start, stop, step))
+
+
+def _loop(op: Operation, top: list[Operation], values: _Values, where: str) -> Loop:
+    """The :class:`Loop` of a ``while_loop`` operation (``top``: the operations of its
+    block, for where its loop values start)."""
+    label = f"{where}: {op.label} (while_loop)"
+    if len(op.blocks) != 2:
+        raise FormatError(f"{label}: {len(op.blocks)} blocks; expected a condition and a "
+                          "body. The file is damaged.")
+    condition, body = op.blocks
+    starts = _bound(op, "loop_vars", where)
+    if not (len(starts) == len(body.inputs) == len(body.outputs) == len(condition.inputs)
+            == len(op.outputs)) or len(condition.outputs) != 1:
+        raise FormatError(f"{label}: {len(starts)} loop values, a body of {len(body.inputs)} "
+                          f"inputs and {len(body.outputs)} outputs, a condition of "
+                          f"{len(condition.inputs)} inputs; expected the same number "
+                          "everywhere. The file is damaged.")
+    position = next((k for k, item in enumerate(top) if item is op), len(top))
+    before = {name: item for item in top[:position] for name in item.outputs}
+    outer: dict[str, Node] = {}
+
+    def lookup(name: str) -> Node | None:
+        if name not in outer and name in before:
+            outer[name] = _node(before[name], values, where)
+        return outer.get(name)
+
+    return Loop(label, list(zip(body.inputs, starts, body.outputs, strict=True)),
+                [_node(item, values, where) for item in condition.operations],
+                list(condition.inputs), condition.outputs[0],
+                [_node(item, values, where) for item in body.operations], lookup,
+                list(op.outputs))
