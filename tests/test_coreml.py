@@ -27,6 +27,7 @@ from rnnport.formats.coreml.fields import FIELDS, LAYER_TYPES, put_bytes, put_va
 GOLDEN = Path(__file__).parent / "golden" / "coreml"
 CASES = {case["name"]: case for case in json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]}
 READ = [name for name, case in CASES.items() if case["reference"]]
+LOOPS = [name for name in READ if "gru_loop" in name]  # a PyTorch GRU, as loops of layers
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -78,7 +79,26 @@ def test_golden_files_compute_the_source_frameworks_numbers(name: str) -> None:
         assert spec.bidirectional and spec.num_layers == 2
 
 
-@pytest.mark.parametrize("name", READ)
+@pytest.mark.parametrize("name", LOOPS)
+def test_loops_hold_the_pytorch_grus_weights_bit_for_bit(name: str) -> None:
+    path, arrays = golden(name)
+    model = rnnport.read(path)
+    assert model.spec.cell == "gru" and model.spec.reset_after
+    assert model.spec.num_layers == (2 if "2layer" in name else 1)
+    half = name.endswith("_f16")
+    assert model.params[0][0]["weight_ih"].dtype == (np.float16 if half else np.float32)
+    state = rnnport.write(model, "torch")
+    expected = {key.removeprefix("torch."): array for key, array in arrays.items()
+                if key.startswith("torch.")}
+    assert set(state) == set(expected)
+    for key, array in expected.items():
+        mine = np.asarray(state[key])
+        assert np.array_equal(mine.astype(np.float32), array), key  # float16: the same values
+        if not half:
+            assert np.array_equal(mine.view(np.uint32), array.view(np.uint32)), key
+
+
+@pytest.mark.parametrize("name", [name for name in READ if name not in LOOPS])
 def test_round_trips_are_bit_exact(name: str, tmp_path: Path) -> None:
     model = rnnport.read(GOLDEN / CASES[name]["file"])
     rnnport.write(model, "coreml", tmp_path / "back.mlmodel")
@@ -111,11 +131,102 @@ def test_notes_name_the_layers_and_models_around_the_network() -> None:
     assert any("±500 (cellClipThreshold)" in note for note in traced)
 
 
-def test_a_loop_of_generic_layers_is_refused_by_name() -> None:
-    with pytest.raises(UnsupportedFeatureError, match=r"a loop layer .*PyTorch GRU"):
-        rnnport.read(GOLDEN / "gru_loop.mlmodel")
-    with pytest.raises(UnsupportedFeatureError, match=r"while_loop .*PyTorch GRU"):
-        rnnport.read(GOLDEN / "program_gru_loop.mlpackage")
+def _loop_body(spec: Any) -> Any:
+    return next(layer for layer in spec.neuralNetwork.layers
+                if layer.WhichOneof("layer") == "loop").loop.bodyNetwork.layers
+
+
+def _damaged_loop(coremltools: Any, tmp_path: Path, change: Any) -> Path:
+    spec = coremltools.utils.load_spec(str(GOLDEN / "gru_loop.mlmodel"))
+    change(spec)
+    path = tmp_path / "damaged.mlmodel"
+    path.write_bytes(spec.SerializeToString())
+    return path
+
+
+def _softsign(spec: Any) -> None:
+    tanh = next(layer for layer in _loop_body(spec) if layer.name == "tanh_1")
+    tanh.activation.softsign.SetInParent()
+
+
+def _reset_gate_keeps_h(spec: Any) -> None:  # h' = (1 − z)∘n + r∘h: no GRU
+    kept = next(layer for layer in _loop_body(spec) if layer.name == "mul_5")
+    kept.input[0] = "sigmoid_2"
+
+
+def _five_steps(spec: Any) -> None:
+    loop = next(layer for layer in spec.neuralNetwork.layers if layer.WhichOneof("layer") == "loop")
+    bound = next(layer for layer in loop.loop.conditionNetwork.layers
+                 if layer.WhichOneof("layer") == "loadConstantND")
+    bound.loadConstantND.data.floatValue[0] = 5
+
+
+def _initial_state(spec: Any) -> None:
+    start = next(layer for layer in spec.neuralNetwork.layers if layer.name == "concat_1")
+    start.loadConstantND.data.floatValue[3] = 0.5
+
+
+def _unknown_layer(spec: Any) -> None:
+    layer = next(layer for layer in _loop_body(spec) if layer.name == "add_7")
+    layer.ClearField("add")
+    layer.unary.type = 1  # a unary function (exp) where the GRU adds
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (_softsign, r"layer while_loop_0 \(loop\): its body computes a step that is neither .*"
+                r"could not follow: layer tanh_1 \(activation\) \(softsign\)"),
+    (_unknown_layer, r"could not follow: layer add_7 \(unary\)"),
+    (_reset_gate_keeps_h, r"neither a simple RNN \(tanh or relu\) nor a GRU .*do not combine"),
+    (_five_steps, r"its condition stops after 5 steps, and its buffer of states holds 6"),
+    (_initial_state, r"starts with values other than zeros: an initial state"),
+])
+def test_a_loop_that_is_no_canonical_cell_is_refused_by_name(coremltools: Any, tmp_path: Path,
+                                                             change: Any, message: str) -> None:
+    path = _damaged_loop(coremltools, tmp_path, change)
+    with pytest.raises(UnsupportedFeatureError, match=message):
+        rnnport.read(path)
+
+
+def _damaged_program(tmp_path: Path, change: Any) -> Path:
+    import shutil
+
+    from coremltools.proto import Model_pb2
+
+    copy = tmp_path / "damaged.mlpackage"
+    shutil.copytree(GOLDEN / "program_gru_loop.mlpackage", copy)
+    model_file = copy / "Data" / "com.apple.CoreML" / "model.mlmodel"
+    spec = Model_pb2.Model.FromString(model_file.read_bytes())
+    function = spec.mlProgram.functions["main"]
+    block = function.block_specializations[function.opset]
+    loop = next(op for op in block.operations if op.type == "while_loop")
+    change(loop.blocks[1].operations)
+    model_file.write_bytes(spec.SerializeToString())
+    return copy
+
+
+@pytest.mark.parametrize(("op_type", "new_type", "message"), [
+    ("tanh", "softsign", r"while_loop_0_0 \(while_loop\): its body computes a step .*could not "
+                         r"follow: softsign tanh_1"),
+    ("sub", "add", r"neither a simple RNN \(tanh or relu\) nor a GRU"),
+])
+def test_a_while_loop_that_is_no_canonical_cell_is_refused_by_name(
+        coremltools: Any, tmp_path: Path, op_type: str, new_type: str, message: str) -> None:
+    def change(operations: Any) -> None:
+        next(op for op in operations if op.type == op_type).type = new_type
+
+    with pytest.raises(UnsupportedFeatureError, match=message):
+        rnnport.read(_damaged_program(tmp_path, change))
+
+
+def test_loops_are_told_apart_and_their_layers_noted() -> None:
+    assert notes(GOLDEN / "program_gru_loop.mlpackage") == [
+        "other operations of the ML Program beside the network: 2 transpose, 1 slice_by_index"]
+    assert "20_tmp (slice)" in notes(GOLDEN / "gru_loop.mlmodel")[0]
+    choices = networks(GOLDEN / "gru_loop_2layer.mlmodel")
+    assert len(choices.entries) == 1 and "while_loop_0 (loop) → while_loop_1 (loop)" in \
+        choices.entries[0][1]
+    with pytest.raises(UnsupportedFeatureError, match="cannot hold a reset-after GRU"):
+        rnnport.write(rnnport.read(GOLDEN / "gru_loop.mlmodel"), "coreml")
 
 
 def test_an_ml_program_is_read_from_its_package_alone(tmp_path: Path) -> None:

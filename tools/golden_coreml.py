@@ -25,21 +25,30 @@ computes the network the file declares, given the same weights:
 * ``lstm_bi_traced``: a 2-layer bidirectional LSTM converted the same way (coremltools'
   own mapping of PyTorch's directions onto ``biDirectionalLSTM``); reference: PyTorch.
 * ``gru_loop``: a traced PyTorch GRU converted the same way: coremltools writes a ``loop``
-  of generic layers, which rnnport refuses by name (no reference).
+  layer whose body computes one step from generic layers (innerProduct, add, multiply,
+  activation, gather, scatter); reference: PyTorch.
+* ``gru_loop_2layer``: a 2-layer PyTorch GRU converted the same way: two loops, the second
+  reading the rows the first wrote; reference: PyTorch.
 * ``program_*``: the same traced PyTorch modules converted to ML Program packages
   (``convert_to="mlprogram"``, saved as ``<name>.mlpackage`` folders: ``Manifest.json``,
-  the program, ``weights/weight.bin``): LSTM, 2-layer bidirectional LSTM, RNN, and a GRU,
-  which coremltools writes as a ``while_loop`` (refused; no reference); and
+  the program, ``weights/weight.bin``): LSTM, 2-layer bidirectional LSTM, RNN, a GRU
+  (``program_gru_loop``, a ``while_loop`` of generic operations) and a 2-layer GRU
+  (``program_gru_loop_2layer``, two of them); reference: PyTorch. ``program_gru_loop_f16``:
+  the GRU converted with FLOAT16 precision (float16 weights, the step computed in
+  float16); reference: PyTorch with the same float16 values, computing in float32.
   ``program_lstm_f16``, an iOS17 ``lstm`` with float16 weights built with the MIL Builder
   (a converted LSTM stays float32 even with FLOAT16 precision); reference: PyTorch with
   the same float16 values, computing in float32.
 
 Weights are uniform ±0.6 from a generator seeded by the case's name (biases too, never
 zeros), inputs uniform ±1; input 5, hidden 8, time 6, batch 2. Files per case: ``<name>.mlmodel``
-and ``<name>.npz`` (``x`` (batch, time, input) and ``y`` (batch, time, D·H), float32).
+and ``<name>.npz`` (``x`` (batch, time, input) and ``y`` (batch, time, D·H), float32; for
+the loops also the PyTorch module's parameters as ``torch.<name>``, e.g.
+``torch.weight_ih_l0``, the values the file must hold bit for bit).
 ``MANIFEST.json`` lists the cases and the versions that made them (pinned below; another
 version may write other files, so the script refuses to run with one unless
-``--any-version``). ``rnnport`` is not imported.
+``--any-version``). ``--only NAME …`` makes those cases alone and keeps the other files (a
+converted model records the day it was converted). ``rnnport`` is not imported.
 """
 
 from __future__ import annotations
@@ -249,21 +258,41 @@ def _lstm_bi_traced(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
     return _Traced.convert(module, x), _torch_y(module, x)
 
 
-def _gru_loop(name: str, x: np.ndarray) -> tuple[Any, np.ndarray | None]:
-    module = _torch_rnn("GRU", _rng(name))
-    return _Traced.convert(module, x), None
+PARAMETERS: dict[str, dict[str, np.ndarray]] = {}  # case → the PyTorch parameters it stores
 
 
-def _program(kind: str, **options: Any
+def _gru_loop(**options: Any) -> Callable[[str, np.ndarray], tuple[Any, np.ndarray]]:
+    """A traced PyTorch GRU converted to a NeuralNetwork: coremltools writes a loop layer."""
+    def make(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
+        module = _torch_rnn("GRU", _rng(name), **options)
+        PARAMETERS[name] = _parameters(module)
+        return _Traced.convert(module, x), _torch_y(module, x)
+    return make
+
+
+def _parameters(module: Any) -> dict[str, np.ndarray]:
+    return {f"torch.{key}": value.detach().numpy().copy()
+            for key, value in module.state_dict().items()}
+
+
+def _program(kind: str, half: bool = False, **options: Any
              ) -> Callable[[str, np.ndarray], tuple[Any, np.ndarray | None]]:
-    """A case converting a traced PyTorch module to an ML Program package (float32)."""
+    """A case converting a traced PyTorch module to an ML Program package (float32, or
+    float16 with ``half``: the reference then runs PyTorch on the float16 values)."""
     def make(name: str, x: np.ndarray) -> tuple[Any, np.ndarray | None]:
         import coremltools
+        import torch
 
         module = _torch_rnn(kind, _rng(name), **options)
-        converted = _Traced.convert(module, x, "mlprogram",
-                                    compute_precision=coremltools.precision.FLOAT32)
-        return converted, None if kind == "GRU" else _torch_y(module, x)
+        converted = _Traced.convert(module, x, "mlprogram", compute_precision=(
+            coremltools.precision.FLOAT16 if half else coremltools.precision.FLOAT32))
+        if half:
+            with torch.no_grad():
+                for parameter in module.parameters():
+                    parameter.copy_(parameter.half().float())
+        if kind == "GRU":
+            PARAMETERS[name] = _parameters(module)
+        return converted, _torch_y(module, x)
     return make
 
 
@@ -317,16 +346,23 @@ CASES: dict[str, tuple[str, Callable[[str, np.ndarray], tuple[Any, np.ndarray | 
                     "\"neuralnetwork\")", _lstm_traced),
     "lstm_bi_traced": ("traced PyTorch 2-layer bidirectional LSTM converted by coremltools."
                        "convert(convert_to=\"neuralnetwork\")", _lstm_bi_traced),
-    "gru_loop": ("traced PyTorch GRU converted by coremltools: a loop layer (refused)",
-                 _gru_loop),
+    "gru_loop": ("traced PyTorch GRU converted by coremltools: a loop layer of generic layers",
+                 _gru_loop()),
+    "gru_loop_2layer": ("traced 2-layer PyTorch GRU converted by coremltools: two loop layers",
+                        _gru_loop(num_layers=2)),
     "program_lstm": ("ML Program package: traced PyTorch LSTM, float32", _program("LSTM")),
     "program_lstm_bi_2layer": ("ML Program package: 2-layer bidirectional LSTM",
                                _program("LSTM", num_layers=2, bidirectional=True)),
     "program_lstm_f16": ("ML Program package: an iOS17 MIL lstm with float16 weights, built "
                          "with the MIL Builder; PyTorch with the same values", _program_f16),
     "program_rnn": ("ML Program package: traced PyTorch RNN (tanh)", _program("RNN")),
-    "program_gru_loop": ("ML Program package: traced PyTorch GRU, a while_loop (refused)",
+    "program_gru_loop": ("ML Program package: traced PyTorch GRU, a while_loop",
                          _program("GRU")),
+    "program_gru_loop_2layer": ("ML Program package: traced 2-layer PyTorch GRU, two "
+                                "while_loops", _program("GRU", num_layers=2)),
+    "program_gru_loop_f16": ("ML Program package: traced PyTorch GRU, FLOAT16 precision (a "
+                             "while_loop computing in float16); PyTorch with the same float16 "
+                             "values", _program("GRU", half=True)),
 }
 
 
@@ -335,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "golden" / "coreml")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--any-version", action="store_true")
+    parser.add_argument("--only", nargs="+", choices=sorted(CASES), metavar="NAME")
     args = parser.parse_args(argv)
     if args.list:
         for name, (what, _) in CASES.items():
@@ -349,8 +386,15 @@ def main(argv: list[str] | None = None) -> int:
               "anyway", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
+    kept = {}
+    if args.only and (args.out / "MANIFEST.json").is_file():
+        kept = {case["name"]: case for case in json.loads(
+            (args.out / "MANIFEST.json").read_text())["cases"]}
     manifest = []
     for name, (what, make) in CASES.items():
+        if args.only and name not in args.only and name in kept:
+            manifest.append(kept[name])
+            continue
         x = _rng(name + "/x").uniform(-1, 1, (BATCH, TIME, INPUT)).astype(np.float32)
         made, y = make(name, x)
         if hasattr(made, "save"):  # an ML Program: a package folder
@@ -359,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             (args.out / f"{name}.mlmodel").write_bytes(made.SerializeToString())
         arrays = {"x": x} if y is None else {"x": x, "y": y}
+        arrays.update(PARAMETERS.get(name, {}))
         np.savez(args.out / f"{name}.npz", **arrays)
         manifest.append({"name": name, "what": what, "reference": y is not None,
                          "file": f"{name}.mlpackage" if hasattr(made, "save")
