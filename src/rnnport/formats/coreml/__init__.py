@@ -6,9 +6,10 @@ tests). Its model is one of ``neuralNetwork`` (500), ``neuralNetworkClassifier``
 ``neuralNetworkRegressor`` (303), or a ``pipeline`` (202; a ``pipelineClassifier`` 200 or
 ``pipelineRegressor`` 201 wraps one) whose ``models`` run in turn, each again any model.
 An ML Program (``mlProgram``, 502, the model of the ``.mlpackage`` folders coremltools writes
-by default) is read by :mod:`.program`: its MIL ``lstm`` and ``rnn`` operations. A neural
-network is a list of ``NeuralNetworkLayer`` s, each with a ``name``,
-``input`` and ``output`` blob names and one layer message. rnnport reads four:
+by default) is read by :mod:`.program`: its MIL ``lstm`` and ``rnn`` operations and its
+``while_loop`` s. A neural network is a list of ``NeuralNetworkLayer`` s, each with a
+``name``, ``input`` and ``output`` blob names and one layer message. rnnport reads four
+recurrent layers, and ``loop`` layers computing one:
 
 ``uniDirectionalLSTM`` / ``biDirectionalLSTM`` (one ``LSTMWeightParams`` per direction,
 forward first; the layer's output is ``[forward, backward]`` along the channels)::
@@ -27,6 +28,23 @@ forward first; the layer's output is ``[forward, backward]`` along the channels)
 
 ``simpleRecurrent``: ``h' = act(W x + R h + b)``, act tanh (``rnn_tanh``) or ReLU
 (``rnn_relu``); another activation is refused.
+
+``loop`` (``LoopLayerParams``: a ``conditionNetwork``, its ``conditionVar`` and a
+``bodyNetwork`` of generic layers): how coremltools writes a network Core ML has no layer
+for, such as a PyTorch GRU (which resets after). rnnport reads the loop coremltools writes
+(:mod:`.loops`): a counter blob from 0, adding 1 per step while ``lessThan`` a constant
+``T``; a buffer blob of ``T + 1`` rows starting as zeros; each step ``gather`` s row
+``counter`` of the sequence (time first) and of the buffer (``x`` and ``h``), computes the new
+state and ``scatter`` s it into row ``counter + 1``; the output is ``buffer[1:T+1]``. The
+body's value of the new state is evaluated symbolically through ``innerProduct`` and
+``batchedMatmul`` (weights in the layer), ``add`` and ``multiply`` (two inputs, or one and
+``alpha``), ``addBroadcastable``, ``multiplyBroadcastable``, ``subtractBroadcastable``,
+``activation`` (sigmoid, tanh, ReLU; linear with alpha ±1 and beta 0), ``squeeze``,
+``expandDims``, ``copy`` and ``loadConstantND``; it must be a canonical simple RNN or GRU
+(reset after, PyTorch's; or before), read with the weights ``(out, in)`` as the
+``innerProduct`` s hold them and both biases kept apart, bit for bit. Another layer on the
+way (named with its type), another step, another condition, or a buffer starting with a
+state other than zeros is refused by name, and nothing is read.
 
 A bidirectional ``gru`` or ``simpleRecurrent`` has no layer of its own: it is a forward layer
 and a ``reverseInput`` layer of the same type and sizes on the same input, the reversed
@@ -57,7 +75,10 @@ inputs (initial ``h``, ``c``) are zeros by default, ``forward(state=…)`` gives
 **Networks.** A recurrent layer whose first input is the sequence output of the recurrent
 layer before it (in the same neural network, directly or through ``squeeze``,
 ``expandDims``, ``copy``, ``reshapeStatic`` or ``flatten`` layers) continues its network;
-the layers merge into one ``RNN`` where they fit, or a ``Stack``. Several networks:
+the layers merge into one ``RNN`` where they fit, or a ``Stack``. A loop's sequence output
+is the ``slice`` of rows 1 to ``T`` of its buffer (a multi-layer PyTorch GRU: loops in
+turn). A bidirectional PyTorch GRU is a loop over the sequence and one over its
+``reverse``: two networks, each read as the GRU over its own input (``layer=``). Several networks:
 ``layer=`` (a layer's name, ``model<i>/<name>`` inside a pipeline's i-th model) picks one;
 ``notes`` lists the other layers and models.
 

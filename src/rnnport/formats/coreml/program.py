@@ -1,5 +1,5 @@
-"""ML Program models: the MIL ``lstm`` and ``rnn`` operations of a ``Model.mlProgram``,
-as coremltools writes them by default (``.mlpackage`` folders).
+"""ML Program models: the MIL ``lstm`` and ``rnn`` operations and ``while_loop`` s of a
+``Model.mlProgram``, as coremltools writes them by default (``.mlpackage`` folders).
 
 **The package**: ``Manifest.json`` names, by ``rootModelIdentifier``, the item whose
 ``path`` (under ``Data/``) is the ``Model`` protocol buffer; the weights lie in
@@ -27,9 +27,23 @@ A ``Value`` is immediate (``TensorValue``: floats, ints, bools, strings, or raw 
 
 Activations sigmoid, tanh and relu are read (MIL gives the others no parameters here);
 ``gru`` is refused by name (its documented equation, ``o = act(W_io x + r∘(W_ho h) + b)``
-with one bias, is neither canonical GRU: coremltools issues 1123 and 1124), as is a
-``while_loop`` (how coremltools writes a PyTorch GRU). A recurrent operation whose ``x`` is
-the sequence output of the one before continues its network.
+with one bias, is neither canonical GRU). A recurrent operation whose ``x`` is the sequence
+output of the one before continues its network.
+
+**Loops.** coremltools writes a PyTorch GRU (Core ML has no reset-after GRU) as a
+``while_loop``: its ``blocks`` (a ``Block`` holds input names, output names and
+operations) are the condition, ``less(counter, T)``, and the body, over two loop values: a
+counter from 0 and a buffer of ``T + 1`` rows starting as zeros. The body ``gather`` s row
+``counter`` of the sequence and of the buffer (``x``, ``h``), computes ``h'`` and
+``scatter`` s it into row ``counter + 1``; ``slice_by_index`` takes rows 1 to ``T`` after the
+loop (the next layer's sequence, in a multi-layer GRU). rnnport evaluates the body
+symbolically (:mod:`.loops`) through ``linear``, ``matmul`` with a constant ``y``, ``add``,
+``mul``, ``sub``, ``sigmoid``, ``tanh``, ``relu``, ``squeeze``, ``expand_dims``, ``cast``,
+``identity`` and ``const``, and reads a canonical simple RNN or GRU (reset after, or before)
+with the weights ``(out, in)`` as the ``linear`` s hold them and both biases apart, bit for
+bit; float16 ones (``compute_precision=FLOAT16``) as float16, computed in float32 (the
+program computes its step in float16). Another operation on the way, another step or
+condition, or a buffer that starts with a state other than zeros is refused by name.
 """
 
 from __future__ import annotations
