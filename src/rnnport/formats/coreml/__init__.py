@@ -123,7 +123,7 @@ from .fields import (
     sub,
     weights,
 )
-from .loops import LoopCell, loop_model, nn_loop, recognise, signed
+from .loops import LoopCell, Node, loop_model, nn_layer, nn_loop, recognise, signed
 from .package import MODEL_ITEM, PACKAGE, CoreMLPackage, encode_package, save_package
 from .program import networks as program_networks
 from .program import notes as program_notes
@@ -256,6 +256,20 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
     network_number = found.networks
     found.networks += 1
     layers = message(network, where).get(FIELDS["NeuralNetwork"]["layers"], [])
+    written: dict[str, int] = {}  # blob → the layer that wrote it last, so far
+    nodes: dict[int, Node] = {}
+    pending: dict[str, tuple[int, LoopCell]] = {}  # a loop's buffer → its layer, its cell
+    assert found.meter is not None
+    meter = found.meter
+
+    def outer(blob: str) -> Node | None:
+        position = written.get(blob)
+        if position is None:
+            return None
+        if position not in nodes:
+            nodes[position] = nn_layer(layers[position], where, meter)
+        return nodes[position]
+
     for position, raw in enumerate(layers):
         if not isinstance(raw, bytes):
             raise FormatError(f"{where}: a layer is a number; expected a message. The file is "
@@ -268,9 +282,16 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
         inputs, outputs = layer.get(LAYER["input"], []), layer.get(LAYER["output"], [])
         if LAYER_TYPES.get(kind) in PASSING and len(inputs) == 1 and len(outputs) == 1:
             found.aliases[network_number, _text(outputs[0], where)] = _text(inputs[0], where)
+        if kind == LAYER_SLICE and len(inputs) == 1 and len(outputs) == 1:
+            _loop_output(layer, pending, found, where)
         if kind == LAYER["loop"]:
-            found.layers.append(_loop_layer(layer, label, layers, position, where, found,
-                                            network_number))
+            found.layers.append(_loop_layer(layer, label, outer, where, meter, network_number))
+            if isinstance(found.layers[-1].loop, LoopCell):
+                pending[found.layers[-1].loop.output] = (len(found.layers) - 1,
+                                                         found.layers[-1].loop)
+        for blob in outputs:
+            written[_text(blob, where)] = position
+        if kind == LAYER["loop"]:
             continue
         if kind not in RECURRENT:
             found.others.append(f"{label} ({LAYER_TYPES.get(kind, f'layer type {kind}')})")
@@ -287,31 +308,35 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
             network_number))
 
 
-def _loop_layer(layer: Message, label: str, layers: list[int | bytes], position: int,
-                where: str, found: Contents, network: int) -> Layer:
+def _loop_layer(layer: Message, label: str, outer: Any, where: str, meter: budget.Meter,
+                network: int) -> Layer:
     """A ``loop`` layer as the recurrent layer it computes (:mod:`.loops`); one that is
-    none keeps its refusal, raised when it is read."""
+    none keeps its refusal, raised when it is read. Its output is its buffer until a
+    ``slice`` of the rows its steps wrote is found (:func:`_loop_output`)."""
     params = message(sub(layer, LAYER["loop"], where, "loop") or b"", f"{where}: {label}")
-    assert found.meter is not None
-    cell: LoopCell | UnsupportedFeatureError
     try:
-        cell = recognise(nn_loop(params, f"{where}: layer {label} (loop)", layers[:position],
-                                 where, found.meter))
+        cell = recognise(nn_loop(params, f"{where}: layer {label} (loop)", outer, where, meter))
     except UnsupportedFeatureError as refusal:
         return Layer(label, LAYER["loop"], (), (), {}, network, loop=refusal)
-    output = cell.output
-    for raw in layers[position + 1:]:  # the rows the steps wrote: buffer[1:T+1]
-        after = message(raw, where) if isinstance(raw, bytes) else {}
-        slice_params = message(sub(after, LAYER_SLICE, where, "slice") or b"", where)
-        numbers = FIELDS["SliceLayerParams"]
-        rows = tuple(signed(number_of(slice_params, numbers[key], where, key))
-                     for key in ("startIndex", "endIndex", "stride", "axis"))
-        if LAYER_SLICE in after and [_text(value, where) for value in after.get(
-                LAYER["input"], [])] == [cell.output] and rows in (
-                (1, cell.steps + 1, 1, 0), (1, -1, 1, 0)) and after.get(LAYER["output"]):
-            output = _text(after[LAYER["output"]][0], where)
-            break
-    return Layer(label, LAYER["loop"], (cell.sequence,), (output,), {}, network, loop=cell)
+    return Layer(label, LAYER["loop"], (cell.sequence,), (cell.output,), {}, network, loop=cell)
+
+
+def _loop_output(layer: Message, pending: dict[str, tuple[int, LoopCell]], found: Contents,
+                 where: str) -> None:
+    """Make a ``slice`` layer taking rows 1 to T of a loop's buffer (what its steps wrote)
+    that loop's sequence output."""
+    source = _text(layer[LAYER["input"]][0], where)
+    if source not in pending:
+        return
+    index, cell = pending[source]
+    numbers = FIELDS["SliceLayerParams"]
+    params = message(sub(layer, LAYER_SLICE, where, "slice") or b"", where)
+    rows = tuple(signed(number_of(params, numbers[key], where, key))
+                 for key in ("startIndex", "endIndex", "stride", "axis"))
+    if rows == (1, cell.steps + 1, 1, 0):
+        del pending[source]
+        found.layers[index] = replace(found.layers[index],
+                                      outputs=(_text(layer[LAYER["output"]][0], where),))
 
 
 def _contents(source: Any) -> tuple[Contents, str, int]:

@@ -66,7 +66,8 @@ from .fields import (
     weights,
 )
 
-__all__ = ["Loop", "LoopCell", "Node", "loop_model", "nn_loop", "recognise", "signed"]
+__all__ = ["Loop", "LoopCell", "Node", "loop_model", "nn_layer", "nn_loop", "recognise",
+           "signed"]
 
 LAYER = FIELDS["NeuralNetworkLayer"]
 SCATTER_MODES = {0: "update", 1: "add"}  # ScatterMode's SCATTER_UPDATE, SCATTER_ADD
@@ -508,13 +509,17 @@ def _name(value: int | bytes, where: str) -> str:
     return value.decode("utf-8", "replace")
 
 
-def nn_loop(params: Message, label: str, before: list[int | bytes], where: str,
+def nn_layer(raw: int | bytes, where: str, meter: budget.Meter) -> Node:
+    """A layer outside a loop as a :class:`Node` (its weights not decoded)."""
+    return _nn_node(raw, where, meter, False)
+
+
+def nn_loop(params: Message, label: str, outer: Callable[[str], Node | None], where: str,
             meter: budget.Meter) -> Loop:
-    """The :class:`Loop` of a ``loop`` layer (its ``LoopLayerParams``), with the
-    layers of its network ``before`` it (where its loop values start)."""
+    """The :class:`Loop` of a ``loop`` layer (its ``LoopLayerParams``); ``outer`` gives
+    the layer of its network that last wrote a blob before it (where its loop values
+    start)."""
     numbers = FIELDS["LoopLayerParams"]
-    outer = [_nn_node(layer, where, meter, False) for layer in before]
-    written = {name: node for node in outer for name in node.outputs}
 
     def network(number: int, what: str) -> list[Node]:
         found = message(sub(params, number, label, what) or b"", label)
@@ -531,9 +536,9 @@ def nn_loop(params: Message, label: str, before: list[int | bytes], where: str,
             "coremltools writes them. Nothing was read.")
     # Loop values: the blobs of the network the body writes again.
     variables = list(dict.fromkeys(name for node in body for name in node.outputs
-                                   if name in written))
+                                   if outer(name) is not None))
     return Loop(label, [(name, name, name) for name in variables], condition, variables,
-                condition_var, body, written.get, variables)
+                condition_var, body, outer, variables)
 
 
 def loop_model(spec: Spec, cell: LoopCell) -> RNN:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -457,6 +458,19 @@ class _Unit:
 
 def _units(ops: list[Operation], values: _Values, where: str) -> list[_Unit]:
     units = []
+    top = {name: op for op in ops for name in op.outputs}  # MIL names each value once
+    nodes: dict[str, Node] = {}
+
+    def outer(name: str) -> Node | None:
+        if name not in nodes and name in top:
+            nodes[name] = _node(top[name], values, where)
+        return nodes.get(name)
+
+    slices: dict[str, list[Operation]] = {}
+    for op in ops:
+        if op.type == "slice_by_index":
+            slices.setdefault(_bound(op, "x", where)[0] if _bound(op, "x", where) else "",
+                              []).append(op)
     for op in ops:
         if op.type in ("lstm", "rnn"):
             source = _inner(message(op.inputs.get("x", b""), where), 1, where)
@@ -464,18 +478,17 @@ def _units(ops: list[Operation], values: _Values, where: str) -> list[_Unit]:
                                op.outputs[0] if values.argument(op, "output_sequence") else ""))
         elif op.type == "while_loop":
             try:
-                cell = recognise(_loop(op, ops, values, where))
+                cell = recognise(_loop(op, outer, values, where))
             except UnsupportedFeatureError as refusal:
                 units.append(_Unit(op, "", "", refusal))
                 continue
             output = ""
-            for item in ops:  # the rows the steps wrote: buffer[1:T+1]
-                if item.type == "slice_by_index":
-                    rows = _node(item, values, where)
-                    if rows.kind == "rows" and rows.inputs == (cell.output,) and \
-                            rows.data in ((1, cell.steps + 1, 1), (1, -1, 1)):
-                        output = item.outputs[0]
-                        break
+            for item in slices.get(cell.output, []):  # the rows the steps wrote: buffer[1:T+1]
+                rows = outer(item.outputs[0]) if item.outputs else None
+                if rows is not None and rows.kind == "rows" and \
+                        rows.data in ((1, cell.steps + 1, 1), (1, None, 1)):
+                    output = item.outputs[0]
+                    break
             units.append(_Unit(op, cell.sequence, output, cell))
     return units
 
@@ -611,7 +624,7 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
 
 def _rows(op: Operation, values: _Values, node: Any, source: str) -> Node:
     """A ``slice_by_index`` taking rows of the first axis (every other axis whole) as
-    (start, stop, step); ``stop`` -1 where the end is masked."""
+    (start, stop, step); ``stop`` None where the end is masked (the last row)."""
     arguments = [values.argument(op, key) for key in
                  ("begin", "end", "stride", "begin_mask", "end_mask", "squeeze_mask")]
     begin, end, stride, begin_mask, end_mask, squeeze = (
@@ -626,13 +639,14 @@ def _rows(op: Operation, values: _Values, node: Any, source: str) -> Node:
     if not whole or (stride is not None and np.any(stride[1:] != 1)):
         return node("other", ())
     start = 0 if begin_mask is not None and begin_mask[0] else int(begin[0])
-    stop = -1 if end_mask is not None and end_mask[0] else int(end[0])
+    stop = None if end_mask is not None and end_mask[0] else int(end[0])
     return node("rows", (source,), (start, stop, step))
 
 
-def _loop(op: Operation, top: list[Operation], values: _Values, where: str) -> Loop:
-    """The :class:`Loop` of a ``while_loop`` operation (``top``: the operations of its
-    block, for where its loop values start)."""
+def _loop(op: Operation, outer: Callable[[str], Node | None], values: _Values,
+          where: str) -> Loop:
+    """The :class:`Loop` of a ``while_loop`` operation (``outer``: the operation of its
+    block giving a value, as a :class:`Node`: where its loop values start)."""
     label = f"{where}: {op.label} (while_loop)"
     if len(op.blocks) != 2:
         raise FormatError(f"{label}: {len(op.blocks)} blocks; expected a condition and a "
@@ -645,17 +659,8 @@ def _loop(op: Operation, top: list[Operation], values: _Values, where: str) -> L
                           f"inputs and {len(body.outputs)} outputs, a condition of "
                           f"{len(condition.inputs)} inputs; expected the same number "
                           "everywhere. The file is damaged.")
-    position = next((k for k, item in enumerate(top) if item is op), len(top))
-    before = {name: item for item in top[:position] for name in item.outputs}
-    outer: dict[str, Node] = {}
-
-    def lookup(name: str) -> Node | None:
-        if name not in outer and name in before:
-            outer[name] = _node(before[name], values, where)
-        return outer.get(name)
-
     return Loop(label, list(zip(body.inputs, starts, body.outputs, strict=True)),
                 [_node(item, values, where) for item in condition.operations],
                 list(condition.inputs), condition.outputs[0],
-                [_node(item, values, where) for item in body.operations], lookup,
+                [_node(item, values, where) for item in body.operations], outer,
                 list(op.outputs))
