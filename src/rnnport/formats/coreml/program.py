@@ -429,6 +429,14 @@ def _layer(op: Operation, values: _Values, where: str, cell_clip: Any) -> RNN:
     canonical = CANONICAL["lstm" if spec.cell == "lstm" else "rnn"]
     directions = []
     for suffix in ("", "_back")[:spec.num_directions]:
+        for key in ("weight_ih", "weight_hh"):
+            found = values.argument(op, key + suffix)
+            expected = values.argument(op, key)
+            if not isinstance(found, np.ndarray) or found.shape != expected.shape:
+                raise FormatError(
+                    f"{where}: {op.label} {key + suffix} is "
+                    f"{list(found.shape) if isinstance(found, np.ndarray) else 'missing'}; "
+                    f"expected {list(expected.shape)}, as {key}. The file is damaged.")
         named = {"weight_ih": reorder(values.argument(op, "weight_ih" + suffix), order, canonical),
                  "weight_hh": reorder(values.argument(op, "weight_hh" + suffix), order, canonical)}
         if spec.bias:
