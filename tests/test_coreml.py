@@ -176,9 +176,10 @@ def _unknown_layer(spec: Any) -> None:
     (_softsign, r"layer while_loop_0 \(loop\): its body computes a step that is neither .*"
                 r"could not follow: layer tanh_1 \(activation\) \(softsign\)"),
     (_unknown_layer, r"could not follow: layer add_7 \(unary\)"),
-    (_reset_gate_keeps_h, r"neither a simple RNN \(tanh or relu\) nor a GRU .*do not combine"),
+    (_reset_gate_keeps_h, r"neither a simple RNN \(tanh or relu\), a GRU nor an LSTM .*"
+                          r"do not combine"),
     (_five_steps, r"its condition stops after 5 steps, and its buffer of states holds 6"),
-    (_initial_state, r"starts with values other than zeros: an initial state"),
+    (_initial_state, r"start with values other than zeros: an initial state"),
 ])
 def test_a_loop_that_is_no_canonical_cell_is_refused_by_name(coremltools: Any, tmp_path: Path,
                                                              change: Any, message: str) -> None:
@@ -207,7 +208,7 @@ def _damaged_program(tmp_path: Path, change: Any) -> Path:
 @pytest.mark.parametrize(("op_type", "new_type", "message"), [
     ("tanh", "softsign", r"while_loop_0_0 \(while_loop\): its body computes a step .*could not "
                          r"follow: softsign tanh_1"),
-    ("sub", "add", r"neither a simple RNN \(tanh or relu\) nor a GRU"),
+    ("sub", "add", r"neither a simple RNN \(tanh or relu\), a GRU nor an LSTM"),
 ])
 def test_a_while_loop_that_is_no_canonical_cell_is_refused_by_name(
         coremltools: Any, tmp_path: Path, op_type: str, new_type: str, message: str) -> None:

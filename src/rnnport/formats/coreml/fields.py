@@ -98,6 +98,9 @@ FIELDS: dict[str, dict[str, int]] = {
     "LoadConstantNDLayerParams": {"shape": 1, "data": 2},
     "LessThanLayerParams": {"alpha": 2},
     "SliceLayerParams": {"startIndex": 1, "endIndex": 2, "stride": 3, "axis": 4},
+    "SplitNDLayerParams": {"axis": 1, "numSplits": 2, "splitSizes": 3},
+    "SliceStaticLayerParams": {"beginIds": 1, "beginMasks": 2, "endIds": 3, "endMasks": 4,
+                               "strides": 5, "squeezeMasks": 6},
 }
 
 # ActivationParams' choices → the ONNX name rnnport's Spec uses, and which of (alpha, beta)

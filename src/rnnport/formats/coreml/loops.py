@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ from .._loops import (
     Var,
     add,
     match,
+    rows,
     unmatched,
 )
 from .fields import (
@@ -115,7 +116,7 @@ class LoopCell:
     sequence: str  # the name of the sequence the loop reads (time first)
     output: str  # the name of the loop value holding the output rows (after the loop)
     steps: int
-    notes: list[str] = field(default_factory=list)
+    first_row: int = 1  # the output's first row: 1 after a buffer's initial state, else 0
 
 
 # -- symbolic values of the loop's machinery ------------------------------------------------
@@ -141,6 +142,22 @@ class _Less(Sym):
     b: Sym
 
 
+@dataclass(frozen=True, eq=False)
+class _AtLeast(Sym):
+    a: Sym
+    b: Sym
+
+
+@dataclass(frozen=True, eq=False)
+class _Shape(Sym):
+    of: Sym
+
+
+@dataclass(frozen=True, eq=False)
+class _Length(Sym):
+    of: Sym  # the first dimension of a value
+
+
 class _Evaluation:
     """The values of one run of a node list, from the loop values' roles (``loop<k>``)."""
 
@@ -151,6 +168,7 @@ class _Evaluation:
         self.sequences: dict[str, Var] = {}  # outer name → x
         self.states: dict[int, Var] = {}  # loop value → h
         self.indices: list[Sym] = []  # what every gather of x or h was indexed with
+        self.branches: list[tuple[Node, Sym]] = []  # branch layers and their conditions
 
     def value(self, name: str) -> Sym:
         if name not in self.env:
@@ -163,11 +181,34 @@ class _Evaluation:
                 f"{self.loop.label}: {len(nodes):,} operations in one step; expected a "
                 "recurrent cell's few dozen.")
         for node in nodes:
+            if node.kind == "split" and len(node.inputs) == 1:
+                self._split(node)
+                continue
+            if node.kind == "branch" and len(node.inputs) == 1:
+                self.branches.append((node, self.value(node.inputs[0])))
+                continue
             result = self._node(node)
             for name in node.outputs[:1]:
                 self.env[name] = result
             for name in node.outputs[1:]:
                 self.env[name] = Opaque(node.label)
+
+    def _split(self, node: Node) -> None:
+        """Rows of an affine value along its features (a step's values are (batch,
+        features), so axis 1 or -1), into equal parts or parts of the sizes given."""
+        axis, sizes = node.data
+        value = self.value(node.inputs[0])
+        total = value.terms[0].weight.shape[0] if isinstance(value, Sum) and value.terms else 0
+        if not sizes and total % max(len(node.outputs), 1) == 0:
+            sizes = [total // max(len(node.outputs), 1)] * len(node.outputs)
+        if axis not in (1, -1) or len(sizes) != len(node.outputs) or sum(sizes) != total:
+            for name in node.outputs:
+                self.env[name] = Opaque(f"{node.label} (not along the features)")
+            return
+        start = 0
+        for name, size in zip(node.outputs, sizes, strict=True):
+            self.env[name] = rows(value, range(start, start + size), total, node.label)
+            start += size
 
     def _node(self, node: Node) -> Sym:
         kind = node.kind
@@ -196,6 +237,12 @@ class _Evaluation:
             return Mul(args[0], Const(np.asarray(node.data, np.float32), node.label))
         if kind == "less" and len(args) == 2:
             return _Less(args[0], args[1])
+        if kind == "at_least" and len(args) == 2:
+            return _AtLeast(args[0], args[1])
+        if kind == "shape" and len(args) == 1:
+            return _Shape(args[0])
+        if kind == "length" and len(args) == 1 and isinstance(args[0], _Shape):
+            return _Length(args[0].of)
         if kind == "less" and len(args) == 1 and node.data is not None:  # v < alpha
             return _Less(args[0], Const(np.asarray(node.data), node.label))
         if kind == "gather" and len(args) == 2:
@@ -264,16 +311,14 @@ def recognise(loop: Loop) -> LoopCell:
     label = loop.label
 
     def outside(name: str) -> Sym:
-        node = loop.outer(name)
         values = _constant(loop, name)
         if values is not None:
             return Const(values.astype(np.float32) if values.dtype.kind == "f" else values,
                          name)
-        del node
         return _Outer(name)
 
-    roles: dict[str, Sym] = {inside: Var(f"loop{k}")
-                             for k, (inside, _, _) in enumerate(loop.variables)}
+    names = [inside for inside, _, _ in loop.variables]
+    roles: dict[str, Sym] = {inside: Var(f"loop{k}") for k, inside in enumerate(names)}
     step = _Evaluation(loop, roles, outside)
     step.run(loop.body)
     new = [step.value(after) for _, _, after in loop.variables]
@@ -291,56 +336,85 @@ def recognise(loop: Loop) -> LoopCell:
         raise UnsupportedFeatureError(
             f"{label}: its {len(new)} loop values are not a step counter (starting at 0, "
             "adding 1 per step) and a buffer of states written one row per step; rnnport reads "
-            "loops as coremltools writes them for a recurrent layer (a PyTorch GRU). Nothing "
-            "was read.")
+            "loops as coremltools writes them for a recurrent layer (a PyTorch GRU, a Keras "
+            "LSTM). Nothing was read.")
     counter, buffer = counters[0], buffers[0]
-    others = [k for k in range(len(new)) if k not in (counter, buffer) and
-              new[k] is not role_values[k]]
-    if others:
-        raise UnsupportedFeatureError(
-            f"{label}: it carries loop values beside its counter and its buffer of states "
-            f"({listed(loop.variables[k][0] for k in others)}); rnnport reads loops carrying "
-            "one state (a simple RNN's or a GRU's h). Nothing was read.")
     scatter = new[buffer]
     assert isinstance(scatter, _Scatter)
+    # A PyTorch GRU's buffer holds the initial state and then each step's (row counter + 1);
+    # a Keras layer's list holds each step's (row counter), its states carried apart.
+    after = scatter.index is new[counter]
+    states = [k for k in range(len(new)) if k not in (counter, buffer) and
+              new[k] is not role_values[k]]
     start = starts[buffer]
-    if start is None or start.ndim != 3 or start.shape[0] < 2:
+    what = f"its buffer of states ({names[buffer]})"
+    if start is None or start.ndim != 3 or start.shape[0] < 1 + after:
         raise UnsupportedFeatureError(
-            f"{label}: its buffer of states ({loop.variables[buffer][0]}) starts as "
+            f"{label}: {what} starts as "
             f"{'a computed value' if start is None else f'a constant {list(start.shape)}'}; "
-            "expected a constant (T + 1, batch, hidden), as coremltools writes for a network "
-            "with no initial state given. Nothing was read.")
-    if np.any(start != 0):
+            f"expected a constant ({'T + 1' if after else 'T'}, batch, hidden), as coremltools "
+            "writes for a network with no initial state given. Nothing was read.")
+    steps, hidden = start.shape[0] - after, start.shape[2]
+    if scatter.data is not role_values[buffer] or scatter.axis != 0 or \
+            scatter.mode not in ("update", "add") or not (
+                after or scatter.index is role_values[counter]):
         raise UnsupportedFeatureError(
-            f"{label}: its buffer of states ({loop.variables[buffer][0]}) starts with values "
-            "other than zeros: an initial state the file fixes, which rnnport's networks do not "
-            "hold (forward(state=…) gives one). Nothing was read.")
-    steps, hidden = start.shape[0] - 1, start.shape[2]
-    if scatter.data is not role_values[buffer] or scatter.index is not new[counter] or \
-            scatter.axis != 0 or scatter.mode not in ("update", "add"):
+            f"{label}: its body writes {what} other than one row per step (scatter mode "
+            f"{scatter.mode}, axis {scatter.axis}); rnnport reads a loop that writes the new "
+            "state at row counter (or counter + 1, after the initial state). Nothing was read.")
+    if (after and states) or len(states) > 2:
         raise UnsupportedFeatureError(
-            f"{label}: its body writes the buffer of states ({loop.variables[buffer][0]}) "
-            f"other than at the next row (scatter mode {scatter.mode}, axis {scatter.axis}); "
-            "rnnport reads a loop that writes the new state at row counter + 1. Nothing was "
-            "read.")
-    if len(step.sequences) != 1 or any(index is not role_values[counter]
-                                       for index in step.indices):
+            f"{label}: it carries {len(states)} states beside its counter and its buffer "
+            f"({listed(names[k] for k in states)}); rnnport reads loops carrying a simple "
+            "RNN's or a GRU's h, or an LSTM's h and c. Nothing was read.")
+    for k in states:
+        initial = starts[k]
+        if initial is None or initial.shape != start.shape[1:]:
+            raise UnsupportedFeatureError(
+                f"{label}: its state {names[k]} starts as "
+                f"{'a computed value' if initial is None else f'a constant {list(initial.shape)}'}"
+                f"; expected a constant {list(start.shape[1:])} of zeros. Nothing was read.")
+    if np.any(start != 0) or any(np.any(starts[k] != 0) for k in states):
+        raise UnsupportedFeatureError(
+            f"{label}: {what} or its states start with values other than zeros: an initial "
+            "state the file fixes, which rnnport's networks do not hold (forward(state=…) "
+            "gives one). Nothing was read.")
+    if not after:  # evaluate again, the states as h (the one the list keeps) and c
+        kept = [k for k in states if new[k] is scatter.update]
+        if len(kept) != 1:
+            raise UnsupportedFeatureError(
+                f"{label}: its body writes into {what} a value that is not one of its states "
+                f"({listed(names[k] for k in states) or 'none'}); rnnport reads a loop whose "
+                "output at each step is the new state h. Nothing was read.")
+        ordered = kept + [k for k in states if k not in kept]
+        roles = dict(roles)
+        for k, name in zip(ordered, ("h", "c"), strict=False):
+            roles[names[k]] = Var(name)
+        step = _Evaluation(loop, roles, outside)
+        step.run(loop.body)
+        role_values = list(roles.values())
+        new_states = tuple(step.value(loop.variables[k][2]) for k in ordered)
+    if len(step.sequences) != 1 or not set(step.states) <= ({buffer} if after else set()) \
+            or any(index is not role_values[counter] for index in step.indices):
         raise UnsupportedFeatureError(
             f"{label}: its body reads {len(step.sequences)} sequences "
-            f"({listed(step.sequences) or 'none'}), or reads rows at an index other than the "
-            "step counter; rnnport reads a loop that takes the row of one sequence and of its "
-            "buffer of states at the counter. Nothing was read.")
+            f"({listed(step.sequences) or 'none'}), or rows of its loop values, or rows at an "
+            "index other than the step counter; rnnport reads a loop that takes the row of "
+            "one sequence (and of a buffer holding the initial state) at the counter. Nothing "
+            "was read.")
+    if after:
+        new_states = (scatter.update,)
+    _check_branches(loop, step, role_values, counter, buffer)
     sequence = next(iter(step.sequences))
     _check_condition(loop, role_values, counter, steps)
-    h_new = scatter.update
-    matched = match((h_new,), hidden)
+    matched = match(new_states, hidden)
     if isinstance(matched, Unsupported):
         raise UnsupportedFeatureError(f"{label}: its body computes {matched}. Nothing was read.")
     if matched is None:
         raise UnsupportedFeatureError(
-            f"{label}: its body computes a step that is neither a simple RNN (tanh or relu) "
-            f"nor a GRU as rnnport defines them; {unmatched((h_new,), _opaque([h_new]))}. "
-            "Nothing was read.")
+            f"{label}: its body computes a step that is neither a simple RNN (tanh or relu), "
+            f"a GRU nor an LSTM as rnnport defines them; "
+            f"{unmatched(new_states, _opaque(list(new_states)))}. Nothing was read.")
     fields, params, has_bias = dict(matched[0]), dict(matched[1]), matched[2]
     if params["weight_hh"].shape != (params["weight_ih"].shape[0], hidden):
         raise FormatError(f"{label}: recurrent weights {list(params['weight_hh'].shape)} for "
@@ -348,7 +422,23 @@ def recognise(loop: Loop) -> LoopCell:
     if not has_bias:
         params = {k: v for k, v in params.items() if not k.startswith("bias")}
     fields.update(input_size=params["weight_ih"].shape[1], hidden_size=hidden, bias=has_bias)
-    return LoopCell(fields, params, sequence, loop.final[buffer], steps)
+    return LoopCell(fields, params, sequence, loop.final[buffer], steps,
+                    first_row=int(after))
+
+
+def _check_branches(loop: Loop, step: _Evaluation, roles: list[Sym], counter: int,
+                    buffer: int) -> None:
+    """A ``branch`` in the body (coremltools' growing TensorList) must run only when the
+    counter reaches the buffer's length, which a loop stopping before (its condition is
+    checked) never does: what it would compute is then never computed."""
+    for node, condition in step.branches:
+        if not (isinstance(condition, _AtLeast) and condition.a is roles[counter] and
+                isinstance(condition.b, _Length) and condition.b.of is roles[buffer]):
+            raise UnsupportedFeatureError(
+                f"{loop.label}: its body holds {node.label}, which runs on a condition other "
+                "than the step counter reaching the length of its buffer of states; rnnport "
+                "reads the branch coremltools writes to grow that buffer, which a loop "
+                "stopping at its length never runs. Nothing was read.")
 
 
 def _check_condition(loop: Loop, roles: list[Sym], counter: int, steps: int) -> None:
@@ -442,6 +532,30 @@ def _nn_node(raw: int | bytes, where: str, meter: budget.Meter, weights_too: boo
         mode = number_of(body, 2, label, "mode")
         return node("scatter", (signed(number_of(body, 1, label, "axis")),
                                 SCATTER_MODES.get(mode, f"mode {mode}")))
+    if type_name == "splitND":
+        numbers = FIELDS["SplitNDLayerParams"]
+        sizes = [number for value in body.get(numbers["splitSizes"], [])
+                 for number in (_varints(value, label) if isinstance(value, bytes)
+                                else [value])]
+        return node("split", (signed(number_of(body, numbers["axis"], label, "axis")), sizes))
+    if type_name == "getShape":
+        return node("shape")
+    if type_name == "sliceStatic" and len(inputs) == 1:
+        numbers = FIELDS["SliceStaticLayerParams"]
+        found = {key: [number for value in body.get(numbers[key], [])
+                       for number in (_varints(value, label) if isinstance(value, bytes)
+                                      else [value])]
+                 for key in ("beginIds", "beginMasks", "endIds", "endMasks", "strides",
+                             "squeezeMasks")}
+        if found["beginIds"] == [0] and found["endIds"] == [1] and \
+                found["strides"] in ([], [1]) and not any(found["beginMasks"]) and \
+                not any(found["endMasks"]) and not any(found["squeezeMasks"]):
+            return node("length")  # the first dimension of a shape
+        return node("other")
+    if type_name == "greaterEqual" and len(inputs) == 2:
+        return node("at_least")
+    if type_name == "branch":
+        return node("branch")
     if type_name == "lessThan":
         return node("less", np.float32(float32(body, 2, label, "alpha"))
                     if len(inputs) == 1 else None)
