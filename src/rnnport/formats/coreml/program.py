@@ -429,14 +429,19 @@ def _layer(op: Operation, values: _Values, where: str, cell_clip: Any) -> RNN:
     canonical = CANONICAL["lstm" if spec.cell == "lstm" else "rnn"]
     directions = []
     for suffix in ("", "_back")[:spec.num_directions]:
-        for key in ("weight_ih", "weight_hh"):
-            found = values.argument(op, key + suffix)
-            expected = values.argument(op, key)
-            if not isinstance(found, np.ndarray) or found.shape != expected.shape:
-                raise FormatError(
-                    f"{where}: {op.label} {key + suffix} is "
-                    f"{list(found.shape) if isinstance(found, np.ndarray) else 'missing'}; "
-                    f"expected {list(expected.shape)}, as {key}. The file is damaged.")
+        rows = len(order) * spec.hidden_size
+        sizes: dict[str, tuple[int, ...]] = {"weight_ih" + suffix: (rows, spec.input_size),
+                 "weight_hh" + suffix: (rows, spec.hidden_size)}
+        if spec.bias:
+            sizes["bias" + suffix] = (rows,)
+        if spec.peepholes:
+            sizes["peephole" + suffix] = (3 * spec.hidden_size,)
+        for key, shape in sizes.items():
+            found = np.asarray(values.argument(op, key))
+            if (found.shape if len(shape) == 2 else (found.size,)) != shape:
+                raise FormatError(f"{where}: {op.label} {key} is {list(found.shape)}; expected "
+                                  f"{list(shape)} ({len(order)} gates of {spec.hidden_size}). "
+                                  "The file is damaged.")
         named = {"weight_ih": reorder(values.argument(op, "weight_ih" + suffix), order, canonical),
                  "weight_hh": reorder(values.argument(op, "weight_hh" + suffix), order, canonical)}
         if spec.bias:
