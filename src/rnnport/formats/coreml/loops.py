@@ -600,7 +600,8 @@ def _inner_product(body: Message, label: str, meter: budget.Meter,
 
 def _batched_matmul(body: Message, label: str, meter: budget.Meter,
                     node: Callable[[str, Any], Node]) -> Node:
-    """``x @ W (+ b)`` with ``W`` (in, out) stored: the weight ``Wᵀ`` (out, in)."""
+    """``x @ W (+ b)``, ``W`` (weightMatrixFirstDimension = in, second = out), which Core ML
+    stores out-major, (out, in): the weight as it lies."""
     numbers = FIELDS["BatchedMatMulLayerParams"]
     if numbers["int8DynamicQuantize"] in body or flag(body, numbers["transposeA"], label, "") \
             or flag(body, numbers["transposeB"], label, ""):
@@ -611,10 +612,10 @@ def _batched_matmul(body: Message, label: str, meter: budget.Meter,
         raise FormatError(f"{label}: a weight matrix {inputs} × {outputs}; expected positive "
                           "sizes. The file is damaged.")
     weight = weights(sub(body, numbers["weights"], label, "weights"), inputs * outputs,
-                     f"{label} weights", meter).reshape(inputs, outputs).T
+                     f"{label} weights", meter).reshape(outputs, inputs)
     bias = weights(sub(body, numbers["bias"], label, "bias"), outputs, f"{label} bias", meter) \
         if flag(body, numbers["hasBias"], label, "hasBias") else None
-    return node("dense", (np.ascontiguousarray(weight), bias))
+    return node("dense", (weight, bias))
 
 
 def _name(value: int | bytes, where: str) -> str:
