@@ -40,6 +40,15 @@ computes the network the file declares, given the same weights:
   (a converted LSTM stays float32 even with FLOAT16 precision); reference: PyTorch with
   the same float16 values, computing in float32.
 
+* ``keras_lstm``, ``keras_gru``, ``keras_rnn``: a tf_keras ``LSTM`` / ``GRU``
+  (``reset_after=True``) / ``SimpleRNN`` in a ``Sequential`` model, saved as a SavedModel
+  folder and converted by ``coremltools.convert(folder, source="tensorflow",
+  convert_to="neuralnetwork")`` (coremltools 9.0 takes no Keras 3 model, and a tf_keras
+  model only as a SavedModel): a ``loop`` layer computing the step from
+  ``batchedMatmul`` s of the Keras kernels, the bias, ``splitND`` of the gates, the states
+  carried as loop values; reference: the Keras model's own ``predict``, and its
+  ``get_weights()`` stored as ``keras.<index>``.
+
 Weights are uniform ±0.6 from a generator seeded by the case's name (biases too, never
 zeros), inputs uniform ±1; input 5, hidden 8, time 6, batch 2. Files per case: ``<name>.mlmodel``
 and ``<name>.npz`` (``x`` (batch, time, input) and ``y`` (batch, time, D·H), float32; for
@@ -65,7 +74,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-PINNED = {"coremltools": "9.0", "torch": "2.13.0+cpu", "onnx": "1.23.2", "onnxruntime": "1.31.1"}
+PINNED = {"coremltools": "9.0", "torch": "2.13.0+cpu", "onnx": "1.23.2", "onnxruntime": "1.31.1",
+          "tensorflow": "2.21.0", "tf_keras": "2.21.0"}
 INPUT, HIDDEN, TIME, BATCH = 5, 8, 6, 2
 
 
@@ -275,6 +285,31 @@ def _parameters(module: Any) -> dict[str, np.ndarray]:
             for key, value in module.state_dict().items()}
 
 
+def _keras(kind: str) -> Callable[[str, np.ndarray], tuple[Any, np.ndarray]]:
+    """A tf_keras recurrent layer converted from a SavedModel folder."""
+    def make(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
+        import tempfile
+
+        import coremltools
+        import tf_keras
+
+        rng = _rng(name)
+        layer = getattr(tf_keras.layers, kind)(HIDDEN, return_sequences=True)
+        model = tf_keras.Sequential([tf_keras.layers.Input((TIME, INPUT), batch_size=BATCH),
+                                     layer])
+        layer.set_weights([rng.uniform(-0.6, 0.6, array.shape).astype(np.float32)
+                           for array in layer.get_weights()])
+        PARAMETERS[name] = {f"keras.{index}": array for index, array in
+                            enumerate(layer.get_weights())}
+        y = np.asarray(model.predict(x, verbose=0), dtype=np.float32)
+        with tempfile.TemporaryDirectory() as folder:
+            model.save(folder, save_format="tf")
+            converted = coremltools.convert(folder, source="tensorflow",
+                                            convert_to="neuralnetwork")
+        return converted.get_spec(), y
+    return make
+
+
 def _program(kind: str, half: bool = False, **options: Any
              ) -> Callable[[str, np.ndarray], tuple[Any, np.ndarray | None]]:
     """A case converting a traced PyTorch module to an ML Program package (float32, or
@@ -350,6 +385,12 @@ CASES: dict[str, tuple[str, Callable[[str, np.ndarray], tuple[Any, np.ndarray | 
                  _gru_loop()),
     "gru_loop_2layer": ("traced 2-layer PyTorch GRU converted by coremltools: two loop layers",
                         _gru_loop(num_layers=2)),
+    "keras_lstm": ("tf_keras LSTM (SavedModel) converted by coremltools: a loop layer; "
+                   "Keras predict reference", _keras("LSTM")),
+    "keras_gru": ("tf_keras GRU, reset after (SavedModel) converted by coremltools: a loop "
+                  "layer; Keras predict reference", _keras("GRU")),
+    "keras_rnn": ("tf_keras SimpleRNN (SavedModel) converted by coremltools: a loop layer; "
+                  "Keras predict reference", _keras("SimpleRNN")),
     "program_lstm": ("ML Program package: traced PyTorch LSTM, float32", _program("LSTM")),
     "program_lstm_bi_2layer": ("ML Program package: 2-layer bidirectional LSTM",
                                _program("LSTM", num_layers=2, bidirectional=True)),
