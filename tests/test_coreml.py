@@ -28,8 +28,8 @@ GOLDEN = Path(__file__).parent / "golden" / "coreml"
 CASES = {case["name"]: case for case in json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"]}
 READ = [name for name, case in CASES.items() if case["reference"]]
 LOOPS = [name for name in READ if "gru_loop" in name]  # a PyTorch GRU, as loops of layers
-KERAS = [name for name in READ if name.startswith("keras_")]  # tf_keras layers, as loops
-RESET_AFTER = [*LOOPS, "keras_gru"]  # no Core ML layer holds them
+KERAS = [name for name in READ if "keras_" in name]  # tf_keras layers, as loops
+RESET_AFTER = [*LOOPS, "keras_gru", "program_keras_gru"]  # no Core ML layer holds them
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -104,8 +104,8 @@ def test_loops_hold_the_pytorch_grus_weights_bit_for_bit(name: str) -> None:
 def test_keras_loops_hold_the_keras_weights_bit_for_bit(name: str) -> None:
     path, arrays = golden(name)
     model = rnnport.read(path)
-    assert model.spec.cell == {"keras_lstm": "lstm", "keras_gru": "gru",
-                               "keras_rnn": "rnn_tanh"}[name]
+    assert model.spec.cell == {"lstm": "lstm", "gru": "gru", "rnn": "rnn_tanh"}[
+        name.rsplit("_", 1)[-1]]
     expected = [arrays[f"keras.{index}"] for index in range(3)]
     written = [np.asarray(array) for array in rnnport.write(model, "keras")]
     assert [array.shape for array in written] == [array.shape for array in expected]

@@ -47,7 +47,9 @@ computes the network the file declares, given the same weights:
   model only as a SavedModel): a ``loop`` layer computing the step from
   ``batchedMatmul`` s of the Keras kernels, the bias, ``splitND`` of the gates, the states
   carried as loop values; reference: the Keras model's own ``predict``, and its
-  ``get_weights()`` stored as ``keras.<index>``.
+  ``get_weights()`` stored as ``keras.<index>``. ``program_keras_lstm``,
+  ``program_keras_gru``: the same converted to float32 ML Programs (a ``while_loop`` reading
+  and writing TensorLists: ``make_list``, ``list_read``, ``list_write``).
 
 Weights are uniform ±0.6 from a generator seeded by the case's name (biases too, never
 zeros), inputs uniform ±1; input 5, hidden 8, time 6, batch 2. Files per case: ``<name>.mlmodel``
@@ -285,8 +287,10 @@ def _parameters(module: Any) -> dict[str, np.ndarray]:
             for key, value in module.state_dict().items()}
 
 
-def _keras(kind: str) -> Callable[[str, np.ndarray], tuple[Any, np.ndarray]]:
-    """A tf_keras recurrent layer converted from a SavedModel folder."""
+def _keras(kind: str, to: str = "neuralnetwork"
+           ) -> Callable[[str, np.ndarray], tuple[Any, np.ndarray]]:
+    """A tf_keras recurrent layer converted from a SavedModel folder (an ML Program in
+    float32 with ``to="mlprogram"``)."""
     def make(name: str, x: np.ndarray) -> tuple[Any, np.ndarray]:
         import tempfile
 
@@ -304,9 +308,11 @@ def _keras(kind: str) -> Callable[[str, np.ndarray], tuple[Any, np.ndarray]]:
         y = np.asarray(model.predict(x, verbose=0), dtype=np.float32)
         with tempfile.TemporaryDirectory() as folder:
             model.save(folder, save_format="tf")
-            converted = coremltools.convert(folder, source="tensorflow",
-                                            convert_to="neuralnetwork")
-        return converted.get_spec(), y
+            options = {} if to == "neuralnetwork" else {
+                "compute_precision": coremltools.precision.FLOAT32}
+            converted = coremltools.convert(folder, source="tensorflow", convert_to=to,
+                                            **options)
+        return (converted.get_spec() if to == "neuralnetwork" else converted), y
     return make
 
 
@@ -391,6 +397,10 @@ CASES: dict[str, tuple[str, Callable[[str, np.ndarray], tuple[Any, np.ndarray | 
                   "layer; Keras predict reference", _keras("GRU")),
     "keras_rnn": ("tf_keras SimpleRNN (SavedModel) converted by coremltools: a loop layer; "
                   "Keras predict reference", _keras("SimpleRNN")),
+    "program_keras_lstm": ("ML Program package: tf_keras LSTM (SavedModel), float32: a "
+                           "while_loop over TensorLists", _keras("LSTM", "mlprogram")),
+    "program_keras_gru": ("ML Program package: tf_keras GRU (SavedModel), float32: a "
+                          "while_loop over TensorLists", _keras("GRU", "mlprogram")),
     "program_lstm": ("ML Program package: traced PyTorch LSTM, float32", _program("LSTM")),
     "program_lstm_bi_2layer": ("ML Program package: 2-layer bidirectional LSTM",
                                _program("LSTM", num_layers=2, bidirectional=True)),

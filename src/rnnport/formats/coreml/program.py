@@ -630,9 +630,38 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
                          mode if isinstance(mode, str) else "add"))
         if op.type == "slice_by_index":
             return _rows(op, values, node, one("x"))
+        if op.type == "split":
+            axis, sizes = values.argument(op, "axis"), values.argument(op, "split_sizes")
+            return node("split", (one("x"),), (
+                int(np.asarray(axis).reshape(-1)[0]) if axis is not None else 0,
+                [] if sizes is None else [int(size) for size in np.asarray(sizes).reshape(-1)]))
+        if op.type == "list_read":  # a TensorList's item: a row of a (length, …) value
+            return node("gather", (one("ls"), one("index")), (0, ""))
+        if op.type == "list_write":
+            return node("scatter", (one("ls"), one("index"), one("value")), (0, "update"))
+        if op.type == "make_list":
+            return _new_list(op, values, where, node)
     except UnsupportedFeatureError as refusal:  # weights the program computes
         return node("other", (), str(refusal).split(": ", 1)[-1][:200])
     return node("other", ())
+
+
+def _new_list(op: Operation, values: _Values, where: str, node: Any) -> Node:
+    """A ``make_list`` of a constant length and item shape: its items are zeros until
+    written (a list's unwritten items read as zeros)."""
+    sizes = []
+    for name in [*_bound(op, "init_length", where)[:1], *_bound(op, "elem_shape", where)]:
+        producer = values.producers.get(name)
+        value = values.value(producer.attributes["val"], op.label) if producer is not None \
+            and producer.type == "const" and "val" in producer.attributes else None
+        if not isinstance(value, np.ndarray) or value.size != 1 or value.dtype.kind != "i" \
+                or not 0 < int(value.reshape(-1)[0]) < 2**31:
+            return node("other", (), "a length or item shape that is no positive constant")
+        sizes.append(int(value.reshape(-1)[0]))
+    if len(sizes) < 2 or len(sizes) > 5:
+        return node("other", (), f"{len(sizes) - 1} item dimensions")
+    values.meter.charge(4 * math.prod(sizes), op.label)
+    return node("const", (), np.zeros(sizes, np.float32))
 
 
 def _rows(op: Operation, values: _Values, node: Any, source: str) -> Node:
