@@ -31,20 +31,26 @@ forward first; the layer's output is ``[forward, backward]`` along the channels)
 
 ``loop`` (``LoopLayerParams``: a ``conditionNetwork``, its ``conditionVar`` and a
 ``bodyNetwork`` of generic layers): how coremltools writes a network Core ML has no layer
-for, such as a PyTorch GRU (which resets after). rnnport reads the loop coremltools writes
+for, a PyTorch GRU (which resets after), and a TensorFlow Keras layer (converted from a
+SavedModel: TensorFlow's ``while`` loop). rnnport reads the loops coremltools writes
 (:mod:`.loops`): a counter blob from 0, adding 1 per step while ``lessThan`` a constant
-``T``; a buffer blob of ``T + 1`` rows starting as zeros; each step ``gather`` s row
-``counter`` of the sequence (time first) and of the buffer (``x`` and ``h``), computes the new
-state and ``scatter`` s it into row ``counter + 1``; the output is ``buffer[1:T+1]``. The
-body's value of the new state is evaluated symbolically through ``innerProduct`` and
-``batchedMatmul`` (weights in the layer), ``add`` and ``multiply`` (two inputs, or one and
+``T``; the states either in a buffer of ``T + 1`` rows starting as zeros (PyTorch: each step
+``gather`` s row ``counter`` as ``h`` and ``scatter`` s ``h'`` into row ``counter + 1``; the
+output is the ``slice`` of rows 1 to ``T``) or carried as blobs of their own starting as
+zeros (Keras: ``h``, an LSTM's ``c``; ``h'`` ``scatter`` ed into row ``counter`` of a list of
+``T`` rows, the output); ``x`` is row ``counter`` of the sequence (time first). The body's
+new states are evaluated symbolically through ``innerProduct`` and ``batchedMatmul``
+(weights in the layer, stored out-major), ``add`` and ``multiply`` (two inputs, or one and
 ``alpha``), ``addBroadcastable``, ``multiplyBroadcastable``, ``subtractBroadcastable``,
-``activation`` (sigmoid, tanh, ReLU; linear with alpha ±1 and beta 0), ``squeeze``,
-``expandDims``, ``copy`` and ``loadConstantND``; it must be a canonical simple RNN or GRU
-(reset after, PyTorch's; or before), read with the weights ``(out, in)`` as the
-``innerProduct`` s hold them and both biases kept apart, bit for bit. Another layer on the
-way (named with its type), another step, another condition, or a buffer starting with a
-state other than zeros is refused by name, and nothing is read.
+``activation`` (sigmoid, tanh, ReLU; linear with alpha ±1 and beta 0), ``splitND`` of the
+features, ``squeeze``, ``expandDims``, ``copy`` and ``loadConstantND``; a ``branch`` that
+grows the list when the counter reaches its length is never run. The step must be a
+canonical simple RNN, GRU (reset after, PyTorch's and Keras's; or before) or LSTM, read with
+the weights ``(out, in)`` as the body holds them, bit for bit; a bias added once to the sum
+of both products (Keras) is read as the recurrent one (``bias_hh``, as the keras format
+reads it), PyTorch's two biases apart. Another layer on the way (named with its type),
+another step, another condition, or a buffer or state starting other than as zeros is
+refused by name, and nothing is read.
 
 A bidirectional ``gru`` or ``simpleRecurrent`` has no layer of its own: it is a forward layer
 and a ``reverseInput`` layer of the same type and sizes on the same input, the reversed
@@ -76,11 +82,11 @@ inputs (initial ``h``, ``c``) are zeros by default, ``forward(state=…)`` gives
 layer before it (in the same neural network, directly or through ``squeeze``,
 ``expandDims``, ``copy``, ``reshapeStatic`` or ``flatten`` layers) continues its network;
 the layers merge into one ``RNN`` where they fit, or a ``Stack``. A loop's sequence output
-is the ``slice`` of rows 1 to ``T`` of its buffer (a multi-layer PyTorch GRU: loops in
-turn). A bidirectional PyTorch GRU is a loop over the sequence and one over its
-``reverse``: two networks, each read as the GRU over its own input (``layer=``). Several networks:
-``layer=`` (a layer's name, ``model<i>/<name>`` inside a pipeline's i-th model) picks one;
-``notes`` lists the other layers and models.
+is the ``slice`` of rows 1 to ``T`` of its PyTorch buffer (a multi-layer PyTorch GRU: loops
+in turn); a Keras loop's list is its network's end. A bidirectional PyTorch GRU is a loop
+over the sequence and one over its ``reverse``: two networks, each read as the GRU over its
+own input (``layer=``). Several networks: ``layer=`` (a layer's name, ``model<i>/<name>``
+inside a pipeline's i-th model) picks one; ``notes`` lists the other layers and models.
 
 **Writing** gives a :class:`CoreMLModel` (the ``Model`` bytes; ``path=`` saves them, atomically):
 a ``neuralNetwork`` (specification version 4) with input ``input`` (``I``) and output

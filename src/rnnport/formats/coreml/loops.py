@@ -1,8 +1,9 @@
 """The recurrent cell a Core ML loop computes: a NeuralNetwork ``loop`` layer or an ML
 Program ``while_loop``, as coremltools writes a PyTorch GRU (Core ML has no reset-after
-GRU), read by evaluating one step symbolically (:mod:`.._loops`).
+GRU) or a TensorFlow Keras layer, read by evaluating one step symbolically
+(:mod:`.._loops`).
 
-**What coremltools writes** (both kinds alike)::
+**What coremltools writes** for a PyTorch GRU (both kinds alike)::
 
     counter = 0                      buffer = zeros (T+1, B, H)   row 0: the initial state
     while counter < T:
@@ -13,14 +14,28 @@ GRU), read by evaluating one step symbolically (:mod:`.._loops`).
         buffer'  = scatter(buffer, counter', expand_dims(h'), axis 0)   update, or add to 0
     y = buffer[1:T+1]                (T, B, H), time first
 
+and for a Keras layer (TensorFlow's ``while`` loop: the states carried apart, the outputs
+in a TensorList of ``T`` items, written at the counter; ``x`` a row of the sequence's list)::
+
+    counter = 0    list = zeros (T, B, H)    h = zeros (B, H)    (c = zeros (B, H))
+    while counter < T:
+        x = row counter of the sequence
+        h', c' = the cell's step, from matmuls of the Keras kernels, the bias, a split of
+                 the gates …
+        list' = list with row counter set to h';  counter' = counter + 1
+    y = list
+
 Each operation is one :class:`Node`; ``loop`` layers and ``while_loop`` operations become a
 :class:`Loop` (its loop values: where each starts, its value in the body and after it).
 :func:`recognise` checks the counter (a constant 0, plus a constant 1 per step), the
-condition (``less`` than a constant ``T``), the buffer (a constant of zeros, ``T + 1`` rows,
-written at the next row each step with what the step computes), and the step: the new
-state must be a canonical cell (a simple RNN, a GRU, reset after as PyTorch's or before),
-with the weights and biases the body holds, bit for bit. Anything else is refused naming
-what does not fit; an operation the evaluation cannot follow is named by its layer.
+condition (``less`` than a constant ``T``), the buffer or list (a constant of zeros, or a
+list made of ``T`` items, written one row per step with the new state), the states (zeros
+at first), and the step: the new state must be a canonical cell (a simple RNN; a GRU, reset
+after as PyTorch's and Keras's, or before; an LSTM) with the weights and biases the body
+holds, bit for bit. A ``branch`` in the body is allowed only on the condition coremltools
+gives the branch that grows a TensorList (the counter reaching the list's length), which a
+loop stopping at that length never runs. Anything else is refused naming what does not fit;
+an operation the evaluation cannot follow is named with its layer or output.
 """
 
 from __future__ import annotations

@@ -30,20 +30,24 @@ Activations sigmoid, tanh and relu are read (MIL gives the others no parameters 
 with one bias, is neither canonical GRU). A recurrent operation whose ``x`` is the sequence
 output of the one before continues its network.
 
-**Loops.** coremltools writes a PyTorch GRU (Core ML has no reset-after GRU) as a
-``while_loop``: its ``blocks`` (a ``Block`` holds input names, output names and
-operations) are the condition, ``less(counter, T)``, and the body, over two loop values: a
-counter from 0 and a buffer of ``T + 1`` rows starting as zeros. The body ``gather`` s row
-``counter`` of the sequence and of the buffer (``x``, ``h``), computes ``h'`` and
-``scatter`` s it into row ``counter + 1``; ``slice_by_index`` takes rows 1 to ``T`` after the
-loop (the next layer's sequence, in a multi-layer GRU). rnnport evaluates the body
-symbolically (:mod:`.loops`) through ``linear``, ``matmul`` with a constant ``y``, ``add``,
-``mul``, ``sub``, ``sigmoid``, ``tanh``, ``relu``, ``squeeze``, ``expand_dims``, ``cast``,
-``identity`` and ``const``, and reads a canonical simple RNN or GRU (reset after, or before)
-with the weights ``(out, in)`` as the ``linear`` s hold them and both biases apart, bit for
-bit; float16 ones (``compute_precision=FLOAT16``) as float16, computed in float32 (the
-program computes its step in float16). Another operation on the way, another step or
-condition, or a buffer that starts with a state other than zeros is refused by name.
+**Loops.** coremltools writes a PyTorch GRU (Core ML has no reset-after GRU) and a
+TensorFlow Keras layer (from a SavedModel) as a ``while_loop``: its ``blocks`` (a ``Block``
+holds input names, output names and operations) are the condition, ``less(counter, T)``,
+and the body, over a counter from 0 and either a buffer of ``T + 1`` rows starting as zeros
+(PyTorch: the body ``gather`` s row ``counter`` of the sequence and of the buffer, ``x`` and
+``h``, and ``scatter`` s ``h'`` into row ``counter + 1``; ``slice_by_index`` takes rows 1 to
+``T`` after the loop, the next layer's sequence in a multi-layer GRU) or, for Keras, the
+states ``h`` (and ``c``) starting as zeros and a TensorList of ``T`` items (``make_list``)
+whose item ``counter`` is set to ``h'`` (``list_write``), ``x`` being item ``counter`` of the
+sequence's list (``list_read``). rnnport evaluates the body symbolically (:mod:`.loops`)
+through ``linear``, ``matmul`` with a constant ``y``, ``add``, ``mul``, ``sub``, ``sigmoid``,
+``tanh``, ``relu``, ``split`` of the features, ``squeeze``, ``expand_dims``, ``cast``,
+``identity`` and ``const``, and reads a canonical simple RNN, GRU (reset after, or before)
+or LSTM with the weights ``(out, in)`` as the body holds them, bit for bit (PyTorch's two
+biases apart; Keras's one bias as the recurrent one); float16 ones
+(``compute_precision=FLOAT16``) as float16, computed in float32 (the program computes its
+step in float16). Another operation on the way, another step or condition, or a buffer or
+state that starts other than as zeros is refused by name.
 """
 
 from __future__ import annotations
