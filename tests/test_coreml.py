@@ -240,6 +240,8 @@ def test_loops_are_told_apart_and_their_layers_noted() -> None:
     assert notes(GOLDEN / "program_gru_loop.mlpackage") == [
         "other operations of the ML Program beside the network: 2 transpose, 1 slice_by_index"]
     assert "20_tmp (slice)" in notes(GOLDEN / "gru_loop.mlmodel")[0]
+    assert not any("last step" in note for name in ("gru_loop", "keras_lstm")
+                   for note in notes(GOLDEN / f"{name}.mlmodel"))  # every step is the output
     choices = networks(GOLDEN / "gru_loop_2layer.mlmodel")
     assert len(choices.entries) == 1 and "while_loop_0 (loop) → while_loop_1 (loop)" in \
         choices.entries[0][1]

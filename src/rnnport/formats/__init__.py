@@ -225,8 +225,9 @@ _REGISTRY: dict[str, Entry] = {
               "runs"),
         Entry("coreml", "rnnport.formats.coreml",
               "Core ML NeuralNetwork models (.mlmodel: LSTM, bidirectional LSTM, GRU and "
-              "simpleRecurrent layers, in pipelines too) and ML Program packages (MIL lstm, "
-              "rnn); read with NumPy alone, written as models coremltools loads"),
+              "simpleRecurrent layers, in pipelines too; the loops coremltools writes for "
+              "PyTorch GRUs and Keras layers) and ML Program packages (MIL lstm, rnn, "
+              "while_loop); read with NumPy alone, written as models coremltools loads"),
         Entry("paddle", "rnnport.formats.paddle",
               "PaddlePaddle nn.LSTM/GRU/SimpleRNN state dicts and .pdparams files, jit.save "
               "inference models (PIR .json or .pdmodel with .pdiparams), read without paddle"),

@@ -187,8 +187,10 @@ class Layer:
 
     @property
     def sequence_output(self) -> bool:
-        if self.kind == LAYER["loop"]:
-            return isinstance(self.loop, LoopCell) and self.outputs != (self.loop.output,)
+        if self.kind == LAYER["loop"]:  # a Keras list holds every step; a PyTorch buffer's
+            # rows 1 to T do, once sliced
+            return isinstance(self.loop, LoopCell) and (
+                self.loop.first_row == 0 or self.outputs != (self.loop.output,))
         if self.kind in (LAYER["uniDirectionalLSTM"], LAYER["biDirectionalLSTM"]):
             params = message(sub(self.body, 15, self.label, "params") or b"", self.label)
             return flag(params, FIELDS["LSTMParams"]["sequenceOutput"], self.label,
@@ -718,7 +720,10 @@ def notes(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> 
         if len(item.inputs) > 1:
             out.append(f"{item.label} takes its initial state from {', '.join(item.inputs[1:])}; "
                        "forward(state=…) gives it (zeros when None)")
-        if item is chain[-1] and not item.sequence_output:
+        if item.kind == LAYER["loop"] and not item.sequence_output:
+            out.append(f"{item.label} leaves its outputs in a buffer of T + 1 rows, the initial "
+                       "state first: forward's y is its rows 1 to T")
+        elif item is chain[-1] and not item.sequence_output:
             out.append(f"{item.label} outputs its last step alone (sequenceOutput false): "
                        "forward's y[:, -1]")
         if spec.cell == "lstm" and spec.cell_clip is not None:
