@@ -22,7 +22,7 @@ bias at all is read with ``bias=False``; a bias added to the sum of both product
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ import numpy as np
 from ..activations import DEFAULTS
 
 __all__ = ["Act", "Const", "Matched", "Mul", "Opaque", "Sub", "Sum", "Sym", "Term",
-           "Unsupported", "Var", "add", "match", "rows", "unmatched"]
+           "Unsupported", "Var", "add", "match", "parts", "rows", "unmatched"]
 
 MAX_PARTS = 64  # terms of one sum (ADD(s, s) doubles them: a chain must not grow unbounded)
 
@@ -240,10 +240,8 @@ def _mix(value: Sym) -> tuple[Sym, Sym]:
     raise _NoMatch()
 
 
-def self_gated(values: tuple[Sym, ...]) -> list[str]:
-    """The products ``v·f(v)`` of a value and an activation of itself (Keras's silu,
-    ``x·sigmoid(x)``) that ``values`` are built from, named, each once."""
-    found: dict[str, None] = {}
+def parts(values: tuple[Sym, ...] | list[Sym]) -> Iterator[Sym]:
+    """``values`` and every value they are built from, each once (at most 16384)."""
     seen: set[int] = set()
     pending: list[Sym] = list(values)
     while pending and len(seen) < 1 << 14:
@@ -251,18 +249,25 @@ def self_gated(values: tuple[Sym, ...]) -> list[str]:
         if id(value) in seen:
             continue
         seen.add(id(value))
+        yield value
+        if isinstance(value, (Mul, Sub)):
+            pending.extend((value.a, value.b))
+        elif isinstance(value, Act):
+            pending.append(value.arg)
+        elif isinstance(value, Sum):
+            pending.extend(value.others)
+            pending.extend(term.source for term in value.terms)
+
+
+def self_gated(values: tuple[Sym, ...]) -> list[str]:
+    """The products ``v·f(v)`` of a value and an activation of itself (Keras's silu,
+    ``x·sigmoid(x)``) that ``values`` are built from, named, each once."""
+    found: dict[str, None] = {}
+    for value in parts(values):
         if isinstance(value, Mul):
             for a, b in ((value.a, value.b), (value.b, value.a)):
                 if isinstance(b, Act) and b.arg is a:
                     found[SELF_GATED.get(b.fn, f"v·{b.fn}(v)")] = None
-            pending.extend((value.a, value.b))
-        elif isinstance(value, Act):
-            pending.append(value.arg)
-        elif isinstance(value, Sub):
-            pending.extend((value.a, value.b))
-        elif isinstance(value, Sum):
-            pending.extend(value.others)
-            pending.extend(term.source for term in value.terms)
     return list(found)
 
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from ... import budget
 from ...errors import FormatError, UnsupportedFeatureError
-from ...io._proto import ProtoError, read_varint
+from ...io._proto import ProtoError, packed_varints
 from ...model import RNN
 from ...spec import Spec
 from .._common import listed
@@ -66,6 +66,7 @@ from .._loops import (
     Var,
     add,
     match,
+    parts,
     rows,
     unmatched,
 )
@@ -83,7 +84,7 @@ from .fields import (
 )
 
 __all__ = ["Loop", "LoopCell", "Node", "loop_model", "nn_layer", "nn_loop", "recognise",
-           "signed"]
+           "signed", "varints"]
 
 LAYER = FIELDS["NeuralNetworkLayer"]
 SCATTER_MODES = {0: "update", 1: "add"}  # ScatterMode's SCATTER_UPDATE, SCATTER_ADD
@@ -284,24 +285,8 @@ class _Evaluation:
 
 def _opaque(values: list[Sym]) -> list[str]:
     """What the evaluation could not follow, among what ``values`` are built from."""
-    found: dict[str, None] = {}
-    seen: set[int] = set()
-    pending = list(values)
-    while pending and len(seen) < 1 << 14:
-        value = pending.pop()
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        if isinstance(value, Opaque):
-            found[value.what] = None
-        elif isinstance(value, (Mul, Sub)):
-            pending.extend((value.a, value.b))
-        elif isinstance(value, Act):
-            pending.append(value.arg)
-        elif isinstance(value, Sum):
-            pending.extend(value.others)
-            pending.extend(term.source for term in value.terms)
-    return list(found)
+    return list(dict.fromkeys(value.what for value in parts(values)
+                              if isinstance(value, Opaque)))
 
 
 def _scalar(value: Sym) -> float | None:
@@ -504,9 +489,7 @@ def _nn_node(raw: int | bytes, where: str, meter: budget.Meter, weights_too: boo
         return node("pass")
     if type_name == "loadConstantND":
         numbers = FIELDS["LoadConstantNDLayerParams"]
-        shape = [number for value in body.get(numbers["shape"], [])
-                 for number in (_varints(value, label) if isinstance(value, bytes)
-                                else [value])]
+        shape = varints(body.get(numbers["shape"], []), label)
         if any(not 0 < size < 2**31 for size in shape) or len(shape) > 5:
             raise FormatError(f"{label}: shape {shape}; expected up to 5 positive sizes. The "
                               "file is damaged.")
@@ -549,17 +532,13 @@ def _nn_node(raw: int | bytes, where: str, meter: budget.Meter, weights_too: boo
                                 SCATTER_MODES.get(mode, f"mode {mode}")))
     if type_name == "splitND":
         numbers = FIELDS["SplitNDLayerParams"]
-        sizes = [number for value in body.get(numbers["splitSizes"], [])
-                 for number in (_varints(value, label) if isinstance(value, bytes)
-                                else [value])]
+        sizes = varints(body.get(numbers["splitSizes"], []), label)
         return node("split", (signed(number_of(body, numbers["axis"], label, "axis")), sizes))
     if type_name == "getShape":
         return node("shape")
     if type_name == "sliceStatic" and len(inputs) == 1:
         numbers = FIELDS["SliceStaticLayerParams"]
-        found = {key: [number for value in body.get(numbers[key], [])
-                       for number in (_varints(value, label) if isinstance(value, bytes)
-                                      else [value])]
+        found = {key: varints(body.get(numbers[key], []), label)
                  for key in ("beginIds", "beginMasks", "endIds", "endMasks", "strides",
                              "squeezeMasks")}
         if found["beginIds"] == [0] and found["endIds"] == [1] and \
@@ -584,16 +563,14 @@ def _nn_node(raw: int | bytes, where: str, meter: budget.Meter, weights_too: boo
     return node("other")
 
 
-def _varints(data: bytes, where: str) -> list[int]:
-    values: list[int] = []
-    position = 0
+def varints(values: list[int | bytes], where: str) -> list[int]:
+    """The numbers of a repeated integer field, packed (bytes of varints) or not, as their
+    raw 64-bit values."""
     try:
-        while position < len(data) and len(values) < 8:
-            value, position = read_varint(data, position)
-            values.append(value)
+        return [int(number) for value in values for number in (
+            packed_varints(memoryview(value)) if isinstance(value, bytes) else [value])]
     except ProtoError as error:
         raise FormatError(f"{where}: a packed list of numbers is damaged ({error}).") from None
-    return values
 
 
 def _inner_product(body: Message, label: str, meter: budget.Meter,

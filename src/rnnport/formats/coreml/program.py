@@ -66,13 +66,12 @@ from ... import budget
 from ...errors import FormatError, UnsupportedFeatureError
 from ...gates import CANONICAL, reorder
 from ...io import jsontext
-from ...io._proto import ProtoError, packed_varints
 from ...io.inputs import open_file, read_file
 from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import listed
 from .fields import Message, last, message
-from .loops import Loop, LoopCell, Node, loop_model, recognise
+from .loops import Loop, LoopCell, Node, loop_model, recognise, varints
 
 __all__ = ["Block", "Operation", "flattened", "networks", "notes", "operations", "package_model",
            "read_program"]
@@ -248,8 +247,7 @@ class _Values:
         if 2 in tensor:  # ints (int32; negative ones as 64-bit two's complement)
             values = _inner(tensor, 2, self.where)
             self.meter.charge(4 * count, what)
-            ints = [number for item in values.get(1, []) for number in (
-                _packed(item, what, self.where) if isinstance(item, bytes) else [item])]
+            ints = varints(values.get(1, []), f"{self.where}: {what}")
             array = np.array([number - (1 << 64) if number >= 1 << 63 else number
                               for number in ints], dtype=np.int64)
             if array.size != count:
@@ -341,13 +339,6 @@ class _Values:
             data = file.read(length)
         return np.frombuffer(data, blob_dtype).reshape(shape).astype(
             np.dtype(blob_dtype).newbyteorder("="))
-
-
-def _packed(data: bytes, what: str, where: str) -> list[int]:
-    try:
-        return [int(value) for value in packed_varints(memoryview(data))]
-    except ProtoError as error:
-        raise FormatError(f"{where}: {what}: its numbers are damaged ({error}).") from None
 
 
 def _frombuffer(data: bytes, dtype: str, what: str, where: str) -> np.ndarray:
