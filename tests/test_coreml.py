@@ -205,6 +205,16 @@ def test_a_loop_that_is_no_canonical_cell_is_refused_by_name(coremltools: Any, t
         rnnport.read(path)
 
 
+def test_a_loop_constant_declaring_a_huge_shape_is_charged_before_decoding(
+        coremltools: Any, tmp_path: Path) -> None:
+    def huge(spec: Any) -> None:
+        start = next(layer for layer in spec.neuralNetwork.layers if layer.name == "concat_1")
+        start.loadConstantND.shape[0] = 2**30
+
+    with pytest.raises(LimitError, match="expansion"):
+        rnnport.read(_damaged_loop(coremltools, tmp_path, huge))
+
+
 def _damaged_program(tmp_path: Path, change: Any) -> Path:
     import shutil
 
