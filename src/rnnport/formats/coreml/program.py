@@ -25,11 +25,16 @@ A ``Value`` is immediate (``TensorValue``: floats, ints, bools, strings, or raw 
            Rows are in gate order i f o g (canonical i f g o).
     rnn    weight_ih (H, I), weight_hh (H, H), bias (H,); activation tanh or relu.
 
-Activations sigmoid, tanh and relu are read (MIL gives the others no parameters here);
-``gru`` is refused by name (its documented equation, ``o = act(W_io x + r∘(W_ho h) + b)``
-with one bias, is neither canonical GRU: coremltools issues 1123 and 1124), as is a
-``while_loop`` (how coremltools writes a PyTorch GRU). A recurrent operation whose ``x`` is
-the sequence output of the one before continues its network.
+Activations sigmoid, tanh and relu are read (MIL gives the others no parameters here).
+A ``direction="reverse"`` operation outputs its steps in the order it ran them (the output
+after the last step first: coremltools' tests expect PyTorch's output for the flipped
+sequence, unflipped), so it reads as ``Spec.reverse`` (time-ordered ``y``) when a
+``reverse`` along axis 0 alone follows it (the network goes on from that output), or when it
+outputs its last step alone; otherwise it is refused by name. ``gru`` is refused by name
+(its documented equation, ``o = act(W_io x + r∘(W_ho h) + b)`` with one bias, is neither
+canonical GRU: coremltools issues 1123 and 1124), as is a ``while_loop`` (how coremltools
+writes a PyTorch GRU). A recurrent operation whose ``x`` is the sequence output of the one
+before continues its network.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from ... import budget
 from ...errors import FormatError, UnsupportedFeatureError
 from ...gates import CANONICAL, reorder
 from ...io import jsontext
+from ...io._proto import ProtoError, packed_varints
 from ...io.inputs import open_file, read_file
 from ...model import RNN, Model, stack
 from ...spec import Spec
@@ -144,6 +150,7 @@ class _Values:
         self.where, self.folder, self.meter = where, folder, meter
         self.producers = {name: op for op in ops for name in op.outputs}
         self.decoded: dict[tuple[tuple[str, ...], str], Any] = {}
+        self.flips = _flips(ops, self.producers, where)
 
     def argument(self, op: Operation, name: str) -> Any:
         """The value bound to input ``name`` of ``op`` (None when not bound), decoded once."""
@@ -274,6 +281,55 @@ def _frombuffer(data: bytes, dtype: str, what: str, where: str) -> np.ndarray:
     return np.frombuffer(data, dtype)
 
 
+def _bound(op: Operation, name: str, where: str) -> Message:
+    """The one binding of input ``name`` (empty when not bound)."""
+    return _inner(message(op.inputs.get(name, b""), where), 1, where)
+
+
+def _ints(op: Operation, name: str, producers: dict[str, Operation], where: str
+          ) -> list[int] | None:
+    """The int32 values bound to input ``name`` of ``op``, immediate or a ``const``'s (None
+    when they are something else)."""
+    binding = _bound(op, name, where)
+    value = last(binding, 2, b"")
+    if 2 not in binding:
+        producer = producers.get(_text(last(binding, 1, b""), where))
+        if producer is None or producer.type != "const":
+            return None
+        value = producer.attributes.get("val", b"")
+    tensor = _inner(_inner(message(value if isinstance(value, bytes) else b"", where), 3,
+                           where), 1, where)
+    if 2 not in tensor:
+        return None
+    found = _inner(tensor, 2, where)
+    try:
+        raw = [int(number) for entry in found.get(1, []) for number in (
+            packed_varints(memoryview(entry)) if isinstance(entry, bytes) else [entry])]
+    except ProtoError as error:
+        raise FormatError(f"{where}: {op.label} {name}: {error}; the file is damaged.") from None
+    return [number - 2**64 if number >= 2**63 else number for number in raw]
+
+
+def _flips(ops: list[Operation], producers: dict[str, Operation], where: str
+           ) -> dict[str, str]:
+    """Value name → the output of the ``reverse`` that flips it along axis 0 (time) alone:
+    what puts a ``direction="reverse"`` operation's outputs (in the order it ran them, the
+    output after the last step first: coremltools' tests expect PyTorch's output for the
+    flipped sequence, unflipped) back in time order."""
+    out: dict[str, str] = {}
+    for op in ops:
+        if op.type == "reverse" and op.outputs and _ints(op, "axes", producers, where) in (
+                [0], [-3]):
+            out.setdefault(_text(last(_bound(op, "x", where), 1, b""), where), op.outputs[0])
+    return out
+
+
+def _output(op: Operation, values: _Values) -> str:
+    """The name of a recurrent operation's sequence output in time order."""
+    return values.flips.get(op.outputs[0], op.outputs[0]) \
+        if values.argument(op, "direction") == "reverse" else op.outputs[0]
+
+
 def notes(program: bytes, where: str) -> list[str]:
     """The operations beside the recurrent ones, by type."""
     ops = operations(program, where)
@@ -308,6 +364,14 @@ def _spec(op: Operation, values: _Values, where: str, cell_clip: Any) -> tuple[S
     if direction not in ("forward", "reverse", "bidirectional"):
         raise FormatError(f"{where}: {op.label} direction {direction!r}; expected forward, "
                           "reverse or bidirectional.")
+    if direction == "reverse" and values.argument(op, "output_sequence") \
+            and op.outputs[0] not in values.flips:
+        raise UnsupportedFeatureError(
+            f"{where}: {op.label} runs in reverse with output_sequence and gives its outputs "
+            "in the order it ran them (the output after the last step first); no reverse "
+            "along axis 0 puts them back in time order, and rnnport's reverse networks give "
+            "y in time order (as ONNX's direction=\"reverse\"). Add reverse(x, axes=[0]) "
+            "after it, or flip the time axis of x yourself and read a forward operation.")
     weight_ih = values.argument(op, "weight_ih")
     weight_hh = values.argument(op, "weight_hh")
     if not isinstance(weight_ih, np.ndarray) or not isinstance(weight_hh, np.ndarray) \
@@ -373,7 +437,7 @@ def _chains(recurrent: list[Operation], values: _Values, where: str) -> list[lis
         if chains:
             previous = chains[-1][-1]
             source = _inner(message(op.inputs.get("x", b""), where), 1, where)
-            if last(source, 1, b"") == previous.outputs[0].encode() and \
+            if last(source, 1, b"") == _output(previous, values).encode() and \
                     values.argument(previous, "output_sequence"):
                 chains[-1].append(op)
                 continue
