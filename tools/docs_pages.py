@@ -99,7 +99,8 @@ def _inline(line: str) -> str:
 
 
 def _defaults(function: Any, names: frozenset[str]) -> dict[str, str]:
-    """Each option's default as the function's signature gives it ('required' without one)."""
+    """Each option's default as the function's signature gives it ('required' without one);
+    an option taken through ``**options`` has its defaults in the format's docstring."""
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
@@ -118,7 +119,7 @@ def _options(title: str, names: frozenset[str], function: Any) -> list[str]:
         return [f"**{title}**: none.", ""]
     defaults = _defaults(function, names)
     lines = [f"**{title}**:", "", "| option | default |", "|---|---|"]
-    lines += [f"| `{name}` | {defaults.get(name, 'see the layout below')} |"
+    lines += [f"| `{name}` | {defaults.get(name, 'as the layout below says')} |"
               for name in sorted(names)]
     if function.__doc__:
         lines += ["", markdown(function.__doc__)]
@@ -306,7 +307,26 @@ def explain_html(cell: str, source: str, target: str, options: dict[str, Any]) -
     return explain(cell, source, target, **options).html()
 
 
-GENERATED = {"matrix": formats.matrix_markdown, "cli": cli_reference,
+def extras() -> str:
+    """The pip extras ``pyproject.toml`` declares, what each installs, and the formats and
+    engines that need it."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the table needs 3.11's TOML reader
+        return "The extras are listed in `pyproject.toml`, `[project.optional-dependencies]`."
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    lines = ["| extra | installs | for |", "|---|---|---|"]
+    for extra, packages in declared["project"]["optional-dependencies"].items():
+        users = [f"the [`{name}`](formats/{name}.md) format" for name in formats.formats()
+                 if formats.get(name).extra == extra]
+        users += [f"`forward(engine=\"{engine.name}\")`" for name in formats.formats()
+                  for engine in formats.get(name).engines if engine.extra == extra]
+        lines.append(f"| `{extra}` | {', '.join(f'`{p}`' for p in packages)} | "
+                     f"{', '.join(dict.fromkeys(users)) or 'see above'} |")
+    return "\n".join(lines)
+
+
+GENERATED = {"matrix": formats.matrix_markdown, "cli": cli_reference, "extras": extras,
              "bench-method": bench_method, "explain": explain_pictures}
 
 
@@ -401,6 +421,16 @@ def on_files(files: Any, config: Any) -> Any:
 def on_page_markdown(markdown_text: str, page: Any, config: Any, files: Any) -> str:
     """Generated sections filled in."""
     return fill(markdown_text)
+
+
+_RENDERED_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|obj|exc):<code>(~?)([^<]+)</code>")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """The docstrings' Sphinx roles, which mkdocstrings renders as a role and a code span
+    (``:func:`~a.b```), as the code span alone (``b``; ``a.b`` without the tilde)."""
+    return _RENDERED_ROLE.sub(
+        lambda match: f"<code>{match[2].split('.')[-1] if match[1] else match[2]}</code>", html)
 
 
 if __name__ == "__main__":  # print one page: python tools/docs_pages.py formats/onnx.md
