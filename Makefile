@@ -3,7 +3,10 @@
 #   make test   create .venv, install the test frameworks, lint, type-check and run every
 #               test; when `chromium` is missing it installs Debian's package with apt-get
 #               (sudo unless root), saying so first: a headless browser renders the
-#               `rnnport explain --html` pages in one test
+#               `rnnport explain --html` pages in one test; the suite builds the docs site and
+#               runs every code block of its pages and of this README
+#   make docs   build the documentation site into site/ (strict: a warning, such as a broken
+#               link, fails it)
 # While developing: make test-fast (lint, types, and the suite without the `slow` tests).
 PYTHON ?= python3
 VENV := .venv
@@ -11,7 +14,7 @@ PY := $(VENV)/bin/python
 REFERENCE := ../shared/examples/keras_cudnn_reference.json
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast lint typecheck golden bench fuzz clean
+.PHONY: demo test test-fast lint typecheck docs golden bench fuzz clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +50,11 @@ test: lint typecheck
 test-fast: lint typecheck
 	$(PY) -m pytest -n $(TEST_JOBS) -m "not slow"
 
+# The site: docs/ and the pages tools/docs_pages.py generates from the code (one per format,
+# the conversion matrix, the command line, explain's pictures). No network needed.
+docs: $(VENV)/.test
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 lint: $(VENV)/.test
 	$(PY) -m ruff check src tests tools examples bench
 
@@ -79,4 +87,4 @@ golden: $(VENV)/.test
 	$(PY) tools/golden_coreml.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build site *.egg-info src/*.egg-info .pytest_cache .hypothesis

@@ -595,6 +595,7 @@ def test_ml_packages_written_load_in_coremltools_and_read_back_bit_exact(
     program = load(found, found.specificationVersion, loaded.weights_dir)  # MIL's own checks
     kinds = [op.op_type for op in program.functions["main"].operations]
     assert kinds.count("lstm" if spec.cell == "lstm" else "rnn") == spec.num_layers
+    assert kinds.count("reverse") == (spec.num_layers if spec.reverse else 0)
     back = rnnport.read(path)
     assert back.spec == model.spec
     for named, named_back in zip((d for layer in model.params for d in layer),
@@ -745,3 +746,121 @@ def test_a_package_read_opens_no_file_outside_it(tmp_path: Path, link: str) -> N
     target.symlink_to(outside / link)
     with pytest.raises(FormatError, match="leads out"):
         rnnport.read(package)
+
+
+def _torch_lstm_on_flipped(model: RNN, x: np.ndarray) -> np.ndarray:
+    """What Core ML computes for a layer with reverseInput, by coremltools' own tests of
+    ``direction="reverse"``: PyTorch's LSTM over the flipped sequence, in the order it ran."""
+    import torch
+
+    spec = model.spec
+    module = torch.nn.LSTM(spec.input_size, spec.hidden_size, batch_first=True)
+    named = model.params[0][0]
+    with torch.no_grad():
+        for key in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(module, f"{key}_l0").copy_(torch.from_numpy(named[key]))
+        return module(torch.from_numpy(np.ascontiguousarray(x[:, ::-1])))[0].numpy()
+
+
+def _reverse_lstm_spec(coremltools: Any, model: RNN, flip: bool, sequence: bool = True) -> Any:
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    spec, named = model.spec, model.params[0][0]
+    order = [0, 1, 3, 2]
+    blocks = {key: np.split(named[key], 4) for key in ("weight_ih", "weight_hh")}
+    bias = np.split(named["bias_ih"] + named["bias_hh"], 4)
+    builder = NeuralNetworkBuilder([("input", datatypes.Array(spec.input_size))],
+                                   [("output", datatypes.Array(spec.hidden_size))])
+    builder.add_unilstm("backward", [blocks["weight_hh"][k] for k in order],
+                        [blocks["weight_ih"][k] for k in order], [bias[k] for k in order],
+                        spec.hidden_size, spec.input_size, ["input"],
+                        ["ran" if flip else "output"], output_all=sequence, reverse_input=True,
+                        cell_clip_threshold=FLOAT32_MAX)
+    if flip:
+        builder.add_reverse("time_order", "ran", "output", reverse_dim=[1, 0, 0, 0, 0])
+    return builder.spec
+
+
+def test_a_reverse_input_layer_outputs_in_run_order_and_reads_only_put_back(
+        coremltools: Any, tmp_path: Path) -> None:
+    model = _random(Spec("lstm", 3, 4, reverse=True), 5)
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 6, 3)).astype(np.float32)
+    ran = _torch_lstm_on_flipped(model, x)
+    flipped = tmp_path / "flipped.mlmodel"
+    coremltools.utils.save_spec(_reverse_lstm_spec(coremltools, model, flip=True), str(flipped))
+    back = rnnport.read(flipped)
+    assert back.spec == model.spec
+    np.testing.assert_allclose(output(back, x), ran[:, ::-1], rtol=0, atol=1e-6)
+    bare = tmp_path / "bare.mlmodel"
+    coremltools.utils.save_spec(_reverse_lstm_spec(coremltools, model, flip=False), str(bare))
+    with pytest.raises(UnsupportedFeatureError, match="order it ran them"):
+        rnnport.read(bare)
+    last = tmp_path / "last.mlmodel"
+    coremltools.utils.save_spec(_reverse_lstm_spec(coremltools, model, flip=False,
+                                                   sequence=False), str(last))
+    np.testing.assert_allclose(output(rnnport.read(last), x)[:, 0], ran[:, -1], rtol=0,
+                               atol=1e-6)
+    assert any("y[:, 0]" in note for note in notes(last))
+
+
+def test_a_reverse_layer_is_written_with_the_reverse_that_puts_it_in_time_order(
+        coremltools: Any, tmp_path: Path) -> None:
+    model = _random(Spec("lstm", 3, 4, reverse=True), 6)
+    path = tmp_path / "reverse.mlmodel"
+    rnnport.write(model, "coreml", path)
+    layers = coremltools.models.MLModel(str(path), skip_model_load=True).get_spec() \
+        .neuralNetwork.layers
+    assert [layer.WhichOneof("layer") for layer in layers] == ["uniDirectionalLSTM", "reverse"]
+    assert layers[0].uniDirectionalLSTM.reverseInput
+    assert list(layers[1].reverse.reverseDim) == [True, False, False, False, False]
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(output(rnnport.read(path), x),
+                               _torch_lstm_on_flipped(model, x)[:, ::-1], rtol=0, atol=1e-6)
+
+
+def test_forget_bias_adds_nothing_and_notes_say_so(coremltools: Any, tmp_path: Path) -> None:
+    model = _random(Spec("lstm", 3, 4), 8)
+    spec = _builder_spec(coremltools, model)
+    spec.neuralNetwork.layers[0].uniDirectionalLSTM.params.forgetBias = True
+    path = tmp_path / "forget_bias.mlmodel"
+    coremltools.utils.save_spec(spec, str(path))
+    back = rnnport.read(path)
+    x = np.random.default_rng(4).uniform(-1, 1, (2, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(output(back, x), output(model, x), rtol=0, atol=1e-6)
+    assert any("forgetBias" in note for note in notes(path))
+
+
+def _mil_reverse_lstm(coremltools: Any, model: RNN, flip: bool, folder: Path) -> Path:
+    from coremltools.converters.mil import Builder as mb
+
+    spec, named = model.spec, model.params[0][0]
+    mil = {key: np.concatenate([np.split(named[key], 4)[k] for k in (0, 1, 3, 2)])
+           for key in ("weight_ih", "weight_hh")}
+    bias = np.concatenate([np.split(named["bias_ih"] + named["bias_hh"], 4)[k]
+                           for k in (0, 1, 3, 2)])
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(6, 2, spec.input_size))])
+    def program(x: Any) -> Any:
+        zeros = np.zeros((2, spec.hidden_size), np.float32)
+        y, _, _ = mb.lstm(x=x, initial_h=zeros, initial_c=zeros, weight_ih=mil["weight_ih"],
+                          weight_hh=mil["weight_hh"], bias=bias, direction="reverse",
+                          output_sequence=True)
+        return mb.reverse(x=y, axes=[0]) if flip else y
+
+    path = folder / f"reverse_{flip}.mlpackage"
+    coremltools.convert(program, convert_to="mlprogram", skip_model_load=True,
+                        compute_precision=coremltools.precision.FLOAT32).save(str(path))
+    return path
+
+
+def test_a_reverse_ml_program_lstm_reads_only_put_back_in_time_order(
+        coremltools: Any, tmp_path: Path) -> None:
+    model = _random(Spec("lstm", 3, 4, reverse=True), 9)
+    x = np.random.default_rng(5).uniform(-1, 1, (2, 6, 3)).astype(np.float32)
+    back = rnnport.read(_mil_reverse_lstm(coremltools, model, True, tmp_path))
+    assert back.spec == model.spec
+    np.testing.assert_allclose(output(back, x), _torch_lstm_on_flipped(model, x)[:, ::-1],
+                               rtol=0, atol=1e-6)
+    with pytest.raises(UnsupportedFeatureError, match="order it ran them"):
+        rnnport.read(_mil_reverse_lstm(coremltools, model, False, tmp_path))

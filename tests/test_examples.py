@@ -1,4 +1,4 @@
-"""The documented examples run as the README says."""
+"""The documented examples run as the docs say."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """A format is one module plus one registry line: a throwaway format, declared in this test
 module and registered here only, is picked up by ``rnnport formats``, ``convert``,
-``convert --verify``, ``explain`` and the conversion matrix with no other change.
+``convert --verify``, ``explain``, the conversion matrix and the documentation site (a page
+from its registry line, declaration and this docstring, whose example runs) with no other
+change.
 
 The format: a network as JSON text (``*.plain.json``), every parameter a list of floats
 (JSON keeps a float64 exactly; float16/32 values convert to float64 and back exactly),
@@ -137,6 +139,24 @@ def test_explain_and_the_matrix_include_it(registered: None) -> None:
     # not and sums the biases of LSTM, reset-before GRU and simple RNN.
     assert cells["keras"][NAME] == "✓ −r" and cells[NAME]["keras"] == "Σ −P"
     assert cells[NAME]["torch"] == cells["torch"][NAME] == "✓"
+
+
+def test_the_docs_site_gives_it_a_page_whose_example_runs(
+        registered: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_docs import build_site, docs_pages, run_blocks
+
+    build_site(tmp_path / "site")
+    page = (tmp_path / "site" / "formats" / f"{NAME}.html").read_text(encoding="utf-8")
+    assert "A network as plain JSON (a format of this test only)." in page  # the registry
+    assert "<code>.plain.json</code> (a network as plain JSON)" in page    # the declaration
+    assert "It holds a projection and nothing else optional" in page       # this docstring
+    assert "LSTM peepholes (−p)" in page                                    # refused features
+    index = (tmp_path / "site" / "formats" / "index.html").read_text(encoding="utf-8")
+    assert f'href="{NAME}.html"' in index
+    text = dict(docs_pages().pages())[f"formats/{NAME}.md"]
+    monkeypatch.chdir(tmp_path)
+    assert run_blocks([(f"formats/{NAME}.md", text)], tmp_path) == 1
+    assert rnnport.read(tmp_path / f"example{SUFFIX}").spec == Spec("lstm", 4, 8)
 
 
 def test_nothing_is_left_registered_after_the_tests() -> None:

@@ -37,7 +37,7 @@ from .spec import Spec
 
 __all__ = ["cli_terms", "main", "main_entry"]
 
-# The exit status of each outcome, documented in ``--help`` and the README.
+# The exit status of each outcome, documented in ``--help`` and the docs (the command line).
 EXIT_CODES = {
     0: "done",
     1: "refused: the input or the request is not what rnnport can do (the line says why)",

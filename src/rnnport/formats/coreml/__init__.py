@@ -15,7 +15,7 @@ recurrent layers, and ``loop`` layers computing one:
 forward first; the layer's output is ``[forward, backward]`` along the channels)::
 
     i = f(W_i x + R_i y + b_i [+ p_i∘c])        weights (H, I), recursions (H, H), biases (H,)
-    f = f(W_f x + R_f y + b_f [+ p_f∘c])        forgetBias: b_f + 1
+    f = f(W_f x + R_f y + b_f [+ p_f∘c])        forgetBias: see below
     z = g(W_z x + R_z y + b_z)                  the block input: canonical g
     o = f(W_o x + R_o y + b_o [+ p_o∘c'])       coupledInputAndForgetGate: f = 1 − i
     c' = clip(f∘c + i∘z, ±cellClipThreshold)    y' = o∘h(c')
@@ -74,9 +74,20 @@ largest value read as no clip), and ``cell_clip=`` overrides it (None drops it).
 **Layout.** Core ML runs a sequence as a rank-5 blob ``(Seq, Batch, C, 1, 1)``; rnnport's
 ``forward(x)`` with ``x (batch, time, I)`` is Core ML fed ``x.transpose(1, 0, 2)[..., None,
 None]``, giving ``(time, batch, D·H, 1, 1)``. A layer with ``sequenceOutput`` false gives
-the last step alone (``y[:, -1]``: ``notes`` says so); one with ``reverseInput`` runs the
-sequence last step first and keeps its outputs in time order (``Spec.reverse``). Extra
-inputs (initial ``h``, ``c``) are zeros by default, ``forward(state=…)`` gives them.
+the last step alone (``y[:, -1]``, or ``y[:, 0]`` for a reverse layer: ``notes`` says
+so). A layer with ``reverseInput`` runs the sequence last step first and outputs its steps
+in the order it ran them (coremltools' tests of ``direction="reverse"`` expect PyTorch's
+output for the flipped sequence, unflipped), rnnport's ``y`` (time-ordered, as ONNX's
+``reverse``) flipped: it reads as ``Spec.reverse`` when a ``reverse`` layer along the sequence
+axis alone follows it (its output is then the layer's), or when it outputs its last step
+alone, and is refused otherwise. Extra inputs (initial ``h``, ``c``) are zeros by default,
+``forward(state=…)`` gives them.
+
+**forgetBias** is documented as adding 1 to ``b_f``, but Core ML adds nothing:
+coremltools' Keras converter sets it whenever Keras's ``unit_forget_bias`` is set, with
+Keras's whole trained bias stored, and its numeric tests compare Core ML's predictions with
+Keras's (coremltools issue 309 reports the flag without effect). rnnport reads the stored
+bias alone, and ``notes`` says so.
 
 **Networks.** A recurrent layer whose first input is the sequence output of the recurrent
 layer before it (in the same neural network, directly or through ``squeeze``,
@@ -180,6 +191,9 @@ class Layer:
     backward: Message | None = None  # a bidirectional pair's reversed layer (gru, simpleRecurrent)
     # A loop layer's cell (inputs: its sequence; outputs: its output rows), or why not
     loop: LoopCell | UnsupportedFeatureError | None = None
+    # a reverseInput layer whose outputs a ``reverse`` layer puts back in time order (its
+    # outputs are then that layer's)
+    time_ordered: bool = False
 
     @property
     def type(self) -> str:
@@ -354,6 +368,7 @@ def _contents(source: Any) -> tuple[Contents, str, int]:
         "expansion", len(data), where, "bytes of weights decoded"))
     _walk(data, where, "", 0, found)
     _pair_directions(found)
+    _put_back_in_time_order(found)
     return found, where, len(data)
 
 
@@ -404,6 +419,22 @@ def _pair_directions(contents: Contents) -> None:
             continue
         merged.append(layer)
     contents.layers = merged
+
+
+def _put_back_in_time_order(contents: Contents) -> None:
+    """Read a ``reverseInput`` layer whose sequence output a ``reverse`` layer along the
+    sequence axis alone flips back into time order as one layer with that layer's output:
+    a reverse network (Spec.reverse) as rnnport computes it."""
+    flips: dict[tuple[int, str], str] = {}
+    for (network, top), (label, kind, inputs, body) in contents.joins.items():
+        if kind == LAYER["reverse"] and len(inputs) == 1 and _sequence_axis_alone(body, label):
+            flips.setdefault((network, _resolve(contents, network, inputs[0])), top)
+    for index, layer in enumerate(contents.layers):
+        if layer.backward is None and layer.outputs and layer.kind != LAYER["biDirectionalLSTM"] \
+                and _reversed(layer) and layer.sequence_output \
+                and (layer.network, layer.outputs[0]) in flips:
+            contents.layers[index] = replace(
+                layer, outputs=(flips[layer.network, layer.outputs[0]],), time_ordered=True)
 
 
 def _resolve(contents: Contents, network: int, blob: str) -> str:
@@ -564,7 +595,8 @@ def layer_spec(layer: Layer, cell_clip: Any = FROM_FILE) -> Spec:
         return Spec(**layer.loop.fields)
     if layer.backward is not None:
         forward = layer_spec(replace(layer, backward=None), cell_clip)
-        backward = layer_spec(replace(layer, body=layer.backward, backward=None), cell_clip)
+        backward = layer_spec(replace(layer, body=layer.backward, backward=None,
+                                      time_ordered=True), cell_clip)
         if backward != forward.replace(reverse=True):
             raise UnsupportedFeatureError(
                 f"{layer.label}: a bidirectional {layer.type} pair whose backward layer "
@@ -583,16 +615,16 @@ def layer_spec(layer: Layer, cell_clip: Any = FROM_FILE) -> Spec:
                 f"{where}: a biDirectionalLSTM whose backward activations differ from its "
                 "forward ones; rnnport's bidirectional LSTM uses one set for both directions.")
         return Spec("lstm", input_size, hidden, bidirectional=bidirectional,
-                    bias=flag(params, numbers["hasBiasVectors"], where, "hasBiasVectors")
-                    or flag(params, numbers["forgetBias"], where, "forgetBias"),
+                    bias=flag(params, numbers["hasBiasVectors"], where, "hasBiasVectors"),
                     peepholes=flag(params, numbers["hasPeepholeVectors"], where, "peepholes"),
                     input_forget=flag(params, numbers["coupledInputAndForgetGate"], where,
                                       "coupledInputAndForgetGate"),
                     cell_clip=_cell_clip(float32(params, numbers["cellClipThreshold"], where,
                                                  "cellClipThreshold"), cell_clip),
-                    activations=activations,
-                    reverse=not bidirectional and flag(layer.body, 100, where, "reverseInput"))
+                    activations=activations, reverse=not bidirectional and _check_time_order(
+                        layer, flag(layer.body, 100, where, "reverseInput")))
     reverse = flag(layer.body, 100, where, "reverseInput")
+    _check_time_order(layer, reverse)
     bias = flag(layer.body, 20, where, "hasBiasVectors")
     if layer.kind == LAYER["gru"]:
         return Spec("gru", input_size, hidden, reset_after=False, bias=bias,
@@ -610,8 +642,24 @@ def layer_spec(layer: Layer, cell_clip: Any = FROM_FILE) -> Spec:
                 reverse=reverse)
 
 
-def _direction(layer: Layer, spec: Spec, raw: bytes, meter: budget.Meter,
-               forget_bias: bool) -> dict[str, np.ndarray]:
+def _check_time_order(layer: Layer, reverse: bool) -> bool:
+    """``reverse``, once sure rnnport's reverse network gives what the layer outputs: a
+    ``reverseInput`` layer outputs its steps in the order it ran them (the output after
+    ``x_T`` first: coremltools' tests of ``direction="reverse"`` expect the same), which is
+    rnnport's (time-ordered) ``y`` flipped, unless a ``reverse`` layer flips it back."""
+    if reverse and layer.sequence_output and not layer.time_ordered:
+        raise UnsupportedFeatureError(
+            f"{layer.label}: a {layer.type} layer with reverseInput and sequenceOutput gives "
+            "its outputs in the order it ran them (the output after the last step first), "
+            "and no reverse layer along the sequence axis puts them back in time order; "
+            "rnnport's reverse networks give y in time order (as ONNX's direction=\"reverse\"). "
+            "Add a reverse layer (reverseDim 1, 0, 0, 0, 0) after it, or flip the time axis "
+            "of x yourself and read the layer with reverseInput false.")
+    return reverse
+
+
+def _direction(layer: Layer, spec: Spec, raw: bytes, meter: budget.Meter
+               ) -> dict[str, np.ndarray]:
     """One direction's canonical arrays from its Core ML weight fields."""
     where, hidden, inputs = layer.label, spec.hidden_size, spec.input_size
     if spec.cell == "lstm":
@@ -645,8 +693,6 @@ def _direction(layer: Layer, spec: Spec, raw: bytes, meter: budget.Meter,
         named["bias_ih"] = np.concatenate([take(gate, bias_name, hidden) for gate in order]) \
             if has_bias else np.zeros(len(order) * hidden, named["weight_ih"].dtype)
         named["bias_hh"] = np.zeros_like(named["bias_ih"])
-        if forget_bias:  # Core ML adds 1 to the forget gate's bias; kept apart, so exact
-            named["bias_hh"][order.index("f") * hidden:(order.index("f") + 1) * hidden] = 1
     if spec.peepholes:
         named["weight_peephole"] = np.stack([take(gate, "PeepholeVector", hidden)
                                              for gate in "ifo"])
@@ -658,22 +704,19 @@ def _layer_model(layer: Layer, meter: budget.Meter, cell_clip: Any) -> RNN:
     if layer.loop is not None:
         assert isinstance(layer.loop, LoopCell)  # layer_spec raised the refusal
         return loop_model(spec, layer.loop)
-    forget_bias = False
     if spec.cell == "lstm":
-        params = message(sub(layer.body, 15, layer.label, "params") or b"", layer.label)
-        forget_bias = flag(params, FIELDS["LSTMParams"]["forgetBias"], layer.label, "forgetBias")
         raws = layer.body.get(20, [])
         if len(raws) != spec.num_directions or not all(isinstance(raw, bytes) for raw in raws):
             raise FormatError(f"{layer.label}: {len(raws)} weightParams; expected "
                               f"{spec.num_directions}, one per direction. The file is damaged.")
-        directions = [_direction(layer, spec, raw, meter, forget_bias)
+        directions = [_direction(layer, spec, raw, meter)
                       for raw in raws if isinstance(raw, bytes)]
     else:
         one = spec.replace(bidirectional=False)
-        directions = [_direction(replace(layer, backward=None), one, b"", meter, False)]
+        directions = [_direction(replace(layer, backward=None), one, b"", meter)]
         if layer.backward is not None:
             directions.append(_direction(replace(layer, body=layer.backward, backward=None),
-                                         one, b"", meter, False))
+                                         one, b"", meter))
     dtypes = {array.dtype for named in directions for array in named.values()}
     dtype = np.float16 if dtypes == {np.dtype(np.float16)} else np.float32
     return RNN(spec, [[{name: array.astype(dtype, copy=False) for name, array in named.items()}
@@ -724,8 +767,17 @@ def notes(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> 
             out.append(f"{item.label} leaves its outputs in a buffer of T + 1 rows, the initial "
                        "state first: forward's y is its rows 1 to T")
         elif item is chain[-1] and not item.sequence_output:
+            step = "y[:, 0] (it runs the sequence last step first)" if spec.reverse \
+                else "y[:, -1]"
             out.append(f"{item.label} outputs its last step alone (sequenceOutput false): "
-                       "forward's y[:, -1]")
+                       f"forward's {step}")
+        if spec.cell == "lstm" and flag(message(sub(item.body, 15, item.label, "params")
+                                                or b"", item.label),
+                                        FIELDS["LSTMParams"]["forgetBias"], item.label,
+                                        "forgetBias"):
+            out.append(f"{item.label} sets forgetBias, read as the stored forget-gate bias "
+                       "alone: Core ML adds nothing for it (coremltools' Keras converter sets "
+                       "it with Keras's whole bias stored, and its tests compare with Keras)")
         if spec.cell == "lstm" and spec.cell_clip is not None:
             out.append(f"{item.label} clips its cell state at ±{spec.cell_clip:g} "
                        "(cellClipThreshold); read with cell_clip=None to leave it out")

@@ -9,8 +9,9 @@ temporary name and renamed into place whole, so a reader never sees half a packa
 **The program** (function ``main``): input ``input`` ``(T, B, I)`` (time first, both of any
 size); the zero initial state ``(B, D·H)`` made from the input's shape (``shape``,
 ``slice_by_index``, ``concat``, ``fill``); one ``lstm`` or ``rnn`` operation per network
-layer with ``output_sequence`` set, each taking the one before's sequence output; output the
-last one's sequence ``(T, B, D·H)``. Weights are ``const`` operations in ``weight.bin``:
+layer with ``output_sequence`` set, each taking the one before's sequence output (a reverse
+layer's through a ``reverse`` along axis 0, which puts its outputs back in time order);
+output the last one's sequence ``(T, B, D·H)``. Weights are ``const`` operations in ``weight.bin``:
 ``weight_ih (4H, I)``, ``weight_hh (4H, H)``, ``bias (4H,)`` (the two canonical biases
 summed) in MIL's gate order i f o g, peepholes ``(3H,)`` i f o, ``*_back`` for a
 bidirectional LSTM's backward direction. Float32 weights: specification version 6 (opset
@@ -214,7 +215,13 @@ def _layer(program: _Program, spec: Spec, directions: list[dict[str, np.ndarray]
     if cell == "lstm":
         outputs.append((f"{name}_c", dtype, (None, width)))
     program.op(cell, name, inputs, outputs)
-    return f"{name}_y"
+    if not spec.reverse:
+        return f"{name}_y"
+    # a reverse operation outputs its steps in the order it ran them: back to time order
+    program.op("reverse", f"{name}_y_time_order",
+               {"x": f"{name}_y", "axes": program.const(f"{name}_time_axis", [0])},
+               [(f"{name}_y_time_order", dtype, (None, None, width))])
+    return f"{name}_y_time_order"
 
 
 def _zeros(program: _Program, width: int, dtype: int, made: dict[int, str]) -> str:

@@ -25,10 +25,15 @@ A ``Value`` is immediate (``TensorValue``: floats, ints, bools, strings, or raw 
            Rows are in gate order i f o g (canonical i f g o).
     rnn    weight_ih (H, I), weight_hh (H, H), bias (H,); activation tanh or relu.
 
-Activations sigmoid, tanh and relu are read (MIL gives the others no parameters here);
-``gru`` is refused by name (its documented equation, ``o = act(W_io x + r∘(W_ho h) + b)``
-with one bias, is neither canonical GRU). A recurrent operation whose ``x`` is the sequence
-output of the one before continues its network.
+Activations sigmoid, tanh and relu are read (MIL gives the others no parameters here).
+A ``direction="reverse"`` operation outputs its steps in the order it ran them (the output
+after the last step first: coremltools' tests expect PyTorch's output for the flipped
+sequence, unflipped), so it reads as ``Spec.reverse`` (time-ordered ``y``) when a
+``reverse`` along axis 0 alone follows it (the network goes on from that output), or when it
+outputs its last step alone; otherwise it is refused by name. ``gru`` is refused by name
+(its documented equation, ``o = act(W_io x + r∘(W_ho h) + b)`` with one bias, is neither
+canonical GRU: coremltools issues 1123 and 1124). A recurrent operation whose ``x`` is the
+sequence output of the one before continues its network.
 
 **Loops.** coremltools writes a PyTorch GRU (Core ML has no reset-after GRU) and a
 TensorFlow Keras layer (from a SavedModel) as a ``while_loop``: its ``blocks`` (a ``Block``
@@ -202,6 +207,7 @@ class _Values:
         self.where, self.folder, self.meter = where, folder, meter
         self.producers = {name: op for op in ops for name in op.outputs}
         self.decoded: dict[tuple[tuple[str, ...], str], Any] = {}
+        self.flips = _flips(ops, self.producers, where)
 
     def argument(self, op: Operation, name: str) -> Any:
         """The value bound to input ``name`` of ``op`` (None when not bound), decoded once."""
@@ -349,6 +355,50 @@ def _frombuffer(data: bytes, dtype: str, what: str, where: str) -> np.ndarray:
     return np.frombuffer(data, dtype)
 
 
+def _bound(op: Operation, name: str, where: str) -> Message:
+    """The one binding of input ``name`` (empty when not bound)."""
+    return _inner(message(op.inputs.get(name, b""), where), 1, where)
+
+
+def _ints(op: Operation, name: str, producers: dict[str, Operation], where: str
+          ) -> list[int] | None:
+    """The int32 values bound to input ``name`` of ``op``, immediate or a ``const``'s (None
+    when they are something else)."""
+    binding = _bound(op, name, where)
+    value = last(binding, 2, b"")
+    if 2 not in binding:
+        producer = producers.get(_text(last(binding, 1, b""), where))
+        if producer is None or producer.type != "const":
+            return None
+        value = producer.attributes.get("val", b"")
+    tensor = _inner(_inner(message(value if isinstance(value, bytes) else b"", where), 3,
+                           where), 1, where)
+    if 2 not in tensor:
+        return None
+    raw = varints(_inner(tensor, 2, where).get(1, []), f"{where}: {op.label} {name}")
+    return [number - 2**64 if number >= 2**63 else number for number in raw]
+
+
+def _flips(ops: list[Operation], producers: dict[str, Operation], where: str
+           ) -> dict[str, str]:
+    """Value name → the output of the ``reverse`` that flips it along axis 0 (time) alone:
+    what puts a ``direction="reverse"`` operation's outputs (in the order it ran them, the
+    output after the last step first: coremltools' tests expect PyTorch's output for the
+    flipped sequence, unflipped) back in time order."""
+    out: dict[str, str] = {}
+    for op in ops:
+        if op.type == "reverse" and op.outputs and _ints(op, "axes", producers, where) in (
+                [0], [-3]):
+            out.setdefault(_text(last(_bound(op, "x", where), 1, b""), where), op.outputs[0])
+    return out
+
+
+def _output(op: Operation, values: _Values) -> str:
+    """The name of a recurrent operation's sequence output in time order."""
+    return values.flips.get(op.outputs[0], op.outputs[0]) \
+        if values.argument(op, "direction") == "reverse" else op.outputs[0]
+
+
 def notes(program: bytes, where: str) -> list[str]:
     """The operations beside the recurrent ones, by type."""
     ops = operations(program, where)
@@ -383,6 +433,14 @@ def _spec(op: Operation, values: _Values, where: str, cell_clip: Any) -> tuple[S
     if direction not in ("forward", "reverse", "bidirectional"):
         raise FormatError(f"{where}: {op.label} direction {direction!r}; expected forward, "
                           "reverse or bidirectional.")
+    if direction == "reverse" and values.argument(op, "output_sequence") \
+            and op.outputs[0] not in values.flips:
+        raise UnsupportedFeatureError(
+            f"{where}: {op.label} runs in reverse with output_sequence and gives its outputs "
+            "in the order it ran them (the output after the last step first); no reverse "
+            "along axis 0 puts them back in time order, and rnnport's reverse networks give "
+            "y in time order (as ONNX's direction=\"reverse\"). Add reverse(x, axes=[0]) "
+            "after it, or flip the time axis of x yourself and read a forward operation.")
     weight_ih = values.argument(op, "weight_ih")
     weight_hh = values.argument(op, "weight_hh")
     if not isinstance(weight_ih, np.ndarray) or not isinstance(weight_hh, np.ndarray) \
@@ -477,13 +535,14 @@ def _units(ops: list[Operation], values: _Values, where: str) -> list[_Unit]:
     slices: dict[str, list[Operation]] = {}
     for op in ops:
         if op.type == "slice_by_index":
-            slices.setdefault(_bound(op, "x", where)[0] if _bound(op, "x", where) else "",
+            slices.setdefault(_names(op, "x", where)[0] if _names(op, "x", where) else "",
                               []).append(op)
     for op in ops:
         if op.type in ("lstm", "rnn"):
             source = _inner(message(op.inputs.get("x", b""), where), 1, where)
             units.append(_Unit(op, _text(last(source, 1, b""), where),
-                               op.outputs[0] if values.argument(op, "output_sequence") else ""))
+                               _output(op, values) if values.argument(op, "output_sequence")
+                               else ""))
         elif op.type == "while_loop":
             try:
                 cell = recognise(_loop(op, outer, values, where))
@@ -571,7 +630,7 @@ PASSING = frozenset({"squeeze", "expand_dims", "cast", "identity"})
 ELEMENTWISE = {"add": "add", "mul": "mul", "sub": "sub", "less": "less"}
 
 
-def _bound(op: Operation, name: str, where: str) -> list[str]:
+def _names(op: Operation, name: str, where: str) -> list[str]:
     """The value names bound to input ``name`` (a loop's ``loop_vars`` binds several)."""
     raw = op.inputs.get(name)
     if raw is None:
@@ -591,7 +650,7 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
         return Node(kind, label, names, op.outputs, data)
 
     def one(name: str) -> str:
-        bound = _bound(op, name, where)
+        bound = _names(op, name, where)
         return bound[0] if len(bound) == 1 else ""
 
     try:
@@ -645,7 +704,7 @@ def _new_list(op: Operation, values: _Values, where: str, node: Any) -> Node:
     """A ``make_list`` of a constant length and item shape: its items are zeros until
     written (a list's unwritten items read as zeros)."""
     sizes = []
-    for name in [*_bound(op, "init_length", where)[:1], *_bound(op, "elem_shape", where)]:
+    for name in [*_names(op, "init_length", where)[:1], *_names(op, "elem_shape", where)]:
         producer = values.producers.get(name)
         value = values.value(producer.attributes["val"], op.label) if producer is not None \
             and producer.type == "const" and "val" in producer.attributes else None
@@ -689,7 +748,7 @@ def _loop(op: Operation, outer: Callable[[str], Node | None], values: _Values,
         raise FormatError(f"{label}: {len(op.blocks)} blocks; expected a condition and a "
                           "body. The file is damaged.")
     condition, body = op.blocks
-    starts = _bound(op, "loop_vars", where)
+    starts = _names(op, "loop_vars", where)
     if not (len(starts) == len(body.inputs) == len(body.outputs) == len(condition.inputs)
             == len(op.outputs)) or len(condition.outputs) != 1:
         raise FormatError(f"{label}: {len(starts)} loop values, a body of {len(body.inputs)} "

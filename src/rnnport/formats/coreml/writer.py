@@ -2,11 +2,12 @@
 
 One layer per network layer: ``uniDirectionalLSTM`` or ``biDirectionalLSTM``, ``gru`` (the
 reset-before GRU), ``simpleRecurrent``; each with ``sequenceOutput`` set, its first input
-the previous layer's output (a bidirectional GRU or simple RNN: two layers, a
-``reverse`` and a ``concat``, see :func:`_gru_or_rnn_pair`). Weights are written gate by
-gate (``W (H, I)``, ``R (H, H)``, one bias ``(H,)``: the two canonical biases summed) as
-``floatValue`` for float32 and
-``float16Value`` for float16, so reading them back gives the same bits.
+the previous layer's output (a bidirectional GRU or simple RNN: two layers, a ``reverse``
+and a ``concat``, see :func:`_gru_or_rnn_pair`; a reverse layer: the layer with
+``reverseInput`` and a ``reverse`` that puts its outputs back in time order). Weights are
+written gate by gate (``W (H, I)``, ``R (H, H)``, one bias ``(H,)``: the two canonical
+biases summed) as ``floatValue`` for float32 and ``float16Value`` for float16, so reading
+them back gives the same bits.
 """
 
 from __future__ import annotations
@@ -165,18 +166,23 @@ def _gru_or_rnn_pair(spec: Spec, directions: list[dict[str, np.ndarray]], index:
     kind, forward_body = _gru_or_rnn(forward, directions[0])
     _, backward_body = _gru_or_rnn(backward, directions[1])
     name = _TYPE_NAMES[kind]
-    reverse_dim = put_bytes(FIELDS["ReverseLayerParams"]["reverseDim"],
-                            bytes([1, 0, 0, 0, 0]))  # (Seq, Batch, C, 1, 1): Seq alone
     concat = put_varint(FIELDS["ConcatLayerParams"]["sequenceConcat"], 0)
     return [
         Written(f"{name}_{index}_forward", kind, (blob,), f"layer{index}_forward",
                 sizes + forward_body),
         Written(f"{name}_{index}_backward", kind, (blob,), f"layer{index}_backward_reversed",
                 sizes + backward_body),
-        Written(f"reverse_{index}", FIELDS["NeuralNetworkLayer"]["reverse"],
-                (f"layer{index}_backward_reversed",), f"layer{index}_backward", reverse_dim),
+        _time_order(index, f"layer{index}_backward_reversed", f"layer{index}_backward"),
         Written(f"concat_{index}", FIELDS["NeuralNetworkLayer"]["concat"],
                 (f"layer{index}_forward", f"layer{index}_backward"), top, concat)]
+
+
+def _time_order(index: int, source: str, top: str) -> Written:
+    """The ``reverse`` layer that flips a ``reverseInput`` layer's outputs (in the order it
+    ran them) back into time order: along the sequence axis of ``(Seq, Batch, C, 1, 1)``."""
+    reverse_dim = put_bytes(FIELDS["ReverseLayerParams"]["reverseDim"], bytes([1, 0, 0, 0, 0]))
+    return Written(f"reverse_{index}", FIELDS["NeuralNetworkLayer"]["reverse"], (source,), top,
+                   reverse_dim)
 
 
 def _layers(model: Model) -> tuple[list[Written], Spec, Spec]:
@@ -200,8 +206,11 @@ def _layers(model: Model) -> tuple[list[Written], Spec, Spec]:
             sizes = put_varint(1, layer_spec.input_size) + put_varint(2, layer_spec.hidden_size)
             kind, body = _lstm(layer_spec, named) if layer_spec.cell == "lstm" else \
                 _gru_or_rnn(layer_spec, named[0])
-            out.append(Written(f"{_TYPE_NAMES[kind]}_{index}", kind, (blob,), top,
+            output = f"layer{index}_reversed" if layer_spec.reverse else top
+            out.append(Written(f"{_TYPE_NAMES[kind]}_{index}", kind, (blob,), output,
                                sizes + body))
+            if layer_spec.reverse:
+                out.append(_time_order(index, output, top))
         blob = top
     _check_every_direction_written(out, specs)
     return out, specs[0], specs[-1]
