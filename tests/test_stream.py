@@ -27,11 +27,13 @@ SPECS = [
                                     ("Softsign", 0.0, 0.0))),
     Spec("lstm", 3, 4, bias=False),
     Spec("gru", 3, 4, num_layers=2),
+    Spec("gru", 3, 4, bias=False),
     Spec("gru", 3, 4, reset_after=False),
     Spec("gru", 3, 4, gate_clip=0.5, reset_after=False),
     Spec("gru", 3, 4, activations=(("Sigmoid", 0.0, 0.0), ("ScaledTanh", 1.5, 0.5))),
     Spec("rnn_tanh", 3, 4, num_layers=2, gate_clip=0.4),
     Spec("rnn_relu", 3, 4),
+    Spec("rnn_tanh", 3, 4, bias=False),
 ]
 
 

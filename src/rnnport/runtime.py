@@ -87,7 +87,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import budget
-from .activations import DEFAULTS, RELU, TANH, kernel, one
+from .activations import DEFAULTS, RELU, SIGMOID, TANH, TANH_WITH_SIGMOID, kernel, one
 from .errors import DTypeError, ShapeError, StateError, UnsupportedFeatureError
 from .gates import CANONICAL, block, block_range, gate_family, reorder
 from .spec import Spec
@@ -373,17 +373,42 @@ SPLIT_MIN_STEP_WORK = 1 << 22
 HELPER_MIN_WORK = 1 << 25
 SPLIT_MIN_BATCH = 16
 
-_BLAS: tuple[Any, ...] | None = None  # threadpoolctl's controllers of the loaded BLAS libraries
+_BLAS: tuple[_Count, ...] | None = None  # the loaded BLAS libraries' thread counts
 _BLAS_LOCK = threading.Lock()
 _RUNNING = 0  # forward calls between their first switch of the BLAS count and the put-back
 _FOUND: list[int] = []  # the count each BLAS library had before the first of them
 _SWITCHED = False  # whether a call since then changed a count
 
 
-def _blas() -> tuple[Any, ...]:
-    """The BLAS libraries' thread controllers, found once per process (a scan of the loaded
-    libraries takes about a millisecond; a switch through a kept controller, a microsecond);
-    ``()`` without ``threadpoolctl``."""
+class _Count:
+    """One BLAS library's thread count, read and set through threadpoolctl's controller; for
+    OpenBLAS with its own threads (not OpenMP's), through the two functions the controller
+    calls, found once: a read or a switch then takes about 0.1 µs instead of 0.3 to 0.5 µs,
+    and a stream's one-step call, a few tens of µs, may read once and switch twice. The
+    controller would leave a process-wide OpenBLAS count to the first Python thread that set
+    it; rnnport's calls share theirs through :data:`_BLAS_LOCK` (see :class:`_Plan`), from
+    any thread, so that every product runs on one BLAS thread wherever it is called."""
+
+    __slots__ = ("get_num_threads", "set_num_threads")
+
+    def __init__(self, controller: Any) -> None:
+        self.get_num_threads: Callable[[], Any] = controller.get_num_threads
+        self.set_num_threads: Callable[[int], Any] = controller.set_num_threads
+        find = getattr(controller, "_get_symbol", None)  # threadpoolctl ≥ 3.5
+        if (getattr(controller, "internal_api", None) == "openblas"
+                and getattr(controller, "threading_layer", None) == "pthreads"
+                and callable(find)):
+            try:
+                get, put = find("openblas_get_num_threads"), find("openblas_set_num_threads")
+            except Exception:  # a controller of another shape: its own methods
+                return
+            if callable(get) and callable(put):
+                self.get_num_threads, self.set_num_threads = get, put
+
+
+def _blas() -> tuple[_Count, ...]:
+    """The BLAS libraries' thread counts, found once per process (a scan of the loaded
+    libraries takes about a millisecond); ``()`` without ``threadpoolctl``."""
     global _BLAS
     if _BLAS is None:
         with _BLAS_LOCK:
@@ -394,7 +419,7 @@ def _blas() -> tuple[Any, ...]:
                     _BLAS = ()
                 else:
                     controller = threadpoolctl.ThreadpoolController().select(user_api="blas")
-                    _BLAS = tuple(controller.lib_controllers)
+                    _BLAS = tuple(_Count(library) for library in controller.lib_controllers)
     return _BLAS
 
 
@@ -495,7 +520,7 @@ class _Plan:
                 and steps * batch * layer.input_weights[0].size >= CONCURRENT_MIN_PROJECTION)
 
 
-def _one_thread() -> tuple[Any, ...]:
+def _one_thread() -> tuple[_Count, ...]:
     """The BLAS at one thread for a call whose products all run on one, as ``_Plan(1)``
     and ``use(1)`` do, at less cost (a stream's call of one step takes a few tens of µs):
     counted among the running calls, the count switched only where it is not one already.
@@ -505,21 +530,21 @@ def _one_thread() -> tuple[Any, ...]:
     if not libraries:
         return libraries
     with _BLAS_LOCK:
-        counts = None
-        if _RUNNING == 0:
-            _FOUND = counts = [library.get_num_threads() for library in libraries]
-        _RUNNING += 1
-        if not _SWITCHED:
-            if counts is None:
-                counts = [library.get_num_threads() for library in libraries]
-            if any(count != 1 for count in counts):
+        if _RUNNING == 0 or not _SWITCHED:
+            counts = []  # loops, not comprehensions: this runs at every call of a stream
+            for library in libraries:
+                counts.append(library.get_num_threads())
+            if _RUNNING == 0:
+                _FOUND = counts
+            if not _SWITCHED and counts.count(1) != len(counts):
                 for library in libraries:
                     library.set_num_threads(1)
                 _SWITCHED = True
+        _RUNNING += 1
     return libraries
 
 
-def _put_back(libraries: tuple[Any, ...]) -> None:
+def _put_back(libraries: tuple[_Count, ...]) -> None:
     """The end of a call begun by :func:`_one_thread`: the last call running puts back the
     counts found before the first (as :meth:`_Plan.restore`)."""
     global _RUNNING, _SWITCHED
@@ -1039,22 +1064,35 @@ def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None, scratch: _Scratch | None) -> None:
-    # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
     if scratch is None:
         scratch = _Scratch(layer, projected.shape[2], projected.dtype)
+    step: Any = None
+    last = None
+    for step_input, h, h_next, _, views in _steps(projected, history, None, active, scratch):
+        if views is not last:  # the same views at every step, without lengths
+            last = views
+            step = _gru_step(layer, scratch, views)
+        step(step_input, h, h_next)
+
+
+def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
+              ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    """One GRU step over ``views`` (see :meth:`_Scratch.views`): ``step(step_input, h,
+    h_next)``, everything else read once here, as :func:`_lstm_step`. ``h_next`` may be
+    ``h`` itself: h' is written last."""
+    # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
     act_f, act_g, bias_n, clip = layer.act_f, layer.act_g, layer.bias_n, layer.clip
     per_direction_n = None if layer.recurrent_n is None else list(layer.recurrent_n)
     if bias_n is not None:
         bias_n = bias_n.reshape(bias_n.shape[0], 1, *scratch.split)
-    product, last = scratch.product, None
-    for step_input, h, h_next, _, views in _steps(projected, history, None, active, scratch):
-        if views is not last:  # the same views at every step, without lengths
-            last = views
-            raw, raw_gates, buf, split, gates, tmp = views
-            # Gates r z n (ORDER): r and z from the product and the input together.
-            rz_raw, rz_split, rz, n_split = raw_gates[:, :2], split[:, :2], buf[:, :2], split[:, 2]
-            n_raw = raw_gates[:, -1]  # n with reset after (reset before's product has no n)
-            r, z, candidate, r_split = gates["r"], gates["z"], gates["n"], split[:, 0]
+    product = scratch.product
+    raw, raw_gates, buf, split, gates, tmp = views
+    # Gates r z n (ORDER): r and z from the product and the input together.
+    rz_raw, rz_split, rz, n_split = raw_gates[:, :2], split[:, :2], buf[:, :2], split[:, 2]
+    n_raw = raw_gates[:, -1]  # n with reset after (reset before's product has no n)
+    r, z, candidate, r_split = gates["r"], gates["z"], gates["n"], split[:, 0]
+
+    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray) -> None:
         product(h, raw)
         np.add(rz_raw, step_input[:, :2], out=rz_split)
         if clip is not None:
@@ -1063,7 +1101,7 @@ def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
         if per_direction_n is None:  # reset after: n = g(W_n x + bW_n + r∘(R_n h + bR_n))
             if bias_n is not None:
                 np.add(n_raw, bias_n, out=n_split)
-                candidate *= r
+                np.multiply(candidate, r, out=candidate)
             else:
                 np.multiply(n_raw, r_split, out=n_split)
         else:                        # reset before: n = g(W_n x + bW_n + R_n (r∘h) + bR_n)
@@ -1075,8 +1113,10 @@ def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
         act_g.prescaled(candidate)
         # h' = (1 − z)∘n + z∘h = n + z∘(h − n)
         np.subtract(h, candidate, out=tmp)
-        tmp *= z
+        np.multiply(tmp, z, out=tmp)
         np.add(candidate, tmp, out=h_next)
+
+    return step
 
 
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
@@ -1199,6 +1239,119 @@ def _check_state(state: Any, spec: Any, batch: int, dtype: np.dtype,
 STREAM_KEPT_LENGTHS = 4
 
 
+def _lean(layer: _Layer) -> bool:
+    """Whether a stream runs the layer's steps at batch 1 as :func:`_lean_step`: one
+    direction, no gate clip, the default activations, and an LSTM without its options."""
+    if layer.directions != 1 or layer.clip is not None:
+        return False
+    if layer.cell == "lstm":
+        return (layer.act_f is SIGMOID and layer.act_g is TANH_WITH_SIGMOID
+                and layer.act_h is TANH and layer.peephole is None and layer.layer_norm is None
+                and layer.projection is None and layer.cell_clip is None
+                and not layer.input_forget)
+    if layer.cell == "gru":
+        return layer.act_f is SIGMOID and layer.act_g is TANH
+    return True  # a simple RNN: tanh or relu
+
+
+def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | None
+               ) -> Callable[[np.ndarray], np.ndarray]:
+    """A stream's step of a layer at batch 1 (:func:`_lean`): a function of the layer's
+    input (1, 1, I) that updates the state ``h`` (1, H_out) and ``c`` (1, H) in place and
+    returns h' as (1, 1, H_out), a view of ``h``.
+
+    ``forward``'s operations for one step, on the same operands in the same order (so the
+    same bits): the input projection through the padded product of :func:`_one_row`, then
+    its bias; ``np.dot`` of h by R, then the sum of both; the activations as
+    :func:`_lstm_step` and :func:`_gru_step` apply them. At batch 1 the product and the
+    gates lie in one row (the gate-major layout of :class:`_Scratch` is the runtime's gate
+    order itself), so each operation is one ufunc call over a view made here, with no
+    option to look up: a step of a few hundred values costs about as many microseconds as
+    it has calls."""
+    size, width, hidden = layer.input_weights[0].shape[0], layer.width, layer.hidden
+    weights, recurrent, bias = layer.input_weights[0], layer.recurrent[0], layer.input_bias[0]
+    source = np.zeros((2, size), dtype)  # the second row stays zero (see _one_row)
+    result = np.empty((2, width), dtype)
+    row, projected = source[:1].reshape(1, 1, size), result[:1]
+    gates = np.empty((1, width), dtype)
+    tmp = np.empty((1, hidden), dtype)
+    output = h.reshape(1, 1, h.shape[-1])
+    unit = one(gates)
+    copyto, dot = np.copyto, np.dot
+    add, subtract, multiply, divide = np.add, np.subtract, np.multiply, np.divide
+    exp, tanh = np.exp, np.tanh
+
+    if layer.cell == "lstm":
+        i, f, o, g = (gates[:, layer.blocks[gate]] for gate in "ifog")
+        cell = c if c is not None else tmp
+
+        def lstm(x: np.ndarray) -> np.ndarray:
+            copyto(row, x)  # casts a stack's input from another part's dtype
+            dot(source, weights, out=result)
+            add(projected, bias, out=projected)
+            dot(h, recurrent, out=gates)
+            add(gates, projected, out=gates)
+            exp(gates, out=gates)  # σ of all four gates (g's tanh(x) = 2σ(2x) − 1)
+            add(gates, unit, out=gates)
+            divide(unit, gates, out=gates)
+            add(g, g, out=g)
+            subtract(g, unit, out=g)
+            multiply(cell, f, out=cell)
+            multiply(i, g, out=tmp)
+            add(cell, tmp, out=cell)
+            tanh(cell, out=h)
+            multiply(h, o, out=h)
+            return output
+
+        return lstm
+    if layer.cell == "gru":
+        r, z, n = (gates[:, layer.blocks[gate]] for gate in "rzn")
+        rz = gates[:, :2 * hidden]
+        projected_rz, projected_n = projected[:, :2 * hidden], projected[:, 2 * hidden:]
+        reset_after = layer.recurrent_n is None
+        recurrent_n = None if layer.recurrent_n is None else layer.recurrent_n[0]
+        bias_n = None if layer.bias_n is None else layer.bias_n[0]
+        product = gates if reset_after else rz  # reset before: R holds the r z columns only
+
+        def gru(x: np.ndarray) -> np.ndarray:
+            copyto(row, x)
+            dot(source, weights, out=result)
+            add(projected, bias, out=projected)
+            dot(h, recurrent, out=product)
+            add(rz, projected_rz, out=rz)
+            exp(rz, out=rz)
+            add(rz, unit, out=rz)
+            divide(unit, rz, out=rz)
+            if recurrent_n is None:  # reset after: n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))
+                if bias_n is not None:
+                    add(n, bias_n, out=n)
+                multiply(n, r, out=n)
+            else:                    # reset before: n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)
+                multiply(r, h, out=tmp)
+                dot(tmp, recurrent_n, out=n)
+            add(n, projected_n, out=n)
+            tanh(n, out=n)
+            subtract(h, n, out=tmp)
+            multiply(tmp, z, out=tmp)
+            add(n, tmp, out=h)
+            return output
+
+        return gru
+    activation = layer.act_g.core
+
+    def rnn(x: np.ndarray) -> np.ndarray:
+        copyto(row, x)
+        dot(source, weights, out=result)
+        add(projected, bias, out=projected)
+        dot(h, recurrent, out=gates)
+        add(gates, projected, out=gates)
+        activation(gates)
+        copyto(h, gates)
+        return output
+
+    return rnn
+
+
 class _StreamLayer:
     """One layer of a stream, planned at its creation: the prepared layer, its pieces (the
     batch rows each runs, as ``forward`` splits them by shape alone), a scratch per piece,
@@ -1262,6 +1415,8 @@ class Stream:
         self.input_size = parts[0].spec.input_size
         self.output_size = parts[-1].spec.output_size
         self._batch_axis = 1 if self.time_major else 0
+        self._one_shape = ((1, self.batch_size, self.input_size) if self.time_major else
+                           (self.batch_size, 1, self.input_size))
         self._h: list[np.ndarray] = []
         self._c: list[np.ndarray | None] = []
         for network in parts:
@@ -1275,7 +1430,10 @@ class Stream:
 
     def _prepare(self) -> None:
         """Everything a call reuses: here the NumPy layers, their weights prepared, and the
-        buffers of one-step chunks (an engine's stream builds its sessions instead)."""
+        steps of one-step chunks, every buffer and view made (an engine's stream builds its
+        sessions instead)."""
+        for network in self._parts:
+            _check_size(network.spec, 1, self.batch_size)
         self._layers: list[_StreamLayer] = []
         for number, network in enumerate(self._parts):
             dtype = compute_dtype(network.dtype)
@@ -1283,9 +1441,7 @@ class Stream:
                 _StreamLayer(layer, number, index, self.batch_size, dtype, self._c[number])
                 for index, layer in enumerate(_prepared(network)))
         self._buffers: dict[int, list[tuple[list[np.ndarray], np.ndarray]]] = {}
-        self._one_step = [self._step_of_one(entry, projections, history)
-                          for entry, (projections, history)
-                          in zip(self._layers, self._planned(1), strict=True)]
+        self._one = self._run_of_one([self._step_of_one(entry) for entry in self._layers])
 
     def _planned(self, steps: int) -> list[tuple[list[np.ndarray], np.ndarray]]:
         """Per layer, for chunks of ``steps``: each piece's input projections
@@ -1304,21 +1460,16 @@ class Stream:
     def __call__(self, x_chunk: Any) -> np.ndarray:
         """The outputs of the chunk ``x_chunk`` (see the class); the state moves on."""
         x = x_chunk
+        if type(x) is np.ndarray and x.shape == self._one_shape and x.dtype is self.dtype:
+            return self._one(x)  # the common call: one step, planned to the last view
         if not (type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3
                 and x.shape[self._batch_axis] == self.batch_size
                 and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
             x = self._checked(x)
+        if x.shape == self._one_shape:
+            return self._one(x)
         inputs = x if self.time_major else x.transpose(1, 0, 2)
         steps = inputs.shape[0]
-        if steps == 1:  # the common call, planned to the last view at the stream's creation
-            libraries = _one_thread()
-            try:
-                with _quiet():
-                    for run in self._one_step:
-                        inputs = run(inputs)
-            finally:
-                _put_back(libraries)
-            return inputs.copy() if self.time_major else inputs.transpose(1, 0, 2).copy()
         buffers = self._buffers.get(steps)
         if buffers is None:
             buffers = self._planned(steps)
@@ -1356,46 +1507,83 @@ class Stream:
         h[entry.index] = history[-1, 0]
         return history[1:].reshape(steps, batch, entry.layer.out_size)
 
-    def _step_of_one(self, entry: _StreamLayer, projections: list[np.ndarray],
-                     history: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    def _run_of_one(self, steps: list[Callable[[np.ndarray], np.ndarray]]
+                    ) -> Callable[[np.ndarray], np.ndarray]:
+        """A call of one step: the layers' ``steps`` in turn, on one BLAS thread, with
+        overflow and underflow ignored as in :func:`_quiet`; returns a new array in the
+        chunk's layout."""
+        turned = self.batch_size > 1 and not self.time_major  # (B, 1, ·) as (1, B, ·)
+
+        def chain(inputs: np.ndarray) -> np.ndarray:
+            if turned:
+                inputs = inputs.transpose(1, 0, 2)
+            for step in steps:
+                inputs = step(inputs)
+            return inputs.transpose(1, 0, 2).copy() if turned else inputs.copy()
+
+        # np.errstate as a decorator: its settings made once, not at every call.
+        quiet = np.errstate(over="ignore", under="ignore")(chain)
+
+        def run(x: np.ndarray) -> np.ndarray:
+            libraries = _one_thread()
+            try:
+                return quiet(x)
+            finally:
+                _put_back(libraries)
+
+        return run
+
+    def _step_of_one(self, entry: _StreamLayer) -> Callable[[np.ndarray], np.ndarray]:
         """What :meth:`_step` runs for a chunk of one step, every view made here: a function
-        of the layer's input (1, B, I) that returns its output (1, B, H_out), a view of
-        ``history``. The same operations in the same order, hence the same bits."""
+        of the layer's input (1, B, I) that returns its output (1, B, H_out), a view of the
+        carried h. The same operations on the same operands in the same order, hence the
+        same bits. At batch 1, a layer without options runs :func:`_lean_step`; an LSTM or
+        GRU step writes h' over h (each reads h before it writes h'); a simple RNN's product
+        reads h while it writes h', so its h' goes through ``history``."""
         layer, dtype, weights, bias = entry.layer, entry.dtype, entry.weights, entry.bias
-        h_state = self._h[entry.part][entry.index:entry.index + 1]  # (1, B, H_out)
-        h_first, out = history[0], history[1]  # (1, B, H_out)
+        h = self._h[entry.part]
+        c = self._c[entry.part]
         batch = self.batch_size
+        if batch == 1 and _lean(layer):
+            return _lean_step(layer, dtype, h[entry.index], None if c is None else c[entry.index])
+        h_state = h[entry.index:entry.index + 1]  # (1, B, H_out)
+        through = layer.cell.startswith("rnn")  # a simple RNN: h and h' in history
+        history = np.empty((2, 1, batch, layer.out_size), dtype)
+        h_first, out = history[0], history[1]
         source, result = entry.padded
         width = source.shape[1]
         source_row = source[:1].reshape(1, 1, width)
         runs: list[Callable[[np.ndarray], None]] = []
-        for rows, scratch, cell, projected in zip(entry.pieces, entry.scratches, entry.cells,
-                                                  projections, strict=True):
+        for rows, scratch, cell in zip(entry.pieces, entry.scratches, entry.cells, strict=True):
             count = rows.stop - rows.start
+            projected = np.empty((1, 1, count, layer.width), dtype)
             flat = projected.reshape(count, layer.width)
-            piece_history = history[:, :, rows]
-            if scratch is not None and cell is not None:  # an LSTM
+            run_step: Callable[[], None]
+            if scratch is None:  # a simple RNN
+                run_step = functools.partial(entry.loop, layer, projected, history[:, :, rows],
+                                             None, None, None)
+            else:
                 parts, size = scratch.split
                 step_input = projected.reshape(1, 1, count, layer.width // (parts * size), parts,
                                                size).transpose(1, 0, 3, 2, 4, 5)[0]
-                run_step: Callable[[], None] = functools.partial(
-                    _lstm_step(layer, scratch, scratch.views(count)), step_input,
-                    piece_history[0], piece_history[1], cell)
-            else:
-                run_step = functools.partial(entry.loop, layer, projected, piece_history, cell,
-                                             None, scratch)
+                h_piece, views = h_state[:, rows], scratch.views(count)
+                run_step = (functools.partial(_lstm_step(layer, scratch, views), step_input,
+                                              h_piece, h_piece, cell) if cell is not None else
+                            functools.partial(_gru_step(layer, scratch, views), step_input,
+                                              h_piece, h_piece))
             runs.append(self._piece_of_one(rows, count, batch, flat, projected,
                                            (source_row, source, result), weights, bias,
                                            run_step))
-
         def run(inputs: np.ndarray) -> np.ndarray:
             if inputs.dtype != dtype:  # a stack's parts of different dtypes
                 inputs = inputs.astype(dtype)
-            np.copyto(h_first, h_state)
+            if through:
+                np.copyto(h_first, h_state)
             for piece in runs:
                 piece(inputs)
-            np.copyto(h_state, out)
-            return out
+            if through:
+                np.copyto(h_state, out)
+            return h_state
 
         return run
 
