@@ -290,6 +290,25 @@ def test_engine_stack_state_reset_and_time_major(engine: str) -> None:
                    for part in (entry if isinstance(entry, tuple) else (entry,)))
 
 
+@pytest.mark.parametrize("spec", ENGINE_SPECS, ids=lambda spec: spec.describe())
+def test_torch_stream_computes_what_the_module_does(spec: Spec) -> None:
+    # The stream calls the module's operator directly; the module itself is the reference.
+    torch = pytest.importorskip("torch")
+    net = RNN.random(spec, seed=11, scale=0.9)
+    x = np.random.default_rng(11).standard_normal((10, 2, 3)).astype(np.float32)
+    stream = net.stream(2, engine="torch", time_major=True)
+    module = rnnport.write(net, "torch", module=True, batch_first=False)
+    state = None
+    for chunk in (x[:1], x[1:4], x[4:5], x[5:]):
+        with torch.inference_mode():
+            y, state = module(torch.from_numpy(np.ascontiguousarray(chunk)), state)
+        assert _same(stream(chunk), y.numpy())
+    final = stream.state
+    for mine, theirs in zip(final if isinstance(final, tuple) else (final,),
+                            state if isinstance(state, tuple) else (state,), strict=True):
+        assert _same(mine, theirs.numpy())
+
+
 def test_onnxruntime_stream_binds_its_buffers() -> None:
     _engine("onnxruntime")
     stream = RNN.random(Spec("lstm", 3, 4)).stream(1, engine="onnxruntime")
