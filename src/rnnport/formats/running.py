@@ -295,7 +295,9 @@ class EngineStream(Stream):
                          stacked=stacked)
 
     def _prepare(self) -> None:
-        self._sized: set[int] = set()  # the chunk lengths whose size _check_size passed
+        for network in self._parts:
+            _check_size(network.spec, 1, self.batch_size)
+        self._sized: set[int] = {1}  # the chunk lengths whose size _check_size passed
         self._steps: list[tuple[np.dtype, Step]] = []
         for number, (network, runner) in enumerate(zip(self._parts, self._runners,
                                                        strict=True)):
@@ -315,17 +317,20 @@ class EngineStream(Stream):
 
     def __call__(self, x_chunk: Any) -> np.ndarray:
         x = x_chunk
-        if not (type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3
-                and x.shape[self._batch_axis] == self.batch_size
-                and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
-            x = self._checked(x)
+        if not (type(x) is np.ndarray and x.shape == self._one_shape
+                and x.dtype is self.dtype):  # one step, sized when the stream was made
+            if not (type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3
+                    and x.shape[self._batch_axis] == self.batch_size
+                    and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
+                x = self._checked(x)
+            steps = x.shape[1 - self._batch_axis]
+            if steps not in self._sized:  # checked once per chunk length, as Stream plans
+                for network in self._parts:
+                    _check_size(network.spec, steps, self.batch_size)
+                if len(self._sized) >= STREAM_KEPT_LENGTHS:
+                    self._sized.remove(next(size for size in self._sized if size != 1))
+                self._sized.add(steps)
         y = np.ascontiguousarray(x if self.time_major else x.transpose(1, 0, 2))
-        if y.shape[0] not in self._sized:  # checked once per chunk length, as Stream plans
-            for network in self._parts:
-                _check_size(network.spec, y.shape[0], self.batch_size)
-            if len(self._sized) >= STREAM_KEPT_LENGTHS:
-                self._sized.pop()
-            self._sized.add(y.shape[0])
         for dtype, step in self._steps:
             if y.dtype != dtype:  # a stack's parts of different dtypes
                 y = y.astype(dtype)
