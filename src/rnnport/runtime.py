@@ -530,13 +530,11 @@ def _one_thread() -> tuple[_Count, ...]:
     if not libraries:
         return libraries
     with _BLAS_LOCK:
-        if _RUNNING == 0 or not _SWITCHED:
-            counts = []  # loops, not comprehensions: this runs at every call of a stream
-            for library in libraries:
-                counts.append(library.get_num_threads())
+        if not _SWITCHED:  # as when no call is running
+            counts = [library.get_num_threads() for library in libraries]
             if _RUNNING == 0:
                 _FOUND = counts
-            if not _SWITCHED and counts.count(1) != len(counts):
+            if counts != [1] * len(counts):
                 for library in libraries:
                     library.set_num_threads(1)
                 _SWITCHED = True
@@ -1267,7 +1265,8 @@ def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | No
     gates lie in one row (the gate-major layout of :class:`_Scratch` is the runtime's gate
     order itself), so each operation is one ufunc call over a view made here, with no
     option to look up: a step of a few hundred values costs about as many microseconds as
-    it has calls."""
+    it has calls (each given its output as a positional argument, which NumPy parses
+    faster than ``out=``)."""
     size, width, hidden = layer.input_weights[0].shape[0], layer.width, layer.hidden
     weights, recurrent, bias = layer.input_weights[0], layer.recurrent[0], layer.input_bias[0]
     source = np.zeros((2, size), dtype)  # the second row stays zero (see _one_row)
@@ -1287,20 +1286,20 @@ def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | No
 
         def lstm(x: np.ndarray) -> np.ndarray:
             copyto(row, x)  # casts a stack's input from another part's dtype
-            dot(source, weights, out=result)
-            add(projected, bias, out=projected)
-            dot(h, recurrent, out=gates)
-            add(gates, projected, out=gates)
-            exp(gates, out=gates)  # σ of all four gates (g's tanh(x) = 2σ(2x) − 1)
-            add(gates, unit, out=gates)
-            divide(unit, gates, out=gates)
-            add(g, g, out=g)
-            subtract(g, unit, out=g)
-            multiply(cell, f, out=cell)
-            multiply(i, g, out=tmp)
-            add(cell, tmp, out=cell)
-            tanh(cell, out=h)
-            multiply(h, o, out=h)
+            dot(source, weights, result)
+            add(projected, bias, projected)
+            dot(h, recurrent, gates)
+            add(gates, projected, gates)
+            exp(gates, gates)  # σ of all four gates (g's tanh(x) = 2σ(2x) − 1)
+            add(gates, unit, gates)
+            divide(unit, gates, gates)
+            add(g, g, g)
+            subtract(g, unit, g)
+            multiply(cell, f, cell)
+            multiply(i, g, tmp)
+            add(cell, tmp, cell)
+            tanh(cell, h)
+            multiply(h, o, h)
             return output
 
         return lstm
@@ -1315,25 +1314,25 @@ def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | No
 
         def gru(x: np.ndarray) -> np.ndarray:
             copyto(row, x)
-            dot(source, weights, out=result)
-            add(projected, bias, out=projected)
-            dot(h, recurrent, out=product)
-            add(rz, projected_rz, out=rz)
-            exp(rz, out=rz)
-            add(rz, unit, out=rz)
-            divide(unit, rz, out=rz)
+            dot(source, weights, result)
+            add(projected, bias, projected)
+            dot(h, recurrent, product)
+            add(rz, projected_rz, rz)
+            exp(rz, rz)
+            add(rz, unit, rz)
+            divide(unit, rz, rz)
             if recurrent_n is None:  # reset after: n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))
                 if bias_n is not None:
-                    add(n, bias_n, out=n)
-                multiply(n, r, out=n)
+                    add(n, bias_n, n)
+                multiply(n, r, n)
             else:                    # reset before: n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)
-                multiply(r, h, out=tmp)
-                dot(tmp, recurrent_n, out=n)
-            add(n, projected_n, out=n)
-            tanh(n, out=n)
-            subtract(h, n, out=tmp)
-            multiply(tmp, z, out=tmp)
-            add(n, tmp, out=h)
+                multiply(r, h, tmp)
+                dot(tmp, recurrent_n, n)
+            add(n, projected_n, n)
+            tanh(n, n)
+            subtract(h, n, tmp)
+            multiply(tmp, z, tmp)
+            add(n, tmp, h)
             return output
 
         return gru
@@ -1341,10 +1340,10 @@ def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | No
 
     def rnn(x: np.ndarray) -> np.ndarray:
         copyto(row, x)
-        dot(source, weights, out=result)
-        add(projected, bias, out=projected)
-        dot(h, recurrent, out=gates)
-        add(gates, projected, out=gates)
+        dot(source, weights, result)
+        add(projected, bias, projected)
+        dot(h, recurrent, gates)
+        add(gates, projected, gates)
         activation(gates)
         copyto(h, gates)
         return output
@@ -1512,24 +1511,35 @@ class Stream:
         """A call of one step: the layers' ``steps`` in turn, on one BLAS thread, with
         overflow and underflow ignored as in :func:`_quiet`; returns a new array in the
         chunk's layout."""
-        turned = self.batch_size > 1 and not self.time_major  # (B, 1, ·) as (1, B, ·)
-
-        def chain(inputs: np.ndarray) -> np.ndarray:
-            if turned:
+        chain: Callable[[np.ndarray], np.ndarray]
+        if self.batch_size > 1 and not self.time_major:  # (B, 1, ·) as (1, B, ·)
+            def chain(inputs: np.ndarray) -> np.ndarray:
                 inputs = inputs.transpose(1, 0, 2)
-            for step in steps:
-                inputs = step(inputs)
-            return inputs.transpose(1, 0, 2).copy() if turned else inputs.copy()
+                for step in steps:
+                    inputs = step(inputs)
+                return inputs.transpose(1, 0, 2).copy()
+        elif len(steps) == 1:
+            only = steps[0]
+
+            def chain(inputs: np.ndarray) -> np.ndarray:
+                return only(inputs).copy()
+        else:
+            def chain(inputs: np.ndarray) -> np.ndarray:
+                for step in steps:
+                    inputs = step(inputs)
+                return inputs.copy()
 
         # np.errstate as a decorator: its settings made once, not at every call.
         quiet = np.errstate(over="ignore", under="ignore")(chain)
+        one_thread, put_back = _one_thread, _put_back
+        _blas()  # found now, not at the first call
 
         def run(x: np.ndarray) -> np.ndarray:
-            libraries = _one_thread()
+            libraries = one_thread()
             try:
                 return quiet(x)
             finally:
-                _put_back(libraries)
+                put_back(libraries)
 
         return run
 
