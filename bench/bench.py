@@ -567,7 +567,7 @@ def runtime_path() -> dict[str, Any]:
         threadpoolctl = version("threadpoolctl")
     except Exception:  # not installed: the slow path a bare install used to take
         threadpoolctl = None
-    libraries = [{"api": library.internal_api, "version": library.version,
+    libraries = [{"api": library.controller.internal_api, "version": library.controller.version,
                   "threads": library.get_num_threads()} for library in runtime._blas()]
     return {"threadpoolctl": threadpoolctl, "blas": libraries,
             "helper_available": helper.available() and bool(libraries),

@@ -389,9 +389,10 @@ class _Count:
     it; rnnport's calls share theirs through :data:`_BLAS_LOCK` (see :class:`_Plan`), from
     any thread, so that every product runs on one BLAS thread wherever it is called."""
 
-    __slots__ = ("get_num_threads", "set_num_threads")
+    __slots__ = ("controller", "get_num_threads", "set_num_threads")
 
     def __init__(self, controller: Any) -> None:
+        self.controller = controller  # threadpoolctl's, which names the library
         self.get_num_threads: Callable[[], Any] = controller.get_num_threads
         self.set_num_threads: Callable[[int], Any] = controller.set_num_threads
         find = getattr(controller, "_get_symbol", None)  # threadpoolctl ≥ 3.5

@@ -862,7 +862,7 @@ def _operator(torch: Any, module: Any) -> Callable[[Any, Any], tuple[Any, Any]]:
     weights = getattr(module, "_flat_weights", None)
     if (operator is None or weights is None
             or type(module) not in (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)):
-        return module  # type: ignore[no-any-return]
+        return module
     settings = (module.bias, module.num_layers, float(module.dropout), module.training,
                 module.bidirectional, module.batch_first)
     if name == "lstm":
