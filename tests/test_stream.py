@@ -203,6 +203,20 @@ def test_reset_errors_change_nothing() -> None:
     assert _same_state(stream.state, before)
 
 
+@pytest.mark.parametrize("spec", [Spec("lstm", 3, 4), Spec("gru", 3, 4, num_layers=2),
+                                  Spec("lstm", 3, 4, peepholes=True)],
+                         ids=lambda spec: spec.describe())
+def test_saturated_gates_stream_whatever_np_seterr_says(spec: Spec) -> None:
+    # e^x overflows to inf in saturated gates: its exact limit, as forward computes it.
+    net = RNN.random(spec, seed=5)
+    x = np.random.default_rng(5).standard_normal((1, 6, 3)).astype(np.float32) * 1e4
+    y, _ = net.forward(x)
+    for chunk in (1, 3):
+        with np.errstate(all="raise"):
+            streamed, _ = _streamed(net, x, chunk)
+        assert _same(streamed, y) and np.isfinite(streamed).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_workload_s_size_one_step_at_a_time(dtype: type) -> None:
     # Products large enough for OpenBLAS's matrix kernels over the whole sequence; a one-row

@@ -975,6 +975,9 @@ def _normalize(gate: np.ndarray, norm: tuple[np.ndarray, np.ndarray, float],
 
 def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
                active: list[int] | None, scratch: _Scratch | None) -> None:
+    if active is None and projected.shape[2] == 1 and _lean(layer):
+        _lean_loop(layer, projected, history, cell)
+        return
     if scratch is None:
         scratch = _Scratch(layer, projected.shape[2], projected.dtype)
     step: Any = None
@@ -1063,6 +1066,9 @@ def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None, scratch: _Scratch | None) -> None:
+    if active is None and projected.shape[2] == 1 and _lean(layer):
+        _lean_loop(layer, projected, history, cell)
+        return
     if scratch is None:
         scratch = _Scratch(layer, projected.shape[2], projected.dtype)
     step: Any = None
@@ -1120,6 +1126,9 @@ def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
 
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None, scratch: _Scratch | None) -> None:
+    if active is None and projected.shape[2] == 1 and _lean(layer):
+        _lean_loop(layer, projected, history, cell)
+        return
     act, recurrent = layer.act_g, list(layer.recurrent)
     bound = None if layer.clip is None else layer.clip["h"]
     for step_input, h, h_next, _, _ in _steps(projected, history, None, active, None):
@@ -1239,9 +1248,9 @@ STREAM_KEPT_LENGTHS = 4
 
 
 def _lean(layer: _Layer) -> bool:
-    """Whether a stream runs the layer's steps at batch 1 as :func:`_lean_step`: one
-    direction, no gate clip, the default activations, and an LSTM without its options."""
-    if layer.directions != 1 or layer.clip is not None:
+    """Whether the layer's steps at batch 1 run as :func:`_lean_cell`: no gate clip, the
+    default activations, and an LSTM without its options."""
+    if layer.clip is not None:
         return False
     if layer.cell == "lstm":
         return (layer.act_f is SIGMOID and layer.act_g is TANH_WITH_SIGMOID
@@ -1253,103 +1262,140 @@ def _lean(layer: _Layer) -> bool:
     return True  # a simple RNN: tanh or relu
 
 
-def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | None
-               ) -> Callable[[np.ndarray], np.ndarray]:
-    """A stream's step of a layer at batch 1 (:func:`_lean`): a function of the layer's
-    input (1, 1, I) that updates the state ``h`` (1, H_out) and ``c`` (1, H) in place and
-    returns h' as (1, 1, H_out), a view of ``h``.
+def _lean_cell(layer: _Layer, dtype: np.dtype
+               ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, Any], None]:
+    """One step of a :func:`_lean` layer at batch 1, its buffers made here:
+    ``step(step_input, h, h_next, c)`` with the step's input projection ``(D, 1, G·H)``,
+    ``h`` and the slot for h' ``(D, 1, H_out)``, an LSTM's cell state ``(D, 1, H)`` (updated
+    in place; None for the others). An LSTM's or a GRU's ``h_next`` may be ``h`` itself (h
+    is read before h' is written); a simple RNN's may not (its product reads h while it
+    writes h').
 
-    ``forward``'s operations for one step, on the same operands in the same order (so the
-    same bits): the input projection through the padded product of :func:`_one_row`, then
-    its bias; ``np.dot`` of h by R, then the sum of both; the activations as
-    :func:`_lstm_step` and :func:`_gru_step` apply them. At batch 1 the product and the
-    gates lie in one row (the gate-major layout of :class:`_Scratch` is the runtime's gate
-    order itself), so each operation is one ufunc call over a view made here, with no
-    option to look up: a step of a few hundred values costs about as many microseconds as
-    it has calls (each given its output as a positional argument, which NumPy parses
-    faster than ``out=``)."""
-    size, width, hidden = layer.input_weights[0].shape[0], layer.width, layer.hidden
-    weights, recurrent, bias = layer.input_weights[0], layer.recurrent[0], layer.input_bias[0]
-    source = np.zeros((2, size), dtype)  # the second row stays zero (see _one_row)
-    result = np.empty((2, width), dtype)
-    row, projected = source[:1].reshape(1, 1, size), result[:1]
-    gates = np.empty((1, width), dtype)
-    tmp = np.empty((1, hidden), dtype)
-    output = h.reshape(1, 1, h.shape[-1])
+    The operations of :func:`_lstm_step`, :func:`_gru_step` and :func:`_rnn_loop` on the
+    same operands in the same order, so the same bits (the tests run both): ``np.dot`` of h
+    by R per direction, its sum with the step's input, the activations. At batch 1 the
+    product and the gates lie in one row per direction (:class:`_Scratch`'s gate-major
+    layout is the runtime's gate order itself), so each operation is one ufunc call over a
+    view made here, with no option to look up, each given its output as a positional
+    argument (NumPy parses it faster than ``out=``): a step of a few hundred values costs
+    about as many microseconds as it makes calls."""
+    directions, hidden, width = layer.directions, layer.hidden, layer.recurrent.shape[-1]
+    gates = np.empty((directions, 1, layer.width), dtype)
+    tmp = np.empty((directions, 1, hidden), dtype)
     unit = one(gates)
-    copyto, dot = np.copyto, np.dot
-    add, subtract, multiply, divide = np.add, np.subtract, np.multiply, np.divide
+    # Per direction: its recurrent weights (H_out, ·) and the row its product fills.
+    first, first_row = layer.recurrent[0], gates[0, :, :width]
+    second, second_row = (layer.recurrent[1], gates[1, :, :width]) if directions == 2 \
+        else (None, None)
+    dot, add, subtract, multiply, divide = np.dot, np.add, np.subtract, np.multiply, np.divide
     exp, tanh = np.exp, np.tanh
 
     if layer.cell == "lstm":
-        i, f, o, g = (gates[:, layer.blocks[gate]] for gate in "ifog")
-        cell = c if c is not None else tmp
+        i, f, o, g = (gates[..., layer.blocks[gate]] for gate in "ifog")
 
-        def lstm(x: np.ndarray) -> np.ndarray:
-            copyto(row, x)  # casts a stack's input from another part's dtype
-            dot(source, weights, result)
-            add(projected, bias, projected)
-            dot(h, recurrent, gates)
-            add(gates, projected, gates)
+        def lstm(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
+            dot(h[0], first, first_row)
+            if second is not None:
+                dot(h[1], second, second_row)
+            add(gates, step_input, gates)
             exp(gates, gates)  # σ of all four gates (g's tanh(x) = 2σ(2x) − 1)
             add(gates, unit, gates)
             divide(unit, gates, gates)
             add(g, g, g)
             subtract(g, unit, g)
-            multiply(cell, f, cell)
+            multiply(c, f, c)
             multiply(i, g, tmp)
-            add(cell, tmp, cell)
-            tanh(cell, h)
-            multiply(h, o, h)
-            return output
+            add(c, tmp, c)
+            tanh(c, h_next)
+            multiply(h_next, o, h_next)
 
         return lstm
     if layer.cell == "gru":
-        r, z, n = (gates[:, layer.blocks[gate]] for gate in "rzn")
-        rz = gates[:, :2 * hidden]
-        projected_rz, projected_n = projected[:, :2 * hidden], projected[:, 2 * hidden:]
-        reset_after = layer.recurrent_n is None
-        recurrent_n = None if layer.recurrent_n is None else layer.recurrent_n[0]
-        bias_n = None if layer.bias_n is None else layer.bias_n[0]
-        product = gates if reset_after else rz  # reset before: R holds the r z columns only
+        r, z, n = (gates[..., layer.blocks[gate]] for gate in "rzn")
+        rz = gates[..., :2 * hidden]
+        reset_before = layer.recurrent_n  # (D, H, H): R_n multiplies r∘h apart
+        bias_n = layer.bias_n  # (D, 1, H): bR_n, inside r∘(…)
 
-        def gru(x: np.ndarray) -> np.ndarray:
-            copyto(row, x)
-            dot(source, weights, result)
-            add(projected, bias, projected)
-            dot(h, recurrent, product)
-            add(rz, projected_rz, rz)
+        def gru(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
+            dot(h[0], first, first_row)
+            if second is not None:
+                dot(h[1], second, second_row)
+            add(rz, step_input[..., :2 * hidden], rz)
             exp(rz, rz)
             add(rz, unit, rz)
             divide(unit, rz, rz)
-            if recurrent_n is None:  # reset after: n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))
+            if reset_before is None:  # reset after: n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))
                 if bias_n is not None:
                     add(n, bias_n, n)
                 multiply(n, r, n)
-            else:                    # reset before: n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)
+            else:                     # reset before: n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)
                 multiply(r, h, tmp)
-                dot(tmp, recurrent_n, n)
-            add(n, projected_n, n)
+                for d in range(directions):
+                    dot(tmp[d], reset_before[d], n[d])
+            add(n, step_input[..., 2 * hidden:], n)
             tanh(n, n)
-            subtract(h, n, tmp)
+            subtract(h, n, tmp)  # h' = (1 − z)∘n + z∘h = n + z∘(h − n)
             multiply(tmp, z, tmp)
-            add(n, tmp, h)
-            return output
+            add(n, tmp, h_next)
 
         return gru
     activation = layer.act_g.core
 
-    def rnn(x: np.ndarray) -> np.ndarray:
+    def rnn(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
+        dot(h[0], first, h_next[0])
+        if second is not None:
+            dot(h[1], second, h_next[1])
+        add(h_next, step_input, h_next)
+        activation(h_next)
+
+    return rnn
+
+
+def _lean_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray,
+               cell: np.ndarray | None) -> None:
+    """A :func:`_lean` layer's steps at batch 1 without lengths (see :func:`_steps`)."""
+    step = _lean_cell(layer, projected.dtype)
+    for step_input, h, h_next in zip(projected.transpose(1, 0, 2, 3), history[:-1], history[1:],
+                                     strict=True):
+        step(step_input, h, h_next, cell)
+
+
+def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | None
+               ) -> Callable[[np.ndarray], np.ndarray]:
+    """A stream's step of a one-way :func:`_lean` layer at batch 1: a function of the
+    layer's input (1, 1, I) that updates the state ``h`` (1, 1, H_out) and ``c`` (1, 1, H)
+    in place and returns ``h``. The input projection runs through the padded product of
+    :func:`_one_row`, its bias added after, as ``forward`` runs it; then
+    :func:`_lean_cell`."""
+    size, width = layer.input_weights[0].shape[0], layer.width
+    weights, bias = layer.input_weights[0], layer.input_bias[0]
+    source = np.zeros((2, size), dtype)  # the second row stays zero (see _one_row)
+    result = np.empty((2, width), dtype)
+    row, projected = source[:1].reshape(1, 1, size), result[:1]
+    step_input = projected.reshape(1, 1, width)
+    cell = _lean_cell(layer, dtype)
+    copyto, dot, add = np.copyto, np.dot, np.add
+
+    if not layer.cell.startswith("rnn"):
+        def step(x: np.ndarray) -> np.ndarray:
+            copyto(row, x)  # casts a stack's input from another part's dtype
+            dot(source, weights, result)
+            add(projected, bias, projected)
+            cell(step_input, h, h, c)
+            return h
+
+        return step
+    h_next = np.empty_like(h)
+
+    def through(x: np.ndarray) -> np.ndarray:
         copyto(row, x)
         dot(source, weights, result)
         add(projected, bias, projected)
-        dot(h, recurrent, gates)
-        add(gates, projected, gates)
-        activation(gates)
-        copyto(h, gates)
-        return output
+        cell(step_input, h, h_next, c)
+        copyto(h, h_next)
+        return h
 
-    return rnn
+    return through
 
 
 class _StreamLayer:
@@ -1556,7 +1602,8 @@ class Stream:
         c = self._c[entry.part]
         batch = self.batch_size
         if batch == 1 and _lean(layer):
-            return _lean_step(layer, dtype, h[entry.index], None if c is None else c[entry.index])
+            return _lean_step(layer, dtype, h[entry.index:entry.index + 1],
+                              None if c is None else c[entry.index:entry.index + 1])
         h_state = h[entry.index:entry.index + 1]  # (1, B, H_out)
         through = layer.cell.startswith("rnn")  # a simple RNN: h and h' in history
         history = np.empty((2, 1, batch, layer.out_size), dtype)
