@@ -64,6 +64,12 @@ How it runs:
   tanh(x) = 2σ(2x) − 1 takes ``−2x``) is folded into the weights and biases once, so one
   ``exp`` pass serves all four LSTM gates. ±1 and ±2 are powers of two: no product or
   sum changes by a bit. See :class:`rnnport.activations.Kernel`.
+* At batch 1, a layer without options (no gate clip, the default activations; an LSTM
+  without peepholes, projection, layer norm, cell clip or coupled gates) steps through
+  :func:`_lean_cell`: the same operations on the same operands, one ufunc call each over
+  views made once, without the general step's 5-D views and option checks (a step of a
+  few hundred values costs about as many microseconds as it makes calls). The tests hold
+  both to the same bits.
 * A :class:`Stream` runs a one-way network chunk after chunk with the same per-step code
   and pieces, on one thread, its buffers planned when it is made; a one-row input
   projection runs as two rows (:func:`_one_row`), so that its numbers are those of the
@@ -1433,6 +1439,27 @@ class Stream:
     batch split into the pieces ``forward`` uses, and the buffers of every step allocated
     when the stream is made (the buffers that depend on ``steps``, at the first call with
     that many steps), so that a call checks the chunk's shape and dtype and computes.
+
+    A chunk of one step (the online case) runs a function planned to its last view when
+    the stream is made: each layer's input projection, then its step writing the new state
+    over the carried one; at batch 1 a layer without options runs :func:`_lean_cell`, the
+    step ``forward``'s time loop runs at batch 1, about one ufunc call per operation
+    (LSTM 128→128: about 15 µs a call on one core of a Xeon, two-thirds of it the two
+    products). A chunk with the stream's shape and dtype is taken as it is; anything else
+    is checked, and cast where its dtype is another float.
+
+    Exactness. This stream's chunks, concatenated, are ``forward``'s outputs over the whole
+    sequence bit for bit, and its state ``forward``'s final state: the same operations on
+    the same operands in the same order, a one-row input projection included
+    (:func:`_one_row`), wherever the BLAS computes a row of a product the same whatever the
+    rows around it (OpenBLAS does; the tests check every cell, option, dtype and chunk
+    length). An engine's stream (``stream(engine="onnxruntime" | "torch")``,
+    :class:`rnnport.formats.running.EngineStream`) gives that runtime's numbers instead,
+    within its rounding of this stream's (float32: a few units in the last place, about
+    1e-7; the tests allow 1e-5), and may differ in the last bits from that runtime's own
+    ``forward`` over the whole sequence: a product of one chunk's rows can take other
+    kernels than one of the whole sequence's (a one-row product in PyTorch, as in OpenBLAS
+    without :func:`_one_row`).
     """
 
     def __init__(self, parts: Sequence[Network], batch_size: Any, *, state: Any = None,
