@@ -538,13 +538,21 @@ def _one_thread() -> tuple[_Count, ...]:
         return libraries
     with _BLAS_LOCK:
         if not _SWITCHED:  # as when no call is running
-            counts = [library.get_num_threads() for library in libraries]
-            if _RUNNING == 0:
-                _FOUND = counts
-            if counts != [1] * len(counts):
-                for library in libraries:
-                    library.set_num_threads(1)
-                _SWITCHED = True
+            if len(libraries) == 1:  # the usual case, in fewer operations (about 1 µs less)
+                count = libraries[0].get_num_threads()
+                if _RUNNING == 0:
+                    _FOUND = [count]
+                if count != 1:
+                    libraries[0].set_num_threads(1)
+                    _SWITCHED = True
+            else:
+                counts = [library.get_num_threads() for library in libraries]
+                if _RUNNING == 0:
+                    _FOUND = counts
+                if counts != [1] * len(counts):
+                    for library in libraries:
+                        library.set_num_threads(1)
+                    _SWITCHED = True
         _RUNNING += 1
     return libraries
 
@@ -558,8 +566,11 @@ def _put_back(libraries: tuple[_Count, ...]) -> None:
     with _BLAS_LOCK:
         _RUNNING -= 1
         if _RUNNING == 0 and _SWITCHED:
-            for library, count in zip(libraries, _FOUND, strict=True):
-                library.set_num_threads(count)
+            if len(libraries) == 1:
+                libraries[0].set_num_threads(_FOUND[0])
+            else:
+                for library, count in zip(libraries, _FOUND, strict=True):
+                    library.set_num_threads(count)
             _SWITCHED = False
 
 
@@ -1585,35 +1596,37 @@ class Stream:
         """A call of one step: the layers' ``steps`` in turn, on one BLAS thread, with
         overflow and underflow ignored as in :func:`_quiet`; returns a new array in the
         chunk's layout."""
-        chain: Callable[[np.ndarray], np.ndarray]
-        if self.batch_size > 1 and not self.time_major:  # (B, 1, ·) as (1, B, ·)
-            def chain(inputs: np.ndarray) -> np.ndarray:
-                inputs = inputs.transpose(1, 0, 2)
-                for step in steps:
-                    inputs = step(inputs)
-                return inputs.transpose(1, 0, 2).copy()
-        elif len(steps) == 1:
-            only = steps[0]
-
-            def chain(inputs: np.ndarray) -> np.ndarray:
-                return only(inputs).copy()
+        body: Callable[[np.ndarray], np.ndarray]
+        if len(steps) == 1:
+            body = steps[0]
         else:
-            def chain(inputs: np.ndarray) -> np.ndarray:
+            def body(inputs: np.ndarray) -> np.ndarray:
                 for step in steps:
                     inputs = step(inputs)
-                return inputs.copy()
+                return inputs
 
         # np.errstate as a decorator: its settings made once, not at every call.
-        quiet = np.errstate(over="ignore", under="ignore")(chain)
+        quiet = np.errstate(over="ignore", under="ignore")(body)
         one_thread, put_back = _one_thread, _put_back
         _blas()  # found now, not at the first call
+        if self.batch_size > 1 and not self.time_major:  # (B, 1, ·) as (1, B, ·)
+            def turned(x: np.ndarray) -> np.ndarray:
+                libraries = one_thread()
+                try:
+                    y = quiet(x.transpose(1, 0, 2))
+                finally:
+                    put_back(libraries)
+                return y.transpose(1, 0, 2).copy()
+
+            return turned
 
         def run(x: np.ndarray) -> np.ndarray:
             libraries = one_thread()
             try:
-                return quiet(x)
+                y = quiet(x)
             finally:
                 put_back(libraries)
+            return y.copy()
 
         return run
 
