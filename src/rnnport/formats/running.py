@@ -22,9 +22,11 @@ formats declare (:class:`~._protocol.Engine`, e.g. ONNX Runtime, PyTorch), and `
 * ``stream(engine=...)`` (:func:`stream`): each part of the network streams through the
   runner ``forward`` builds for it (the same cache), its state carried in the stream's own
   arrays. A runner with a ``stream(h, c)`` method (ONNX Runtime: I/O binding to planned
-  buffers; PyTorch on the CPU: tensors over them) gives its own per-chunk step; any other is
-  called per chunk with the carried state. A part the engine cannot compute exactly streams
-  in NumPy, with the warning ``forward`` gives.
+  buffers; PyTorch on the CPU: tensors over them, the module's own operator called
+  directly) gives its own per-chunk step; any other is called per chunk with the carried
+  state. A part the engine cannot compute exactly streams in NumPy, with the warning
+  ``forward`` gives. An engine's stream gives that runtime's numbers: the NumPy stream's
+  within its rounding, not bit for bit (see :class:`~rnnport.runtime.Stream`).
 """
 
 from __future__ import annotations
