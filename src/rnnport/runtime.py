@@ -1455,7 +1455,7 @@ class Stream:
     the stream is made: each layer's input projection, then its step writing the new state
     over the carried one; at batch 1 a layer without options runs :func:`_lean_cell`, the
     step ``forward``'s time loop runs at batch 1, one ufunc call per operation (LSTM
-    128→128: about 14 µs a call on the Xeon of ``make bench``, 6 of them its two products,
+    128→128: about 15 µs a call on the Xeon of ``make bench``, 6 of them its two products,
     where ONNX Runtime called directly takes about 20). A chunk with the stream's shape and
     dtype is taken as it is; anything else is checked, and cast where its dtype is another
     float.
