@@ -311,3 +311,44 @@ def test_the_sigmoid_kernels_give_the_bits_of_their_plain_formulas(dtype: type) 
         plain = np.reciprocal(np.exp(values) + dtype(1)) * dtype(2) - dtype(1)
         np.testing.assert_array_equal(candidate, plain)
     assert sigmoid.dtype == candidate.dtype == dtype
+
+
+LEAN_SPECS = [
+    Spec("lstm", 3, 5, num_layers=2),
+    Spec("lstm", 3, 4, bidirectional=True, bias=False),
+    Spec("gru", 3, 4, num_layers=2, bidirectional=True),
+    Spec("gru", 3, 4, reset_after=False, bidirectional=True),
+    Spec("gru", 3, 4, bias=False),
+    Spec("rnn_tanh", 3, 4, bidirectional=True),
+    Spec("rnn_relu", 3, 4, num_layers=2),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spec", LEAN_SPECS, ids=lambda s: s.describe())
+def test_batch_one_steps_compute_the_general_steps_bits(
+        spec: Spec, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At batch 1 a layer without options steps through runtime._lean_cell, forward and
+    streamed; the general steps (forced here) compute the same bits."""
+    from rnnport import runtime
+
+    net = RNN.random(spec, seed=6, dtype=dtype, scale=0.9)
+    x = np.random.default_rng(6).standard_normal((1, 9, 3)).astype(dtype)
+
+    def both() -> list[object]:
+        y, state = net.forward(x)
+        found = [y, state]
+        if not spec.bidirectional:
+            stream = net.stream(1)
+            found += [np.concatenate([stream(x[:, t:t + 1]) for t in range(9)], axis=1),
+                      stream.state]
+        return found
+
+    lean = both()
+    monkeypatch.setattr(runtime, "_lean", lambda layer: False)
+    general = both()
+    for mine, theirs in zip(lean, general, strict=True):
+        for a, b in zip(mine if isinstance(mine, tuple) else (mine,),
+                        theirs if isinstance(theirs, tuple) else (theirs,), strict=True):
+            assert a.dtype == b.dtype == dtype
+            np.testing.assert_array_equal(a, b)

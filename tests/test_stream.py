@@ -27,11 +27,13 @@ SPECS = [
                                     ("Softsign", 0.0, 0.0))),
     Spec("lstm", 3, 4, bias=False),
     Spec("gru", 3, 4, num_layers=2),
+    Spec("gru", 3, 4, bias=False),
     Spec("gru", 3, 4, reset_after=False),
     Spec("gru", 3, 4, gate_clip=0.5, reset_after=False),
     Spec("gru", 3, 4, activations=(("Sigmoid", 0.0, 0.0), ("ScaledTanh", 1.5, 0.5))),
     Spec("rnn_tanh", 3, 4, num_layers=2, gate_clip=0.4),
     Spec("rnn_relu", 3, 4),
+    Spec("rnn_tanh", 3, 4, bias=False),
 ]
 
 
@@ -201,6 +203,20 @@ def test_reset_errors_change_nothing() -> None:
     assert _same_state(stream.state, before)
 
 
+@pytest.mark.parametrize("spec", [Spec("lstm", 3, 4), Spec("gru", 3, 4, num_layers=2),
+                                  Spec("lstm", 3, 4, peepholes=True)],
+                         ids=lambda spec: spec.describe())
+def test_saturated_gates_stream_whatever_np_seterr_says(spec: Spec) -> None:
+    # e^x overflows to inf in saturated gates: its exact limit, as forward computes it.
+    net = RNN.random(spec, seed=5)
+    x = np.random.default_rng(5).standard_normal((1, 6, 3)).astype(np.float32) * 1e4
+    y, _ = net.forward(x)
+    for chunk in (1, 3):
+        with np.errstate(all="raise"):
+            streamed, _ = _streamed(net, x, chunk)
+        assert _same(streamed, y) and np.isfinite(streamed).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_workload_s_size_one_step_at_a_time(dtype: type) -> None:
     # Products large enough for OpenBLAS's matrix kernels over the whole sequence; a one-row
@@ -286,6 +302,25 @@ def test_engine_stack_state_reset_and_time_major(engine: str) -> None:
     stream.reset()
     assert not any(np.asarray(part).any() for entry in stream.state
                    for part in (entry if isinstance(entry, tuple) else (entry,)))
+
+
+@pytest.mark.parametrize("spec", ENGINE_SPECS, ids=lambda spec: spec.describe())
+def test_torch_stream_computes_what_the_module_does(spec: Spec) -> None:
+    # The stream calls the module's operator directly; the module itself is the reference.
+    torch = pytest.importorskip("torch")
+    net = RNN.random(spec, seed=11, scale=0.9)
+    x = np.random.default_rng(11).standard_normal((10, 2, 3)).astype(np.float32)
+    stream = net.stream(2, engine="torch", time_major=True)
+    module = rnnport.write(net, "torch", module=True, batch_first=False)
+    state = None
+    for chunk in (x[:1], x[1:4], x[4:5], x[5:]):
+        with torch.inference_mode():
+            y, state = module(torch.from_numpy(np.ascontiguousarray(chunk)), state)
+        assert _same(stream(chunk), y.numpy())
+    final = stream.state
+    for mine, theirs in zip(final if isinstance(final, tuple) else (final,),
+                            state if isinstance(state, tuple) else (state,), strict=True):
+        assert _same(mine, theirs.numpy())
 
 
 def test_onnxruntime_stream_binds_its_buffers() -> None:

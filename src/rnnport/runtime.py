@@ -64,6 +64,12 @@ How it runs:
   tanh(x) = 2σ(2x) − 1 takes ``−2x``) is folded into the weights and biases once, so one
   ``exp`` pass serves all four LSTM gates. ±1 and ±2 are powers of two: no product or
   sum changes by a bit. See :class:`rnnport.activations.Kernel`.
+* At batch 1, a layer without options (no gate clip, the default activations; an LSTM
+  without peepholes, projection, layer norm, cell clip or coupled gates) steps through
+  :func:`_lean_cell`: the same operations on the same operands, one ufunc call each over
+  views made once, without the general step's 5-D views and option checks (a step of a
+  few hundred values costs about as many microseconds as it makes calls). The tests hold
+  both to the same bits.
 * A :class:`Stream` runs a one-way network chunk after chunk with the same per-step code
   and pieces, on one thread, its buffers planned when it is made; a one-row input
   projection runs as two rows (:func:`_one_row`), so that its numbers are those of the
@@ -87,7 +93,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import budget
-from .activations import DEFAULTS, RELU, TANH, kernel, one
+from .activations import DEFAULTS, RELU, SIGMOID, TANH, TANH_WITH_SIGMOID, kernel, one
 from .errors import DTypeError, ShapeError, StateError, UnsupportedFeatureError
 from .gates import CANONICAL, block, block_range, gate_family, reorder
 from .spec import Spec
@@ -373,17 +379,43 @@ SPLIT_MIN_STEP_WORK = 1 << 22
 HELPER_MIN_WORK = 1 << 25
 SPLIT_MIN_BATCH = 16
 
-_BLAS: tuple[Any, ...] | None = None  # threadpoolctl's controllers of the loaded BLAS libraries
+_BLAS: tuple[_Count, ...] | None = None  # the loaded BLAS libraries' thread counts
 _BLAS_LOCK = threading.Lock()
 _RUNNING = 0  # forward calls between their first switch of the BLAS count and the put-back
 _FOUND: list[int] = []  # the count each BLAS library had before the first of them
 _SWITCHED = False  # whether a call since then changed a count
 
 
-def _blas() -> tuple[Any, ...]:
-    """The BLAS libraries' thread controllers, found once per process (a scan of the loaded
-    libraries takes about a millisecond; a switch through a kept controller, a microsecond);
-    ``()`` without ``threadpoolctl``."""
+class _Count:
+    """One BLAS library's thread count, read and set through threadpoolctl's controller; for
+    OpenBLAS with its own threads (not OpenMP's), through the two functions the controller
+    calls, found once: a read or a switch then takes about 0.1 µs instead of 0.3 to 0.5 µs,
+    and a stream's one-step call, a few tens of µs, may read once and switch twice. The
+    controller would leave a process-wide OpenBLAS count to the first Python thread that set
+    it; rnnport's calls share theirs through :data:`_BLAS_LOCK` (see :class:`_Plan`), from
+    any thread, so that every product runs on one BLAS thread wherever it is called."""
+
+    __slots__ = ("controller", "get_num_threads", "set_num_threads")
+
+    def __init__(self, controller: Any) -> None:
+        self.controller = controller  # threadpoolctl's, which names the library
+        self.get_num_threads: Callable[[], Any] = controller.get_num_threads
+        self.set_num_threads: Callable[[int], Any] = controller.set_num_threads
+        find = getattr(controller, "_get_symbol", None)  # threadpoolctl ≥ 3.5
+        if (getattr(controller, "internal_api", None) == "openblas"
+                and getattr(controller, "threading_layer", None) == "pthreads"
+                and callable(find)):
+            try:
+                get, put = find("openblas_get_num_threads"), find("openblas_set_num_threads")
+            except Exception:  # a controller of another shape: its own methods
+                return
+            if callable(get) and callable(put):
+                self.get_num_threads, self.set_num_threads = get, put
+
+
+def _blas() -> tuple[_Count, ...]:
+    """The BLAS libraries' thread counts, found once per process (a scan of the loaded
+    libraries takes about a millisecond); ``()`` without ``threadpoolctl``."""
     global _BLAS
     if _BLAS is None:
         with _BLAS_LOCK:
@@ -394,7 +426,7 @@ def _blas() -> tuple[Any, ...]:
                     _BLAS = ()
                 else:
                     controller = threadpoolctl.ThreadpoolController().select(user_api="blas")
-                    _BLAS = tuple(controller.lib_controllers)
+                    _BLAS = tuple(_Count(library) for library in controller.lib_controllers)
     return _BLAS
 
 
@@ -495,7 +527,7 @@ class _Plan:
                 and steps * batch * layer.input_weights[0].size >= CONCURRENT_MIN_PROJECTION)
 
 
-def _one_thread() -> tuple[Any, ...]:
+def _one_thread() -> tuple[_Count, ...]:
     """The BLAS at one thread for a call whose products all run on one, as ``_Plan(1)``
     and ``use(1)`` do, at less cost (a stream's call of one step takes a few tens of µs):
     counted among the running calls, the count switched only where it is not one already.
@@ -505,21 +537,27 @@ def _one_thread() -> tuple[Any, ...]:
     if not libraries:
         return libraries
     with _BLAS_LOCK:
-        counts = None
-        if _RUNNING == 0:
-            _FOUND = counts = [library.get_num_threads() for library in libraries]
-        _RUNNING += 1
-        if not _SWITCHED:
-            if counts is None:
+        if not _SWITCHED:  # as when no call is running
+            if len(libraries) == 1:  # the usual case, in fewer operations (about 1 µs less)
+                count = libraries[0].get_num_threads()
+                if _RUNNING == 0:
+                    _FOUND = [count]
+                if count != 1:
+                    libraries[0].set_num_threads(1)
+                    _SWITCHED = True
+            else:
                 counts = [library.get_num_threads() for library in libraries]
-            if any(count != 1 for count in counts):
-                for library in libraries:
-                    library.set_num_threads(1)
-                _SWITCHED = True
+                if _RUNNING == 0:
+                    _FOUND = counts
+                if counts != [1] * len(counts):
+                    for library in libraries:
+                        library.set_num_threads(1)
+                    _SWITCHED = True
+        _RUNNING += 1
     return libraries
 
 
-def _put_back(libraries: tuple[Any, ...]) -> None:
+def _put_back(libraries: tuple[_Count, ...]) -> None:
     """The end of a call begun by :func:`_one_thread`: the last call running puts back the
     counts found before the first (as :meth:`_Plan.restore`)."""
     global _RUNNING, _SWITCHED
@@ -528,8 +566,11 @@ def _put_back(libraries: tuple[Any, ...]) -> None:
     with _BLAS_LOCK:
         _RUNNING -= 1
         if _RUNNING == 0 and _SWITCHED:
-            for library, count in zip(libraries, _FOUND, strict=True):
-                library.set_num_threads(count)
+            if len(libraries) == 1:
+                libraries[0].set_num_threads(_FOUND[0])
+            else:
+                for library, count in zip(libraries, _FOUND, strict=True):
+                    library.set_num_threads(count)
             _SWITCHED = False
 
 
@@ -951,6 +992,9 @@ def _normalize(gate: np.ndarray, norm: tuple[np.ndarray, np.ndarray, float],
 
 def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
                active: list[int] | None, scratch: _Scratch | None) -> None:
+    if active is None and projected.shape[2] == 1 and _lean(layer):
+        _lean_loop(layer, projected, history, cell)
+        return
     if scratch is None:
         scratch = _Scratch(layer, projected.shape[2], projected.dtype)
     step: Any = None
@@ -1039,22 +1083,38 @@ def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
 
 def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None, scratch: _Scratch | None) -> None:
-    # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
+    if active is None and projected.shape[2] == 1 and _lean(layer):
+        _lean_loop(layer, projected, history, cell)
+        return
     if scratch is None:
         scratch = _Scratch(layer, projected.shape[2], projected.dtype)
+    step: Any = None
+    last = None
+    for step_input, h, h_next, _, views in _steps(projected, history, None, active, scratch):
+        if views is not last:  # the same views at every step, without lengths
+            last = views
+            step = _gru_step(layer, scratch, views)
+        step(step_input, h, h_next)
+
+
+def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
+              ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    """One GRU step over ``views`` (see :meth:`_Scratch.views`): ``step(step_input, h,
+    h_next)``, everything else read once here, as :func:`_lstm_step`. ``h_next`` may be
+    ``h`` itself: h' is written last."""
+    # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
     act_f, act_g, bias_n, clip = layer.act_f, layer.act_g, layer.bias_n, layer.clip
     per_direction_n = None if layer.recurrent_n is None else list(layer.recurrent_n)
     if bias_n is not None:
         bias_n = bias_n.reshape(bias_n.shape[0], 1, *scratch.split)
-    product, last = scratch.product, None
-    for step_input, h, h_next, _, views in _steps(projected, history, None, active, scratch):
-        if views is not last:  # the same views at every step, without lengths
-            last = views
-            raw, raw_gates, buf, split, gates, tmp = views
-            # Gates r z n (ORDER): r and z from the product and the input together.
-            rz_raw, rz_split, rz, n_split = raw_gates[:, :2], split[:, :2], buf[:, :2], split[:, 2]
-            n_raw = raw_gates[:, -1]  # n with reset after (reset before's product has no n)
-            r, z, candidate, r_split = gates["r"], gates["z"], gates["n"], split[:, 0]
+    product = scratch.product
+    raw, raw_gates, buf, split, gates, tmp = views
+    # Gates r z n (ORDER): r and z from the product and the input together.
+    rz_raw, rz_split, rz, n_split = raw_gates[:, :2], split[:, :2], buf[:, :2], split[:, 2]
+    n_raw = raw_gates[:, -1]  # n with reset after (reset before's product has no n)
+    r, z, candidate, r_split = gates["r"], gates["z"], gates["n"], split[:, 0]
+
+    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray) -> None:
         product(h, raw)
         np.add(rz_raw, step_input[:, :2], out=rz_split)
         if clip is not None:
@@ -1063,7 +1123,7 @@ def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
         if per_direction_n is None:  # reset after: n = g(W_n x + bW_n + r∘(R_n h + bR_n))
             if bias_n is not None:
                 np.add(n_raw, bias_n, out=n_split)
-                candidate *= r
+                np.multiply(candidate, r, out=candidate)
             else:
                 np.multiply(n_raw, r_split, out=n_split)
         else:                        # reset before: n = g(W_n x + bW_n + R_n (r∘h) + bR_n)
@@ -1075,12 +1135,17 @@ def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
         act_g.prescaled(candidate)
         # h' = (1 − z)∘n + z∘h = n + z∘(h − n)
         np.subtract(h, candidate, out=tmp)
-        tmp *= z
+        np.multiply(tmp, z, out=tmp)
         np.add(candidate, tmp, out=h_next)
+
+    return step
 
 
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
               active: list[int] | None, scratch: _Scratch | None) -> None:
+    if active is None and projected.shape[2] == 1 and _lean(layer):
+        _lean_loop(layer, projected, history, cell)
+        return
     act, recurrent = layer.act_g, list(layer.recurrent)
     bound = None if layer.clip is None else layer.clip["h"]
     for step_input, h, h_next, _, _ in _steps(projected, history, None, active, None):
@@ -1199,6 +1264,157 @@ def _check_state(state: Any, spec: Any, batch: int, dtype: np.dtype,
 STREAM_KEPT_LENGTHS = 4
 
 
+def _lean(layer: _Layer) -> bool:
+    """Whether the layer's steps at batch 1 run as :func:`_lean_cell`: no gate clip, the
+    default activations, and an LSTM without its options."""
+    if layer.clip is not None:
+        return False
+    if layer.cell == "lstm":
+        return (layer.act_f is SIGMOID and layer.act_g is TANH_WITH_SIGMOID
+                and layer.act_h is TANH and layer.peephole is None and layer.layer_norm is None
+                and layer.projection is None and layer.cell_clip is None
+                and not layer.input_forget)
+    if layer.cell == "gru":
+        return layer.act_f is SIGMOID and layer.act_g is TANH
+    return True  # a simple RNN: tanh or relu
+
+
+def _lean_cell(layer: _Layer, dtype: np.dtype
+               ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, Any], None]:
+    """One step of a :func:`_lean` layer at batch 1, its buffers made here:
+    ``step(step_input, h, h_next, c)`` with the step's input projection ``(D, 1, G·H)``,
+    ``h`` and the slot for h' ``(D, 1, H_out)``, an LSTM's cell state ``(D, 1, H)`` (updated
+    in place; None for the others). An LSTM's or a GRU's ``h_next`` may be ``h`` itself (h
+    is read before h' is written); a simple RNN's may not (its product reads h while it
+    writes h').
+
+    The operations of :func:`_lstm_step`, :func:`_gru_step` and :func:`_rnn_loop` on the
+    same operands in the same order, so the same bits (the tests run both): ``np.dot`` of h
+    by R per direction, its sum with the step's input, the activations. At batch 1 the
+    product and the gates lie in one row per direction (:class:`_Scratch`'s gate-major
+    layout is the runtime's gate order itself), so each operation is one ufunc call over a
+    view made here, with no option to look up, each given its output as a positional
+    argument (NumPy parses it faster than ``out=``): a step of a few hundred values costs
+    about as many microseconds as it makes calls."""
+    directions, hidden, width = layer.directions, layer.hidden, layer.recurrent.shape[-1]
+    gates = np.empty((directions, 1, layer.width), dtype)
+    tmp = np.empty((directions, 1, hidden), dtype)
+    unit = one(gates)
+    # Per direction: its recurrent weights (H_out, ·) and the row its product fills.
+    first, first_row = layer.recurrent[0], gates[0, :, :width]
+    second, second_row = (layer.recurrent[1], gates[1, :, :width]) if directions == 2 \
+        else (None, None)
+    dot, add, subtract, multiply, divide = np.dot, np.add, np.subtract, np.multiply, np.divide
+    exp, tanh = np.exp, np.tanh
+
+    if layer.cell == "lstm":
+        i, f, o, g = (gates[..., layer.blocks[gate]] for gate in "ifog")
+
+        def lstm(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
+            dot(h[0], first, first_row)
+            if second is not None:
+                dot(h[1], second, second_row)
+            add(gates, step_input, gates)
+            exp(gates, gates)  # σ of all four gates (g's tanh(x) = 2σ(2x) − 1)
+            add(gates, unit, gates)
+            divide(unit, gates, gates)
+            add(g, g, g)
+            subtract(g, unit, g)
+            multiply(c, f, c)
+            multiply(i, g, tmp)
+            add(c, tmp, c)
+            tanh(c, h_next)
+            multiply(h_next, o, h_next)
+
+        return lstm
+    if layer.cell == "gru":
+        r, z, n = (gates[..., layer.blocks[gate]] for gate in "rzn")
+        rz = gates[..., :2 * hidden]
+        reset_before = layer.recurrent_n  # (D, H, H): R_n multiplies r∘h apart
+        bias_n = layer.bias_n  # (D, 1, H): bR_n, inside r∘(…)
+
+        def gru(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
+            dot(h[0], first, first_row)
+            if second is not None:
+                dot(h[1], second, second_row)
+            add(rz, step_input[..., :2 * hidden], rz)
+            exp(rz, rz)
+            add(rz, unit, rz)
+            divide(unit, rz, rz)
+            if reset_before is None:  # reset after: n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))
+                if bias_n is not None:
+                    add(n, bias_n, n)
+                multiply(n, r, n)
+            else:                     # reset before: n = tanh(W_n x + bW_n + R_n (r∘h) + bR_n)
+                multiply(r, h, tmp)
+                for d in range(directions):
+                    dot(tmp[d], reset_before[d], n[d])
+            add(n, step_input[..., 2 * hidden:], n)
+            tanh(n, n)
+            subtract(h, n, tmp)  # h' = (1 − z)∘n + z∘h = n + z∘(h − n)
+            multiply(tmp, z, tmp)
+            add(n, tmp, h_next)
+
+        return gru
+    activation = layer.act_g.core
+
+    def rnn(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
+        dot(h[0], first, h_next[0])
+        if second is not None:
+            dot(h[1], second, h_next[1])
+        add(h_next, step_input, h_next)
+        activation(h_next)
+
+    return rnn
+
+
+def _lean_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray,
+               cell: np.ndarray | None) -> None:
+    """A :func:`_lean` layer's steps at batch 1 without lengths (see :func:`_steps`)."""
+    step = _lean_cell(layer, projected.dtype)
+    for step_input, h, h_next in zip(projected.transpose(1, 0, 2, 3), history[:-1], history[1:],
+                                     strict=True):
+        step(step_input, h, h_next, cell)
+
+
+def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | None
+               ) -> Callable[[np.ndarray], np.ndarray]:
+    """A stream's step of a one-way :func:`_lean` layer at batch 1: a function of the
+    layer's input (1, 1, I) that updates the state ``h`` (1, 1, H_out) and ``c`` (1, 1, H)
+    in place and returns ``h``. The input projection runs through the padded product of
+    :func:`_one_row`, its bias added after, as ``forward`` runs it; then
+    :func:`_lean_cell`."""
+    size, width = layer.input_weights[0].shape[0], layer.width
+    weights, bias = layer.input_weights[0], layer.input_bias[0]
+    source = np.zeros((2, size), dtype)  # the second row stays zero (see _one_row)
+    result = np.empty((2, width), dtype)
+    row, projected = source[:1].reshape(1, 1, size), result[:1]
+    step_input = projected.reshape(1, 1, width)
+    cell = _lean_cell(layer, dtype)
+    copyto, dot, add = np.copyto, np.dot, np.add
+
+    if not layer.cell.startswith("rnn"):
+        def step(x: np.ndarray) -> np.ndarray:
+            copyto(row, x)  # casts a stack's input from another part's dtype
+            dot(source, weights, result)
+            add(projected, bias, projected)
+            cell(step_input, h, h, c)
+            return h
+
+        return step
+    h_next = np.empty_like(h)
+
+    def through(x: np.ndarray) -> np.ndarray:
+        copyto(row, x)
+        dot(source, weights, result)
+        add(projected, bias, projected)
+        cell(step_input, h, h_next, c)
+        copyto(h, h_next)
+        return h
+
+    return through
+
+
 class _StreamLayer:
     """One layer of a stream, planned at its creation: the prepared layer, its pieces (the
     batch rows each runs, as ``forward`` splits them by shape alone), a scratch per piece,
@@ -1234,6 +1450,28 @@ class Stream:
     batch split into the pieces ``forward`` uses, and the buffers of every step allocated
     when the stream is made (the buffers that depend on ``steps``, at the first call with
     that many steps), so that a call checks the chunk's shape and dtype and computes.
+
+    A chunk of one step (the online case) runs a function planned to its last view when
+    the stream is made: each layer's input projection, then its step writing the new state
+    over the carried one; at batch 1 a layer without options runs :func:`_lean_cell`, the
+    step ``forward``'s time loop runs at batch 1, one ufunc call per operation (LSTM
+    128→128: about 15 µs a call on the Xeon of ``make bench``, 6 of them its two products,
+    where ONNX Runtime called directly takes about 20). A chunk with the stream's shape and
+    dtype is taken as it is; anything else is checked, and cast where its dtype is another
+    float.
+
+    Exactness. This stream's chunks, concatenated, are ``forward``'s outputs over the whole
+    sequence bit for bit, and its state ``forward``'s final state: the same operations on
+    the same operands in the same order, a one-row input projection included
+    (:func:`_one_row`), wherever the BLAS computes a row of a product the same whatever the
+    rows around it (OpenBLAS does; the tests check every cell, option, dtype and chunk
+    length). An engine's stream (``stream(engine="onnxruntime" | "torch")``,
+    :class:`rnnport.formats.running.EngineStream`) gives that runtime's numbers instead,
+    within its rounding of this stream's (float32: a few units in the last place, about
+    1e-7; the tests allow 1e-5), and may differ in the last bits from that runtime's own
+    ``forward`` over the whole sequence: a product of one chunk's rows can take other
+    kernels than one of the whole sequence's (a one-row product in PyTorch, as in OpenBLAS
+    without :func:`_one_row`).
     """
 
     def __init__(self, parts: Sequence[Network], batch_size: Any, *, state: Any = None,
@@ -1262,6 +1500,8 @@ class Stream:
         self.input_size = parts[0].spec.input_size
         self.output_size = parts[-1].spec.output_size
         self._batch_axis = 1 if self.time_major else 0
+        self._one_shape = ((1, self.batch_size, self.input_size) if self.time_major else
+                           (self.batch_size, 1, self.input_size))
         self._h: list[np.ndarray] = []
         self._c: list[np.ndarray | None] = []
         for network in parts:
@@ -1275,7 +1515,10 @@ class Stream:
 
     def _prepare(self) -> None:
         """Everything a call reuses: here the NumPy layers, their weights prepared, and the
-        buffers of one-step chunks (an engine's stream builds its sessions instead)."""
+        steps of one-step chunks, every buffer and view made (an engine's stream builds its
+        sessions instead)."""
+        for network in self._parts:
+            _check_size(network.spec, 1, self.batch_size)
         self._layers: list[_StreamLayer] = []
         for number, network in enumerate(self._parts):
             dtype = compute_dtype(network.dtype)
@@ -1283,9 +1526,7 @@ class Stream:
                 _StreamLayer(layer, number, index, self.batch_size, dtype, self._c[number])
                 for index, layer in enumerate(_prepared(network)))
         self._buffers: dict[int, list[tuple[list[np.ndarray], np.ndarray]]] = {}
-        self._one_step = [self._step_of_one(entry, projections, history)
-                          for entry, (projections, history)
-                          in zip(self._layers, self._planned(1), strict=True)]
+        self._one = self._run_of_one([self._step_of_one(entry) for entry in self._layers])
 
     def _planned(self, steps: int) -> list[tuple[list[np.ndarray], np.ndarray]]:
         """Per layer, for chunks of ``steps``: each piece's input projections
@@ -1304,21 +1545,16 @@ class Stream:
     def __call__(self, x_chunk: Any) -> np.ndarray:
         """The outputs of the chunk ``x_chunk`` (see the class); the state moves on."""
         x = x_chunk
+        if type(x) is np.ndarray and x.shape == self._one_shape and x.dtype is self.dtype:
+            return self._one(x)  # the common call: one step, planned to the last view
         if not (type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3
                 and x.shape[self._batch_axis] == self.batch_size
                 and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
             x = self._checked(x)
+        if x.shape == self._one_shape:
+            return self._one(x)
         inputs = x if self.time_major else x.transpose(1, 0, 2)
         steps = inputs.shape[0]
-        if steps == 1:  # the common call, planned to the last view at the stream's creation
-            libraries = _one_thread()
-            try:
-                with _quiet():
-                    for run in self._one_step:
-                        inputs = run(inputs)
-            finally:
-                _put_back(libraries)
-            return inputs.copy() if self.time_major else inputs.transpose(1, 0, 2).copy()
         buffers = self._buffers.get(steps)
         if buffers is None:
             buffers = self._planned(steps)
@@ -1356,46 +1592,97 @@ class Stream:
         h[entry.index] = history[-1, 0]
         return history[1:].reshape(steps, batch, entry.layer.out_size)
 
-    def _step_of_one(self, entry: _StreamLayer, projections: list[np.ndarray],
-                     history: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    def _run_of_one(self, steps: list[Callable[[np.ndarray], np.ndarray]]
+                    ) -> Callable[[np.ndarray], np.ndarray]:
+        """A call of one step: the layers' ``steps`` in turn, on one BLAS thread, with
+        overflow and underflow ignored as in :func:`_quiet`; returns a new array in the
+        chunk's layout."""
+        body: Callable[[np.ndarray], np.ndarray]
+        if len(steps) == 1:
+            body = steps[0]
+        else:
+            def body(inputs: np.ndarray) -> np.ndarray:
+                for step in steps:
+                    inputs = step(inputs)
+                return inputs
+
+        # np.errstate as a decorator: its settings made once, not at every call.
+        quiet = np.errstate(over="ignore", under="ignore")(body)
+        one_thread, put_back = _one_thread, _put_back
+        _blas()  # found now, not at the first call
+        if self.batch_size > 1 and not self.time_major:  # (B, 1, ·) as (1, B, ·)
+            def turned(x: np.ndarray) -> np.ndarray:
+                libraries = one_thread()
+                try:
+                    y = quiet(x.transpose(1, 0, 2))
+                finally:
+                    put_back(libraries)
+                return y.transpose(1, 0, 2).copy()
+
+            return turned
+
+        def run(x: np.ndarray) -> np.ndarray:
+            libraries = one_thread()
+            try:
+                y = quiet(x)
+            finally:
+                put_back(libraries)
+            return y.copy()
+
+        return run
+
+    def _step_of_one(self, entry: _StreamLayer) -> Callable[[np.ndarray], np.ndarray]:
         """What :meth:`_step` runs for a chunk of one step, every view made here: a function
-        of the layer's input (1, B, I) that returns its output (1, B, H_out), a view of
-        ``history``. The same operations in the same order, hence the same bits."""
+        of the layer's input (1, B, I) that returns its output (1, B, H_out), a view of the
+        carried h. The same operations on the same operands in the same order, hence the
+        same bits. At batch 1, a layer without options runs :func:`_lean_step`; an LSTM or
+        GRU step writes h' over h (each reads h before it writes h'); a simple RNN's product
+        reads h while it writes h', so its h' goes through ``history``."""
         layer, dtype, weights, bias = entry.layer, entry.dtype, entry.weights, entry.bias
-        h_state = self._h[entry.part][entry.index:entry.index + 1]  # (1, B, H_out)
-        h_first, out = history[0], history[1]  # (1, B, H_out)
+        h = self._h[entry.part]
+        c = self._c[entry.part]
         batch = self.batch_size
+        if batch == 1 and _lean(layer):
+            return _lean_step(layer, dtype, h[entry.index:entry.index + 1],
+                              None if c is None else c[entry.index:entry.index + 1])
+        h_state = h[entry.index:entry.index + 1]  # (1, B, H_out)
+        through = layer.cell.startswith("rnn")  # a simple RNN: h and h' in history
+        history = np.empty((2, 1, batch, layer.out_size), dtype)
+        h_first, out = history[0], history[1]
         source, result = entry.padded
         width = source.shape[1]
         source_row = source[:1].reshape(1, 1, width)
         runs: list[Callable[[np.ndarray], None]] = []
-        for rows, scratch, cell, projected in zip(entry.pieces, entry.scratches, entry.cells,
-                                                  projections, strict=True):
+        for rows, scratch, cell in zip(entry.pieces, entry.scratches, entry.cells, strict=True):
             count = rows.stop - rows.start
+            projected = np.empty((1, 1, count, layer.width), dtype)
             flat = projected.reshape(count, layer.width)
-            piece_history = history[:, :, rows]
-            if scratch is not None and cell is not None:  # an LSTM
+            run_step: Callable[[], None]
+            if scratch is None:  # a simple RNN
+                run_step = functools.partial(entry.loop, layer, projected, history[:, :, rows],
+                                             None, None, None)
+            else:
                 parts, size = scratch.split
                 step_input = projected.reshape(1, 1, count, layer.width // (parts * size), parts,
                                                size).transpose(1, 0, 3, 2, 4, 5)[0]
-                run_step: Callable[[], None] = functools.partial(
-                    _lstm_step(layer, scratch, scratch.views(count)), step_input,
-                    piece_history[0], piece_history[1], cell)
-            else:
-                run_step = functools.partial(entry.loop, layer, projected, piece_history, cell,
-                                             None, scratch)
+                h_piece, views = h_state[:, rows], scratch.views(count)
+                run_step = (functools.partial(_lstm_step(layer, scratch, views), step_input,
+                                              h_piece, h_piece, cell) if cell is not None else
+                            functools.partial(_gru_step(layer, scratch, views), step_input,
+                                              h_piece, h_piece))
             runs.append(self._piece_of_one(rows, count, batch, flat, projected,
                                            (source_row, source, result), weights, bias,
                                            run_step))
-
         def run(inputs: np.ndarray) -> np.ndarray:
             if inputs.dtype != dtype:  # a stack's parts of different dtypes
                 inputs = inputs.astype(dtype)
-            np.copyto(h_first, h_state)
+            if through:
+                np.copyto(h_first, h_state)
             for piece in runs:
                 piece(inputs)
-            np.copyto(h_state, out)
-            return out
+            if through:
+                np.copyto(h_state, out)
+            return h_state
 
         return run
 

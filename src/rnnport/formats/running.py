@@ -22,9 +22,11 @@ formats declare (:class:`~._protocol.Engine`, e.g. ONNX Runtime, PyTorch), and `
 * ``stream(engine=...)`` (:func:`stream`): each part of the network streams through the
   runner ``forward`` builds for it (the same cache), its state carried in the stream's own
   arrays. A runner with a ``stream(h, c)`` method (ONNX Runtime: I/O binding to planned
-  buffers; PyTorch on the CPU: tensors over them) gives its own per-chunk step; any other is
-  called per chunk with the carried state. A part the engine cannot compute exactly streams
-  in NumPy, with the warning ``forward`` gives.
+  buffers; PyTorch on the CPU: tensors over them, the module's own operator called
+  directly) gives its own per-chunk step; any other is called per chunk with the carried
+  state. A part the engine cannot compute exactly streams in NumPy, with the warning
+  ``forward`` gives. An engine's stream gives that runtime's numbers: the NumPy stream's
+  within its rounding, not bit for bit (see :class:`~rnnport.runtime.Stream`).
 """
 
 from __future__ import annotations
@@ -295,7 +297,9 @@ class EngineStream(Stream):
                          stacked=stacked)
 
     def _prepare(self) -> None:
-        self._sized: set[int] = set()  # the chunk lengths whose size _check_size passed
+        for network in self._parts:
+            _check_size(network.spec, 1, self.batch_size)
+        self._sized: set[int] = {1}  # the chunk lengths whose size _check_size passed
         self._steps: list[tuple[np.dtype, Step]] = []
         for number, (network, runner) in enumerate(zip(self._parts, self._runners,
                                                        strict=True)):
@@ -315,17 +319,20 @@ class EngineStream(Stream):
 
     def __call__(self, x_chunk: Any) -> np.ndarray:
         x = x_chunk
-        if not (type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3
-                and x.shape[self._batch_axis] == self.batch_size
-                and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
-            x = self._checked(x)
+        if not (type(x) is np.ndarray and x.shape == self._one_shape
+                and x.dtype is self.dtype):  # one step, sized when the stream was made
+            if not (type(x) is np.ndarray and x.dtype == self.dtype and x.ndim == 3
+                    and x.shape[self._batch_axis] == self.batch_size
+                    and x.shape[2] == self.input_size and x.shape[1 - self._batch_axis] >= 1):
+                x = self._checked(x)
+            steps = x.shape[1 - self._batch_axis]
+            if steps not in self._sized:  # checked once per chunk length, as Stream plans
+                for network in self._parts:
+                    _check_size(network.spec, steps, self.batch_size)
+                if len(self._sized) >= STREAM_KEPT_LENGTHS:
+                    self._sized.remove(next(size for size in self._sized if size != 1))
+                self._sized.add(steps)
         y = np.ascontiguousarray(x if self.time_major else x.transpose(1, 0, 2))
-        if y.shape[0] not in self._sized:  # checked once per chunk length, as Stream plans
-            for network in self._parts:
-                _check_size(network.spec, y.shape[0], self.batch_size)
-            if len(self._sized) >= STREAM_KEPT_LENGTHS:
-                self._sized.pop()
-            self._sized.add(y.shape[0])
         for dtype, step in self._steps:
             if y.dtype != dtype:  # a stack's parts of different dtypes
                 y = y.astype(dtype)
