@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from ..activations import DEFAULTS
+from ._common import sum_exact
 
 __all__ = ["Act", "Const", "Matched", "Mul", "Opaque", "Sub", "Sum", "Sym", "Term",
-           "Unsupported", "Var", "add", "match", "parts", "rows", "unmatched"]
+           "Unsupported", "Var", "add", "match", "parts", "rows", "scalar", "unmatched"]
 
 MAX_PARTS = 64  # terms of one sum (ADD(s, s) doubles them: a chain must not grow unbounded)
 
@@ -133,9 +134,15 @@ def rows(value: Sym, taken: range, total: int, what: str) -> Sym:
                             for c in value.consts))
 
 
+def scalar(values: np.ndarray) -> float | None:
+    """The number one numeric value holds (None: several values, or not numbers)."""
+    if values.size != 1 or values.dtype.kind not in "fiub":
+        return None
+    return float(values.reshape(-1)[0])
+
+
 def _zero(value: Sym) -> bool:
-    return isinstance(value, Const) and value.values.size == 1 and \
-        float(value.values.reshape(-1)[0]) == 0.0
+    return isinstance(value, Const) and scalar(value.values) == 0.0
 
 
 # -- matching the cells --------------------------------------------------------------------
@@ -182,10 +189,14 @@ def _affine(value: Sym, sources: dict[str, Callable[[Sym], bool]], hidden: int) 
         found[names[0]] = (term.weight, term.bias)
     _need(set(found) == set(sources))
     if value.consts:
+        # Several loose constants are one bias only when all but one are zeros: the step
+        # adds them one by one, and their sum is a value the step never holds.
         loose = np.zeros(hidden, dtype=np.float32)
         for const in value.consts:
-            _need(const.shape in ((), (1,), (hidden,)))
-            loose = loose + const
+            _need(const.shape in ((), (1,), (hidden,)) and const.dtype.kind == "f")
+            vector = np.broadcast_to(const, (hidden,)).astype(np.float32)
+            _need(not (loose.any() and vector.any()))
+            loose = sum_exact(loose, vector)
         open_sides = [name for name in sources if found[name][1] is None]
         _need(bool(open_sides))
         weight, _ = found[open_sides[-1]]
@@ -213,8 +224,7 @@ def _gate(value: Sym, hidden: int) -> tuple[str, Affine]:
 
 
 def _one(value: Sym, number: float) -> bool:
-    return isinstance(value, Const) and value.values.size == 1 and \
-        float(value.values.reshape(-1)[0]) == number
+    return isinstance(value, Const) and scalar(value.values) == number
 
 
 def _mix(value: Sym) -> tuple[Sym, Sym]:

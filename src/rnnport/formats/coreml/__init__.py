@@ -278,18 +278,23 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
     network_number = found.networks
     found.networks += 1
     layers = message(network, where).get(FIELDS["NeuralNetwork"]["layers"], [])
-    written: dict[str, int] = {}  # blob → the layer that wrote it last, so far
+    written: dict[str, list[int]] = {}  # blob → the layers that wrote it, so far
     nodes: dict[int, Node] = {}
+    positions: dict[int, int] = {}  # a node given (its id) → its layer's position
     pending: dict[str, tuple[int, LoopCell]] = {}  # a loop's buffer → its layer, its cell
     assert found.meter is not None
     meter = found.meter
 
-    def outer(blob: str) -> Node | None:
-        position = written.get(blob)
+    def outer(blob: str, reader: Node | None) -> Node | None:
+        """The layer that last wrote ``blob`` before ``reader`` (None: so far)."""
+        before = positions.get(id(reader), len(layers)) if reader is not None else len(layers)
+        position = next((found for found in reversed(written.get(blob, [])) if found < before),
+                        None)
         if position is None:
             return None
         if position not in nodes:
             nodes[position] = nn_layer(layers[position], where, meter)
+            positions[id(nodes[position])] = position
         return nodes[position]
 
     for position, raw in enumerate(layers):
@@ -312,7 +317,7 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
                 pending[found.layers[-1].loop.output] = (len(found.layers) - 1,
                                                          found.layers[-1].loop)
         for blob in outputs:
-            written[_text(blob, where)] = position
+            written.setdefault(_text(blob, where), []).append(position)
         if kind == LAYER["loop"]:
             continue
         if kind not in RECURRENT:
@@ -337,7 +342,9 @@ def _loop_layer(layer: Message, label: str, outer: Any, where: str, meter: budge
     ``slice`` of the rows its steps wrote is found (:func:`_loop_output`)."""
     params = message(sub(layer, LAYER["loop"], where, "loop") or b"", f"{where}: {label}")
     try:
-        cell = recognise(nn_loop(params, f"{where}: layer {label} (loop)", outer, where, meter))
+        cell = recognise(nn_loop(params, f"{where}: layer {label} (loop)", outer, where, meter,
+                                 tuple(_text(value, where) for value in
+                                       layer.get(LAYER["input"], []))))
     except UnsupportedFeatureError as refusal:
         return Layer(label, LAYER["loop"], (), (), {}, network, loop=refusal)
     return Layer(label, LAYER["loop"], (cell.sequence,), (cell.output,), {}, network, loop=cell)

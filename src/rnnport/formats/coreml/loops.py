@@ -68,6 +68,7 @@ from .._loops import (
     match,
     parts,
     rows,
+    scalar,
     unmatched,
 )
 from .fields import (
@@ -119,8 +120,11 @@ class Loop:
     condition_variables: list[str]  # each loop value's name inside the condition
     condition_output: str
     body: list[Node]
-    outer: Callable[[str], Node | None]  # the operation outside the loop giving a name
+    # The operation outside the loop giving a name, as the loop sees it (reader None) or
+    # as an operation outside that ``outer`` gave (a copy) sees it.
+    outer: Callable[[str, Node | None], Node | None]
     final: list[str]  # the names outside holding each loop value after the loop
+    limit: int = 0  # the most steps the loop runs whatever its condition (0: no limit)
 
 
 @dataclass
@@ -203,6 +207,11 @@ class _Evaluation:
             if node.kind == "branch" and len(node.inputs) == 1:
                 self.branches.append((node, self.value(node.inputs[0])))
                 continue
+            if node.kind == "control":
+                raise UnsupportedFeatureError(
+                    f"{self.loop.label}: holds {node.label}, control flow rnnport does not "
+                    "follow; rnnport reads loops as coremltools writes them for a recurrent "
+                    "layer, one step per run of the body. Nothing was read.")
             result = self._node(node)
             for name in node.outputs[:1]:
                 self.env[name] = result
@@ -290,18 +299,17 @@ def _opaque(values: list[Sym]) -> list[str]:
 
 
 def _scalar(value: Sym) -> float | None:
-    if isinstance(value, Const) and value.values.size == 1:
-        return float(value.values.reshape(-1)[0])
-    return None
+    return scalar(value.values) if isinstance(value, Const) else None
 
 
 def _constant(loop: Loop, name: str, follow: bool = True) -> np.ndarray | None:
-    """The values of the constant outside the loop that ``name`` is (through copies)."""
+    """The values of the constant outside the loop that ``name`` is (through copies, each
+    read where it stands: a name written again after its copy keeps the copied value)."""
     seen = 0
-    node = loop.outer(name)
+    node = loop.outer(name, None)
     while node is not None and node.kind == "pass" and follow and seen < 64:
         seen += 1
-        node = loop.outer(node.inputs[0]) if node.inputs else None
+        node = loop.outer(node.inputs[0], node) if node.inputs else None
     return np.asarray(node.data) if node is not None and node.kind == "const" else None
 
 
@@ -328,9 +336,8 @@ def recognise(loop: Loop) -> LoopCell:
     counters = [k for k, value in enumerate(new)
                 if isinstance(value, Sum) and not value.terms and len(value.others) == 1
                 and value.others[0] is role_values[k] and len(value.consts) == 1
-                and value.consts[0].size == 1 and float(value.consts[0].reshape(-1)[0]) == 1
-                and starts[k] is not None and starts[k].size == 1  # type: ignore[union-attr]
-                and float(starts[k].reshape(-1)[0]) == 0]  # type: ignore[union-attr]
+                and scalar(value.consts[0]) == 1
+                and starts[k] is not None and scalar(starts[k]) == 0]  # type: ignore[arg-type]
     buffers = [k for k, value in enumerate(new) if isinstance(value, _Scatter)]
     if len(counters) != 1 or len(buffers) != 1:
         raise UnsupportedFeatureError(
@@ -355,6 +362,11 @@ def recognise(loop: Loop) -> LoopCell:
             f"expected a constant ({'T + 1' if after else 'T'}, batch, hidden), as coremltools "
             "writes for a network with no initial state given. Nothing was read.")
     steps, hidden = start.shape[0] - after, start.shape[2]
+    if 0 < loop.limit < steps:
+        raise UnsupportedFeatureError(
+            f"{label}: it runs at most {loop.limit} steps (maxLoopIterations), and its buffer "
+            f"of states holds {steps}; rnnport reads a loop that runs every step of the "
+            "sequence. Nothing was read.")
     if scatter.data is not role_values[buffer] or scatter.axis != 0 or \
             scatter.mode not in ("update", "add") or not (
                 after or scatter.index is role_values[counter]):
@@ -405,6 +417,7 @@ def recognise(loop: Loop) -> LoopCell:
     if after:
         new_states = (scatter.update,)
     _check_branches(loop, step, role_values, counter, buffer)
+    _check_side_effects(loop)
     sequence = next(iter(step.sequences))
     _check_condition(loop, role_values, counter, steps)
     matched = match(new_states, hidden)
@@ -439,6 +452,41 @@ def _check_branches(loop: Loop, step: _Evaluation, roles: list[Sym], counter: in
                 "than the step counter reaching the length of its buffer of states; rnnport "
                 "reads the branch coremltools writes to grow that buffer, which a loop "
                 "stopping at its length never runs. Nothing was read.")
+        otherwise, written = node.data if node.data is not None else (0, ())
+        clash = sorted(set(written) & (_seen(loop) - {loop.variables[buffer][0]}))
+        if otherwise or clash:
+            found = f"{otherwise} layers run otherwise (elseBranch)" if otherwise else \
+                f"layers writing {listed(clash)}"
+            raise UnsupportedFeatureError(
+                f"{loop.label}: its body holds {node.label}, with {found}; rnnport reads the "
+                "branch coremltools writes to grow the buffer of states, which writes nothing "
+                "else the loop reads and has no elseBranch. Nothing was read.")
+
+
+def _seen(loop: Loop) -> set[str]:
+    """The names the loop's values, its body and condition, and the network before it
+    could read or give: every name outside the loop's own operations' inner values."""
+    names = {name for node in (*loop.body, *loop.condition) for name in node.inputs}
+    names.update(inside for inside, _, _ in loop.variables)
+    names.update(name for node in (*loop.body, *loop.condition) for name in node.outputs
+                 if loop.outer(name, None) is not None)
+    return names
+
+
+def _check_side_effects(loop: Loop) -> None:
+    """The condition computes only its own values: one writing a value the loop or the
+    network before it holds changes what the body reads, unseen by the step."""
+    body_reads = {name for node in loop.body for name in node.inputs}
+    loop_values = {inside for inside, _, _ in loop.variables}
+    for node in loop.condition:
+        clash = [name for name in node.outputs if name in body_reads or name in loop_values
+                 or loop.outer(name, None) is not None]
+        if clash:
+            raise UnsupportedFeatureError(
+                f"{loop.label}: its condition holds {node.label}, which writes "
+                f"{listed(clash)}, a value the body or the network before the loop reads; "
+                "rnnport reads a condition that only compares the step counter. Nothing was "
+                "read.")
 
 
 def _check_condition(loop: Loop, roles: list[Sym], counter: int, steps: int) -> None:
@@ -548,8 +596,16 @@ def _nn_node(raw: int | bytes, where: str, meter: budget.Meter, weights_too: boo
         return node("other")
     if type_name == "greaterEqual" and len(inputs) == 2:
         return node("at_least")
-    if type_name == "branch":
-        return node("branch")
+    if type_name == "branch":  # (layers of its elseBranch, names its ifBranch writes)
+        layers = FIELDS["NeuralNetwork"]["layers"]
+        taken, otherwise = (message(sub(body, number, label, what) or b"", label).get(layers, [])
+                            for number, what in ((1, "ifBranch"), (2, "elseBranch")))
+        written = tuple(_name(value, where) for raw in taken
+                        for value in (message(raw, label) if isinstance(raw, bytes) else {})
+                        .get(LAYER["output"], []))
+        return node("branch", (len(otherwise), written))
+    if type_name in ("loop", "loopBreak", "loopContinue"):
+        return node("control")
     if type_name == "lessThan":
         return node("less", np.float32(float32(body, 2, label, "alpha"))
                     if len(inputs) == 1 else None)
@@ -621,12 +677,18 @@ def nn_layer(raw: int | bytes, where: str, meter: budget.Meter) -> Node:
     return _nn_node(raw, where, meter, False)
 
 
-def nn_loop(params: Message, label: str, outer: Callable[[str], Node | None], where: str,
-            meter: budget.Meter) -> Loop:
-    """The :class:`Loop` of a ``loop`` layer (its ``LoopLayerParams``); ``outer`` gives
-    the layer of its network that last wrote a blob before it (where its loop values
-    start)."""
+def nn_loop(params: Message, label: str, outer: Callable[[str, Node | None], Node | None],
+            where: str, meter: budget.Meter, inputs: tuple[str, ...] = ()) -> Loop:
+    """The :class:`Loop` of a ``loop`` layer (its ``LoopLayerParams``, its ``inputs``);
+    ``outer`` gives the layer of its network that last wrote a blob before it, or before
+    a layer ``outer`` gave (where its loop values start)."""
     numbers = FIELDS["LoopLayerParams"]
+    if inputs:
+        raise UnsupportedFeatureError(
+            f"{label}: takes its most steps from {listed(inputs)}, a value the network "
+            "computes; rnnport reads loops whose length the file fixes, as coremltools "
+            "writes them. Nothing was read.")
+    limit = number_of(params, numbers["maxLoopIterations"], label, "maxLoopIterations")
 
     def network(number: int, what: str) -> list[Node]:
         found = message(sub(params, number, label, what) or b"", label)
@@ -643,9 +705,9 @@ def nn_loop(params: Message, label: str, outer: Callable[[str], Node | None], wh
             "coremltools writes them. Nothing was read.")
     # Loop values: the blobs of the network the body writes again.
     variables = list(dict.fromkeys(name for node in body for name in node.outputs
-                                   if outer(name) is not None))
+                                   if outer(name, None) is not None))
     return Loop(label, [(name, name, name) for name in variables], condition, variables,
-                condition_var, body, outer, variables)
+                condition_var, body, outer, variables, limit)
 
 
 def loop_model(spec: Spec, cell: LoopCell) -> RNN:

@@ -527,8 +527,8 @@ def _units(ops: list[Operation], values: _Values, where: str) -> list[_Unit]:
     top = {name: op for op in ops for name in op.outputs}  # MIL names each value once
     nodes: dict[str, Node] = {}
 
-    def outer(name: str) -> Node | None:
-        if name not in nodes and name in top:
+    def outer(name: str, reader: Node | None = None) -> Node | None:
+        if name not in nodes and name in top:  # MIL names each value once: any reader's
             nodes[name] = _node(top[name], values, where)
         return nodes.get(name)
 
@@ -626,7 +626,8 @@ def read_program(program: bytes, folder: Path | None, where: str, size: int,
 
 # -- while_loop ------------------------------------------------------------------------------
 
-PASSING = frozenset({"squeeze", "expand_dims", "cast", "identity"})
+PASSING = frozenset({"squeeze", "expand_dims", "identity"})
+FLOATS = ("fp16", "fp32")  # the types a cast in a step may take (as the weights allow)
 ELEMENTWISE = {"add": "add", "mul": "mul", "sub": "sub", "less": "less"}
 
 
@@ -655,9 +656,17 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
 
     try:
         if op.type == "const" and "val" in op.attributes:
-            return node("const", (), values.value(op.attributes["val"], label))
+            found = values.value(op.attributes["val"], label)
+            if np.asarray(found).dtype.kind not in "fiub":
+                return node("other", (), "not a number")
+            return node("const", (), found)
         if op.type in PASSING:
             return node("pass", (one("x"),))
+        if op.type == "cast":
+            dtype = values.argument(op, "dtype")
+            if dtype not in FLOATS:
+                return node("other", (), f"to {dtype if isinstance(dtype, str) else 'a type not named'}")
+            return node("pass", (one("x"),), dtype)
         if op.type in ("sigmoid", "tanh", "relu"):
             return node("act", (one("x"),), op.type)
         if op.type in ELEMENTWISE:
@@ -668,27 +677,27 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
                     bias is None or (isinstance(bias, np.ndarray) and
                                      bias.shape == weight.shape[:1])):
                 return node("dense", (one("x"),), (weight, bias))
-        if op.type == "matmul" and not values.argument(op, "transpose_x"):
+        if op.type == "matmul" and not _flag(values.argument(op, "transpose_x"), "transpose_x"):
             weight = values.argument(op, "y")  # x @ y: y (in, out), or (out, in) transposed
-            if isinstance(weight, np.ndarray) and weight.ndim == 2:
-                weight = weight if values.argument(op, "transpose_y") else weight.T
+            if isinstance(weight, np.ndarray) and weight.ndim == 2 and weight.dtype.kind == "f":
+                weight = weight if _flag(values.argument(op, "transpose_y"), "transpose_y") \
+                    else weight.T
                 return node("dense", (one("x"),), (np.ascontiguousarray(weight), None))
         if op.type == "gather":
-            axis = values.argument(op, "axis")
             return node("gather", (one("x"), one("indices")),
-                        (int(np.asarray(axis).reshape(-1)[0]) if axis is not None else 0, ""))
+                        (_integer(values.argument(op, "axis"), "axis", 0), ""))
         if op.type == "scatter":
-            axis, mode = values.argument(op, "axis"), values.argument(op, "mode")
+            mode = values.argument(op, "mode")
             return node("scatter", (one("data"), one("indices"), one("updates")),
-                        (int(np.asarray(axis).reshape(-1)[0]) if axis is not None else 0,
+                        (_integer(values.argument(op, "axis"), "axis", 0),
                          mode if isinstance(mode, str) else "add"))
         if op.type == "slice_by_index":
             return _rows(op, values, node, one("x"))
         if op.type == "split":
-            axis, sizes = values.argument(op, "axis"), values.argument(op, "split_sizes")
+            sizes = values.argument(op, "split_sizes")
             return node("split", (one("x"),), (
-                int(np.asarray(axis).reshape(-1)[0]) if axis is not None else 0,
-                [] if sizes is None else [int(size) for size in np.asarray(sizes).reshape(-1)]))
+                _integer(values.argument(op, "axis"), "axis", 0),
+                [] if sizes is None else _integers(sizes, "split_sizes")))
         if op.type == "list_read":  # a TensorList's item: a row of a (length, …) value
             return node("gather", (one("ls"), one("index")), (0, ""))
         if op.type == "list_write":
@@ -698,6 +707,45 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
     except UnsupportedFeatureError as refusal:  # weights the program computes
         return node("other", (), str(refusal).split(": ", 1)[-1][:200])
     return node("other", ())
+
+
+def _integers(value: Any, what: str) -> list[int]:
+    """The whole numbers ``value`` holds (an operation's axes, sizes, bounds);
+    UnsupportedFeatureError (the operation is then one the loop reader cannot follow)
+    where it holds anything else."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "iub" and not (
+            array.dtype.kind == "f" and np.all(np.isfinite(array)) and
+            np.all(array == np.round(array))):
+        raise UnsupportedFeatureError(f"{what}: {_shown(array)}, not whole numbers")
+    if array.size and np.max(np.abs(array.astype(np.float64))) >= 2**62:
+        raise UnsupportedFeatureError(f"{what}: {_shown(array)}, out of range")
+    return [int(number) for number in array.reshape(-1)]
+
+
+def _integer(value: Any, what: str, default: int) -> int:
+    """One whole number (``default`` where not bound); see :func:`_integers`."""
+    if value is None:
+        return default
+    found = _integers(value, what)
+    if len(found) != 1:
+        raise UnsupportedFeatureError(f"{what}: {_shown(np.asarray(value))}, not one number")
+    return found[0]
+
+
+def _flag(value: Any, what: str) -> bool:
+    """A bool (False where not bound); see :func:`_integers`."""
+    if value is None:
+        return False
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "bi":
+        raise UnsupportedFeatureError(f"{what}: {_shown(array)}, not one bool")
+    return bool(array.reshape(-1)[0])
+
+
+def _shown(array: np.ndarray) -> str:
+    return f"{array.size} values of type {array.dtype}" if array.size != 1 else \
+        repr(array.reshape(-1)[0].item())[:40]
 
 
 def _new_list(op: Operation, values: _Values, where: str, node: Any) -> Node:
@@ -721,12 +769,18 @@ def _new_list(op: Operation, values: _Values, where: str, node: Any) -> Node:
 def _rows(op: Operation, values: _Values, node: Any, source: str) -> Node:
     """A ``slice_by_index`` taking rows of the first axis (every other axis whole) as
     (start, stop, step); ``stop`` None where the end is masked (the last row)."""
-    arguments = [values.argument(op, key) for key in
-                 ("begin", "end", "stride", "begin_mask", "end_mask", "squeeze_mask")]
+    keys = ("begin", "end", "stride", "begin_mask", "end_mask", "squeeze_mask")
     begin, end, stride, begin_mask, end_mask, squeeze = (
-        None if value is None else np.asarray(value).reshape(-1) for value in arguments)
-    if begin is None or end is None or begin.size < 1 or end.size != begin.size or (
-            squeeze is not None and squeeze.any()):
+        None if value is None else np.array(_integers(value, key), dtype=np.int64)
+        for key, value in ((key, values.argument(op, key)) for key in keys))
+    if begin is None or end is None or begin.size < 1:
+        return node("other", ())
+    for key, value in zip(keys[1:], (end, stride, begin_mask, end_mask, squeeze), strict=True):
+        if value is not None and value.size != begin.size:
+            raise FormatError(f"{values.where}: {op.label} has {key} of {value.size} values "
+                              f"and begin of {begin.size}; expected one per axis. The file is "
+                              "damaged.")
+    if squeeze is not None and squeeze.any():
         return node("other", ())
     whole = all((begin_mask is not None and begin_mask[k]) or begin[k] == 0
                 for k in range(1, begin.size)) and \
@@ -739,7 +793,7 @@ def _rows(op: Operation, values: _Values, node: Any, source: str) -> Node:
     return node("rows", (source,), (start, stop, step))
 
 
-def _loop(op: Operation, outer: Callable[[str], Node | None], values: _Values,
+def _loop(op: Operation, outer: Callable[[str, Node | None], Node | None], values: _Values,
           where: str) -> Loop:
     """The :class:`Loop` of a ``while_loop`` operation (``outer``: the operation of its
     block giving a value, as a :class:`Node`: where its loop values start)."""
@@ -755,8 +809,12 @@ def _loop(op: Operation, outer: Callable[[str], Node | None], values: _Values,
                           f"inputs and {len(body.outputs)} outputs, a condition of "
                           f"{len(condition.inputs)} inputs; expected the same number "
                           "everywhere. The file is damaged.")
+    steps = [_node(item, values, where) for item in body.operations]
+    if not any(item.kind == "dense" and item.data[0].dtype == np.float16 for item in steps):
+        # a float32 step: a cast to fp16 rounds its values
+        steps = [Node("other", item.label, (), item.outputs, "to fp16 in a float32 step")
+                 if item.kind == "pass" and item.data == "fp16" else item for item in steps]
     return Loop(label, list(zip(body.inputs, starts, body.outputs, strict=True)),
                 [_node(item, values, where) for item in condition.operations],
-                list(condition.inputs), condition.outputs[0],
-                [_node(item, values, where) for item in body.operations], outer,
+                list(condition.inputs), condition.outputs[0], steps, outer,
                 list(op.outputs))
