@@ -95,7 +95,10 @@ MAX_NODES = 1 << 16  # operations of one loop body: a cell needs a few dozen
 # inputs), "act" (data: sigmoid, tanh, relu), "neg" (0 − v), "scale" (data: a float32 scalar;
 # v·a), "shift" (v + a), "pass" (squeeze, expand_dims, copy, cast: the same values),
 # "gather" / "scatter" (data: (axis, mode)), "less", "const" (data: the values), "rows"
-# (data: (start, stop, step) along axis 0), "other" (data: what it is).
+# (data: (start, stop, step) along axis 0), "text" (a constant that is no number: an
+# operation's option), "control" (a loop, a loopBreak, a loopContinue: refused), "branch"
+# (data: the layers of its elseBranch, the names its ifBranch writes), "other" (data: what
+# it is).
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,7 @@ class _Evaluation:
         self.states: dict[int, Var] = {}  # loop value → h
         self.indices: list[Sym] = []  # what every gather of x or h was indexed with
         self.branches: list[tuple[Node, Sym]] = []  # branch layers and their conditions
+        self.unfollowed: dict[int, str] = {}  # the opaque values the nodes made
 
     def value(self, name: str) -> Sym:
         if name not in self.env:
@@ -213,6 +217,9 @@ class _Evaluation:
                     "follow; rnnport reads loops as coremltools writes them for a recurrent "
                     "layer, one step per run of the body. Nothing was read.")
             result = self._node(node)
+            if isinstance(result, Opaque) and node.kind != "text" and not any(
+                    isinstance(self.env.get(name), Opaque) for name in node.inputs):
+                self.unfollowed.setdefault(id(result), result.what)  # where it starts
             for name in node.outputs[:1]:
                 self.env[name] = result
             for name in node.outputs[1:]:
@@ -242,7 +249,7 @@ class _Evaluation:
             return Const(np.asarray(node.data), node.outputs[0] if node.outputs else "")
         if kind == "pass" and len(args) == 1:
             return args[0]
-        if kind == "other" or any(isinstance(arg, _Scatter) for arg in args):
+        if kind in ("other", "text") or any(isinstance(arg, _Scatter) for arg in args):
             return Opaque(f"{node.label}{f' ({node.data})' if node.data else ''}")
         if kind == "dense" and len(args) == 1:
             weight, bias = node.data
@@ -290,6 +297,20 @@ class _Evaluation:
             self.indices.append(index)
             return self.states.setdefault(k, Var("h"))
         return Opaque(f"{node.label} (of a computed value)")
+
+
+def _followed(labels: Any) -> str:
+    """What a refusal adds of the operations the evaluation could not follow."""
+    found = list(dict.fromkeys(labels))
+    return f" (it could not follow {listed(found)})" if found else ""
+
+
+def _unread(value: Sym | None, loop: Loop) -> list[str]:
+    """The operation ``value`` comes from, where it is one the evaluation cannot follow."""
+    if isinstance(value, Opaque):
+        return [value.what]
+    node = loop.outer(value.name, None) if isinstance(value, _Outer) else None
+    return [node.label] if node is not None and node.kind in ("other", "text") else []
 
 
 def _opaque(values: list[Sym]) -> list[str]:
@@ -340,9 +361,13 @@ def recognise(loop: Loop) -> LoopCell:
                 and starts[k] is not None and scalar(starts[k]) == 0]  # type: ignore[arg-type]
     buffers = [k for k, value in enumerate(new) if isinstance(value, _Scatter)]
     if len(counters) != 1 or len(buffers) != 1:
+        starting = [node.label for _, start, _ in loop.variables
+                    if (node := loop.outer(start, None)) is not None and
+                    node.kind in ("other", "text")]
         raise UnsupportedFeatureError(
             f"{label}: its {len(new)} loop values are not a step counter (starting at 0, "
-            "adding 1 per step) and a buffer of states written one row per step; rnnport reads "
+            "adding 1 per step) and a buffer of states written one row per step"
+            f"{_followed([*step.unfollowed.values(), *starting])}; rnnport reads "
             "loops as coremltools writes them for a recurrent layer (a PyTorch GRU, a Keras "
             "LSTM). Nothing was read.")
     counter, buffer = counters[0], buffers[0]
@@ -372,7 +397,8 @@ def recognise(loop: Loop) -> LoopCell:
                 after or scatter.index is role_values[counter]):
         raise UnsupportedFeatureError(
             f"{label}: its body writes {what} other than one row per step (scatter mode "
-            f"{scatter.mode}, axis {scatter.axis}); rnnport reads a loop that writes the new "
+            f"{scatter.mode}, axis {scatter.axis}){_followed(step.unfollowed.values())}; "
+            "rnnport reads a loop that writes the new "
             "state at row counter (or counter + 1, after the initial state). Nothing was read.")
     if (after and states) or len(states) > 2:
         raise UnsupportedFeatureError(
@@ -411,9 +437,9 @@ def recognise(loop: Loop) -> LoopCell:
         raise UnsupportedFeatureError(
             f"{label}: its body reads {len(step.sequences)} sequences "
             f"({listed(step.sequences) or 'none'}), or rows of its loop values, or rows at an "
-            "index other than the step counter; rnnport reads a loop that takes the row of "
-            "one sequence (and of a buffer holding the initial state) at the counter. Nothing "
-            "was read.")
+            f"index other than the step counter{_followed(step.unfollowed.values())}; rnnport "
+            "reads a loop that takes the row of one sequence (and of a buffer holding the "
+            "initial state) at the counter. Nothing was read.")
     if after:
         new_states = (scatter.update,)
     _check_branches(loop, step, role_values, counter, buffer)
@@ -424,10 +450,12 @@ def recognise(loop: Loop) -> LoopCell:
     if isinstance(matched, Unsupported):
         raise UnsupportedFeatureError(f"{label}: its body computes {matched}. Nothing was read.")
     if matched is None:
+        unfollowed = list(dict.fromkeys([*step.unfollowed.values(),
+                                         *_opaque(list(new_states))]))
         raise UnsupportedFeatureError(
             f"{label}: its body computes a step that is neither a simple RNN (tanh or relu), "
             f"a GRU nor an LSTM as rnnport defines them; "
-            f"{unmatched(new_states, _opaque(list(new_states)))}. Nothing was read.")
+            f"{unmatched(new_states, unfollowed)}. Nothing was read.")
     fields, params, has_bias = dict(matched[0]), dict(matched[1]), matched[2]
     if params["weight_hh"].shape != (params["weight_ih"].shape[0], hidden):
         raise FormatError(f"{label}: recurrent weights {list(params['weight_hh'].shape)} for "
@@ -499,7 +527,9 @@ def _check_condition(loop: Loop, roles: list[Sym], counter: int, steps: int) -> 
     bound = _scalar(condition.b) if isinstance(condition, _Less) else None
     if not isinstance(condition, _Less) or condition.a is not roles[counter] or bound != steps:
         found = f"stops after {bound:g} steps" if bound is not None else \
-            "is not the step counter compared (less than) with a constant"
+            "is not the step counter compared (less than) with a constant" + _followed(
+                [*check.unfollowed.values(), *_unread(condition.b if isinstance(
+                    condition, _Less) else None, loop)])
         raise UnsupportedFeatureError(
             f"{loop.label}: its condition {found}, and its buffer of states holds {steps} "
             "steps; rnnport reads a loop that runs every step of the sequence. Nothing was "

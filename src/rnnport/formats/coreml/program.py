@@ -658,7 +658,7 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
         if op.type == "const" and "val" in op.attributes:
             found = values.value(op.attributes["val"], label)
             if np.asarray(found).dtype.kind not in "fiub":
-                return node("other", (), "not a number")
+                return node("text", (), "not a number")
             return node("const", (), found)
         if op.type in PASSING:
             return node("pass", (one("x"),))
