@@ -189,6 +189,94 @@ def _unknown_layer(spec: Any) -> None:
     layer.unary.type = 1  # a unary function (exp) where the GRU adds
 
 
+def _loop_layer(spec: Any) -> Any:
+    return next(layer for layer in spec.neuralNetwork.layers if layer.WhichOneof("layer") == "loop")
+
+
+def _insert_after(layers: Any, name: str, new: Any) -> None:
+    items = list(layers)
+    del layers[:]
+    for layer in items:
+        layers.append(layer)
+        if layer.name == name:
+            layers.append(new)
+
+
+def _doubling(name: str) -> Any:
+    from coremltools.proto import NeuralNetwork_pb2
+
+    layer = NeuralNetwork_pb2.NeuralNetworkLayer(name=f"double_{name}")
+    layer.input.append(name)
+    layer.output.append(name)
+    layer.multiply.alpha = 2.0
+    return layer
+
+
+def _three_steps_at_most(spec: Any) -> None:  # the condition allows 6, the field caps at 3
+    _loop_layer(spec).loop.maxLoopIterations = 3
+
+
+def _steps_from_an_input(spec: Any) -> None:  # an input replaces maxLoopIterations
+    _loop_layer(spec).input.append("while_loop_0_0")
+
+
+def _break_in_body(spec: Any) -> None:
+    _loop_body(spec).add(name="stop").loopBreak.SetInParent()
+
+
+def _condition_rewrites_the_sequence(spec: Any) -> None:
+    _loop_layer(spec).loop.conditionNetwork.layers.append(_doubling("transpose_0"))
+
+
+def _nested_loop_rewrites_the_update(spec: Any) -> None:
+    from coremltools.proto import NeuralNetwork_pb2
+
+    inner = NeuralNetwork_pb2.NeuralNetworkLayer(name="inner")
+    inner.loop.maxLoopIterations = 1
+    inner.loop.bodyNetwork.layers.append(_doubling("expand_dims_1"))
+    _insert_after(_loop_body(spec), "expand_dims_1", inner)
+
+
+def _branch_with_an_else(spec: Any) -> None:
+    """The growing branch coremltools writes for a TensorList, on its accepted condition
+    (the counter reaching the buffer's length), with an elseBranch that runs every step."""
+    from coremltools.proto import NeuralNetwork_pb2
+
+    body, previous = _loop_body(spec), "expand_dims_1"
+    for kind, inputs, output in (("getShape", ["while_loop_0_1"], "shape"),
+                                 ("sliceStatic", ["shape"], "length"),
+                                 ("greaterEqual", ["while_loop_0_0", "length"], "growing")):
+        layer = NeuralNetwork_pb2.NeuralNetworkLayer(name=output)
+        layer.input.extend(inputs)
+        layer.output.append(output)
+        getattr(layer, kind).SetInParent()
+        if kind == "sliceStatic":
+            layer.sliceStatic.beginIds.append(0)
+            layer.sliceStatic.endIds.append(1)
+            layer.sliceStatic.strides.append(1)
+            layer.sliceStatic.beginMasks.append(False)
+            layer.sliceStatic.endMasks.append(False)
+        _insert_after(body, previous, layer)
+        previous = output
+    branch = NeuralNetwork_pb2.NeuralNetworkLayer(name="grow")
+    branch.input.append("growing")
+    branch.branch.ifBranch.SetInParent()
+    branch.branch.elseBranch.layers.append(_doubling("expand_dims_1"))
+    _insert_after(body, "growing", branch)
+
+
+def _start_rewritten_after_its_copy(spec: Any) -> None:
+    """The buffer copies concat_1 (now 0.5s); concat_1 is then written again with zeros."""
+    layers = spec.neuralNetwork.layers
+    start = next(layer for layer in layers if layer.name == "concat_1")
+    zeros = type(start)()
+    zeros.CopyFrom(start)
+    zeros.name = "concat_1_again"
+    for k in range(len(start.loadConstantND.data.floatValue)):
+        start.loadConstantND.data.floatValue[k] = 0.5
+    _insert_after(layers, "while_loop_0_1_input_copy", zeros)
+
+
 @pytest.mark.parametrize(("change", "message"), [
     (_softsign, r"layer while_loop_0 \(loop\): its body computes a step that is neither .*"
                 r"could not follow: layer tanh_1 \(activation\) \(softsign\)"),
@@ -197,6 +285,16 @@ def _unknown_layer(spec: Any) -> None:
                           r"do not combine"),
     (_five_steps, r"its condition stops after 5 steps, and its buffer of states holds 6"),
     (_initial_state, r"start with values other than zeros: an initial state"),
+    (_three_steps_at_most, r"runs at most 3 steps \(maxLoopIterations\), and its buffer of "
+                           r"states holds 6"),
+    (_steps_from_an_input, r"takes its most steps from while_loop_0_0"),
+    (_break_in_body, r"holds layer stop \(loopBreak\), control flow rnnport does not follow"),
+    (_condition_rewrites_the_sequence, r"its condition holds layer double_transpose_0 "
+                                       r"\(multiply\), which writes transpose_0"),
+    (_nested_loop_rewrites_the_update, r"holds layer inner \(loop\), control flow"),
+    (_branch_with_an_else, r"holds layer grow \(branch\), with 1 layers run otherwise "
+                           r"\(elseBranch\)"),
+    (_start_rewritten_after_its_copy, r"start with values other than zeros"),
 ])
 def test_a_loop_that_is_no_canonical_cell_is_refused_by_name(coremltools: Any, tmp_path: Path,
                                                              change: Any, message: str) -> None:
@@ -215,21 +313,102 @@ def test_a_loop_constant_declaring_a_huge_shape_is_charged_before_decoding(
         rnnport.read(_damaged_loop(coremltools, tmp_path, huge))
 
 
-def _damaged_program(tmp_path: Path, change: Any) -> Path:
+def _damaged_block(tmp_path: Path, change: Any, name: str = "program_gru_loop") -> Path:
+    """A copy of a golden ML Program whose main block ``change`` rewrote."""
     import shutil
 
     from coremltools.proto import Model_pb2
 
     copy = tmp_path / "damaged.mlpackage"
-    shutil.copytree(GOLDEN / "program_gru_loop.mlpackage", copy)
+    shutil.copytree(GOLDEN / f"{name}.mlpackage", copy)
     model_file = copy / "Data" / "com.apple.CoreML" / "model.mlmodel"
     spec = Model_pb2.Model.FromString(model_file.read_bytes())
     function = spec.mlProgram.functions["main"]
-    block = function.block_specializations[function.opset]
-    loop = next(op for op in block.operations if op.type == "while_loop")
-    change(loop.blocks[1].operations)
+    change(function.block_specializations[function.opset])
     model_file.write_bytes(spec.SerializeToString())
     return copy
+
+
+def _while_loop(block: Any) -> Any:
+    return next(op for op in block.operations if op.type == "while_loop")
+
+
+def _damaged_program(tmp_path: Path, change: Any) -> Path:
+    return _damaged_block(tmp_path, lambda block: change(_while_loop(block).blocks[1].operations))
+
+
+def _const_value(block: Any, name: str) -> Any:
+    """The value of the const named ``name``, in the block or its loop."""
+    loop = _while_loop(block)
+    ops = [*block.operations, *loop.blocks[0].operations, *loop.blocks[1].operations]
+    return next(op for op in ops if op.type == "const" and op.outputs[0].name == name
+                ).attributes["val"]
+
+
+def _set(value: Any, data_type: int, sizes: list[int], fill: Any) -> None:
+    """Make a const's value a tensor of ``data_type`` (MIL's codes: 21 string, 9 int32)."""
+    value.immediateValue.tensor.Clear()
+    fill(value.immediateValue.tensor)
+    value.type.tensorType.dataType = data_type
+    value.type.tensorType.ClearField("dimensions")
+    for size in sizes:
+        value.type.tensorType.dimensions.add().constant.size = size
+    value.type.tensorType.rank = len(sizes)
+
+
+def _text(name: str) -> Any:
+    def change(block: Any) -> None:
+        _set(_const_value(block, name), 21, [], lambda tensor: tensor.strings.values.append("x"))
+    return change
+
+
+def _no_axis(block: Any) -> None:
+    _set(_const_value(block, "gather_2_axis_0"), 9, [0], lambda tensor: tensor.ints.SetInParent())
+
+
+def _short_end_mask(block: Any) -> None:
+    value = _const_value(block, "var_20_tmp_end_mask_0")
+    value.immediateValue.tensor.Clear()
+    value.immediateValue.tensor.bools.values.append(True)
+    value.type.tensorType.ClearField("dimensions")
+    value.type.tensorType.dimensions.add().constant.size = 1
+
+
+def _cast_to_int32(block: Any) -> None:
+    _const_value(block, "concat_1_x0_1_to_fp16_dtype_0").immediateValue.tensor.strings.values[0] \
+        = "int32"
+
+
+def _transpose_x_of_two(block: Any) -> None:
+    matmul = next(op for op in _while_loop(block).blocks[1].operations if op.type == "matmul")
+    _set(_const_value(block, matmul.inputs["transpose_x"].arguments[0].name), 9, [2],
+         lambda tensor: tensor.ints.values.extend([1, 0]))
+
+
+@pytest.mark.parametrize(("change", "name", "error", "message"), [
+    (_no_axis, "program_gru_loop", UnsupportedFeatureError,
+     r"could not follow gather gather_2 \(axis is 0 values of type int64, not one number\)"),
+    (_text("gather_2_axis_0"), "program_gru_loop", UnsupportedFeatureError,
+     r"could not follow gather gather_2 \(axis is 'x', not whole numbers\)"),
+    (_text("while_loop_0_loop_vars0_0"), "program_gru_loop", UnsupportedFeatureError,
+     r"not a step counter .* could not follow const while_loop_0_loop_vars0_0"),
+    (_text("sub_1_x_0"), "program_gru_loop", UnsupportedFeatureError,
+     r"could not follow: const sub_1_x_0 \(not a number\)"),
+    (_text("slice_by_index_1"), "program_gru_loop", UnsupportedFeatureError,
+     r"its condition is not the step counter .* could not follow const slice_by_index_1"),
+    (_short_end_mask, "program_gru_loop", FormatError,
+     r"slice_by_index var_20_tmp has end_mask of 1 values and begin of 3"),
+    (_cast_to_int32, "program_gru_loop_f16", UnsupportedFeatureError,
+     r"could not follow cast concat_1_x0_1_to_fp16 \(to int32\)"),
+    (_transpose_x_of_two, "program_keras_lstm", UnsupportedFeatureError,
+     r"could not follow: matmul \S+ \(transpose_x is 2 values of type int64, not one bool\)"),
+])
+def test_a_while_loop_with_badly_typed_constants_is_refused_by_name(
+        coremltools: Any, tmp_path: Path, change: Any, name: str, error: type,
+        message: str) -> None:
+    rnnport.read(_damaged_block(tmp_path, lambda block: None, name))  # the golden reads
+    with pytest.raises(error, match=message):
+        rnnport.read(_damaged_block(tmp_path / "damaged", change, name))
 
 
 @pytest.mark.parametrize(("op_type", "new_type", "message"), [

@@ -717,9 +717,9 @@ def _integers(value: Any, what: str) -> list[int]:
     if array.dtype.kind not in "iub" and not (
             array.dtype.kind == "f" and np.all(np.isfinite(array)) and
             np.all(array == np.round(array))):
-        raise UnsupportedFeatureError(f"{what}: {_shown(array)}, not whole numbers")
+        raise UnsupportedFeatureError(f"{what} is {_shown(array)}, not whole numbers")
     if array.size and np.max(np.abs(array.astype(np.float64))) >= 2**62:
-        raise UnsupportedFeatureError(f"{what}: {_shown(array)}, out of range")
+        raise UnsupportedFeatureError(f"{what} is {_shown(array)}, out of range")
     return [int(number) for number in array.reshape(-1)]
 
 
@@ -729,7 +729,7 @@ def _integer(value: Any, what: str, default: int) -> int:
         return default
     found = _integers(value, what)
     if len(found) != 1:
-        raise UnsupportedFeatureError(f"{what}: {_shown(np.asarray(value))}, not one number")
+        raise UnsupportedFeatureError(f"{what} is {_shown(np.asarray(value))}, not one number")
     return found[0]
 
 
@@ -739,7 +739,7 @@ def _flag(value: Any, what: str) -> bool:
         return False
     array = np.asarray(value)
     if array.size != 1 or array.dtype.kind not in "bi":
-        raise UnsupportedFeatureError(f"{what}: {_shown(array)}, not one bool")
+        raise UnsupportedFeatureError(f"{what} is {_shown(array)}, not one bool")
     return bool(array.reshape(-1)[0])
 
 
