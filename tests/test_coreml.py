@@ -427,7 +427,12 @@ def test_a_while_loop_that_is_no_canonical_cell_is_refused_by_name(
 
 def test_loops_are_told_apart_and_their_layers_noted() -> None:
     assert notes(GOLDEN / "program_gru_loop.mlpackage") == [
-        "other operations of the ML Program beside the network: 2 transpose, 1 slice_by_index"]
+        "other operations of the ML Program beside the network: 2 transpose, 1 slice_by_index",
+        "while_loop while_loop_0_0 (while_loop) runs 6 steps, the length of the sequence it was "
+        "converted with: Core ML runs exactly that many, forward every step of the x it is given"]
+    assert any("computes its step in float16 in Core ML; rnnport computes it in float32" in note
+               for note in notes(GOLDEN / "program_gru_loop_f16.mlpackage"))
+    assert any("while_loop_0 runs 6 steps" in note for note in notes(GOLDEN / "gru_loop.mlmodel"))
     assert "20_tmp (slice)" in notes(GOLDEN / "gru_loop.mlmodel")[0]
     assert not any("last step" in note for name in ("gru_loop", "keras_lstm")
                    for note in notes(GOLDEN / f"{name}.mlmodel"))  # every step is the output

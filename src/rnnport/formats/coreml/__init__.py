@@ -140,7 +140,16 @@ from .fields import (
     sub,
     weights,
 )
-from .loops import LoopCell, Node, loop_model, nn_layer, nn_loop, recognise, signed
+from .loops import (
+    LoopCell,
+    Node,
+    loop_model,
+    loop_notes,
+    nn_layer,
+    nn_loop,
+    recognise,
+    signed,
+)
 from .package import MODEL_ITEM, PACKAGE, CoreMLPackage, encode_package, save_package
 from .program import networks as program_networks
 from .program import notes as program_notes
@@ -759,7 +768,7 @@ def notes(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> 
     contents, where, _ = _contents(source)
     if not contents.layers and len(contents.programs) == 1:
         read_program(contents.programs[0], contents.folder, where, 0, cell_clip, layer)
-        return program_notes(contents.programs[0], where)
+        return program_notes(contents.programs[0], where, contents.folder)
     chains = _networks(contents, where)
     chain = _pick(chains, layer, where)
     out = []
@@ -770,6 +779,8 @@ def notes(source: Any, layer: str | None = None, cell_clip: Any = FROM_FILE) -> 
         if len(item.inputs) > 1:
             out.append(f"{item.label} takes its initial state from {', '.join(item.inputs[1:])}; "
                        "forward(state=…) gives it (zeros when None)")
+        if isinstance(item.loop, LoopCell):
+            out.extend(loop_notes(item.label, item.loop))
         if item.kind == LAYER["loop"] and not item.sequence_output:
             out.append(f"{item.label} leaves its outputs in a buffer of T + 1 rows, the initial "
                        "state first: forward's y is its rows 1 to T")

@@ -84,8 +84,8 @@ from .fields import (
     weights,
 )
 
-__all__ = ["Loop", "LoopCell", "Node", "loop_model", "nn_layer", "nn_loop", "recognise",
-           "signed", "varints"]
+__all__ = ["Loop", "LoopCell", "Node", "loop_model", "loop_notes", "nn_layer", "nn_loop",
+           "recognise", "signed", "varints"]
 
 LAYER = FIELDS["NeuralNetworkLayer"]
 SCATTER_MODES = {0: "update", 1: "add"}  # ScatterMode's SCATTER_UPDATE, SCATTER_ADD
@@ -738,6 +738,17 @@ def nn_loop(params: Message, label: str, outer: Callable[[str, Node | None], Nod
                                    if outer(name, None) is not None))
     return Loop(label, [(name, name, name) for name in variables], condition, variables,
                 condition_var, body, outer, variables, limit)
+
+
+def loop_notes(label: str, cell: LoopCell) -> list[str]:
+    """What a recognised loop does that the network read from it does not say."""
+    out = [f"{label} runs {cell.steps} steps, the length of the sequence it was converted "
+           "with: Core ML runs exactly that many, forward every step of the x it is given"]
+    if cell.params["weight_ih"].dtype == np.float16:
+        out.append(f"{label} computes its step in float16 in Core ML; rnnport computes it in "
+                   "float32 from the same float16 weights, so outputs can differ by float16 "
+                   "rounding")
+    return out
 
 
 def loop_model(spec: Spec, cell: LoopCell) -> RNN:

@@ -76,7 +76,7 @@ from ...model import RNN, Model, stack
 from ...spec import Spec
 from .._common import listed
 from .fields import Message, last, message
-from .loops import Loop, LoopCell, Node, loop_model, recognise, varints
+from .loops import Loop, LoopCell, Node, loop_model, loop_notes, recognise, varints
 
 __all__ = ["Block", "Operation", "flattened", "networks", "notes", "operations", "package_model",
            "read_program"]
@@ -399,17 +399,23 @@ def _output(op: Operation, values: _Values) -> str:
         if values.argument(op, "direction") == "reverse" else op.outputs[0]
 
 
-def notes(program: bytes, where: str) -> list[str]:
-    """The operations beside the recurrent ones, by type."""
+def notes(program: bytes, where: str, folder: Path | None = None, size: int = 0) -> list[str]:
+    """The operations beside the recurrent ones, by type, and what its loops do that the
+    network read from them does not say (``folder``, ``size``: as :func:`read_program`)."""
     ops = operations(program, where)
     counts: dict[str, int] = {}
     for op in ops:
         if op.type not in ("const", "lstm", "rnn", "while_loop"):
             counts[op.type] = counts.get(op.type, 0) + 1
-    if not counts:
-        return []
-    return ["other operations of the ML Program beside the network: "
-            + listed(f"{count} {kind}" for kind, count in counts.items())]
+    out = ["other operations of the ML Program beside the network: "
+           + listed(f"{count} {kind}" for kind, count in counts.items())] if counts else []
+    if any(op.type == "while_loop" for op in ops):
+        meter = budget.Meter("expansion", size, where, "bytes of weights decoded")
+        out.extend(note for unit in _units(ops, _Values(flattened(ops), folder, where, meter),
+                                           where)
+                   if isinstance(unit.loop, LoopCell)
+                   for note in loop_notes(_describe(unit), unit.loop))
+    return out
 
 
 def package_model(folder: Path, where: str) -> Path:
