@@ -153,8 +153,8 @@ def _loop_body(spec: Any) -> Any:
                 if layer.WhichOneof("layer") == "loop").loop.bodyNetwork.layers
 
 
-def _damaged_loop(coremltools: Any, tmp_path: Path, change: Any) -> Path:
-    spec = coremltools.utils.load_spec(str(GOLDEN / "gru_loop.mlmodel"))
+def _damaged_loop(coremltools: Any, tmp_path: Path, change: Any, name: str = "gru_loop") -> Path:
+    spec = coremltools.utils.load_spec(str(GOLDEN / f"{name}.mlmodel"))
     change(spec)
     path = tmp_path / "damaged.mlmodel"
     path.write_bytes(spec.SerializeToString())
@@ -313,6 +313,30 @@ def test_a_loop_constant_declaring_a_huge_shape_is_charged_before_decoding(
         rnnport.read(_damaged_loop(coremltools, tmp_path, huge))
 
 
+def test_a_second_loose_bias_in_a_loop_is_refused_not_summed(coremltools: Any,
+                                                             tmp_path: Path) -> None:
+    """Two bias vectors added one after the other: their float32 sum is no value the file
+    holds, and the step rounds after each addition."""
+    def second_bias(spec: Any) -> None:
+        body = _loop_body(spec)
+        bias_add = next(layer for layer in body if layer.name.endswith("while/BiasAdd"))
+        bias = next(layer for layer in body if layer.output[0] == bias_add.input[1])
+        extra, add = type(bias)(), type(bias_add)()
+        extra.CopyFrom(bias)
+        extra.name = extra.output[0] = "extra_bias"
+        add.CopyFrom(bias_add)
+        add.name = "extra_bias_add"
+        add.input[:] = [bias_add.output[0], "extra_bias"]
+        add.output[0] = "extra_bias_sum"
+        split = next(layer for layer in body if layer.WhichOneof("layer") == "splitND")
+        split.input[0] = "extra_bias_sum"
+        _insert_after(body, bias_add.name, extra)
+        _insert_after(body, "extra_bias", add)
+
+    with pytest.raises(UnsupportedFeatureError, match="neither a simple RNN .* nor an LSTM"):
+        rnnport.read(_damaged_loop(coremltools, tmp_path, second_bias, "keras_lstm"))
+
+
 def _damaged_block(tmp_path: Path, change: Any, name: str = "program_gru_loop") -> Path:
     """A copy of a golden ML Program whose main block ``change`` rewrote."""
     import shutil
@@ -383,6 +407,41 @@ def _transpose_x_of_two(block: Any) -> None:
     matmul = next(op for op in _while_loop(block).blocks[1].operations if op.type == "matmul")
     _set(_const_value(block, matmul.inputs["transpose_x"].arguments[0].name), 9, [2],
          lambda tensor: tensor.ints.values.extend([1, 0]))
+
+
+def _cast_after_squeeze(dtype: str) -> Any:
+    """A cast of h to ``dtype`` (MIL's name) between its squeeze and the step's uses."""
+    def change(block: Any) -> None:
+        operations = _while_loop(block).blocks[1].operations
+        items = list(operations)
+        squeeze = next(op for op in items if op.outputs[0].name == "squeeze_3")
+        mode = next(op for op in items if op.outputs[0].name == "scatter_1_mode_0")
+        target, cast = type(mode)(), type(squeeze)()
+        target.CopyFrom(mode)
+        target.outputs[0].name = "to_dtype"
+        target.attributes["val"].immediateValue.tensor.strings.values[0] = dtype
+        cast.CopyFrom(squeeze)
+        cast.type = "cast"
+        del cast.inputs["axes"]
+        cast.inputs["dtype"].arguments.add().name = "to_dtype"
+        squeeze.outputs[0].name = "squeeze_3_wide"
+        cast.inputs["x"].arguments[0].name = "squeeze_3_wide"
+        del operations[:]
+        for op in items:
+            operations.append(op)
+            if op is squeeze:
+                operations.extend([target, cast])
+    return change
+
+
+def test_a_cast_in_a_while_loop_passes_only_between_float_types_the_step_holds(
+        coremltools: Any, tmp_path: Path) -> None:
+    golden = rnnport.read(GOLDEN / "program_gru_loop.mlpackage")
+    assert rnnport.read(_damaged_block(tmp_path / "fp32", _cast_after_squeeze("fp32"))) == golden
+    for dtype, why in (("fp16", "to fp16 in a float32 step"), ("int32", "to int32")):
+        with pytest.raises(UnsupportedFeatureError,
+                           match=rf"could not follow: cast squeeze_3 \({why}\)"):
+            rnnport.read(_damaged_block(tmp_path / dtype, _cast_after_squeeze(dtype)))
 
 
 @pytest.mark.parametrize(("change", "name", "error", "message"), [
