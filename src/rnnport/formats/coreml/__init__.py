@@ -44,7 +44,10 @@ new states are evaluated symbolically through ``innerProduct`` and ``batchedMatm
 ``alpha``), ``addBroadcastable``, ``multiplyBroadcastable``, ``subtractBroadcastable``,
 ``activation`` (sigmoid, tanh, ReLU; linear with alpha ±1 and beta 0), ``splitND`` of the
 features, ``squeeze``, ``expandDims``, ``copy`` and ``loadConstantND``; a ``branch`` that
-grows the list when the counter reaches its length is never run. The step must be a
+grows the list when the counter reaches its length is never run (it may have no
+``elseBranch``). The loop's ``maxLoopIterations`` is 0 or at least ``T`` and it has no
+input; a ``loop``, ``loopBreak`` or ``loopContinue`` in its body, or a condition writing a
+blob the body or the network reads, is refused. The step must be a
 canonical simple RNN, GRU (reset after, PyTorch's and Keras's; or before) or LSTM, read with
 the weights ``(out, in)`` as the body holds them, bit for bit; a bias added once to the sum
 of both products (Keras) is read as the recurrent one (``bias_hh``, as the keras format

@@ -34,8 +34,22 @@ at first), and the step: the new state must be a canonical cell (a simple RNN; a
 after as PyTorch's and Keras's, or before; an LSTM) with the weights and biases the body
 holds, bit for bit. A ``branch`` in the body is allowed only on the condition coremltools
 gives the branch that grows a TensorList (the counter reaching the list's length), which a
-loop stopping at that length never runs. Anything else is refused naming what does not fit;
-an operation the evaluation cannot follow is named with its layer or output.
+loop stopping at that length never runs, with no ``elseBranch`` and writing nothing else
+the loop reads. A ``loop`` layer's ``maxLoopIterations`` must be 0 or at least ``T``, and
+it takes no input (an input would set its most steps); its body holds no ``loop``,
+``loopBreak`` or ``loopContinue`` layer, and its condition network writes no blob the body
+or the network before it reads. A loop value starts as the blob its copy read where the
+copy stands, whatever the network writes into that blob later. In an ML Program, a
+``cast`` passes values only to fp32, or to fp16 in a step whose weights are float16; an
+option that is no number of the kind its operation takes (an axis, a mask, a
+``transpose_x``) makes the operation one the evaluation cannot follow. Anything else is
+refused naming what does not fit; an operation the evaluation cannot follow is named with
+its layer or output.
+
+A loop runs exactly the ``T`` steps its file fixes (the length of the sequence it was
+converted with), where ``forward`` runs every step of the sequence it is given; a float16
+ML Program computes its step in float16, where rnnport computes in float32 from the same
+weights. ``rnnport.notes`` says both.
 """
 
 from __future__ import annotations

@@ -46,13 +46,17 @@ states ``h`` (and ``c``) starting as zeros and a TensorList of ``T`` items (``ma
 whose item ``counter`` is set to ``h'`` (``list_write``), ``x`` being item ``counter`` of the
 sequence's list (``list_read``). rnnport evaluates the body symbolically (:mod:`.loops`)
 through ``linear``, ``matmul`` with a constant ``y``, ``add``, ``mul``, ``sub``, ``sigmoid``,
-``tanh``, ``relu``, ``split`` of the features, ``squeeze``, ``expand_dims``, ``cast``,
-``identity`` and ``const``, and reads a canonical simple RNN, GRU (reset after, or before)
+``tanh``, ``relu``, ``split`` of the features, ``squeeze``, ``expand_dims``, ``cast`` (to
+fp32, or to fp16 in a step of float16 weights; a cast to another type is refused naming it),
+``identity`` and ``const`` (numbers; a string where a number belongs, an axis that is no
+whole number or a flag that is no bool makes its operation one rnnport cannot follow), and
+reads a canonical simple RNN, GRU (reset after, or before)
 or LSTM with the weights ``(out, in)`` as the body holds them, bit for bit (PyTorch's two
 biases apart; Keras's one bias as the recurrent one); float16 ones
 (``compute_precision=FLOAT16``) as float16, computed in float32 (the program computes its
-step in float16). Another operation on the way, another step or condition, or a buffer or
-state that starts other than as zeros is refused by name.
+step in float16; ``rnnport.notes`` says so, and that the loop runs exactly its ``T`` steps).
+Another operation on the way, another step or condition, or a buffer or state that starts
+other than as zeros is refused by name.
 """
 
 from __future__ import annotations
