@@ -265,6 +265,15 @@ def _branch_with_an_else(spec: Any) -> None:
     _insert_after(body, "growing", branch)
 
 
+def _branch_in_condition(spec: Any) -> None:
+    from coremltools.proto import NeuralNetwork_pb2
+
+    branch = NeuralNetwork_pb2.NeuralNetworkLayer(name="choose")
+    branch.input.append("less_1")
+    branch.branch.ifBranch.layers.append(_doubling("transpose_0"))
+    _loop_layer(spec).loop.conditionNetwork.layers.append(branch)
+
+
 def _start_rewritten_after_its_copy(spec: Any) -> None:
     """The buffer copies concat_1 (now 0.5s); concat_1 is then written again with zeros."""
     layers = spec.neuralNetwork.layers
@@ -295,6 +304,8 @@ def _start_rewritten_after_its_copy(spec: Any) -> None:
     (_branch_with_an_else, r"holds layer grow \(branch\), with 1 layers run otherwise "
                            r"\(elseBranch\)"),
     (_start_rewritten_after_its_copy, r"start with values other than zeros"),
+    (_branch_in_condition, r"its condition holds layer choose \(branch\); rnnport reads a "
+                           r"condition that only compares"),
 ])
 def test_a_loop_that_is_no_canonical_cell_is_refused_by_name(coremltools: Any, tmp_path: Path,
                                                              change: Any, message: str) -> None:

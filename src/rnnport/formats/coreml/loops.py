@@ -225,7 +225,7 @@ class _Evaluation:
             if node.kind == "branch" and len(node.inputs) == 1:
                 self.branches.append((node, self.value(node.inputs[0])))
                 continue
-            if node.kind == "control":
+            if node.kind in ("control", "branch"):  # a branch not on one condition value
                 raise UnsupportedFeatureError(
                     f"{self.loop.label}: holds {node.label}, control flow rnnport does not "
                     "follow; rnnport reads loops as coremltools writes them for a recurrent "
@@ -537,6 +537,11 @@ def _check_condition(loop: Loop, roles: list[Sym], counter: int, steps: int) -> 
                         lambda name: Const(values, name) if (values := _constant(loop, name))
                         is not None else _Outer(name))
     check.run(loop.condition)
+    if check.branches:
+        raise UnsupportedFeatureError(
+            f"{loop.label}: its condition holds {listed(node.label for node, _ in check.branches)}"
+            "; rnnport reads a condition that only compares the step counter. Nothing was "
+            "read.")
     condition = check.value(loop.condition_output)
     bound = _scalar(condition.b) if isinstance(condition, _Less) else None
     if not isinstance(condition, _Less) or condition.a is not roles[counter] or bound != steps:
