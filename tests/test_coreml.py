@@ -373,9 +373,9 @@ def _damaged_program(tmp_path: Path, change: Any) -> Path:
 
 
 def _const_value(block: Any, name: str) -> Any:
-    """The value of the const named ``name``, in the block or its loop."""
-    loop = _while_loop(block)
-    ops = [*block.operations, *loop.blocks[0].operations, *loop.blocks[1].operations]
+    """The value of the const named ``name``, in the block or its loops."""
+    ops = [*block.operations, *(op for loop in block.operations for inner in loop.blocks
+                                for op in inner.operations)]
     return next(op for op in ops if op.type == "const" and op.outputs[0].name == name
                 ).attributes["val"]
 
@@ -453,6 +453,26 @@ def test_a_cast_in_a_while_loop_passes_only_between_float_types_the_step_holds(
         with pytest.raises(UnsupportedFeatureError,
                            match=rf"could not follow: cast squeeze_3 \({why}\)"):
             rnnport.read(_damaged_block(tmp_path / dtype, _cast_after_squeeze(dtype)))
+
+
+def _pair(name: str) -> Any:
+    def change(block: Any) -> None:
+        _set(_const_value(block, name), 9, [2], lambda tensor: tensor.ints.values.extend([1, 0]))
+    return change
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (_pair("var_23_batch_first_direction_0"), r"lstm \S+ direction is 2 values of type int64; "
+                                              r"expected a string"),
+    (_pair("var_23_batch_first_output_sequence_0"), r"output_sequence is 2 values of type "
+                                                    r"int64, not one bool; expected a bool"),
+    (_text("var_23_batch_first_output_sequence_0"), r"output_sequence is 'x', not one bool"),
+    (_pair("var_23_batch_first_cell_activation_0"), r"cell_activation is 2 values"),
+])
+def test_an_lstm_operation_with_badly_typed_options_is_damaged(
+        coremltools: Any, tmp_path: Path, change: Any, message: str) -> None:
+    with pytest.raises(FormatError, match=message):
+        rnnport.read(_damaged_block(tmp_path, change, "program_lstm"))
 
 
 @pytest.mark.parametrize(("change", "name", "error", "message"), [

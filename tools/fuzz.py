@@ -58,8 +58,9 @@ maps, or keys of digits ``int`` reads otherwise (``layers_٣``, ``²``) or that 
 string; a thousand TFLite tensors sharing one quantization table of 8 million scales, or a
 loop body thousands of operations deep; TF2 object graphs that are one chain of 60,000
 objects, that name one layer's tensors for 2,000 layers, or that number layers with other
-digits; JSON values NaN, ``1e999``, 60 digits long or holding a key twice. The builders are
-those of ``tests/hostile_cases.py`` and ``tests/tflite_edits.py``.
+digits; ML Program consts turned into strings, empty or two-item integer tensors, NaN or
+infinite floats, or one-item masks; JSON values NaN, ``1e999``, 60 digits long or holding a
+key twice. The builders are those of ``tests/hostile_cases.py`` and ``tests/tflite_edits.py``.
 
 Cases run in worker processes with a data-size limit (``RLIMIT_DATA``) and a per-case
 alarm; the parent notices a worker that dies or stops answering, reports the case and
@@ -911,6 +912,55 @@ def mutate_tflite(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
     return mutate_flatbuffer_vectors(rng, data)
 
 
+def mutate_program(rng: random.Random, data: bytes) -> tuple[bytes, str] | None:
+    """A Core ML ML Program whose const (in its main block or a block of a ``while_loop``)
+    holds a value of another kind: a string, an empty or two-item integer tensor, a NaN or
+    an infinite float, or a bool mask of one item."""
+    try:
+        from coremltools.proto import Model_pb2
+
+        spec = Model_pb2.Model.FromString(data)
+    except Exception:
+        return None
+    if not spec.HasField("mlProgram"):
+        return None
+    consts = []
+    pending = [block for function in spec.mlProgram.functions.values()
+               for block in function.block_specializations.values()]
+    while pending:
+        block = pending.pop()
+        for op in block.operations:
+            pending.extend(op.blocks)
+            if op.type == "const" and "val" in op.attributes and \
+                    op.attributes["val"].HasField("immediateValue"):
+                consts.append(op.attributes["val"])
+    if not consts:
+        return None
+    value = rng.choice(consts)
+    action = rng.choice(("string", "empty", "pair", "nan", "inf", "mask"))
+    tensor, declared = value.immediateValue.tensor, value.type.tensorType
+    tensor.Clear()
+    declared.ClearField("dimensions")
+    sizes = {"empty": [0], "pair": [2], "mask": [1]}.get(action, [])
+    for size in sizes:
+        declared.dimensions.add().constant.size = size
+    declared.rank = len(sizes)
+    if action == "string":
+        declared.dataType = 21  # MIL's codes: 21 string, 9 int32, 1 bool, 5 fp32
+        tensor.strings.values.append("x")
+    elif action in ("empty", "pair"):
+        declared.dataType = 9
+        tensor.ints.SetInParent()
+        tensor.ints.values.extend([1, 0] if action == "pair" else [])
+    elif action == "mask":
+        declared.dataType = 1
+        tensor.bools.values.append(True)
+    else:
+        declared.dataType = 5
+        tensor.floats.values.append(float("nan") if action == "nan" else float("inf"))
+    return spec.SerializeToString(), f"ML Program const {action}"
+
+
 def mutate_object_graph(rng: random.Random, index: Path) -> tuple[bytes, str, dict[str, bytes]] | None:
     """A TF2 checkpoint (its index and data shard rewritten) whose object graph is one chain
     of 6,000 … 60,000 objects, names its recurrent kernel and bias for 300 … 2,000 layers,
@@ -988,6 +1038,8 @@ def mutate_structure(rng: random.Random, target: Path, data: bytes
         return mutate_graphdef(rng, data)  # a frozen graph
     if target.suffix == ".safetensors":
         return mutate_safetensors(rng, data)
+    if target.suffix == ".mlmodel":
+        return mutate_program(rng, data)
     return None
 
 

@@ -220,6 +220,24 @@ class _Values:
             self.decoded[key] = self._argument(op, name)
         return self.decoded[key]
 
+    def text(self, op: Operation, name: str, default: str) -> str:
+        """A string option (``default`` where not bound); FormatError where it is none."""
+        found = self.argument(op, name)
+        if found is None:
+            return default
+        if not isinstance(found, str):
+            raise FormatError(f"{self.where}: {op.label} {name} is {_shown(np.asarray(found))}"
+                              "; expected a string. The file is damaged.")
+        return found
+
+    def flag(self, op: Operation, name: str) -> bool:
+        """A bool option (False where not bound); FormatError where it is none."""
+        try:
+            return _flag(self.argument(op, name), name)
+        except UnsupportedFeatureError as error:
+            raise FormatError(f"{self.where}: {op.label} {error}; expected a bool. The file is "
+                              "damaged.") from None
+
     def _argument(self, op: Operation, name: str) -> Any:
         raw = op.inputs.get(name)
         if raw is None:
@@ -400,7 +418,7 @@ def _flips(ops: list[Operation], producers: dict[str, Operation], where: str
 def _output(op: Operation, values: _Values) -> str:
     """The name of a recurrent operation's sequence output in time order."""
     return values.flips.get(op.outputs[0], op.outputs[0]) \
-        if values.argument(op, "direction") == "reverse" else op.outputs[0]
+        if values.text(op, "direction", "forward") == "reverse" else op.outputs[0]
 
 
 def notes(program: bytes, where: str, folder: Path | None = None, size: int = 0) -> list[str]:
@@ -439,11 +457,11 @@ def package_model(folder: Path, where: str) -> Path:
 
 
 def _spec(op: Operation, values: _Values, where: str, cell_clip: Any) -> tuple[Spec, Any]:
-    direction = values.argument(op, "direction") or "forward"
+    direction = values.text(op, "direction", "forward")
     if direction not in ("forward", "reverse", "bidirectional"):
         raise FormatError(f"{where}: {op.label} direction {direction!r}; expected forward, "
                           "reverse or bidirectional.")
-    if direction == "reverse" and values.argument(op, "output_sequence") \
+    if direction == "reverse" and values.flag(op, "output_sequence") \
             and op.outputs[0] not in values.flips:
         raise UnsupportedFeatureError(
             f"{where}: {op.label} runs in reverse with output_sequence and gives its outputs "
@@ -454,14 +472,14 @@ def _spec(op: Operation, values: _Values, where: str, cell_clip: Any) -> tuple[S
     weight_ih = values.argument(op, "weight_ih")
     weight_hh = values.argument(op, "weight_hh")
     if not isinstance(weight_ih, np.ndarray) or not isinstance(weight_hh, np.ndarray) \
-            or weight_ih.ndim != 2 or weight_hh.ndim != 2:
+            or weight_ih.ndim != 2 or weight_hh.ndim != 2 or weight_ih.dtype.kind != "f" \
+            or weight_hh.dtype.kind != "f":
         raise FormatError(f"{where}: {op.label} needs weight_ih and weight_hh matrices.")
     hidden, inputs = weight_hh.shape[1], weight_ih.shape[1]
     names = []
     for key in (("recurrent_activation", "cell_activation", "activation") if op.type == "lstm"
                 else ("activation",)):
-        name = values.argument(op, key) or ("sigmoid" if key == "recurrent_activation"
-                                            else "tanh")
+        name = values.text(op, key, "sigmoid" if key == "recurrent_activation" else "tanh")
         if name not in ACTIVATIONS:
             raise UnsupportedFeatureError(
                 f"{where}: {op.label} {key}={name!r}; rnnport reads {listed(ACTIVATIONS)} "
@@ -475,7 +493,11 @@ def _spec(op: Operation, values: _Values, where: str, cell_clip: Any) -> tuple[S
                     bias=values.argument(op, "bias") is not None,
                     reverse=direction == "reverse"), weight_ih
     clip = values.argument(op, "clip")
-    clip_value = None if clip is None else float(np.asarray(clip).reshape(-1)[0])
+    found = None if clip is None else np.asarray(clip)
+    if found is not None and (found.size != 1 or found.dtype.kind != "f"):
+        raise FormatError(f"{where}: {op.label} clip is {_shown(found)}; expected one float. "
+                          "The file is damaged.")
+    clip_value = None if found is None else float(found.reshape(-1)[0])
     if cell_clip != "file":
         clip_value = None if cell_clip is None else float(cell_clip)
     activations = tuple((name, 0.0, 0.0) for name in names)
@@ -501,7 +523,8 @@ def _layer(op: Operation, values: _Values, where: str, cell_clip: Any) -> RNN:
             sizes["peephole" + suffix] = (3 * spec.hidden_size,)
         for key, shape in sizes.items():
             found = np.asarray(values.argument(op, key))
-            if (found.shape if len(shape) == 2 else (found.size,)) != shape:
+            if (found.shape if len(shape) == 2 else (found.size,)) != shape or \
+                    found.dtype.kind != "f":
                 raise FormatError(f"{where}: {op.label} {key} is {list(found.shape)}; expected "
                                   f"{list(shape)} ({len(order)} gates of {spec.hidden_size}). "
                                   "The file is damaged.")
@@ -551,7 +574,7 @@ def _units(ops: list[Operation], values: _Values, where: str) -> list[_Unit]:
         if op.type in ("lstm", "rnn"):
             source = _inner(message(op.inputs.get("x", b""), where), 1, where)
             units.append(_Unit(op, _text(last(source, 1, b""), where),
-                               _output(op, values) if values.argument(op, "output_sequence")
+                               _output(op, values) if values.flag(op, "output_sequence")
                                else ""))
         elif op.type == "while_loop":
             try:
@@ -674,7 +697,7 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
             return node("pass", (one("x"),))
         if op.type == "cast":
             dtype = values.argument(op, "dtype")
-            if dtype not in FLOATS:
+            if not isinstance(dtype, str) or dtype not in FLOATS:
                 return node("other", (), f"to {dtype if isinstance(dtype, str) else 'a type not named'}")
             return node("pass", (one("x"),), dtype)
         if op.type in ("sigmoid", "tanh", "relu"):
@@ -698,9 +721,10 @@ def _node(op: Operation, values: _Values, where: str) -> Node:
                         (_integer(values.argument(op, "axis"), "axis", 0), ""))
         if op.type == "scatter":
             mode = values.argument(op, "mode")
+            if mode is not None and not isinstance(mode, str):
+                raise UnsupportedFeatureError(f"mode is {_shown(np.asarray(mode))}, not a string")
             return node("scatter", (one("data"), one("indices"), one("updates")),
-                        (_integer(values.argument(op, "axis"), "axis", 0),
-                         mode if isinstance(mode, str) else "add"))
+                        (_integer(values.argument(op, "axis"), "axis", 0), mode or "add"))
         if op.type == "slice_by_index":
             return _rows(op, values, node, one("x"))
         if op.type == "split":
