@@ -1036,7 +1036,8 @@ def _torch_lstm_on_flipped(model: RNN, x: np.ndarray) -> np.ndarray:
         return module(torch.from_numpy(np.ascontiguousarray(x[:, ::-1])))[0].numpy()
 
 
-def _reverse_lstm_spec(coremltools: Any, model: RNN, flip: bool, sequence: bool = True) -> Any:
+def _reverse_lstm_spec(coremltools: Any, model: RNN, flip: bool, sequence: bool = True,
+                       moved: str = "") -> Any:
     from coremltools.models import datatypes
     from coremltools.models.neural_network import NeuralNetworkBuilder
 
@@ -1051,8 +1052,13 @@ def _reverse_lstm_spec(coremltools: Any, model: RNN, flip: bool, sequence: bool 
                         spec.hidden_size, spec.input_size, ["input"],
                         ["ran" if flip else "output"], output_all=sequence, reverse_input=True,
                         cell_clip_threshold=FLOAT32_MAX)
+    if moved == "expand_dims":
+        builder.add_expand_dims("moved", "ran", "moved", axes=[0])
+    elif moved == "reshape_static":
+        builder.add_reshape_static("moved", "ran", "moved", output_shape=[1, 12, 4, 1, 1])
     if flip:
-        builder.add_reverse("time_order", "ran", "output", reverse_dim=[1, 0, 0, 0, 0])
+        builder.add_reverse("time_order", "moved" if moved else "ran", "output",
+                            reverse_dim=[1, 0, 0, 0, 0])
     return builder.spec
 
 
@@ -1076,6 +1082,19 @@ def test_a_reverse_input_layer_outputs_in_run_order_and_reads_only_put_back(
     np.testing.assert_allclose(output(rnnport.read(last), x)[:, 0], ran[:, -1], rtol=0,
                                atol=1e-6)
     assert any("y[:, 0]" in note for note in notes(last))
+
+
+def test_a_reverse_after_a_layer_that_moves_the_axes_puts_nothing_back(
+        coremltools: Any, tmp_path: Path) -> None:
+    """With an expandDims or a reshape between them, the reverse flips another axis (one of
+    size 1 here): the layer's outputs stay in the order it ran them."""
+    model = _random(Spec("lstm", 3, 4, reverse=True), 5)
+    for moved in ("expand_dims", "reshape_static"):
+        path = tmp_path / f"{moved}.mlmodel"
+        coremltools.utils.save_spec(_reverse_lstm_spec(coremltools, model, flip=True,
+                                                       moved=moved), str(path))
+        with pytest.raises(UnsupportedFeatureError, match="order it ran them"):
+            rnnport.read(path)
 
 
 def test_a_reverse_layer_is_written_with_the_reverse_that_puts_it_in_time_order(

@@ -130,6 +130,18 @@ def test_the_site_builds_strictly_with_every_generated_page(tmp_path: Path) -> N
         assert "rnnport explain" in (site / "pictures" / picture).read_text(encoding="utf-8")
 
 
+def test_every_literal_of_a_format_page_becomes_one_code_span() -> None:
+    """A literal running on to the next line of a docstring is still one code span: the
+    generated Markdown keeps no reStructuredText double backticks."""
+    import rnnport
+
+    pages = docs_pages()
+    assert pages.markdown("a ``literal that\nbreaks`` a line") == "a `literal that breaks` a line\n"
+    for name in rnnport.formats():
+        prose = re.sub(r"^```.*?^```", "", pages.format_page(name), flags=re.S | re.M)
+        assert "``" not in prose, name
+
+
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -79,6 +79,12 @@ def markdown(docstring: str) -> str:
         if (line.startswith(("* ", "- ")) and out and out[-1].strip()
                 and not out[-1].lstrip().startswith(("* ", "- ")) and out[-1][:1] != " "):
             out.append("")
+        # a literal that runs on to the next line is joined into one line (Markdown's code
+        # spans may not break where _inline works line by line)
+        while _ROLE.sub("", line).count("``") % 2 and index + 1 < len(lines) \
+                and lines[index + 1].strip():
+            index += 1
+            line = f"{line.rstrip()} {lines[index].strip()}"
         out.append(_inline(line))
         index += 1
     return "\n".join(out).strip() + "\n"

@@ -236,6 +236,8 @@ class Contents:
     programs: list[bytes] = field(default_factory=list)  # ML Programs' bytes
     # (network, blob) → the blob it repeats, for layers that only reshape their one input
     aliases: dict[tuple[int, str], str] = field(default_factory=dict)
+    # (network, blob) → the blob a ``copy`` layer repeats (no axis moved)
+    copies: dict[tuple[int, str], str] = field(default_factory=dict)
     folder: Path | None = None  # where an ML Program's weight files lie
     # (network, output blob) → a concat or reverse layer: its label, type, inputs, message
     joins: dict[tuple[int, str], tuple[str, int, tuple[str, ...], Message]] = field(
@@ -321,6 +323,8 @@ def _layers(network: bytes, where: str, prefix: str, found: Contents) -> None:
         inputs, outputs = layer.get(LAYER["input"], []), layer.get(LAYER["output"], [])
         if LAYER_TYPES.get(kind) in PASSING and len(inputs) == 1 and len(outputs) == 1:
             found.aliases[network_number, _text(outputs[0], where)] = _text(inputs[0], where)
+            if LAYER_TYPES.get(kind) == "copy":
+                found.copies[network_number, _text(outputs[0], where)] = _text(inputs[0], where)
         if kind == LAYER_SLICE and len(inputs) == 1 and len(outputs) == 1:
             _loop_output(layer, pending, found, where)
         if kind == LAYER["loop"]:
@@ -415,7 +419,8 @@ def _pair_directions(contents: Contents) -> None:
                 contents.joins[network, _resolve(contents, network, inputs[1])][3], top):
             continue
         forward = by_output.get((network, _resolve(contents, network, inputs[0])))
-        backward = by_output.get((network, _resolve(contents, network, reversed_from[0])))
+        backward = by_output.get((network, _resolve(contents, network, reversed_from[0],
+                                                    contents.copies)))
         if forward is None or backward is None or forward is backward \
                 or forward.kind != backward.kind or not forward.inputs or not backward.inputs \
                 or _source(contents, forward) != _source(contents, backward) \
@@ -447,7 +452,8 @@ def _put_back_in_time_order(contents: Contents) -> None:
     flips: dict[tuple[int, str], str] = {}
     for (network, top), (label, kind, inputs, body) in contents.joins.items():
         if kind == LAYER["reverse"] and len(inputs) == 1 and _sequence_axis_alone(body, label):
-            flips.setdefault((network, _resolve(contents, network, inputs[0])), top)
+            flips.setdefault((network, _resolve(contents, network, inputs[0], contents.copies)),
+                             top)
     for index, layer in enumerate(contents.layers):
         if layer.backward is None and layer.outputs and layer.kind != LAYER["biDirectionalLSTM"] \
                 and _reversed(layer) and layer.sequence_output \
@@ -456,11 +462,16 @@ def _put_back_in_time_order(contents: Contents) -> None:
                 layer, outputs=(flips[layer.network, layer.outputs[0]],), time_ordered=True)
 
 
-def _resolve(contents: Contents, network: int, blob: str) -> str:
+def _resolve(contents: Contents, network: int, blob: str,
+             through: dict[tuple[int, str], str] | None = None) -> str:
+    """The blob ``blob`` repeats, through the layers that only reshape their input (or,
+    given ``through``, those alone: the ``copy`` layers before a ``reverse``, whose axis 0
+    must stay the sequence's)."""
+    links = contents.aliases if through is None else through
     seen = set()
-    while (network, blob) in contents.aliases and blob not in seen:
+    while (network, blob) in links and blob not in seen:
         seen.add(blob)
-        blob = contents.aliases[network, blob]
+        blob = links[network, blob]
     return blob
 
 
@@ -944,8 +955,9 @@ FORMAT = Format(
     drops={"cell_clip": "read it with cell_clip=None to drop the clip: the outputs stay the "
                         "same while no step's |c| reaches it (coremltools sets 50000 for every "
                         "LSTM)"},
-    names={"reset_after": "the gru layer (reset before only; ONNX, Keras, PyTorch and TFLite "
-                          "hold a reset-after GRU)",
+    names={"reset_after": "the gru layer (reset before only; a reset-after GRU is read from "
+                          "the loops coremltools writes for one, never written: ONNX, Keras, "
+                          "PyTorch and TFLite hold one)",
            "peepholes": "hasPeepholeVectors", "cell_clip": "cellClipThreshold",
            "input_forget": "coupledInputAndForgetGate", "activations": "ActivationParams",
            "reset_before": "gru", "reverse": "reverseInput"},
