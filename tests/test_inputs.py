@@ -49,11 +49,22 @@ def test_a_checkpoint_named_by_a_state_file_is_protected_too(tmp_path: Path) -> 
 
 
 def test_the_files_a_read_opened_are_recorded_by_their_real_paths(tmp_path: Path) -> None:
+    rnnport.read(SAVED_MODEL)  # its saved_model.pb decoded once, then reused: recorded still
     with inputs.recording() as opened:
         rnnport.read(SAVED_MODEL)
     names = {path.relative_to(SAVED_MODEL.resolve()).as_posix() for path in opened}
     assert {"saved_model.pb", "variables/variables.index",
             "variables/variables.data-00000-of-00001"} <= names
+
+
+def test_a_saved_model_read_before_is_still_protected_from_the_write(tmp_path: Path) -> None:
+    folder = tmp_path / "saved_model"
+    shutil.copytree(SAVED_MODEL, folder)
+    rnnport.read(folder)
+    before = _contents(folder)
+    with pytest.raises(FormatError, match="rnnport never writes over its input"):
+        rnnport.convert(folder, "onnx", path=folder / "saved_model.pb", overwrite=True)
+    assert _contents(folder) == before
 
 
 @pytest.mark.parametrize("linked", ["ckpt.index", "ckpt.data-00000-of-00001"])

@@ -321,9 +321,12 @@ def _decoded(path: str, _stamp: tuple[int, int]) -> tfproto.SavedModel:
 
 def _saved_model(path: Path) -> tfproto.SavedModel:
     """``saved_model.pb`` decoded, once per version of the file (a SavedModel is opened by
-    ``read``, ``notes`` and ``networks`` in turn, and a large graph takes a while)."""
-    stat = path.stat()
-    return _decoded(str(path.resolve()), (stat.st_mtime_ns, stat.st_size))
+    ``read``, ``notes`` and ``networks`` in turn, and a large graph takes a while). The file
+    is recorded as one the read opened even when its decoding is reused, so that no write of
+    the same conversion replaces it."""
+    real = inputs.note(path, f"SavedModel {path.parent}")
+    stat = real.stat()
+    return _decoded(str(real), (stat.st_mtime_ns, stat.st_size))
 
 
 class _Paths:
