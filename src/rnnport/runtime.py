@@ -990,24 +990,31 @@ def _normalize(gate: np.ndarray, norm: tuple[np.ndarray, np.ndarray, float],
     gate += bias
 
 
-def _lstm_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: np.ndarray,
-               active: list[int] | None, scratch: _Scratch | None) -> None:
+_Step = Callable[[np.ndarray, np.ndarray, np.ndarray, Any], None]
+
+
+def _gated_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: Any,
+                active: list[int] | None, scratch: _Scratch | None) -> None:
+    """The steps of an LSTM (``cell``: its state) or a GRU (``cell`` None): the lean cell at
+    batch 1 without lengths, else the cell's step over the scratch's views, made again only
+    when lengths change the views."""
     if active is None and projected.shape[2] == 1 and _lean(layer):
         _lean_loop(layer, projected, history, cell)
         return
     if scratch is None:
         scratch = _Scratch(layer, projected.shape[2], projected.dtype)
+    make: Callable[[_Layer, _Scratch, tuple[Any, ...]], _Step] = \
+        _lstm_step if cell is not None else _gru_step
     step: Any = None
     last = None
     for step_input, h, h_next, c, views in _steps(projected, history, cell, active, scratch):
         if views is not last:  # the same views at every step, without lengths
             last = views
-            step = _lstm_step(layer, scratch, views)
+            step = make(layer, scratch, views)
         step(step_input, h, h_next, c)
 
 
-def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
-               ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]:
+def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]) -> _Step:
     """One LSTM step over ``views`` (see :meth:`_Scratch.views`): ``step(step_input, h,
     h_next, c)``, everything else read once here (a step at batch 1 takes about 8 µs
     besides its product), so that a stream runs a step with one call."""
@@ -1081,26 +1088,10 @@ def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
     return step
 
 
-def _gru_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
-              active: list[int] | None, scratch: _Scratch | None) -> None:
-    if active is None and projected.shape[2] == 1 and _lean(layer):
-        _lean_loop(layer, projected, history, cell)
-        return
-    if scratch is None:
-        scratch = _Scratch(layer, projected.shape[2], projected.dtype)
-    step: Any = None
-    last = None
-    for step_input, h, h_next, _, views in _steps(projected, history, None, active, scratch):
-        if views is not last:  # the same views at every step, without lengths
-            last = views
-            step = _gru_step(layer, scratch, views)
-        step(step_input, h, h_next)
-
-
-def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
-              ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]) -> _Step:
     """One GRU step over ``views`` (see :meth:`_Scratch.views`): ``step(step_input, h,
-    h_next)``, everything else read once here, as :func:`_lstm_step`. ``h_next`` may be
+    h_next, _)`` (the last argument, an LSTM's cell state, unused), everything else read once
+    here, as :func:`_lstm_step`. ``h_next`` may be
     ``h`` itself: h' is written last."""
     # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
     act_f, act_g, bias_n, clip = layer.act_f, layer.act_g, layer.bias_n, layer.clip
@@ -1114,7 +1105,7 @@ def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]
     n_raw = raw_gates[:, -1]  # n with reset after (reset before's product has no n)
     r, z, candidate, r_split = gates["r"], gates["z"], gates["n"], split[:, 0]
 
-    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray) -> None:
+    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, _: Any = None) -> None:
         product(h, raw)
         np.add(rz_raw, step_input[:, :2], out=rz_split)
         if clip is not None:
@@ -1160,7 +1151,7 @@ def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: N
 # per-step buffers to reuse or None for new ones; the RNN loop has none)
 _Loop = Callable[[_Layer, np.ndarray, np.ndarray, Any, "list[int] | None", "_Scratch | None"],
                  None]
-_LOOPS: dict[str, _Loop] = {"lstm": _lstm_loop, "gru": _gru_loop, "rnn_tanh": _rnn_loop,
+_LOOPS: dict[str, _Loop] = {"lstm": _gated_loop, "gru": _gated_loop, "rnn_tanh": _rnn_loop,
                             "rnn_relu": _rnn_loop}
 
 
@@ -1666,10 +1657,9 @@ class Stream:
                 step_input = projected.reshape(1, 1, count, layer.width // (parts * size), parts,
                                                size).transpose(1, 0, 3, 2, 4, 5)[0]
                 h_piece, views = h_state[:, rows], scratch.views(count)
-                run_step = (functools.partial(_lstm_step(layer, scratch, views), step_input,
-                                              h_piece, h_piece, cell) if cell is not None else
-                            functools.partial(_gru_step(layer, scratch, views), step_input,
-                                              h_piece, h_piece))
+                make = _lstm_step if cell is not None else _gru_step
+                run_step = functools.partial(make(layer, scratch, views), step_input, h_piece,
+                                             h_piece, cell)
             runs.append(self._piece_of_one(rows, count, batch, flat, projected,
                                            (source_row, source, result), weights, bias,
                                            run_step))
