@@ -683,16 +683,7 @@ def _inner_product(body: Message, label: str, meter: budget.Meter,
     numbers = FIELDS["InnerProductLayerParams"]
     if numbers["int8DynamicQuantize"] in body:
         return node("other", "int8 dynamic quantization")
-    inputs, outputs = (number_of(body, numbers[key], label, key)
-                       for key in ("inputChannels", "outputChannels"))
-    if not 0 < inputs < 2**31 or not 0 < outputs < 2**31:
-        raise FormatError(f"{label}: {inputs} input and {outputs} output channels; expected "
-                          "positive sizes. The file is damaged.")
-    weight = weights(sub(body, numbers["weights"], label, "weights"), inputs * outputs,
-                     f"{label} weights", meter).reshape(outputs, inputs)
-    bias = weights(sub(body, numbers["bias"], label, "bias"), outputs, f"{label} bias", meter) \
-        if flag(body, numbers["hasBias"], label, "hasBias") else None
-    return node("dense", (weight, bias))
+    return _dense(body, numbers, label, meter, node, ("inputChannels", "outputChannels"))
 
 
 def _batched_matmul(body: Message, label: str, meter: budget.Meter,
@@ -703,11 +694,18 @@ def _batched_matmul(body: Message, label: str, meter: budget.Meter,
     if numbers["int8DynamicQuantize"] in body or flag(body, numbers["transposeA"], label, "") \
             or flag(body, numbers["transposeB"], label, ""):
         return node("other", "transposed or quantized")
-    inputs, outputs = (number_of(body, numbers[key], label, key) for key in
-                       ("weightMatrixFirstDimension", "weightMatrixSecondDimension"))
+    return _dense(body, numbers, label, meter, node,
+                  ("weightMatrixFirstDimension", "weightMatrixSecondDimension"))
+
+
+def _dense(body: Message, numbers: dict[str, int], label: str, meter: budget.Meter,
+           node: Callable[[str, Any], Node], sizes: tuple[str, str]) -> Node:
+    """A ``dense`` node of an innerProduct's or a batchedMatmul's weight ``(out, in)``, as it
+    lies, and its bias (None without one), each charged before it is decoded."""
+    inputs, outputs = (number_of(body, numbers[key], label, key) for key in sizes)
     if not 0 < inputs < 2**31 or not 0 < outputs < 2**31:
-        raise FormatError(f"{label}: a weight matrix {inputs} × {outputs}; expected positive "
-                          "sizes. The file is damaged.")
+        raise FormatError(f"{label}: {sizes[0]} {inputs} and {sizes[1]} {outputs}; expected "
+                          "positive sizes. The file is damaged.")
     weight = weights(sub(body, numbers["weights"], label, "weights"), inputs * outputs,
                      f"{label} weights", meter).reshape(outputs, inputs)
     bias = weights(sub(body, numbers["bias"], label, "bias"), outputs, f"{label} bias", meter) \
