@@ -55,13 +55,18 @@ def install_engines(dispatch: Callable[..., tuple[np.ndarray, Any]],
         _stream_engine = streams
 
 
+def _numpy_on_cpu(engine: Any, device: Any) -> bool:
+    """Whether ``engine=`` and ``device=`` ask for rnnport's own NumPy runtime."""
+    return isinstance(engine, str) and engine == "numpy" and (
+        device is None or (isinstance(device, str) and device.lower() == "cpu"))
+
+
 def _stream(parts: Sequence[RNN], batch_size: Any, state: Any, time_major: bool, engine: Any,
             device: Any, where: str, stacked: bool) -> Stream:
     """``RNN.stream`` and ``Stack.stream``: NumPy's stream, or the installed engines'."""
     from .runtime import Stream
 
-    if isinstance(engine, str) and engine == "numpy" and (
-            device is None or (isinstance(device, str) and device.lower() == "cpu")):
+    if _numpy_on_cpu(engine, device):
         return Stream(parts, batch_size, state=state, time_major=time_major, where=where,
                       stacked=stacked)
     if _stream_engine is None:
@@ -262,8 +267,7 @@ class RNN:
         configured (e.g. ``OPENBLAS_NUM_THREADS``), in one Python thread. That count is
         process-wide: it is switched during the call and put back after it.
         """
-        if isinstance(engine, str) and engine == "numpy" and (
-                device is None or (isinstance(device, str) and device.lower() == "cpu")):
+        if _numpy_on_cpu(engine, device):
             from .runtime import run
 
             return run(self, x, state=state, lengths=lengths, time_major=time_major,
