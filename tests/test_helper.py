@@ -535,3 +535,180 @@ def test_a_message_to_a_stopped_helper_has_a_deadline(
     waited = time.monotonic() - start
     np.testing.assert_array_equal(got, expected)
     assert waited < 10 and running.broken and not used
+
+
+# -- lockstep: a batch-1 LSTM's steps shared by both processes --------------------------------
+
+LOCKSTEP_SPECS = {
+    "bidirectional": Spec("lstm", 7, 10, num_layers=2, bidirectional=True),
+    "one-way": Spec("lstm", 7, 10, num_layers=2),
+    "reverse, no bias": Spec("lstm", 7, 12, reverse=True, bias=False),
+}
+
+
+@pytest.fixture
+def lockstep(used: list[bool], monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every batch-1 LSTM runs in halves and in lockstep (on a machine whose other tasks
+    are not counted); what each lockstep call returned is recorded."""
+    monkeypatch.setattr(runtime, "HALVES_MIN_BYTES", 0)
+    monkeypatch.setattr(runtime, "_contended", lambda: False)
+    calls: list[bool] = []
+    run = runtime._lockstep
+
+    def recorded(*args: Any) -> bool:
+        calls.append(run(*args))
+        return calls[-1]
+
+    monkeypatch.setattr(runtime, "_lockstep", recorded)
+    return calls
+
+
+def _one_sequence(name: str = "bidirectional", steps: int = 13, dtype: type = np.float32
+                  ) -> tuple[RNN, np.ndarray, Any, tuple[np.ndarray, Any]]:
+    """A network, one sequence, a state that is not zeros, and forward with one thread."""
+    net = RNN.random(LOCKSTEP_SPECS[name], seed=7, dtype=dtype)
+    x = np.random.default_rng(8).standard_normal((1, steps, 7)).astype(dtype)
+    state = net.forward(x[:, :3], threads=1)[1]
+    return net, x, state, net.forward(x, state=state, threads=1)
+
+
+def _assert_same(got: tuple[np.ndarray, Any], expected: tuple[np.ndarray, Any]) -> None:
+    np.testing.assert_array_equal(got[0], expected[0])
+    for a, b in zip(got[1], expected[1], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", list(LOCKSTEP_SPECS))
+def test_lockstep_gives_the_numbers_of_one_thread(lockstep: list[bool], used: list[bool],
+                                                  name: str, dtype: type) -> None:
+    net, x, state, expected = _one_sequence(name, dtype=dtype)
+    assert not lockstep  # threads=1 never uses it
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+    layers = LOCKSTEP_SPECS[name].num_layers
+    assert lockstep == [True] * layers and used == [True] * layers
+
+
+def test_lockstep_waits_for_a_busy_machine(lockstep: list[bool], used: list[bool],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With another task running beside this process, each process takes a direction of
+    its own (the same numbers): a partner kept off its core would hold up every step."""
+    monkeypatch.setattr(runtime, "_contended", lambda: True)
+    net, x, state, expected = _one_sequence()
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+    assert not lockstep and used == [True, True]
+
+
+def _at_tick(monkeypatch: pytest.MonkeyPatch, tick: int, act: Any) -> None:
+    """``act(helper)`` once, when this process first waits for ``tick`` or later."""
+    wait = helper.LockstepJob.wait
+    done: list[bool] = []
+
+    def waiting(self: helper.LockstepJob, at: int) -> None:
+        if at >= tick and not done:
+            done.append(True)
+            act(self.helper)
+        wait(self, at)
+
+    monkeypatch.setattr(helper.LockstepJob, "wait", waiting)
+
+
+def test_a_helper_killed_in_lockstep_costs_only_speed(lockstep: list[bool], used: list[bool],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, state, expected = _one_sequence(steps=40)
+
+    def kill(running: Any) -> None:
+        running.process.kill()
+        running.process.wait()
+
+    _at_tick(monkeypatch, 20, kill)
+    with pytest.warns(HelperFallbackWarning, match=r"\(pid \d+\) exited and was ended; the piece "
+                                                    r"ran in this process"):
+        got = net.forward(x, state=state, threads=2)
+    _assert_same(got, expected)
+    assert lockstep[0] is True and not used  # given up: no reply read
+    assert helper.wait_until_ready(60)
+    lockstep.clear()
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+    assert lockstep == [True, True]
+
+
+def test_a_helper_stopped_in_lockstep_is_not_waited_for(
+        lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, state, expected = _one_sequence(steps=40)
+    stopped: list[Any] = []
+
+    def stop(running: Any) -> None:
+        os.kill(running.process.pid, signal.SIGSTOP)
+        stopped.append(running)
+
+    _at_tick(monkeypatch, 30, stop)
+    start = time.monotonic()
+    with pytest.warns(HelperFallbackWarning, match=r"was stopped \(SIGSTOP, Ctrl-Z or a "
+                                                    r"debugger\) for 1 s and was ended"):
+        got = net.forward(x, state=state, threads=2)
+    assert time.monotonic() - start < helper.REPLY_FLOOR
+    _assert_same(got, expected)
+    assert stopped[0].broken and stopped[0].process.poll() is not None
+
+
+def test_a_helper_that_cannot_take_its_part_says_so(lockstep: list[bool], used: list[bool],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper reports an error in its part (here: a layer it never received): this
+    process runs the rest of the layer, and the layer runs here from then on; the helper
+    stays."""
+    net, x, state, expected = _one_sequence()
+    token = helper._Helper.token
+    monkeypatch.setattr(helper._Helper, "token",
+                        lambda self, layer, direction: token(self, layer, direction) + 10_000)
+    running = helper._HELPER
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+    assert lockstep[0] is True and used[0] is False
+    assert helper._HELPER is running and not running.broken
+
+
+def test_an_error_here_in_lockstep_stops_the_helper_and_keeps_it(
+        lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, state, expected = _one_sequence()
+
+    def failing(*args: Any, **named: Any) -> None:
+        raise MemoryError("no room for the step's buffers")
+
+    steps = runtime.lockstep_steps
+    monkeypatch.setattr(runtime, "lockstep_steps", failing)  # here only
+    running = helper._HELPER
+    with pytest.raises(MemoryError, match="no room"):
+        net.forward(x, state=state, threads=2)
+    assert used == [False]  # told to stop, it said so
+    assert helper._HELPER is running and not running.broken
+    monkeypatch.setattr(runtime, "lockstep_steps", steps)
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+
+
+def test_an_interrupt_in_lockstep_shuts_the_helper_down(
+        lockstep: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, state, expected = _one_sequence()
+
+    def interrupted(*args: Any, **named: Any) -> None:
+        raise KeyboardInterrupt
+
+    steps = runtime.lockstep_steps
+    monkeypatch.setattr(runtime, "lockstep_steps", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        net.forward(x, state=state, threads=2)
+    assert helper._HELPER is None
+    monkeypatch.setattr(runtime, "lockstep_steps", steps)
+    assert helper.wait_until_ready(60)
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+
+
+def test_floating_point_settings_hold_in_lockstep(lockstep: list[bool], used: list[bool]) -> None:
+    """Infinite inputs under invalid="raise" raise, whichever process meets them first;
+    the helper stays."""
+    net, x, state, _ = _one_sequence()
+    bad = x.copy()
+    bad[0, 5, :2] = [np.inf, -np.inf]
+    running = helper._HELPER
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
+        net.forward(bad, state=state, threads=2)
+    assert helper._HELPER is running and not running.broken

@@ -352,3 +352,36 @@ def test_batch_one_steps_compute_the_general_steps_bits(
                         theirs if isinstance(theirs, tuple) else (theirs,), strict=True):
             assert a.dtype == b.dtype == dtype
             np.testing.assert_array_equal(a, b)
+
+
+HALVES_SPECS = [Spec("lstm", 3, 6), Spec("lstm", 3, 6, num_layers=2, bidirectional=True),
+                Spec("lstm", 3, 8, reverse=True, bias=False)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spec", HALVES_SPECS, ids=lambda s: s.describe())
+def test_batch_one_steps_in_halves_of_the_units(spec: Spec, dtype: type,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large LSTM's batch-1 product runs as two products, one per half of the units
+    (runtime._halves; made to apply to small layers here): forward, forward with the
+    sequence's length and the stream chunk by chunk give the same bits, and they agree
+    with the general steps' single product to rounding."""
+    from rnnport import runtime
+
+    monkeypatch.setattr(runtime, "HALVES_MIN_BYTES", 0)
+    net = RNN.random(spec, seed=8, dtype=dtype, scale=0.9)
+    assert all(runtime._halves(layer) for layer in runtime._prepared(net))
+    x = np.random.default_rng(8).standard_normal((1, 11, 3)).astype(dtype)
+    y, (h, c) = net.forward(x)
+    cut, (h_cut, c_cut) = net.forward(x, lengths=[11])
+    for a, b in ((y, cut), (h, h_cut), (c, c_cut)):
+        np.testing.assert_array_equal(a, b)
+    if not (spec.bidirectional or spec.reverse):
+        for chunk in (1, 2, 7, 11):
+            stream = net.stream(1)
+            pieces = [stream(x[:, t:t + chunk]) for t in range(0, 11, chunk)]
+            np.testing.assert_array_equal(np.concatenate(pieces, axis=1), y)
+            np.testing.assert_array_equal(stream.state[1], c)
+    monkeypatch.setattr(runtime, "_lean", lambda layer: False)
+    general, _ = RNN.random(spec, seed=8, dtype=dtype, scale=0.9).forward(x)
+    np.testing.assert_allclose(y, general, rtol=0, atol=1e-6 if dtype == np.float32 else 1e-14)

@@ -66,8 +66,9 @@ import numpy as np
 from .errors import HelperFallbackWarning
 from .io import processes
 
-__all__ = ["ARENA_KEPT", "GIVE_UP_AFTER", "REPLY_FACTOR", "REPLY_FLOOR", "Job", "available", "job",
-           "serve", "shut_down", "wait_until_ready"]
+__all__ = ["ARENA_KEPT", "GIVE_UP_AFTER", "LOCKSTEP_NAP", "LOCKSTEP_SPINS", "LOCKSTEP_STALL",
+           "REPLY_FACTOR", "REPLY_FLOOR", "Job", "LockstepJob", "Stopped", "available", "job",
+           "lockstep", "serve", "shut_down", "wait_until_ready"]
 
 _HEADER = struct.Struct("<Q")
 _LARGEST_MESSAGE = 1 << 34  # a layer direction's parameters: far below
@@ -153,6 +154,20 @@ def _layout(steps: int, batch: int, width: int, out_size: int, hidden: int,
     """The arena's arrays for one layer: inputs, h0, c0, the h history, the final cell."""
     return [(steps, batch, width), (1, batch, out_size), (1, batch, hidden if cell else 0),
             (steps + 1, 1, batch, out_size), (1, batch, hidden if cell else 0)]
+
+
+def _lockstep_layout(steps: int, width: int, directions: int, gates: int, hidden: int,
+                     dtype: np.dtype) -> list[tuple[int, ...]]:
+    """The arena's arrays for a lockstep layer (batch 1): inputs, the input side, the h and
+    c histories, and the ticks (four int64 counters, a cache line each)."""
+    return [(steps, 1, width), (directions, steps, 1, gates), (steps + 1, directions, 1, hidden),
+            (steps + 1, directions, 1, hidden), (4 * _ALIGN // dtype.itemsize,)]
+
+
+def _ticks(raw: np.ndarray) -> np.ndarray:
+    """The ticks (4, 1) in their arena bytes: the steps each process has done (plus one),
+    this process's request to stop, and the helper's word that it stopped."""
+    return raw.view(np.int64).reshape(4, _ALIGN // 8)[:, :1]
 
 
 def _bytes(dtype: np.dtype, shapes: list[tuple[int, ...]]) -> int:
@@ -429,16 +444,16 @@ class Job:
     """One piece of a layer, running in the helper; the helper's lock is held until
     :meth:`finish` or :meth:`abandon`, or until the job is collected unfinished."""
 
-    def __init__(self, helper: _Helper, layer: Any, direction: int,
+    def __init__(self, helper: _Helper, layer: Any, directions: tuple[int, ...],
                  arrays: list[np.ndarray]) -> None:
-        self.helper, self.layer, self.direction, self.arrays = helper, layer, direction, arrays
+        self.helper, self.layer, self.directions, self.arrays = helper, layer, directions, arrays
         self.started = time.monotonic()
         self.unfinished = weakref.finalize(self, _dropped, helper)
 
-    def finish(self, history: np.ndarray, cell: np.ndarray | None) -> bool:
+    def finish(self, history: np.ndarray | None, cell: np.ndarray | None) -> bool:
         """Wait for the helper (see the module docstring for how long); copy its h history
-        ``(T+1, b, H_out)`` and final cell ``(b, H)`` into ``history`` and ``cell``. False
-        if it failed (the caller then computes the piece itself)."""
+        ``(T+1, b, H_out)`` and final cell ``(b, H)`` into ``history`` and ``cell`` (if
+        given). False if it failed (the caller then computes the piece itself)."""
         helper = self.helper
         if not self.unfinished.detach():  # already ended
             return False
@@ -452,15 +467,17 @@ class Job:
                 return False
             reply = _receive(helper.sock)
             done = reply == ("done",)
-            if done:
+            if done and history is not None:
                 history[...] = self.arrays[3][:, 0]
                 if cell is not None:
                     cell[...] = self.arrays[4][0]
-            elif not (isinstance(reply, tuple) and reply[:1] == ("raised",)):
+            elif not done and not (isinstance(reply, tuple)
+                                   and reply[:1] in (("raised",), ("stopped",))):
                 # An error it reported (its memory, a layer it could not rebuild): this layer
                 # direction runs here from now on; the helper stays. ("raised": these inputs
                 # meet a condition the caller's np.seterr acts on, here; nothing to mark.)
-                helper.mark_unusable(self.layer, self.direction)
+                for direction in self.directions:
+                    helper.mark_unusable(self.layer, direction)
             self.arrays = []
             if helper.arena is not None and helper.arena.size > ARENA_KEPT:
                 helper.drop_arena()
@@ -481,6 +498,59 @@ class Job:
         if self.unfinished.detach():
             self.arrays = []
             _dropped(self.helper)
+
+
+class Stopped(Exception):
+    """The helper stopped in the middle of a lockstep layer (see :class:`LockstepJob`)."""
+
+
+# A lockstep wait spins this many times (a few hundred microseconds: the other process's
+# step is under way) before it sleeps between looks, LOCKSTEP_NAP seconds at a time.
+LOCKSTEP_SPINS = 2000
+LOCKSTEP_NAP = 1e-4
+
+
+class LockstepJob(Job):
+    """A layer whose steps this process and the helper run together, half the units each
+    (:func:`rnnport.runtime.lockstep_steps`); ``arrays`` are the input side, the h and c
+    histories and the ticks, in the arena."""
+
+    lost: str | None = None  # why the helper was given up (stopped, dead, overdue)
+
+    def wait(self, tick: int) -> None:
+        """Return once the helper has done ``tick``; raise :class:`Stopped` if it stopped
+        (it says so, it died, or it was stopped or kept this process waiting for
+        :data:`REPLY_FLOOR` seconds at one step)."""
+        other, said = self.arrays[3][1], self.arrays[3][3]
+        for _ in range(LOCKSTEP_SPINS):
+            if other[0] >= tick:
+                return
+        watch = processes.Watch(self.helper.process.pid, REPLY_FLOOR)
+        while other[0] < tick:
+            if said[0]:
+                raise Stopped
+            overdue = watch.overdue()
+            if overdue is None and self.helper.process.poll() is not None:
+                overdue = "exited"
+            if overdue is not None:
+                self.lost = overdue
+                raise Stopped
+            time.sleep(LOCKSTEP_NAP)
+
+    def stop(self) -> bool:
+        """End the job: the helper is asked to stop (if it has not finished) and its reply
+        read; a helper given up is shut down. True if it did its part."""
+        self.arrays[3][2][0] = 1
+        if self.lost is None:
+            return self.finish(None, None)
+        if self.unfinished.detach():
+            try:
+                self.arrays = []
+                _end(self.helper, failed=True)
+                _warn(self.helper, self.lost)
+            finally:
+                self.helper.lock.release()
+        return False
 
 
 def _warn(helper: _Helper, overdue: str) -> None:
@@ -520,36 +590,75 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
     sequences, from ``h0`` (b, H_out) and ``c0`` (b, H) or None. None when there is no
     ready helper, another call is using it, or it cannot take this layer: the caller
     computes the piece itself. Only an interrupt (``KeyboardInterrupt`` …) is raised."""
+
+    def begin(helper: _Helper, tokens: list[int]) -> tuple[tuple[Any, ...], list[np.ndarray]]:
+        steps, batch, width = inputs.shape
+        shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, c0 is not None)
+        arrays = helper.arena_for(_bytes(inputs.dtype, shapes)).arrays(inputs.dtype, *shapes)
+        arrays[0][...] = inputs
+        arrays[1][0] = h0
+        if c0 is not None:
+            arrays[2][0] = c0
+        return (("run", tokens[0], steps, batch, width, inputs.dtype.str, c0 is not None),
+                arrays)
+
+    return _start(Job, layer, (direction,), begin)
+
+
+def lockstep(layer: Any, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray
+             ) -> LockstepJob | None:
+    """Start a batch-1 layer's steps in lockstep (:func:`rnnport.runtime.lockstep_steps`):
+    every direction of ``layer`` over ``inputs`` (T, 1, I) from ``h0`` and ``c0`` (D, 1, H).
+    The job's arrays are the arena's input side (D, T, 1, G·H), h and c histories
+    (T+1, D, 1, H), their first rows set here, and ticks (4, 1), zero. None as for
+    :func:`job`."""
+
+    def begin(helper: _Helper, tokens: list[int]) -> tuple[tuple[Any, ...], list[np.ndarray]]:
+        steps, _, width = inputs.shape
+        shapes = _lockstep_layout(steps, width, layer.directions, layer.width, layer.hidden,
+                                  inputs.dtype)
+        arena = helper.arena_for(_bytes(inputs.dtype, shapes))
+        source, projected, history, cells, raw = arena.arrays(inputs.dtype, *shapes)
+        ticks = _ticks(raw)
+        ticks[...] = 0
+        source[...] = inputs
+        history[0] = h0
+        cells[0] = c0
+        return (("lockstep", tokens, steps, width, layer.width, layer.hidden,
+                 inputs.dtype.str), [projected, history, cells, ticks])
+
+    return _start(LockstepJob, layer, tuple(range(layer.directions)), begin)
+
+
+_Begin = Callable[[_Helper, list[int]], tuple[tuple[Any, ...], list[np.ndarray]]]
+
+
+def _start(kind: type[Job], layer: Any, directions: tuple[int, ...], begin: _Begin) -> Any:
+    """A job of ``kind`` for ``layer``'s ``directions``: ``begin(helper, tokens)`` fills the
+    arena and returns the message (the caller's ``np.seterr`` is added to it) and the job's
+    arrays. None when there is no ready helper, another call is using it, or it cannot take
+    one of the directions."""
     helper = _current()
     if helper is None or not helper.lock.acquire(blocking=False):
         return None
     started: Job | None = None
     try:
         if not helper.broken and helper.is_ready():
-            token = helper.token(layer, direction)
-            if token != _UNUSABLE:
+            tokens = [helper.token(layer, direction) for direction in directions]
+            if _UNUSABLE not in tokens:
                 forgotten = []
                 while helper.forgotten:  # pop by pop: a finalizer may add to it meanwhile
                     forgotten.append(helper.forgotten.pop())
                 if forgotten:
                     _send(helper.sock, ("forget", forgotten))
-                steps, batch, width = inputs.shape
-                shapes = _layout(steps, batch, width, layer.out_size, layer.hidden,
-                                 c0 is not None)
-                arena = helper.arena_for(_bytes(inputs.dtype, shapes))
-                arrays = arena.arrays(inputs.dtype, *shapes)
-                arrays[0][...] = inputs
-                arrays[1][0] = h0
-                if c0 is not None:
-                    arrays[2][0] = c0
+                message, arrays = begin(helper, tokens)
                 # The caller's np.seterr, every condition it does not ignore made "raise":
                 # the helper reports it, and the piece runs again here, where it warns,
                 # calls, logs or raises as the caller's settings say.
                 errors = {condition: "ignore" if action == "ignore" else "raise"
                           for condition, action in np.geterr().items()}
-                _send(helper.sock, ("run", token, steps, batch, width, inputs.dtype.str,
-                                    c0 is not None, errors))
-                started = Job(helper, layer, direction, arrays)  # holds the lock from here
+                _send(helper.sock, (*message, errors))
+                started = kind(helper, layer, directions, arrays)  # holds the lock from here
     except Exception as error:  # a dead helper (OSError, EOFError …) or anything unexpected
         _dropped(helper, failed=True)
         if isinstance(error, TimeoutError):  # a message it did not take (stopped, stuck)
@@ -570,12 +679,19 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
 # -- the helper's side ---------------------------------------------------------------------
 
 
+_Lockstep = Callable[[list[Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                      Callable[[int], None]], None]
+
+
 def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype, bool], Any],
-          run: Callable[[Any, np.ndarray, np.ndarray, np.ndarray | None], None]) -> None:
+          run: Callable[[Any, np.ndarray, np.ndarray, np.ndarray | None], None],
+          lockstep: _Lockstep) -> None:
     """The helper's loop: layers, arenas and runs from the socket ``fd`` until it closes.
     ``prepare(spec, params, dtype, backward)`` makes a layer direction from its canonical
-    parameters; ``run(layer, inputs, history, cell)`` runs it (the runtime's
-    :func:`~rnnport.runtime.helper_layer` and :func:`~rnnport.runtime.run_direction`)."""
+    parameters; ``run(layer, inputs, history, cell)`` runs it;
+    ``lockstep(layers, inputs, projected, history, cells, ticks, wait)`` runs its part of a
+    lockstep layer (the runtime's :func:`~rnnport.runtime.helper_layer`,
+    :func:`~rnnport.runtime.run_direction` and :func:`~rnnport.runtime.lockstep_helper`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is the caller's
     sock = socket.socket(fileno=fd)
     layers: dict[int, Any] = {}
@@ -607,6 +723,8 @@ def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype, bool
                 arena = _Arena(message[1], fds[0])
         elif kind == "run":
             _send(sock, _run_one(message, layers, arena, run))
+        elif kind == "lockstep":
+            _send(sock, _run_lockstep(message, layers, arena, lockstep, sock))
 
 
 def _run_one(message: tuple[Any, ...], layers: dict[int, Any], arena: _Arena | None,
@@ -631,3 +749,53 @@ def _run_one(message: tuple[Any, ...], layers: dict[int, Any], arena: _Arena | N
     except Exception as error:  # reported; the caller computes the piece
         return ("error", f"{type(error).__name__}: {error}")
     return ("done",)
+
+
+class _Told(Exception):
+    """The caller asked the helper to stop its part of a lockstep layer, or went away."""
+
+
+# A lockstep wait in the helper gives up when the caller has not moved for this long (it
+# was stopped, or is stuck): the caller, if it goes on, finishes the layer alone.
+LOCKSTEP_STALL = 60.0
+
+
+def _run_lockstep(message: tuple[Any, ...], layers: dict[int, Any], arena: _Arena | None,
+                  lockstep: _Lockstep, sock: socket.socket) -> tuple[str, ...]:
+    """One "lockstep" message's reply. Whatever ends its part early, the helper says so in
+    the ticks first, so that the caller stops waiting for it."""
+    _, tokens, steps, width, gates, hidden, dtype, errors = message
+    if arena is None:
+        return ("error", "RuntimeError: no arena was sent")
+    dtype = np.dtype(dtype)
+    shapes = _lockstep_layout(steps, width, len(tokens), gates, hidden, dtype)
+    inputs, projected, history, cells, raw = arena.arrays(dtype, *shapes)
+    ticks = _ticks(raw)
+    caller, asked = ticks[0], ticks[2]
+    watching = select.poll()
+    watching.register(sock, select.POLLIN)  # the caller sends nothing meanwhile: an end
+
+    def wait(tick: int) -> None:
+        for _ in range(LOCKSTEP_SPINS):
+            if caller[0] >= tick:
+                return
+        since = time.monotonic()
+        while caller[0] < tick:
+            if asked[0] or watching.poll(0) or time.monotonic() - since > LOCKSTEP_STALL:
+                raise _Told
+            time.sleep(LOCKSTEP_NAP)
+
+    try:
+        parts = [layers[token] for token in tokens]
+        with np.errstate(**errors):  # what the caller does not ignore raises
+            lockstep(parts, inputs, projected, history, cells, ticks, wait)
+    except _Told:
+        reply: tuple[str, ...] = ("stopped",)
+    except FloatingPointError as error:  # the caller computes the rest: its settings act
+        reply = ("raised", str(error))
+    except Exception as error:  # reported; the caller computes the rest
+        reply = ("error", f"{type(error).__name__}: {error}")
+    else:
+        return ("done",)
+    ticks[3][0] = 1
+    return reply

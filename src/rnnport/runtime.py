@@ -133,9 +133,10 @@ class _Layer:
     """
 
     __slots__ = ("__weakref__", "act_f", "act_g", "act_h", "backward", "bias_n", "blocks", "cell",
-                 "cell_clip", "chunked", "clip", "directions", "hidden", "input_bias",
-                 "input_forget", "input_weights", "layer_norm", "one_way", "out_size", "peephole",
-                 "projection", "projection_bias", "recurrent", "recurrent_n", "source", "width")
+                 "cell_clip", "chunked", "clip", "directions", "halved", "hidden",
+                 "input_bias", "input_forget", "input_weights", "layer_norm", "one_way",
+                 "out_size", "peephole", "projection", "projection_bias", "recurrent",
+                 "recurrent_n", "source", "width")
 
     def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
                  dtype: np.dtype) -> None:
@@ -216,6 +217,18 @@ class _Layer:
                                           for p in directions]) if spec.proj_bias else None)
         self.one_way: list[_Layer] | None = None
         self.chunked: dict[int, list[list[np.ndarray]]] = {}
+        self.halved: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    def halves(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The recurrent weights, per direction, as two contiguous (H_out, G·H/2) halves: the
+        columns of the first and of the second half of the units, each gate's in turn
+        (see :func:`_halves`); made once."""
+        if self.halved is None:
+            gates, half = len(self.blocks), self.hidden // 2
+            self.halved = [tuple(np.ascontiguousarray(  # type: ignore[misc]
+                matrix.reshape(-1, gates, 2, half)[:, :, part].reshape(-1, gates * half))
+                for part in (0, 1)) for matrix in self.recurrent]
+        return self.halved
 
     def chunks(self, width: int) -> list[list[np.ndarray]]:
         """The recurrent weights, per direction, as contiguous blocks of ``width`` columns
@@ -247,6 +260,7 @@ class _Layer:
             return None if array is None else array[part]
 
         one.directions, one.backward, one.one_way, one.chunked = 1, (self.backward[d],), None, {}
+        one.halved = None if self.halved is None else self.halved[part]
         one.input_weights = self.input_weights[part]
         one.input_bias, one.recurrent = self.input_bias[part], self.recurrent[part]
         one.recurrent_n, one.bias_n = cut(self.recurrent_n), cut(self.bias_n)
@@ -522,6 +536,16 @@ class _Plan:
                 and (layer.directions == 2 or _splits_batch(layer, batch))
                 and steps * batch * layer.out_size * layer.width >= HELPER_MIN_WORK)
 
+    def uses_lockstep(self, layer: _Layer, batch: int, steps: int,
+                      packed: _Packing | None) -> bool:
+        """Whether the layer's steps run in lockstep with the helper (:func:`_lockstep`):
+        one sequence without lengths, an LSTM of :func:`_halves`, as much work as
+        :meth:`uses_helper` asks, and no other task running beside this process."""
+        return (self.concurrent and packed is None and batch == 1 and steps > 1
+                and _halves(layer)
+                and steps * layer.out_size * layer.width >= HELPER_MIN_WORK
+                and not _contended())
+
     def projects_concurrently(self, layer: _Layer, batch: int, steps: int) -> bool:
         return (self.concurrent and layer.directions == 2
                 and steps * batch * layer.input_weights[0].size >= CONCURRENT_MIN_PROJECTION)
@@ -713,6 +737,10 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
         loop(one, projected, history[:, directions, rows],
              None if cell is None else cell[directions, rows], running, None)
 
+    if cell is not None and plan.uses_lockstep(layer, batch, steps, packed):
+        plan.use(plan.step)
+        if _lockstep(layer, inputs, history, cell):
+            return history
     job = None
     if plan.uses_helper(layer, batch, steps, packed):
         from . import helper  # not at import: most calls never start one
@@ -759,6 +787,116 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
     return history
 
 
+# -- lockstep: one direction's steps shared by two processes ----------------------------------
+
+
+def lockstep_steps(directions: Sequence[tuple[_Layer, int]], part: int, projected: np.ndarray,
+                   history: np.ndarray, cells: np.ndarray, ticks: np.ndarray,
+                   wait: Callable[[int], None], first: int = 0) -> None:
+    """Half ``part`` of the units (see :func:`_halves`) of every step of a batch-1 layer,
+    its directions one after the other, from the ``first`` step (counted over all of them):
+    ``directions`` gives each direction's prepared layer and its index there,
+    ``projected`` (D, T, 1, G·H) the input side, ``history`` and ``cells`` (T+1, D, 1, H)
+    h and c, their first rows the initial state; ``ticks`` (3, 1) the steps each process
+    has done, plus one (the first tick: its projection). After each step this process's
+    tick is set, and ``wait(tick)`` returns once the other's has reached it: each step
+    reads all of h, both halves. Every step writes rows of its own, so neither process
+    writes what the other still reads."""
+    steps, half = projected.shape[1], history.shape[-1] // 2
+    units = slice(part * half, (part + 1) * half)
+    mine, other = ticks[part], ticks[1 - part]
+    for d, (layer, index) in enumerate(directions):
+        start = max(first - d * steps, 0)
+        if start >= steps:
+            continue
+        step = _half_cell(layer, index, part, projected.dtype)
+        inputs = _split(layer, projected[d])[start:, :, part]  # (T, 1, G, H/2)
+        h, c = history[start:, d], cells[start:, d]
+        tick = d * steps + start + 1
+        for step_input, h_s, h_next, c_s, c_next in zip(inputs, h[:-1], h[1:, :, units],
+                                                        c[:-1, :, units], c[1:, :, units]):
+            step(step_input, h_s, h_next, c_s, c_next)
+            tick += 1
+            mine[0] = tick
+            if other[0] < tick:
+                wait(tick)
+
+
+def _alone(directions: Sequence[tuple[_Layer, int]], projected: np.ndarray,
+           history: np.ndarray, cells: np.ndarray, first: int) -> None:
+    """The steps of :func:`lockstep_steps` from ``first`` on, both halves here."""
+    steps, half = projected.shape[1], history.shape[-1] // 2
+    for d, (layer, index) in enumerate(directions):
+        start = max(first - d * steps, 0)
+        if start >= steps:
+            continue
+        halves = [(_half_cell(layer, index, part, projected.dtype),
+                   _split(layer, projected[d])[:, :, part],
+                   slice(part * half, (part + 1) * half)) for part in (0, 1)]
+        h, c = history[:, d], cells[:, d]
+        for s in range(start, steps):
+            for step, inputs, units in halves:
+                step(inputs[s], h[s], h[s + 1, :, units], c[s, :, units], c[s + 1, :, units])
+
+
+def _contended() -> bool:
+    """Whether this process would share the CPUs it may use: another runnable task beside
+    it leaves the helper no core of its own (``/proc/loadavg``'s running count, this
+    process included). A lockstep process kept waiting on its partner runs far slower
+    than each running a direction of its own."""
+    try:
+        with open("/proc/loadavg", "rb") as status:
+            running = int(status.read(256).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    return running > _cores() - 1
+
+
+def _lockstep(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
+              cell: np.ndarray) -> bool:
+    """Run a batch-1 LSTM layer of :func:`_halves` as two processes in lockstep
+    (:func:`lockstep_steps`): this one the first half of the units, the helper the other,
+    each direction in turn, each process with half of a direction's recurrent weights in
+    its cache. The first direction's input side is projected here, the second's there.
+    ``history`` (T+1, D, 1, H) holds h0 in its first row and receives the h history;
+    ``cell`` (D, 1, H), the initial cell state, receives the final one. False when no
+    helper can take the layer (nothing is written then).
+
+    If the helper stops (it died, was stopped, reported an error, or the caller's
+    ``np.seterr`` made a step raise there), the steps from the last one both finished run
+    here, both halves: the same operations, hence the same numbers."""
+    from . import helper  # not at import: most calls never start one
+
+    job = helper.lockstep(layer, inputs, history[0], cell)
+    if job is None:
+        return False
+    projected, states, cells, ticks = job.arrays
+    directions = [(layer, d) for d in range(layer.directions)]
+    try:
+        with _quiet():
+            try:
+                _project(layer, inputs, None, slice(0, 1), slice(0, 1), out=projected[:1])
+                ticks[0][0] = 1
+                if ticks[1][0] < 1:
+                    job.wait(1)
+                lockstep_steps(directions, 0, projected, states, cells, ticks, job.wait)
+            except helper.Stopped:
+                done = int(ticks[1][0])
+                if done < 1 and layer.directions == 2:
+                    _project(layer, inputs, None, slice(1, 2), slice(0, 1), out=projected[1:])
+                _alone(directions, projected, states, cells, max(done - 1, 0))
+    except Exception:  # this process's steps raised (np.seterr, memory): the helper stops
+        job.stop()
+        raise
+    except BaseException:  # interrupted: the helper is shut down, not waited for
+        job.abandon()
+        raise
+    job.stop()
+    history[...] = states
+    cell[...] = cells[-1]
+    return True
+
+
 def helper_layer(spec: Spec, params: Mapping[str, np.ndarray], dtype: np.dtype,
                  backward: bool) -> _Layer:
     """One direction of a layer alone, prepared from its canonical ``params`` as
@@ -778,11 +916,26 @@ def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
         _LOOPS[layer.cell](layer, projected, history, cell, None, None)
 
 
+def lockstep_helper(layers: Sequence[_Layer], inputs: np.ndarray, projected: np.ndarray,
+                    history: np.ndarray, cells: np.ndarray, ticks: np.ndarray,
+                    wait: Callable[[int], None]) -> None:
+    """The helper's part of :func:`_lockstep`, its layer's directions ``layers`` (one
+    each): the second direction's input side, then the second half of every step."""
+    if len(layers) == 2:
+        _project(layers[1], inputs, None, slice(0, 1), slice(0, 1), out=projected[1:])
+    ticks[1][0] = 1
+    if ticks[0][0] < 1:
+        wait(1)
+    with _quiet():
+        lockstep_steps([(layer, 0) for layer in layers], 1, projected, history, cells, ticks,
+                       wait)
+
+
 def serve_helper(fd: int) -> None:
     """The helper process's entry point (:mod:`rnnport.helper`)."""
     from . import helper
 
-    helper.serve(fd, helper_layer, run_direction)
+    helper.serve(fd, helper_layer, run_direction, lockstep_helper)
 
 
 def _both(work: Callable[..., object], first: tuple[Any, ...], second: tuple[Any, ...]) -> None:
@@ -998,8 +1151,10 @@ def _gated_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell:
     """The steps of an LSTM (``cell``: its state) or a GRU (``cell`` None): the lean cell at
     batch 1 without lengths, else the cell's step over the scratch's views, made again only
     when lengths change the views."""
-    if active is None and projected.shape[2] == 1 and _lean(layer):
-        _lean_loop(layer, projected, history, cell)
+    if projected.shape[2] == 1 and _lean(layer):
+        # One sequence: with a length, its steps up to it (those after it do not run).
+        steps = projected.shape[1] if active is None else sum(1 for n in active if n)
+        _lean_loop(layer, projected[:, :steps], history[:steps + 1], cell)
         return
     if scratch is None:
         scratch = _Scratch(layer, projected.shape[2], projected.dtype)
@@ -1270,6 +1425,114 @@ def _lean(layer: _Layer) -> bool:
     return True  # a simple RNN: tanh or relu
 
 
+# A lean LSTM whose recurrent weights per direction hold at least this many bytes computes
+# its batch-1 product in two halves of its units (:func:`_halves`). At about a megabyte
+# the weights of one direction fill much of a core's second-level cache (1.6 MB for
+# hidden 320 took 25–37 µs a step on an Intel Xeon with 2 MB, against 7–10 µs for half of
+# it), and halves let the two processes of :func:`lockstep` run one direction's steps
+# together, each with half the weights in its cache.
+HALVES_MIN_BYTES = 1 << 20
+
+
+def _halves(layer: _Layer) -> bool:
+    """Whether the layer's batch-1 steps run in two halves of its units: its product
+    ``h @ R`` as two products, one per half's columns (:meth:`_Layer.halves`), the same
+    operations whether both halves run here or one in each process (:func:`lockstep`)."""
+    return (layer.cell == "lstm" and layer.hidden % 2 == 0 and _lean(layer)
+            and layer.recurrent[0].nbytes >= HALVES_MIN_BYTES)
+
+
+def _by_halves(layer: _Layer, array: np.ndarray) -> np.ndarray:
+    """``array`` (…, G·H) as the steps of :func:`_lean_cell` read it: for a layer of
+    :func:`_halves`, a view (…, 2, G, H/2), each half's gate blocks together; else itself."""
+    return _split(layer, array) if _halves(layer) else array
+
+
+def _split(layer: _Layer, array: np.ndarray) -> np.ndarray:
+    """``array`` (…, G·H) as a view (…, 2, G, H/2): each half of the units' gate blocks."""
+    gates, half = len(layer.blocks), layer.hidden // 2
+    shape = array.shape[:-1]
+    axes = len(shape)
+    return array.reshape(*shape, gates, 2, half).swapaxes(axes, axes + 1)
+
+
+def _lean_halves(layer: _Layer, dtype: np.dtype
+                 ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, Any], None]:
+    """:func:`_lean_cell` for an LSTM of :func:`_halves`: its step input is in the layout of
+    :func:`_by_halves`, its gates buffer (D, 1, 2, G, H/2), filled by one product per
+    direction and half; then the same operations as :func:`_half_cell` on both halves at
+    once (each gate a (D, 1, 2, H/2) view; ``exp`` and ``tanh`` over contiguous arrays)."""
+    directions, half = layer.directions, layer.hidden // 2
+    gates = np.empty((directions, 1, 2, 4, half), dtype)
+    tmp = np.empty((directions, 1, 2, half), dtype)
+    unit = one(gates)
+    products = [(d, matrix, gates[d, :, part].reshape(1, 4 * half))
+                for d, pair in enumerate(layer.halves()) for part, matrix in enumerate(pair)]
+    i, f, o, g = (gates[:, :, :, layer.blocks[gate].start // layer.hidden] for gate in "ifog")
+    dot, add, subtract, multiply, divide = np.dot, np.add, np.subtract, np.multiply, np.divide
+    exp, tanh = np.exp, np.tanh
+    shape = (directions, 1, 2, half)
+    seen: list[Any] = [None, None]  # the last cell state given, and its view
+
+    def lstm(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
+        for d, matrix, row in products:
+            dot(h[d], matrix, row)
+        add(gates, step_input, gates)
+        exp(gates, gates)
+        add(gates, unit, gates)
+        divide(unit, gates, gates)
+        add(g, g, g)
+        subtract(g, unit, g)
+        if c is not seen[0]:
+            cell = c.view()
+            cell.shape = shape  # a view, never a copy (raises where it cannot be)
+            seen[:] = c, cell
+        cell = seen[1]
+        multiply(cell, f, cell)
+        multiply(i, g, tmp)
+        add(cell, tmp, cell)
+        out = h_next.reshape(shape)
+        tanh(cell, out)
+        multiply(out, o, out)
+
+    return lstm
+
+
+def _half_cell(layer: _Layer, direction: int, part: int, dtype: np.dtype
+               ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]:
+    """Half ``part`` of the units of a :func:`_halves` LSTM's ``direction``, one step:
+    ``step(step_input, h, h_next, c, c_next)`` with the half's step input (1, G, H/2) (a
+    view of :func:`_by_halves`), all of h (1, H), and the half's h', c and c' (1, H/2).
+    Per unit, the operations of :func:`_lean_halves`, hence the same bits."""
+    half = layer.hidden // 2
+    matrix = layer.halves()[direction][part]
+    gates = np.empty((1, 4 * half), dtype)
+    blocks = gates.reshape(1, 4, half)
+    tmp = np.empty((1, half), dtype)
+    unit = one(gates)
+    i, f, o, g = (gates[:, layer.blocks[gate].start // layer.hidden * half:][:, :half]
+                  for gate in "ifog")
+    dot, add, subtract, multiply, divide = np.dot, np.add, np.subtract, np.multiply, np.divide
+    exp, tanh = np.exp, np.tanh
+
+    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: np.ndarray,
+             c_next: np.ndarray) -> None:
+        dot(h, matrix, gates)
+        add(blocks, step_input, blocks)
+        exp(gates, gates)
+        add(gates, unit, gates)
+        divide(unit, gates, gates)
+        add(g, g, g)
+        subtract(g, unit, g)
+        multiply(c, f, c_next)
+        multiply(i, g, tmp)
+        add(c_next, tmp, c_next)
+        tanh(c_next, h_next)
+        multiply(h_next, o, h_next)
+
+    return step
+
+
 def _lean_cell(layer: _Layer, dtype: np.dtype
                ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, Any], None]:
     """One step of a :func:`_lean` layer at batch 1, its buffers made here:
@@ -1287,6 +1550,8 @@ def _lean_cell(layer: _Layer, dtype: np.dtype
     view made here, with no option to look up, each given its output as a positional
     argument (NumPy parses it faster than ``out=``): a step of a few hundred values costs
     about as many microseconds as it makes calls."""
+    if _halves(layer):
+        return _lean_halves(layer, dtype)
     directions, hidden, width = layer.directions, layer.hidden, layer.recurrent.shape[-1]
     gates = np.empty((directions, 1, layer.width), dtype)
     tmp = np.empty((directions, 1, hidden), dtype)
@@ -1363,8 +1628,8 @@ def _lean_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray,
                cell: np.ndarray | None) -> None:
     """A :func:`_lean` layer's steps at batch 1 without lengths (see :func:`_steps`)."""
     step = _lean_cell(layer, projected.dtype)
-    for step_input, h, h_next in zip(projected.transpose(1, 0, 2, 3), history[:-1], history[1:],
-                                     strict=True):
+    for step_input, h, h_next in zip(_by_halves(layer, projected.transpose(1, 0, 2, 3)),
+                                     history[:-1], history[1:], strict=True):
         step(step_input, h, h_next, cell)
 
 
@@ -1380,7 +1645,7 @@ def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | No
     source = np.zeros((2, size), dtype)  # the second row stays zero (see _one_row)
     result = np.empty((2, width), dtype)
     row, projected = source[:1].reshape(1, 1, size), result[:1]
-    step_input = projected.reshape(1, 1, width)
+    step_input = _by_halves(layer, projected.reshape(1, 1, width))
     cell = _lean_cell(layer, dtype)
     copyto, dot, add = np.copyto, np.dot, np.add
 
