@@ -540,9 +540,10 @@ class _Plan:
                       packed: _Packing | None) -> bool:
         """Whether the layer's steps run in lockstep with the helper (:func:`_lockstep`):
         one sequence without lengths, an LSTM of :func:`_halves`, as much work as
-        :meth:`uses_helper` asks, and no other task running beside this process."""
-        return (self.concurrent and packed is None and batch == 1 and steps > 1
-                and _halves(layer)
+        :meth:`uses_helper` asks, no other task running beside this process, and stores
+        seen by other cores in order (:data:`ORDERED_STORES`)."""
+        return (ORDERED_STORES and self.concurrent and packed is None and batch == 1
+                and steps > 1 and _halves(layer)
                 and steps * layer.out_size * layer.width >= HELPER_MIN_WORK
                 and not _contended())
 
@@ -649,11 +650,12 @@ def _project(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, directi
 # PROJECTION_BLOCK_WORK multiply-adds (a tenth of a millisecond or more, against tens of
 # microseconds to start a thread) and PROJECTION_BLOCK_ROWS rows: each block repacks all
 # the weights, which on one core cost (500, 640) @ (640, 1280) 7 % more in blocks of 250
-# rows and 31 % more in blocks of 31 (measured on an AMD EPYC with OpenBLAS 0.3.31). The
+# rows and 31 % more in blocks of 31 (measured on an AMD EPYC with OpenBLAS 0.3.31), and
+# (3200, 640) @ (640, 1280) 15 % more in 16 blocks than in 4 (an Intel Xeon). The
 # count is a power of two, at most PROJECTION_BLOCKS, so that blocks share out evenly
 # among 2, 4, 8 or 16 threads.
 PROJECTION_BLOCK_WORK = 1 << 23
-PROJECTION_BLOCK_ROWS = 128
+PROJECTION_BLOCK_ROWS = 512
 PROJECTION_BLOCKS = 16
 
 
@@ -813,8 +815,8 @@ def lockstep_steps(directions: Sequence[tuple[_Layer, int]], part: int, projecte
         inputs = _split(layer, projected[d])[start:, :, part]  # (T, 1, G, H/2)
         h, c = history[start:, d], cells[start:, d]
         tick = d * steps + start + 1
-        for step_input, h_s, h_next, c_s, c_next in zip(inputs, h[:-1], h[1:, :, units],
-                                                        c[:-1, :, units], c[1:, :, units]):
+        for step_input, h_s, h_next, c_s, c_next in zip(
+                inputs, h[:-1], h[1:, :, units], c[:-1, :, units], c[1:, :, units], strict=True):
             step(step_input, h_s, h_next, c_s, c_next)
             tick += 1
             mine[0] = tick
@@ -837,6 +839,14 @@ def _alone(directions: Sequence[tuple[_Layer, int]], projected: np.ndarray,
         for s in range(start, steps):
             for step, inputs, units in halves:
                 step(inputs[s], h[s], h[s + 1, :, units], c[s, :, units], c[s + 1, :, units])
+
+
+# Where stores reach other cores in the order they were made (x86's total store order), a
+# process that sees its partner's tick also sees the h it wrote before it. Elsewhere (Arm,
+# POWER) stores may be seen out of order, and Python has no fence to order them: lockstep
+# runs on x86 alone.
+ORDERED_STORES = hasattr(os, "uname") and os.uname().machine.lower() in {
+    "x86_64", "amd64", "i386", "i686", "x86"}
 
 
 def _contended() -> bool:
