@@ -799,8 +799,9 @@ def lockstep_steps(directions: Sequence[tuple[_Layer, int]], part: int, projecte
     its directions one after the other, from the ``first`` step (counted over all of them):
     ``directions`` gives each direction's prepared layer and its index there,
     ``projected`` (D, T, 1, G·H) the input side, ``history`` and ``cells`` (T+1, D, 1, H)
-    h and c, their first rows the initial state; ``ticks`` (3, 1) the steps each process
-    has done, plus one (the first tick: its projection). After each step this process's
+    h and c, their first rows the initial state; ``ticks`` (4, 1): the steps each process
+    has done, plus one (the first tick: its projection), then the two words to stop (see
+    :class:`~rnnport.helper.LockstepJob`). After each step this process's
     tick is set, and ``wait(tick)`` returns once the other's has reached it: each step
     reads all of h, both halves. Every step writes rows of its own, so neither process
     writes what the other still reads."""
