@@ -354,34 +354,50 @@ def test_batch_one_steps_compute_the_general_steps_bits(
             np.testing.assert_array_equal(a, b)
 
 
-HALVES_SPECS = [Spec("lstm", 3, 6), Spec("lstm", 3, 6, num_layers=2, bidirectional=True),
-                Spec("lstm", 3, 8, reverse=True, bias=False)]
+HALVES_SPECS = [Spec("lstm", 3, 6), Spec("lstm", 3, 64, num_layers=2, bidirectional=True),
+                Spec("lstm", 3, 320, reverse=True, bias=False)]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("spec", HALVES_SPECS, ids=lambda s: s.describe())
-def test_batch_one_steps_in_halves_of_the_units(spec: Spec, dtype: type,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large LSTM's batch-1 product runs as two products, one per half of the units
-    (runtime._halves; made to apply to small layers here): forward, forward with the
-    sequence's length and the stream chunk by chunk give the same bits, and they agree
-    with the general steps' single product to rounding."""
+def test_half_steps_give_the_whole_steps_bits(spec: Spec, dtype: type,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two half steps (one per half of the units, as the two processes of a lockstep layer
+    run them) over a sequence give the bits of the whole lean step, where the check made
+    once per layer says they agree (runtime._halves_agree, made to apply to small layers
+    here); a layer whose halves disagreed would run whole."""
     from rnnport import runtime
 
     monkeypatch.setattr(runtime, "HALVES_MIN_BYTES", 0)
     net = RNN.random(spec, seed=8, dtype=dtype, scale=0.9)
-    assert all(runtime._halves(layer) for layer in runtime._prepared(net))
     x = np.random.default_rng(8).standard_normal((1, 11, 3)).astype(dtype)
-    y, (h, c) = net.forward(x)
-    cut, (h_cut, c_cut) = net.forward(x, lengths=[11])
-    for a, b in ((y, cut), (h, h_cut), (c, c_cut)):
-        np.testing.assert_array_equal(a, b)
-    if not (spec.bidirectional or spec.reverse):
-        for chunk in (1, 2, 7, 11):
-            stream = net.stream(1)
-            pieces = [stream(x[:, t:t + chunk]) for t in range(0, 11, chunk)]
-            np.testing.assert_array_equal(np.concatenate(pieces, axis=1), y)
-            np.testing.assert_array_equal(stream.state[1], c)
-    monkeypatch.setattr(runtime, "_lean", lambda layer: False)
-    general, _ = RNN.random(spec, seed=8, dtype=dtype, scale=0.9).forward(x)
-    np.testing.assert_allclose(y, general, rtol=0, atol=1e-6 if dtype == np.float32 else 1e-14)
+    for layer in runtime._prepared(net):
+        if not runtime._halves(layer):
+            assert layer.agree is False  # each direction then runs whole
+    layer = runtime._prepared(net)[0]
+    if runtime._halves(layer):
+        inputs = x.transpose(1, 0, 2)
+        directions = layer.directions
+        projected = np.stack([runtime._project(layer, inputs, None, slice(d, d + 1),
+                                               slice(0, 1))[0] for d in range(directions)])
+        history = np.zeros((12, directions, 1, layer.hidden), dtype)
+        cells = np.zeros_like(history)
+        runtime._alone([(layer, d) for d in range(directions)], projected, history, cells, 0)
+        whole = runtime._prepared(net)
+        expected = np.zeros_like(history)
+        cell = np.zeros((directions, 1, layer.hidden), dtype)
+        whole_projected = runtime._project(layer, inputs, None, slice(0, directions), slice(0, 1))
+        runtime._lean_loop(whole[0], whole_projected, expected, cell)
+        np.testing.assert_array_equal(history, expected)
+        np.testing.assert_array_equal(cells[-1], cell)
+
+
+def test_halves_that_disagree_run_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rnnport import runtime
+
+    monkeypatch.setattr(runtime, "HALVES_MIN_BYTES", 0)
+    net = RNN.random(Spec("lstm", 3, 8), seed=1)
+    layer = runtime._prepared(net)[0]
+    assert runtime._halves(layer)
+    layer.agree = False
+    assert not runtime._halves(layer)

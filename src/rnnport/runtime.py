@@ -132,8 +132,8 @@ class _Layer:
                        leaves input_bias (it comes after the normalization)
     """
 
-    __slots__ = ("__weakref__", "act_f", "act_g", "act_h", "backward", "bias_n", "blocks", "cell",
-                 "cell_clip", "chunked", "clip", "directions", "halved", "hidden",
+    __slots__ = ("__weakref__", "act_f", "act_g", "act_h", "agree", "backward", "bias_n",
+                 "blocks", "cell", "cell_clip", "chunked", "clip", "directions", "halved", "hidden",
                  "input_bias", "input_forget", "input_weights", "layer_norm", "one_way",
                  "out_size", "peephole", "projection", "projection_bias", "recurrent",
                  "recurrent_n", "source", "width")
@@ -218,6 +218,7 @@ class _Layer:
         self.one_way: list[_Layer] | None = None
         self.chunked: dict[int, list[list[np.ndarray]]] = {}
         self.halved: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self.agree: bool | None = None  # see _halves_agree
 
     def halves(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The recurrent weights, per direction, as two contiguous (H_out, G·H/2) halves: the
@@ -261,6 +262,7 @@ class _Layer:
 
         one.directions, one.backward, one.one_way, one.chunked = 1, (self.backward[d],), None, {}
         one.halved = None if self.halved is None else self.halved[part]
+        one.agree = self.agree
         one.input_weights = self.input_weights[part]
         one.input_bias, one.recurrent = self.input_bias[part], self.recurrent[part]
         one.recurrent_n, one.bias_n = cut(self.recurrent_n), cut(self.bias_n)
@@ -1436,27 +1438,56 @@ def _lean(layer: _Layer) -> bool:
     return True  # a simple RNN: tanh or relu
 
 
-# A lean LSTM whose recurrent weights per direction hold at least this many bytes computes
-# its batch-1 product in two halves of its units (:func:`_halves`). At about a megabyte
-# the weights of one direction fill much of a core's second-level cache (1.6 MB for
-# hidden 320 took 25–37 µs a step on an Intel Xeon with 2 MB, against 7–10 µs for half of
-# it), and halves let the two processes of :func:`lockstep` run one direction's steps
-# together, each with half the weights in its cache.
+# A lean LSTM whose recurrent weights per direction hold at least this many bytes may run
+# its batch-1 steps in two halves of its units, one in each of two processes
+# (:func:`_lockstep`). At about a megabyte the weights of one direction fill much of a
+# core's second-level cache (1.6 MB for hidden 320 took 25–37 µs a step on an Intel Xeon
+# with 2 MB, against 7–10 µs for half of it): in lockstep each core holds half.
 HALVES_MIN_BYTES = 1 << 20
 
 
 def _halves(layer: _Layer) -> bool:
-    """Whether the layer's batch-1 steps run in two halves of its units: its product
-    ``h @ R`` as two products, one per half's columns (:meth:`_Layer.halves`), the same
-    operations whether both halves run here or one in each process (:func:`lockstep`)."""
+    """Whether the layer's batch-1 steps may run as two halves of its units
+    (:func:`_half_cell`): a lean LSTM of at least :data:`HALVES_MIN_BYTES` of recurrent
+    weights a direction whose halves give the numbers of its whole step
+    (:func:`_halves_agree`)."""
     return (layer.cell == "lstm" and layer.hidden % 2 == 0 and _lean(layer)
-            and layer.recurrent[0].nbytes >= HALVES_MIN_BYTES)
+            and layer.recurrent[0].nbytes >= HALVES_MIN_BYTES and _halves_agree(layer))
 
 
-def _by_halves(layer: _Layer, array: np.ndarray) -> np.ndarray:
-    """``array`` (…, G·H) as the steps of :func:`_lean_cell` read it: for a layer of
-    :func:`_halves`, a view (…, 2, G, H/2), each half's gate blocks together; else itself."""
-    return _split(layer, array) if _halves(layer) else array
+def _halves_agree(layer: _Layer) -> bool:
+    """Whether two :func:`_half_cell` steps give the bits of one :func:`_lean_cell` step,
+    each direction, checked once per prepared layer on two random states. A half's
+    product is ``h`` by half the columns; the BLAS computes each of a matrix-vector
+    product's sums the same way wherever its column lies, except in the edge of its
+    blocking (OpenBLAS 0.3.31 gave other bits for hidden 100 in float32, none for 320),
+    and NumPy's ``exp`` and ``tanh`` compute each element alike however long the array.
+    The BLAS's code takes the same path whatever the values, so two states that agree
+    show that the two ways are the same computation; where they do not, the layer runs
+    whole (each process a direction)."""
+    if layer.agree is None:
+        dtype = layer.recurrent.dtype
+        rng = np.random.default_rng(0)
+        half = layer.hidden // 2
+        agree = True
+        for d in range(layer.directions):
+            whole = _lean_cell(layer.direction(d), dtype)
+            halves = [_half_cell(layer, d, part, dtype) for part in (0, 1)]
+            for _ in range(2):
+                step_input = rng.standard_normal((1, 1, layer.width)).astype(dtype)
+                h = rng.standard_normal((1, 1, layer.hidden)).astype(dtype)
+                c = rng.standard_normal((1, 1, layer.hidden)).astype(dtype)
+                h_whole, c_whole = np.empty_like(h), c.copy()
+                whole(step_input, h, h_whole, c_whole)
+                h_parts, c_parts = np.empty_like(h), np.empty_like(c)
+                for part, step in enumerate(halves):
+                    units = slice(part * half, (part + 1) * half)
+                    step(_split(layer, step_input[0])[:, part], h[0], h_parts[0, :, units],
+                         c[0, :, units], c_parts[0, :, units])
+                agree = (agree and np.array_equal(h_whole, h_parts)
+                         and np.array_equal(c_whole, c_parts))
+        layer.agree = agree
+    return layer.agree
 
 
 def _split(layer: _Layer, array: np.ndarray) -> np.ndarray:
@@ -1467,54 +1498,13 @@ def _split(layer: _Layer, array: np.ndarray) -> np.ndarray:
     return array.reshape(*shape, gates, 2, half).swapaxes(axes, axes + 1)
 
 
-def _lean_halves(layer: _Layer, dtype: np.dtype
-                 ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, Any], None]:
-    """:func:`_lean_cell` for an LSTM of :func:`_halves`: its step input is in the layout of
-    :func:`_by_halves`, its gates buffer (D, 1, 2, G, H/2), filled by one product per
-    direction and half; then the same operations as :func:`_half_cell` on both halves at
-    once (each gate a (D, 1, 2, H/2) view; ``exp`` and ``tanh`` over contiguous arrays)."""
-    directions, half = layer.directions, layer.hidden // 2
-    gates = np.empty((directions, 1, 2, 4, half), dtype)
-    tmp = np.empty((directions, 1, 2, half), dtype)
-    unit = one(gates)
-    products = [(d, matrix, gates[d, :, part].reshape(1, 4 * half))
-                for d, pair in enumerate(layer.halves()) for part, matrix in enumerate(pair)]
-    i, f, o, g = (gates[:, :, :, layer.blocks[gate].start // layer.hidden] for gate in "ifog")
-    dot, add, subtract, multiply, divide = np.dot, np.add, np.subtract, np.multiply, np.divide
-    exp, tanh = np.exp, np.tanh
-    shape = (directions, 1, 2, half)
-    seen: list[Any] = [None, None]  # the last cell state given, and its view
-
-    def lstm(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
-        for d, matrix, row in products:
-            dot(h[d], matrix, row)
-        add(gates, step_input, gates)
-        exp(gates, gates)
-        add(gates, unit, gates)
-        divide(unit, gates, gates)
-        add(g, g, g)
-        subtract(g, unit, g)
-        if c is not seen[0]:
-            cell = c.view()
-            cell.shape = shape  # a view, never a copy (raises where it cannot be)
-            seen[:] = c, cell
-        cell = seen[1]
-        multiply(cell, f, cell)
-        multiply(i, g, tmp)
-        add(cell, tmp, cell)
-        out = h_next.reshape(shape)
-        tanh(cell, out)
-        multiply(out, o, out)
-
-    return lstm
-
-
 def _half_cell(layer: _Layer, direction: int, part: int, dtype: np.dtype
                ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]:
     """Half ``part`` of the units of a :func:`_halves` LSTM's ``direction``, one step:
     ``step(step_input, h, h_next, c, c_next)`` with the half's step input (1, G, H/2) (a
-    view of :func:`_by_halves`), all of h (1, H), and the half's h', c and c' (1, H/2).
-    Per unit, the operations of :func:`_lean_halves`, hence the same bits."""
+    view of :func:`_split`), all of h (1, H), and the half's h', c and c' (1, H/2). Per
+    unit, the operations of :func:`_lean_cell` on its half of the columns (the bits of the
+    whole step where :func:`_halves_agree`)."""
     half = layer.hidden // 2
     matrix = layer.halves()[direction][part]
     gates = np.empty((1, 4 * half), dtype)
@@ -1561,8 +1551,6 @@ def _lean_cell(layer: _Layer, dtype: np.dtype
     view made here, with no option to look up, each given its output as a positional
     argument (NumPy parses it faster than ``out=``): a step of a few hundred values costs
     about as many microseconds as it makes calls."""
-    if _halves(layer):
-        return _lean_halves(layer, dtype)
     directions, hidden, width = layer.directions, layer.hidden, layer.recurrent.shape[-1]
     gates = np.empty((directions, 1, layer.width), dtype)
     tmp = np.empty((directions, 1, hidden), dtype)
@@ -1639,8 +1627,8 @@ def _lean_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray,
                cell: np.ndarray | None) -> None:
     """A :func:`_lean` layer's steps at batch 1 without lengths (see :func:`_steps`)."""
     step = _lean_cell(layer, projected.dtype)
-    for step_input, h, h_next in zip(_by_halves(layer, projected.transpose(1, 0, 2, 3)),
-                                     history[:-1], history[1:], strict=True):
+    for step_input, h, h_next in zip(projected.transpose(1, 0, 2, 3), history[:-1], history[1:],
+                                     strict=True):
         step(step_input, h, h_next, cell)
 
 
@@ -1656,7 +1644,7 @@ def _lean_step(layer: _Layer, dtype: np.dtype, h: np.ndarray, c: np.ndarray | No
     source = np.zeros((2, size), dtype)  # the second row stays zero (see _one_row)
     result = np.empty((2, width), dtype)
     row, projected = source[:1].reshape(1, 1, size), result[:1]
-    step_input = _by_halves(layer, projected.reshape(1, 1, width))
+    step_input = projected.reshape(1, 1, width)
     cell = _lean_cell(layer, dtype)
     copyto, dot, add = np.copyto, np.dot, np.add
 
