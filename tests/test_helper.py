@@ -601,6 +601,66 @@ def test_lockstep_waits_for_a_busy_machine(lockstep: list[bool], used: list[bool
     assert not lockstep and used == [True, True]
 
 
+def test_lockstep_at_a_real_size_and_two_blas_threads_gives_one_threads_bits(
+        lockstep: list[bool], used: list[bool]) -> None:
+    """Hidden 378 in float32 (2.3 MB a direction): with the BLAS at two threads when the
+    call starts, the check of the halves runs on one, as the steps do (on two, OpenBLAS
+    splits this matrix-vector product and its halves agree where one thread's do not)."""
+    import threadpoolctl
+
+    for hidden in (378, 386, 320):
+        net = RNN.random(Spec("lstm", 4, hidden), seed=1)
+        x = np.random.default_rng(2).standard_normal((1, 200, 4)).astype(np.float32)
+        expected = net.forward(x, threads=1)
+        with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+            got = net.forward(x)
+        _assert_same(got, expected)
+    assert True in lockstep  # hidden 320's halves agree: it ran in lockstep
+
+
+def test_halves_that_disagree_never_run_in_lockstep(lockstep: list[bool],
+                                                    used: list[bool]) -> None:
+    net, x, state, expected = _one_sequence()
+    for layer in runtime._prepared(net):
+        layer.agree = False  # as the check finds for some sizes (hidden 100 in float32)
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+    assert not lockstep and used == [True, True]  # each process a direction
+
+
+def test_a_helper_stopped_in_its_projection_and_let_go_writes_nothing(
+        lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given up while stopped, the helper is ended before this process computes its
+    part: let go (SIGCONT) while this process runs the rest, it could otherwise add its
+    bias to the rows this process projected, or write into the rows it computes."""
+    net, x, state, expected = _one_sequence(steps=40)
+    start = helper.lockstep
+    stopped: list[Any] = []
+
+    def stop_at_once(*args: Any) -> Any:
+        job = start(*args)
+        if job is not None and not stopped:
+            os.kill(job.helper.process.pid, signal.SIGSTOP)
+            stopped.append(job.helper)
+        return job
+
+    alone = runtime._alone
+    ended_first: list[bool] = []
+
+    def let_go_first(*args: Any) -> None:
+        ended_first.append(stopped[0].process.poll() is not None)
+        with contextlib.suppress(OSError):  # ended: nothing to let go
+            os.kill(stopped[0].process.pid, signal.SIGCONT)
+        time.sleep(0.2)  # a helper still alive would run now
+        alone(*args)
+
+    monkeypatch.setattr(helper, "lockstep", stop_at_once)
+    monkeypatch.setattr(runtime, "_alone", let_go_first)
+    with pytest.warns(HelperFallbackWarning, match=r"was stopped"):
+        got = net.forward(x, state=state, threads=2)
+    _assert_same(got, expected)
+    assert ended_first == [True]
+
+
 def test_lockstep_needs_stores_seen_in_order(lockstep: list[bool], used: list[bool],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Where other cores may see stores out of order (Arm), a process could see its
@@ -723,4 +783,5 @@ def test_floating_point_settings_hold_in_lockstep(lockstep: list[bool], used: li
     running = helper._HELPER
     with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
         net.forward(bad, state=state, threads=2)
+    assert used == [False]  # the lockstep job was started, then told to stop
     assert helper._HELPER is running and not running.broken

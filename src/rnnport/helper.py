@@ -526,14 +526,24 @@ class LockstepJob(Job):
             if other[0] >= tick:
                 return
         watch = processes.Watch(self.helper.process.pid, REPLY_FLOOR)
+        naps = 0
         while other[0] < tick:
             if said[0]:
                 raise Stopped
+            naps += 1
+            if naps % 16:  # the process's state (a file in /proc) every 16th look
+                time.sleep(LOCKSTEP_NAP)
+                continue
             overdue = watch.overdue()
             if overdue is None and self.helper.process.poll() is not None:
                 overdue = "exited"
             if overdue is not None:
+                # Ended before the caller goes on alone: a helper that ran again (a
+                # SIGCONT) would write into the rows the caller is computing.
                 self.lost = overdue
+                self.helper.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.helper.process.wait(REPLY_FLOOR)
                 raise Stopped
             time.sleep(LOCKSTEP_NAP)
 
@@ -767,10 +777,13 @@ def _run_lockstep(message: tuple[Any, ...], layers: dict[int, Any], arena: _Aren
     _, tokens, steps, width, gates, hidden, dtype, errors = message
     if arena is None:
         return ("error", "RuntimeError: no arena was sent")
-    dtype = np.dtype(dtype)
-    shapes = _lockstep_layout(steps, width, len(tokens), gates, hidden, dtype)
-    inputs, projected, history, cells, raw = arena.arrays(dtype, *shapes)
-    ticks = _ticks(raw)
+    try:
+        dtype = np.dtype(dtype)
+        shapes = _lockstep_layout(steps, width, len(tokens), gates, hidden, dtype)
+        inputs, projected, history, cells, raw = arena.arrays(dtype, *shapes)
+        ticks = _ticks(raw)
+    except Exception as error:  # out of step with the caller: it gives up on the helper
+        return ("error", f"{type(error).__name__}: {error}")
     caller, asked = ticks[0], ticks[2]
     watching = select.poll()
     watching.register(sock, select.POLLIN)  # the caller sends nothing meanwhile: an end

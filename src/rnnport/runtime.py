@@ -1457,37 +1457,44 @@ def _halves(layer: _Layer) -> bool:
 
 def _halves_agree(layer: _Layer) -> bool:
     """Whether two :func:`_half_cell` steps give the bits of one :func:`_lean_cell` step,
-    each direction, checked once per prepared layer on two random states. A half's
-    product is ``h`` by half the columns; the BLAS computes each of a matrix-vector
-    product's sums the same way wherever its column lies, except in the edge of its
-    blocking (OpenBLAS 0.3.31 gave other bits for hidden 100 in float32, none for 320),
-    and NumPy's ``exp`` and ``tanh`` compute each element alike however long the array.
-    The BLAS's code takes the same path whatever the values, so two states that agree
-    show that the two ways are the same computation; where they do not, the layer runs
-    whole (each process a direction)."""
+    each direction, checked once per prepared layer on two random states, on one BLAS
+    thread as every step runs (on two, OpenBLAS splits a long matrix-vector product's
+    sums, which changes their bits). A half's product is ``h`` by half the columns; the
+    BLAS computes each of a matrix-vector product's sums the same way wherever its column
+    lies, except at the edge of its blocking (OpenBLAS 0.3.31 gave other bits for hidden
+    100 in float32, none for 320), and NumPy's ``exp`` and ``tanh`` compute each element
+    alike however long the array. The BLAS's code takes the same path whatever the
+    values, so two states that agree show that the two ways are the same computation;
+    where they do not, the layer runs whole (each process a direction)."""
     if layer.agree is None:
-        dtype = layer.recurrent.dtype
-        rng = np.random.default_rng(0)
-        half = layer.hidden // 2
-        agree = True
-        for d in range(layer.directions):
-            whole = _lean_cell(layer.direction(d), dtype)
-            halves = [_half_cell(layer, d, part, dtype) for part in (0, 1)]
-            for _ in range(2):
-                step_input = rng.standard_normal((1, 1, layer.width)).astype(dtype)
-                h = rng.standard_normal((1, 1, layer.hidden)).astype(dtype)
-                c = rng.standard_normal((1, 1, layer.hidden)).astype(dtype)
-                h_whole, c_whole = np.empty_like(h), c.copy()
-                whole(step_input, h, h_whole, c_whole)
-                h_parts, c_parts = np.empty_like(h), np.empty_like(c)
-                for part, step in enumerate(halves):
-                    units = slice(part * half, (part + 1) * half)
-                    step(_split(layer, step_input[0])[:, part], h[0], h_parts[0, :, units],
-                         c[0, :, units], c_parts[0, :, units])
-                agree = (agree and np.array_equal(h_whole, h_parts)
-                         and np.array_equal(c_whole, c_parts))
-        layer.agree = agree
+        libraries = _one_thread()
+        try:
+            layer.agree = all(_halves_agree_in(layer, d) for d in range(layer.directions))
+        finally:
+            _put_back(libraries)
     return layer.agree
+
+
+def _halves_agree_in(layer: _Layer, direction: int) -> bool:
+    """:func:`_halves_agree` for one direction (the BLAS at one thread)."""
+    dtype, half = layer.recurrent.dtype, layer.hidden // 2
+    rng = np.random.default_rng(direction)
+    whole = _lean_cell(layer.direction(direction), dtype)
+    halves = [_half_cell(layer, direction, part, dtype) for part in (0, 1)]
+    for _ in range(2):
+        step_input = rng.standard_normal((1, 1, layer.width)).astype(dtype)
+        h = rng.standard_normal((1, 1, layer.hidden)).astype(dtype)
+        c = rng.standard_normal((1, 1, layer.hidden)).astype(dtype)
+        h_whole, c_whole = np.empty_like(h), c.copy()
+        whole(step_input, h, h_whole, c_whole)
+        h_parts, c_parts = np.empty_like(h), np.empty_like(c)
+        for part, step in enumerate(halves):
+            units = slice(part * half, (part + 1) * half)
+            step(_split(layer, step_input[0])[:, part], h[0], h_parts[0, :, units],
+                 c[0, :, units], c_parts[0, :, units])
+        if not (np.array_equal(h_whole, h_parts) and np.array_equal(c_whole, c_parts)):
+            return False
+    return True
 
 
 def _split(layer: _Layer, array: np.ndarray) -> np.ndarray:
