@@ -510,6 +510,22 @@ LOCKSTEP_SPINS = 2000
 LOCKSTEP_NAP = 1e-4
 
 
+def _reached(counter: np.ndarray, tick: int, stopped: Callable[[int], bool]) -> bool:
+    """Wait until ``counter[0]`` reaches ``tick``: :data:`LOCKSTEP_SPINS` looks, then a
+    look every :data:`LOCKSTEP_NAP` seconds, asking ``stopped(naps)`` before each nap;
+    False as soon as it says to stop waiting."""
+    for _ in range(LOCKSTEP_SPINS):
+        if counter[0] >= tick:
+            return True
+    naps = 0
+    while counter[0] < tick:
+        naps += 1
+        if stopped(naps):
+            return False
+        time.sleep(LOCKSTEP_NAP)
+    return True
+
+
 class LockstepJob(Job):
     """A layer whose steps this process and the helper run together, half the units each
     (:func:`rnnport.runtime.lockstep_steps`); ``arrays`` are the input side, the h and c
@@ -521,31 +537,31 @@ class LockstepJob(Job):
         """Return once the helper has done ``tick``; raise :class:`Stopped` if it stopped
         (it says so, it died, or it was stopped or kept this process waiting for
         :data:`REPLY_FLOOR` seconds at one step)."""
-        other, said = self.arrays[3][1], self.arrays[3][3]
-        for _ in range(LOCKSTEP_SPINS):
-            if other[0] >= tick:
-                return
-        watch = processes.Watch(self.helper.process.pid, REPLY_FLOOR)
-        naps = 0
-        while other[0] < tick:
+        said = self.arrays[3][3]
+        watch: list[processes.Watch] = []
+
+        def stopped(naps: int) -> bool:
             if said[0]:
-                raise Stopped
-            naps += 1
+                return True
             if naps % 16:  # the process's state (a file in /proc) every 16th look
-                time.sleep(LOCKSTEP_NAP)
-                continue
-            overdue = watch.overdue()
+                return False
+            if not watch:
+                watch.append(processes.Watch(self.helper.process.pid, REPLY_FLOOR))
+            overdue = watch[0].overdue()
             if overdue is None and self.helper.process.poll() is not None:
                 overdue = "exited"
-            if overdue is not None:
-                # Ended before the caller goes on alone: a helper that ran again (a
-                # SIGCONT) would write into the rows the caller is computing.
-                self.lost = overdue
-                self.helper.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.helper.process.wait(REPLY_FLOOR)
-                raise Stopped
-            time.sleep(LOCKSTEP_NAP)
+            if overdue is None:
+                return False
+            # Ended before the caller goes on alone: a helper that ran again (a SIGCONT)
+            # would write into the rows the caller is computing.
+            self.lost = overdue
+            self.helper.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.helper.process.wait(REPLY_FLOOR)
+            return True
+
+        if not _reached(self.arrays[3][1], tick, stopped):
+            raise Stopped
 
     def stop(self) -> bool:
         """End the job: the helper is asked to stop (if it has not finished) and its reply
@@ -789,14 +805,10 @@ def _run_lockstep(message: tuple[Any, ...], layers: dict[int, Any], arena: _Aren
     watching.register(sock, select.POLLIN)  # the caller sends nothing meanwhile: an end
 
     def wait(tick: int) -> None:
-        for _ in range(LOCKSTEP_SPINS):
-            if caller[0] >= tick:
-                return
         since = time.monotonic()
-        while caller[0] < tick:
-            if asked[0] or watching.poll(0) or time.monotonic() - since > LOCKSTEP_STALL:
-                raise _Told
-            time.sleep(LOCKSTEP_NAP)
+        if not _reached(caller, tick, lambda _: bool(
+                asked[0] or watching.poll(0) or time.monotonic() - since > LOCKSTEP_STALL)):
+            raise _Told
 
     try:
         parts = [layers[token] for token in tokens]

@@ -226,9 +226,12 @@ class _Layer:
         (see :func:`_halves`); made once."""
         if self.halved is None:
             gates, half = len(self.blocks), self.hidden // 2
-            self.halved = [tuple(np.ascontiguousarray(  # type: ignore[misc]
-                matrix.reshape(-1, gates, 2, half)[:, :, part].reshape(-1, gates * half))
-                for part in (0, 1)) for matrix in self.recurrent]
+
+            def columns(matrix: np.ndarray, part: int) -> np.ndarray:
+                return np.ascontiguousarray(
+                    matrix.reshape(-1, gates, 2, half)[:, :, part].reshape(-1, gates * half))
+
+            self.halved = [(columns(matrix, 0), columns(matrix, 1)) for matrix in self.recurrent]
         return self.halved
 
     def chunks(self, width: int) -> list[list[np.ndarray]]:
@@ -807,20 +810,12 @@ def lockstep_steps(directions: Sequence[tuple[_Layer, int]], part: int, projecte
     tick is set, and ``wait(tick)`` returns once the other's has reached it: each step
     reads all of h, both halves. Every step writes rows of its own, so neither process
     writes what the other still reads."""
-    steps, half = projected.shape[1], history.shape[-1] // 2
-    units = slice(part * half, (part + 1) * half)
     mine, other = ticks[part], ticks[1 - part]
-    for d, (layer, index) in enumerate(directions):
-        start = max(first - d * steps, 0)
-        if start >= steps:
-            continue
-        step = _half_cell(layer, index, part, projected.dtype)
-        inputs = _split(layer, projected[d])[start:, :, part]  # (T, 1, G, H/2)
-        h, c = history[start:, d], cells[start:, d]
-        tick = d * steps + start + 1
-        for step_input, h_s, h_next, c_s, c_next in zip(
-                inputs, h[:-1], h[1:, :, units], c[:-1, :, units], c[1:, :, units], strict=True):
-            step(step_input, h_s, h_next, c_s, c_next)
+    for index, (step, rows) in _half_directions(directions, part, projected, history, cells,
+                                                first):
+        tick = index + 1
+        for views in rows:
+            step(*views)
             tick += 1
             mine[0] = tick
             if other[0] < tick:
@@ -830,18 +825,32 @@ def lockstep_steps(directions: Sequence[tuple[_Layer, int]], part: int, projecte
 def _alone(directions: Sequence[tuple[_Layer, int]], projected: np.ndarray,
            history: np.ndarray, cells: np.ndarray, first: int) -> None:
     """The steps of :func:`lockstep_steps` from ``first`` on, both halves here."""
+    for (_, (step, rows)), (_, (other_step, other_rows)) in zip(
+            _half_directions(directions, 0, projected, history, cells, first),
+            _half_directions(directions, 1, projected, history, cells, first), strict=True):
+        for views, other_views in zip(rows, other_rows, strict=True):
+            step(*views)
+            other_step(*other_views)
+
+
+def _half_directions(directions: Sequence[tuple[_Layer, int]], part: int,
+                     projected: np.ndarray, history: np.ndarray, cells: np.ndarray,
+                     first: int) -> Iterator[tuple[int, tuple[Callable[..., None],
+                                                              Iterator[tuple[Any, ...]]]]]:
+    """For each direction with steps from ``first`` on (counted over all directions): the
+    count of its first step, the :func:`_half_cell` of half ``part`` and, step by step,
+    its arguments: the half's step input, h, and the half's h', c and c'."""
     steps, half = projected.shape[1], history.shape[-1] // 2
+    units = slice(part * half, (part + 1) * half)
     for d, (layer, index) in enumerate(directions):
         start = max(first - d * steps, 0)
         if start >= steps:
             continue
-        halves = [(_half_cell(layer, index, part, projected.dtype),
-                   _split(layer, projected[d])[:, :, part],
-                   slice(part * half, (part + 1) * half)) for part in (0, 1)]
-        h, c = history[:, d], cells[:, d]
-        for s in range(start, steps):
-            for step, inputs, units in halves:
-                step(inputs[s], h[s], h[s + 1, :, units], c[s, :, units], c[s + 1, :, units])
+        inputs = _split(layer, projected[d])[start:, :, part]  # (T, 1, G, H/2)
+        h, c = history[start:, d], cells[start:, d]
+        yield d * steps + start, (_half_cell(layer, index, part, projected.dtype),
+                  zip(inputs, h[:-1], h[1:, :, units], c[:-1, :, units], c[1:, :, units],
+                      strict=True))
 
 
 # Where stores reach other cores in the order they were made (x86's total store order), a
@@ -1516,18 +1525,33 @@ def _half_cell(layer: _Layer, direction: int, part: int, dtype: np.dtype
     matrix = layer.halves()[direction][part]
     gates = np.empty((1, 4 * half), dtype)
     blocks = gates.reshape(1, 4, half)
-    tmp = np.empty((1, half), dtype)
-    unit = one(gates)
-    i, f, o, g = (gates[:, layer.blocks[gate].start // layer.hidden * half:][:, :half]
-                  for gate in "ifog")
-    dot, add, subtract, multiply, divide = np.dot, np.add, np.subtract, np.multiply, np.divide
-    exp, tanh = np.exp, np.tanh
+    rest = _lstm_rest(layer, gates, np.empty((1, half), dtype),
+                      lambda gate: gates[:, layer.blocks[gate].start // layer.hidden * half:]
+                      [:, :half])
+    dot, add = np.dot, np.add
 
     def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: np.ndarray,
              c_next: np.ndarray) -> None:
         dot(h, matrix, gates)
         add(blocks, step_input, blocks)
-        exp(gates, gates)
+        rest(c, c_next, h_next)
+
+    return step
+
+
+def _lstm_rest(layer: _Layer, gates: np.ndarray, tmp: np.ndarray,
+               view: Callable[[str], np.ndarray]) -> Callable[[Any, Any, Any], None]:
+    """The lean LSTM step after its gates' pre-activations are in ``gates`` (one
+    :func:`_lean_cell` step, or a :func:`_half_cell` half, ``view(gate)`` each gate's part
+    of ``gates``): ``rest(c, c_next, h_next)`` with c' written into ``c_next`` (which may be
+    ``c``), then h'."""
+    unit = one(gates)
+    i, f, o, g = (view(gate) for gate in "ifog")
+    add, subtract, multiply, divide = np.add, np.subtract, np.multiply, np.divide
+    exp, tanh = np.exp, np.tanh
+
+    def rest(c: Any, c_next: Any, h_next: Any) -> None:
+        exp(gates, gates)  # σ of all four gates (g's tanh(x) = 2σ(2x) − 1)
         add(gates, unit, gates)
         divide(unit, gates, gates)
         add(g, g, g)
@@ -1538,7 +1562,7 @@ def _half_cell(layer: _Layer, direction: int, part: int, dtype: np.dtype
         tanh(c_next, h_next)
         multiply(h_next, o, h_next)
 
-    return step
+    return rest
 
 
 def _lean_cell(layer: _Layer, dtype: np.dtype
@@ -1570,23 +1594,14 @@ def _lean_cell(layer: _Layer, dtype: np.dtype
     exp, tanh = np.exp, np.tanh
 
     if layer.cell == "lstm":
-        i, f, o, g = (gates[..., layer.blocks[gate]] for gate in "ifog")
+        rest = _lstm_rest(layer, gates, tmp, lambda gate: gates[..., layer.blocks[gate]])
 
         def lstm(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
             dot(h[0], first, first_row)
             if second is not None:
                 dot(h[1], second, second_row)
             add(gates, step_input, gates)
-            exp(gates, gates)  # σ of all four gates (g's tanh(x) = 2σ(2x) − 1)
-            add(gates, unit, gates)
-            divide(unit, gates, gates)
-            add(g, g, g)
-            subtract(g, unit, g)
-            multiply(c, f, c)
-            multiply(i, g, tmp)
-            add(c, tmp, c)
-            tanh(c, h_next)
-            multiply(h_next, o, h_next)
+            rest(c, c, h_next)
 
         return lstm
     if layer.cell == "gru":
