@@ -705,6 +705,70 @@ def test_a_helper_killed_in_lockstep_costs_only_speed(lockstep: list[bool], used
     assert lockstep == [True, True]
 
 
+ROW_LOCKSTEP_SPECS = {
+    "one-way GRU": Spec("gru", 7, 64, num_layers=2),
+    "one-way reverse LSTM, no bias": Spec("lstm", 7, 64, reverse=True, bias=False),
+}
+
+
+@pytest.fixture
+def row_lockstep(lockstep: list[bool], monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Batches of more than one sequence run in lockstep too: small layers' products in
+    chunks of 32 columns (at 4 to 9 rows), each half of the weights as if it fit the
+    cache."""
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    monkeypatch.setattr(runtime, "_halves_fit", lambda layer, batch: True)
+    monkeypatch.setattr(runtime, "SMALL_PRODUCT", 48 * 64 * 4)
+    return lockstep
+
+
+def _sequences(name: str, batch: int, steps: int = 13, dtype: type = np.float32
+               ) -> tuple[RNN, np.ndarray, Any, tuple[np.ndarray, Any]]:
+    """As :func:`_one_sequence`, ``batch`` sequences of a ROW_LOCKSTEP_SPECS network."""
+    net = RNN.random(ROW_LOCKSTEP_SPECS[name], seed=7, dtype=dtype)
+    x = np.random.default_rng(8).standard_normal((batch, steps, 7)).astype(dtype)
+    state = net.forward(x[:, :3], threads=1)[1]
+    return net, x, state, net.forward(x, state=state, threads=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [4, 9], ids=["one piece", "batch halves"])
+@pytest.mark.parametrize("name", list(ROW_LOCKSTEP_SPECS))
+def test_lockstep_of_many_sequences_gives_the_numbers_of_one_thread(
+        row_lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch, name: str,
+        batch: int, dtype: type) -> None:
+    """A one-way LSTM or GRU at more than one sequence, its batch in halves (9: 4 and 5
+    sequences, each half's input side projected by one process) or one piece (4), runs
+    half the units in each process and gives the bits of one thread."""
+    if batch == 4:
+        monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 16)
+    net, x, state, expected = _sequences(name, batch, dtype=dtype)
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+    layers = ROW_LOCKSTEP_SPECS[name].num_layers
+    assert row_lockstep == [True] * layers and used == [True] * layers
+
+
+@pytest.mark.parametrize("tick", [1, 20, 35])
+@pytest.mark.parametrize("name", list(ROW_LOCKSTEP_SPECS))
+def test_a_helper_killed_in_lockstep_of_many_sequences_costs_only_speed(
+        row_lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch, name: str,
+        tick: int) -> None:
+    """Killed before its projection or during the steps, the helper's half of the rest
+    runs here from the last step both finished: an LSTM's c from the rows this process
+    keeps in turn (runtime._CELL_RING)."""
+    net, x, state, expected = _sequences(name, 9, steps=40)
+
+    def kill(running: Any) -> None:
+        running.process.kill()
+        running.process.wait()
+
+    _at_tick(monkeypatch, tick, kill)
+    with pytest.warns(HelperFallbackWarning, match=r"exited and was ended"):
+        got = net.forward(x, state=state, threads=2)
+    _assert_same(got, expected)
+    assert row_lockstep[0] is True
+
+
 def test_a_helper_stopped_in_lockstep_is_not_waited_for(
         lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
     net, x, state, expected = _one_sequence(steps=40)

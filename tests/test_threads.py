@@ -227,8 +227,9 @@ def test_projections_run_in_blocks_of_rows_fixed_by_their_shape() -> None:
     assert len(runtime._row_blocks(28, 5, 18)) == 1
     assert len(runtime._row_blocks(5, 10**4, 10**4)) == 1  # far too few rows to share
     assert len(runtime._row_blocks(500, 640, 1280)) == 1  # under a block's rows
-    assert len(runtime._row_blocks(1600, 512, 1536)) == 2  # 3 blocks' worth of rows
-    assert len(runtime._row_blocks(3200, 640, 1280)) == 4  # 6 blocks' worth of rows
+    assert len(runtime._row_blocks(1600, 512, 1536)) == 1  # under two blocks' rows
+    assert len(runtime._row_blocks(3200, 640, 1280)) == 2  # 3 blocks' worth of rows
+    assert len(runtime._row_blocks(6400, 640, 1280)) == 4  # 6 blocks' worth of rows
     assert len(runtime._row_blocks(10**6, 64, 256)) == runtime.PROJECTION_BLOCKS
 
 

@@ -156,12 +156,15 @@ def _layout(steps: int, batch: int, width: int, out_size: int, hidden: int,
             (steps + 1, 1, batch, out_size), (1, batch, hidden if cell else 0)]
 
 
-def _lockstep_layout(steps: int, width: int, directions: int, gates: int, hidden: int,
+def _lockstep_layout(steps: int, batch: int, width: int, pieces: list[tuple[int, int, int]],
+                     directions: int, gates: int, hidden: int, cell_rows: int, cell: bool,
                      dtype: np.dtype) -> list[tuple[int, ...]]:
-    """The arena's arrays for a lockstep layer (batch 1): inputs, the input side, the h and
-    c histories, and the ticks (four int64 counters, a cache line each)."""
-    return [(steps, 1, width), (directions, steps, 1, gates), (steps + 1, directions, 1, hidden),
-            (steps + 1, directions, 1, hidden), (4 * _ALIGN // dtype.itemsize,)]
+    """The arena's arrays for a lockstep layer: inputs, each piece's input side (pieces
+    as (direction, first row, row after)), the h history, ``cell_rows`` rows of c (empty
+    without a cell state), and the ticks (four int64 counters, a cache line each)."""
+    return [(steps, batch, width), *[(1, steps, after - first, gates) for _, first, after in pieces],
+            (steps + 1, directions, batch, hidden),
+            (cell_rows, directions, batch, hidden if cell else 0), (4 * _ALIGN // dtype.itemsize,)]
 
 
 def _ticks(raw: np.ndarray) -> np.ndarray:
@@ -445,7 +448,7 @@ class Job:
     :meth:`finish` or :meth:`abandon`, or until the job is collected unfinished."""
 
     def __init__(self, helper: _Helper, layer: Any, directions: tuple[int, ...],
-                 arrays: list[np.ndarray]) -> None:
+                 arrays: list[Any]) -> None:
         self.helper, self.layer, self.directions, self.arrays = helper, layer, directions, arrays
         self.started = time.monotonic()
         self.unfinished = weakref.finalize(self, _dropped, helper)
@@ -631,32 +634,37 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
     return _start(Job, layer, (direction,), begin)
 
 
-def lockstep(layer: Any, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray
+def lockstep(layer: Any, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
+             pieces: list[tuple[int, int, int]], chunk: int, cell_rows: int
              ) -> LockstepJob | None:
-    """Start a batch-1 layer's steps in lockstep (:func:`rnnport.runtime.lockstep_steps`):
-    every direction of ``layer`` over ``inputs`` (T, 1, I) from ``h0`` and ``c0`` (D, 1, H).
-    The job's arrays are the arena's input side (D, T, 1, G·H), h and c histories
-    (T+1, D, 1, H), their first rows set here, and ticks (4, 1), zero. None as for
-    :func:`job`."""
+    """Start a layer's steps in lockstep (:func:`rnnport.runtime.lockstep_steps`): every
+    direction of ``layer`` over ``inputs`` (T, B, I) from ``h0`` and ``c0`` (D, B, H; None
+    for a GRU), its input side projected in ``pieces`` (direction, first row, row after),
+    its products in chunks of ``chunk`` columns (more than one sequence).
+    The job's arrays are the arena's input sides (a list: (1, T, b, G·H) a piece), the h
+    history (T+1, D, B, H) and ``cell_rows`` rows of c (D, B, H; empty for a GRU), their
+    first rows set here, and ticks (4, 1), zero. None as for :func:`job`."""
 
-    def begin(helper: _Helper, tokens: list[int]) -> tuple[tuple[Any, ...], list[np.ndarray]]:
-        steps, _, width = inputs.shape
-        shapes = _lockstep_layout(steps, width, layer.directions, layer.width, layer.hidden,
-                                  inputs.dtype)
+    def begin(helper: _Helper, tokens: list[int]) -> tuple[tuple[Any, ...], list[Any]]:
+        steps, batch, width = inputs.shape
+        shapes = _lockstep_layout(steps, batch, width, pieces, layer.directions, layer.width,
+                                  layer.hidden, cell_rows, c0 is not None, inputs.dtype)
         arena = helper.arena_for(_bytes(inputs.dtype, shapes))
-        source, projected, history, cells, raw = arena.arrays(inputs.dtype, *shapes)
+        source, *projected, history, cells, raw = arena.arrays(inputs.dtype, *shapes)
         ticks = _ticks(raw)
         ticks[...] = 0
         source[...] = inputs
         history[0] = h0
-        cells[0] = c0
-        return (("lockstep", tokens, steps, width, layer.width, layer.hidden,
-                 inputs.dtype.str), [projected, history, cells, ticks])
+        if c0 is not None:
+            cells[0] = c0
+        return (("lockstep", tokens, steps, batch, width, pieces, chunk, layer.width,
+                 layer.hidden, cell_rows, c0 is not None, inputs.dtype.str),
+                [projected, history, cells, ticks])
 
     return _start(LockstepJob, layer, tuple(range(layer.directions)), begin)
 
 
-_Begin = Callable[[_Helper, list[int]], tuple[tuple[Any, ...], list[np.ndarray]]]
+_Begin = Callable[[_Helper, list[int]], tuple[tuple[Any, ...], list[Any]]]
 
 
 def _start(kind: type[Job], layer: Any, directions: tuple[int, ...], begin: _Begin) -> Any:
@@ -705,8 +713,8 @@ def _start(kind: type[Job], layer: Any, directions: tuple[int, ...], begin: _Beg
 # -- the helper's side ---------------------------------------------------------------------
 
 
-_Lockstep = Callable[[list[Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                      Callable[[int], None]], None]
+_Lockstep = Callable[[list[Any], np.ndarray, list[np.ndarray], np.ndarray, np.ndarray,
+                      np.ndarray, Callable[[int], None], list[tuple[int, int, int]], int], None]
 
 
 def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype, bool], Any],
@@ -715,8 +723,8 @@ def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype, bool
     """The helper's loop: layers, arenas and runs from the socket ``fd`` until it closes.
     ``prepare(spec, params, dtype, backward)`` makes a layer direction from its canonical
     parameters; ``run(layer, inputs, history, cell)`` runs it;
-    ``lockstep(layers, inputs, projected, history, cells, ticks, wait)`` runs its part of a
-    lockstep layer (the runtime's :func:`~rnnport.runtime.helper_layer`,
+    ``lockstep(layers, inputs, projected, history, cells, ticks, wait, pieces, chunk)`` runs
+    its part of a lockstep layer (the runtime's :func:`~rnnport.runtime.helper_layer`,
     :func:`~rnnport.runtime.run_direction` and :func:`~rnnport.runtime.lockstep_helper`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is the caller's
     sock = socket.socket(fileno=fd)
@@ -790,13 +798,15 @@ def _run_lockstep(message: tuple[Any, ...], layers: dict[int, Any], arena: _Aren
                   lockstep: _Lockstep, sock: socket.socket) -> tuple[str, ...]:
     """One "lockstep" message's reply. Whatever ends its part early, the helper says so in
     the ticks first, so that the caller stops waiting for it."""
-    _, tokens, steps, width, gates, hidden, dtype, errors = message
+    (_, tokens, steps, batch, width, pieces, chunk, gates, hidden, cell_rows, cell, dtype,
+     errors) = message
     if arena is None:
         return ("error", "RuntimeError: no arena was sent")
     try:
         dtype = np.dtype(dtype)
-        shapes = _lockstep_layout(steps, width, len(tokens), gates, hidden, dtype)
-        inputs, projected, history, cells, raw = arena.arrays(dtype, *shapes)
+        shapes = _lockstep_layout(steps, batch, width, pieces, len(tokens), gates, hidden,
+                                  cell_rows, cell, dtype)
+        inputs, *projected, history, cells, raw = arena.arrays(dtype, *shapes)
         ticks = _ticks(raw)
     except Exception as error:  # out of step with the caller: it gives up on the helper
         return ("error", f"{type(error).__name__}: {error}")
@@ -813,7 +823,7 @@ def _run_lockstep(message: tuple[Any, ...], layers: dict[int, Any], arena: _Aren
     try:
         parts = [layers[token] for token in tokens]
         with np.errstate(**errors):  # what the caller does not ignore raises
-            lockstep(parts, inputs, projected, history, cells, ticks, wait)
+            lockstep(parts, inputs, projected, history, cells, ticks, wait, pieces, chunk)
     except _Told:
         reply: tuple[str, ...] = ("stopped",)
     except FloatingPointError as error:  # the caller computes the rest: its settings act
