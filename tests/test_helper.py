@@ -748,6 +748,26 @@ def test_lockstep_of_many_sequences_gives_the_numbers_of_one_thread(
     assert row_lockstep == [True] * layers and used == [True] * layers
 
 
+def test_lockstep_of_many_sequences_keeps_its_bounds(row_lockstep: list[bool], used: list[bool],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bidirectional layers (a direction in each process), halves of a batch whose weights'
+    halves do not fit the cache, and sequences with lengths run as before, with the same
+    numbers."""
+    net = RNN.random(Spec("lstm", 7, 64, bidirectional=True), seed=7)
+    x = np.random.default_rng(8).standard_normal((9, 13, 7)).astype(np.float32)
+    _assert_same(net.forward(x, threads=2), net.forward(x, threads=1))
+    assert not row_lockstep and used == [True]
+    monkeypatch.setattr(runtime, "_halves_fit", lambda layer, batch: False)
+    net, x, state, expected = _sequences("one-way GRU", 9)
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+    assert not row_lockstep and used == [True] * 3  # a half of the batch there, a layer each
+    lengths = np.array([13, 5, 13, 2, 13, 13, 7, 13, 13])
+    monkeypatch.setattr(runtime, "_halves_fit", lambda layer, batch: True)
+    _assert_same(net.forward(x, state=state, lengths=lengths, threads=2),
+                 net.forward(x, state=state, lengths=lengths, threads=1))
+    assert not row_lockstep
+
+
 @pytest.mark.parametrize("tick", [1, 20, 35])
 @pytest.mark.parametrize("name", list(ROW_LOCKSTEP_SPECS))
 def test_a_helper_killed_in_lockstep_of_many_sequences_costs_only_speed(
