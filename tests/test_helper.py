@@ -768,25 +768,61 @@ def test_lockstep_of_many_sequences_keeps_its_bounds(row_lockstep: list[bool], u
     assert not row_lockstep
 
 
-@pytest.mark.parametrize("tick", [1, 20, 35])
+@pytest.mark.parametrize("tick", [0, 20, 35])
 @pytest.mark.parametrize("name", list(ROW_LOCKSTEP_SPECS))
 def test_a_helper_killed_in_lockstep_of_many_sequences_costs_only_speed(
         row_lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch, name: str,
         tick: int) -> None:
-    """Killed before its projection or during the steps, the helper's half of the rest
-    runs here from the last step both finished: an LSTM's c from the rows this process
-    keeps in turn (runtime._CELL_RING)."""
+    """Killed as its job starts (before its projection) or during the steps, the helper's
+    half of the rest runs here from the last step both finished: an LSTM's c from the
+    rows this process keeps in turn (runtime._CELL_RING)."""
     net, x, state, expected = _sequences(name, 9, steps=40)
 
     def kill(running: Any) -> None:
         running.process.kill()
         running.process.wait()
 
-    _at_tick(monkeypatch, tick, kill)
+    if tick:
+        _at_tick(monkeypatch, tick, kill)
+    else:
+        start = helper.lockstep
+
+        def killed_at_once(*args: Any) -> Any:
+            job = start(*args)
+            if job is not None:
+                kill(job.helper)
+            return job
+
+        monkeypatch.setattr(helper, "lockstep", killed_at_once)
     with pytest.warns(HelperFallbackWarning, match=r"exited and was ended"):
         got = net.forward(x, state=state, threads=2)
     _assert_same(got, expected)
     assert row_lockstep[0] is True
+
+
+@pytest.mark.parametrize("batch", [1, 9])
+def test_a_helper_that_runs_on_as_it_is_given_up_costs_only_speed(
+        row_lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch,
+        batch: int) -> None:
+    """A helper found stopped may run on for a moment before it is ended, a step or two past
+    this process's last one: the rest runs here from the last step both finished."""
+    if batch == 1:
+        net, x, state, expected = _one_sequence(steps=40)
+    else:
+        net, x, state, expected = _sequences("one-way GRU", batch, steps=40)
+    _at_tick(monkeypatch, 20, lambda running: os.kill(running.process.pid, signal.SIGSTOP))
+    kill = helper._Helper.kill
+
+    def late(self: Any) -> None:  # let go a moment after this process gave up on it
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+            time.sleep(0.3)
+        kill(self)
+
+    monkeypatch.setattr(helper._Helper, "kill", late)
+    with pytest.warns(HelperFallbackWarning, match=r"was stopped"):
+        got = net.forward(x, state=state, threads=2)
+    _assert_same(got, expected)
 
 
 def test_a_helper_stopped_in_lockstep_is_not_waited_for(

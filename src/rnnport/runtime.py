@@ -948,10 +948,13 @@ def _lockstep(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
                 lockstep_steps(directions, 0, projected, states, cells, ticks, job.wait, pieces,
                                chunk)
             except helper.Stopped:
+                # Both halves are done up to the lower tick: a helper given up may have run
+                # on a step or two before it was ended, past this process's last one.
                 done = int(ticks[1][0])
                 if done < 1 and len(pieces) == 2:
                     _project_piece(layer, inputs, pieces[1], projected[1])
-                _alone(directions, projected, states, cells, pieces, chunk, max(done - 1, 0))
+                _alone(directions, projected, states, cells, pieces, chunk,
+                       max(min(done, int(ticks[0][0])) - 1, 0))
     except Exception:  # this process's steps raised (np.seterr, memory): the helper stops
         job.stop()
         raise
