@@ -430,7 +430,7 @@ def test_half_rows_steps_give_the_pieces_bits(spec: Spec, dtype: type, batch: in
     projected = [np.empty((1, 11, after - first, layer.width), dtype)
                  for _, first, after in pieces]
     for piece, out in zip(pieces, projected, strict=True):
-        runtime._project_piece(layer, inputs, piece, out)
+        runtime._project_piece(layer, piece[0], inputs, piece, out)
     start = rng.standard_normal((2, directions, batch, hidden)).astype(dtype)
     lstm = spec.cell == "lstm"
     history = np.zeros((12, directions, batch, hidden), dtype)

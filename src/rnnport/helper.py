@@ -531,8 +531,8 @@ def _reached(counter: np.ndarray, tick: int, stopped: Callable[[int], bool]) -> 
 
 class LockstepJob(Job):
     """A layer whose steps this process and the helper run together, half the units each
-    (:func:`rnnport.runtime.lockstep_steps`); ``arrays`` are the input side, the h and c
-    histories and the ticks, in the arena."""
+    (:func:`rnnport.runtime.lockstep_steps`); ``arrays`` are the pieces' input sides (a
+    list), the h history, the rows of c and the ticks, in the arena (see :func:`lockstep`)."""
 
     lost: str | None = None  # why the helper was given up (stopped, dead, overdue)
 

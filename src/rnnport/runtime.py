@@ -941,7 +941,7 @@ def _lockstep(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
     try:
         with _quiet():
             try:
-                _project_piece(layer, inputs, pieces[0], projected[0])
+                _project_piece(layer, pieces[0][0], inputs, pieces[0], projected[0])
                 ticks[0][0] = 1
                 if ticks[1][0] < 1:
                     job.wait(1)
@@ -952,7 +952,7 @@ def _lockstep(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
                 # on a step or two before it was ended, past this process's last one.
                 done = int(ticks[1][0])
                 if done < 1 and len(pieces) == 2:
-                    _project_piece(layer, inputs, pieces[1], projected[1])
+                    _project_piece(layer, pieces[1][0], inputs, pieces[1], projected[1])
                 _alone(directions, projected, states, cells, pieces, chunk,
                        max(min(done, int(ticks[0][0])) - 1, 0))
     except Exception:  # this process's steps raised (np.seterr, memory): the helper stops
@@ -976,12 +976,12 @@ def _lockstep(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
 _CELL_RING = 3
 
 
-def _project_piece(layer: _Layer, inputs: np.ndarray, piece: tuple[int, int, int],
-                   out: np.ndarray) -> None:
+def _project_piece(layer: _Layer, direction: int, inputs: np.ndarray,
+                   piece: tuple[int, int, int], out: np.ndarray) -> None:
     """The input side of a lockstep ``piece`` (see :func:`_lockstep_pieces`) into ``out``
-    (1, T, b, G·H); ``layer`` has the piece's direction (or is that direction alone)."""
-    direction, first, after = piece
-    direction = min(direction, layer.directions - 1)
+    (1, T, b, G·H), through ``layer``'s ``direction`` (the piece's, or 0 of that direction
+    alone, as the helper holds it)."""
+    _, first, after = piece
     _project(layer, inputs, None, slice(direction, direction + 1), slice(first, after), out=out)
 
 
@@ -1011,7 +1011,7 @@ def lockstep_helper(layers: Sequence[_Layer], inputs: np.ndarray,
     """The helper's part of :func:`_lockstep`, its layer's directions ``layers`` (one
     each): the second piece's input side (if any), then the second half of every step."""
     if len(pieces) == 2:
-        _project_piece(layers[pieces[1][0]], inputs, pieces[1], projected[1])
+        _project_piece(layers[pieces[1][0]], 0, inputs, pieces[1], projected[1])
     ticks[1][0] = 1
     if ticks[0][0] < 1:
         wait(1)
@@ -1338,7 +1338,7 @@ def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]) -> _Step
     here, as :func:`_lstm_step`. ``h_next`` may be
     ``h`` itself: h' is written last."""
     # Reset before: the product holds the r z columns only (R_n multiplies r∘h apart).
-    act_f, act_g, bias_n, clip = layer.act_f, layer.act_g, layer.bias_n, layer.clip
+    act_f, bias_n, clip = layer.act_f, layer.bias_n, layer.clip
     per_direction_n = None if layer.recurrent_n is None else list(layer.recurrent_n)
     if bias_n is not None:
         bias_n = bias_n.reshape(bias_n.shape[0], 1, *scratch.split)
@@ -1348,6 +1348,7 @@ def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]) -> _Step
     rz_raw, rz_split, rz, n_split = raw_gates[:, :2], split[:, :2], buf[:, :2], split[:, 2]
     n_raw = raw_gates[:, -1]  # n with reset after (reset before's product has no n)
     r, z, candidate, r_split = gates["r"], gates["z"], gates["n"], split[:, 0]
+    rest = _gru_rest(layer, candidate, z, tmp)
 
     def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, _: Any = None) -> None:
         product(h, raw)
@@ -1367,13 +1368,27 @@ def _gru_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]) -> _Step
         np.add(n_split, step_input[:, 2], out=n_split)
         if clip is not None:
             _clip(layer, gates, "n")
-        act_g.prescaled(candidate)
-        # h' = (1 − z)∘n + z∘h = n + z∘(h − n)
-        np.subtract(h, candidate, out=tmp)
-        np.multiply(tmp, z, out=tmp)
-        np.add(candidate, tmp, out=h_next)
+        rest(h, h_next)
 
     return step
+
+
+def _gru_rest(layer: _Layer, candidate: np.ndarray, z: np.ndarray, tmp: np.ndarray
+              ) -> Callable[[np.ndarray, np.ndarray], None]:
+    """The GRU step after n's pre-activation is in ``candidate`` and z in ``z`` (a
+    :func:`_gru_step`, a :func:`_lean_cell` step, or a :func:`_half_rows_cell` half):
+    ``rest(h, h_next)``, n = g(·) in place, then h' = (1 − z)∘n + z∘h = n + z∘(h − n) into
+    ``h_next`` (which may be ``h``), through ``tmp``."""
+    activation = layer.act_g.prescaled
+    subtract, multiply, add = np.subtract, np.multiply, np.add
+
+    def rest(h: np.ndarray, h_next: np.ndarray) -> None:
+        activation(candidate)
+        subtract(h, candidate, tmp)
+        multiply(tmp, z, tmp)
+        add(candidate, tmp, h_next)
+
+    return rest
 
 
 def _rnn_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell: None,
@@ -1667,7 +1682,7 @@ def _half_rows_cell(layer: _Layer, direction: int, part: int, rows: Sequence[sli
     products = [(cut, [(matrix, raw[j, cut]) for j, matrix in enumerate(mine)]) for cut in rows]
     sums = [(raw_gates[:, cut], split[:, cut]) for cut in rows]
     units = slice(part * half, (part + 1) * half)
-    dot, add, subtract, multiply = np.dot, np.add, np.subtract, np.multiply
+    dot, add, multiply = np.dot, np.add, np.multiply
 
     def product(h: np.ndarray) -> None:
         for cut, pairs in products:
@@ -1687,8 +1702,9 @@ def _half_rows_cell(layer: _Layer, direction: int, part: int, rows: Sequence[sli
             rest(c, c_next, h_next)
 
         return lstm
-    act_f, act_g = layer.act_f, layer.act_g
+    act_f = layer.act_f
     r, z, candidate = buffer
+    rest_gru = _gru_rest(layer, candidate, z, tmp)
     rz, r_split, n_split, n_raw = buffer[:2], split[0], split[2], raw_gates[2]
     pieces_n = [into[2] for _, into in sums]
     bias_n = None if layer.bias_n is None else \
@@ -1707,10 +1723,7 @@ def _half_rows_cell(layer: _Layer, direction: int, part: int, rows: Sequence[sli
             multiply(n_raw, r_split, n_split)
         for into, step_input in zip(pieces_n, inputs, strict=True):
             add(into, step_input[2], into)
-        act_g.prescaled(candidate)
-        subtract(h[:, units], candidate, tmp)  # h' = n + z∘(h − n)
-        multiply(tmp, z, tmp)
-        add(candidate, tmp, h_next)
+        rest_gru(h[:, units], h_next)
 
     return gru
 
@@ -1799,8 +1812,7 @@ def _lean_cell(layer: _Layer, dtype: np.dtype
     first, first_row = layer.recurrent[0], gates[0, :, :width]
     second, second_row = (layer.recurrent[1], gates[1, :, :width]) if directions == 2 \
         else (None, None)
-    dot, add, subtract, multiply, divide = np.dot, np.add, np.subtract, np.multiply, np.divide
-    exp, tanh = np.exp, np.tanh
+    dot, add, multiply, divide, exp = np.dot, np.add, np.multiply, np.divide, np.exp
 
     if layer.cell == "lstm":
         rest = _lstm_rest(layer, gates, tmp, lambda gate: gates[..., layer.blocks[gate]])
@@ -1818,6 +1830,7 @@ def _lean_cell(layer: _Layer, dtype: np.dtype
         rz = gates[..., :2 * hidden]
         reset_before = layer.recurrent_n  # (D, H, H): R_n multiplies r∘h apart
         bias_n = layer.bias_n  # (D, 1, H): bR_n, inside r∘(…)
+        rest_gru = _gru_rest(layer, n, z, tmp)
 
         def gru(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
             dot(h[0], first, first_row)
@@ -1836,10 +1849,7 @@ def _lean_cell(layer: _Layer, dtype: np.dtype
                 for d in range(directions):
                     dot(tmp[d], reset_before[d], n[d])
             add(n, step_input[..., 2 * hidden:], n)
-            tanh(n, n)
-            subtract(h, n, tmp)  # h' = (1 − z)∘n + z∘h = n + z∘(h − n)
-            multiply(tmp, z, tmp)
-            add(n, tmp, h_next)
+            rest_gru(h, h_next)
 
         return gru
     activation = layer.act_g.core
