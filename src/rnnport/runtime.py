@@ -59,11 +59,10 @@ How it runs:
   no interpreter lock between them, one meeting per layer, the same numbers. Where
   ``threadpoolctl`` cannot be imported the thread counts cannot be set: everything runs as the BLAS is
   configured (``OPENBLAS_NUM_THREADS`` …), in one Python thread.
-* Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice.
-  Each activation's input scale (σ(x) = 1 / (1 + e^-x) takes ``−x``; an LSTM candidate's
-  tanh(x) = 2σ(2x) − 1 takes ``−2x``) is folded into the weights and biases once, so one
-  ``exp`` pass serves all four LSTM gates. ±1 and ±2 are powers of two: no product or
-  sum changes by a bit. See :class:`rnnport.activations.Kernel`.
+* Gates run in the order ``i f o g`` (LSTM), so the three sigmoid blocks are one slice:
+  one σ pass serves them, and the candidate takes NumPy's tanh. σ's input scale (σ(x) =
+  1 / (1 + e^-x) takes ``−x``) is folded into the weights and biases once; −1 changes no
+  product or sum by a bit. See :class:`rnnport.activations.Kernel`.
 * At batch 1, a layer without options (no gate clip, the default activations; an LSTM
   without peepholes, projection, layer norm, cell clip or coupled gates) steps through
   :func:`_lean_cell`: the same operations on the same operands, one ufunc call each over
@@ -93,7 +92,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import budget
-from .activations import DEFAULTS, RELU, SIGMOID, TANH, TANH_WITH_SIGMOID, kernel, one
+from .activations import DEFAULTS, RELU, SIGMOID, TANH, kernel, one
 from .errors import DTypeError, ShapeError, StateError, UnsupportedFeatureError
 from .gates import CANONICAL, block, block_range, gate_family, reorder
 from .spec import Spec
@@ -157,8 +156,7 @@ class _Layer:
         else:
             names = spec.activations or [(name, 0.0, 0.0) for name in DEFAULTS[spec.cell]]
             self.act_f = kernel(names[0])
-            # An LSTM's candidate block sits beside its σ gates and may share their pass.
-            self.act_g = kernel(names[1], beside=self.act_f if family == "lstm" else None)
+            self.act_g = kernel(names[1])
             self.act_h = kernel(names[2]) if len(names) == 3 else TANH
         # A gate's scale: the candidate (g, n, or an RNN's only block) takes act_g's.
         scales = {gate: self.act_g.scale if gate in "gnh" else self.act_f.scale for gate in order}
@@ -1265,7 +1263,8 @@ def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]) -> _Ste
     order = list(layer.blocks)
     sigmoid_gates = slice(order.index("i"), order.index("o") + 1)
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
-    # One pass of the shared core over all four gates, then each kernel's own post.
+    # Where the gates and the candidate share a core (σ for both, say): one pass over all
+    # four gates, then each kernel's own post.
     shared = act_f.core is act_g.core and layer.peephole is None
     core, post_f, post_g = act_f.core, act_f.post, act_g.post
     into_h = act_h.direct or act_h.into  # tanh(c') straight into h' (or the output slot)
@@ -1520,7 +1519,7 @@ def _lean(layer: _Layer) -> bool:
     if layer.clip is not None:
         return False
     if layer.cell == "lstm":
-        return (layer.act_f is SIGMOID and layer.act_g is TANH_WITH_SIGMOID
+        return (layer.act_f is SIGMOID and layer.act_g is TANH
                 and layer.act_h is TANH and layer.peephole is None and layer.layer_norm is None
                 and layer.projection is None and layer.cell_clip is None
                 and not layer.input_forget)
@@ -1691,8 +1690,11 @@ def _half_rows_cell(layer: _Layer, direction: int, part: int, rows: Sequence[sli
                 dot(source, matrix, out)
 
     if layer.cell == "lstm":
-        rest = _lstm_rest(layer, buffer, tmp,
-                          lambda gate: buffer[layer.blocks[gate].start // hidden])
+        def view(names: str) -> np.ndarray:  # buffer's blocks, one gate without its axis
+            blocks = _span(layer, names, 1)
+            return buffer[blocks] if len(names) > 1 else buffer[blocks.start]
+
+        rest = _lstm_rest(layer, buffer, tmp, view)
 
         def lstm(inputs: Sequence[np.ndarray], h: np.ndarray, h_next: np.ndarray,
                  c: np.ndarray, c_next: np.ndarray) -> None:
@@ -1748,8 +1750,7 @@ def _half_cell(layer: _Layer, direction: int, part: int, dtype: np.dtype
     gates = np.empty((1, 4 * half), dtype)
     blocks = gates.reshape(1, 4, half)
     rest = _lstm_rest(layer, gates, np.empty((1, half), dtype),
-                      lambda gate: gates[:, layer.blocks[gate].start // layer.hidden * half:]
-                      [:, :half])
+                      lambda names: gates[:, _span(layer, names, half)])
     dot, add = np.dot, np.add
 
     def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: np.ndarray,
@@ -1761,23 +1762,33 @@ def _half_cell(layer: _Layer, direction: int, part: int, dtype: np.dtype
     return step
 
 
+def _span(layer: _Layer, names: str, size: int) -> slice:
+    """The gate blocks ``names`` (adjacent in the runtime's order), as a slice of an axis
+    that holds each block in ``size`` places."""
+    first = min(layer.blocks[gate].start for gate in names) // layer.hidden
+    after = max(layer.blocks[gate].stop for gate in names) // layer.hidden
+    if after - first != len(names):
+        raise ValueError(f"the gates {names} are not adjacent in the order {''.join(layer.blocks)}")
+    return slice(first * size, after * size)
+
+
 def _lstm_rest(layer: _Layer, gates: np.ndarray, tmp: np.ndarray,
                view: Callable[[str], np.ndarray]) -> Callable[[Any, Any, Any], None]:
     """The lean LSTM step after its gates' pre-activations are in ``gates`` (one
-    :func:`_lean_cell` step, or a :func:`_half_cell` half, ``view(gate)`` each gate's part
-    of ``gates``): ``rest(c, c_next, h_next)`` with c' written into ``c_next`` (which may be
-    ``c``), then h'."""
+    :func:`_lean_cell` step, a :func:`_half_cell` half or a :func:`_half_rows_cell` half):
+    ``view(names)`` is the part of ``gates`` that holds the adjacent gates ``names``;
+    ``rest(c, c_next, h_next)`` writes c' into ``c_next`` (which may be ``c``), then h'."""
     unit = one(gates)
+    sigmoids = view("ifo")
     i, f, o, g = (view(gate) for gate in "ifog")
-    add, subtract, multiply, divide = np.add, np.subtract, np.multiply, np.divide
+    add, multiply, divide = np.add, np.multiply, np.divide
     exp, tanh = np.exp, np.tanh
 
     def rest(c: Any, c_next: Any, h_next: Any) -> None:
-        exp(gates, gates)  # σ of all four gates (g's tanh(x) = 2σ(2x) − 1)
-        add(gates, unit, gates)
-        divide(unit, gates, gates)
-        add(g, g, g)
-        subtract(g, unit, g)
+        exp(sigmoids, sigmoids)  # σ of i, f and o (their inputs hold −x)
+        add(sigmoids, unit, sigmoids)
+        divide(unit, sigmoids, sigmoids)
+        tanh(g, g)
         multiply(c, f, c_next)
         multiply(i, g, tmp)
         add(c_next, tmp, c_next)
@@ -1815,7 +1826,8 @@ def _lean_cell(layer: _Layer, dtype: np.dtype
     dot, add, multiply, divide, exp = np.dot, np.add, np.multiply, np.divide, np.exp
 
     if layer.cell == "lstm":
-        rest = _lstm_rest(layer, gates, tmp, lambda gate: gates[..., layer.blocks[gate]])
+        rest = _lstm_rest(layer, gates, tmp,
+                          lambda names: gates[..., _span(layer, names, layer.hidden)])
 
         def lstm(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
             dot(h[0], first, first_row)
