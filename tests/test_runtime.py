@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -450,6 +451,54 @@ def test_half_rows_steps_give_the_pieces_bits(spec: Spec, dtype: type, batch: in
     np.testing.assert_array_equal(history, expected)
     if lstm:
         np.testing.assert_array_equal(cells[11 % runtime._CELL_RING], cell)
+
+
+UNIT_SPECS = [Spec("lstm", 3, 6, num_layers=2), Spec("lstm", 3, 5, bidirectional=True, bias=False),
+              Spec("gru", 3, 6, bidirectional=True), Spec("gru", 3, 5, bias=False)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spec", UNIT_SPECS, ids=lambda s: s.describe())
+def test_unit_major_steps_compute_what_sequence_major_steps_do(
+        spec: Spec, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lean LSTM or GRU at four sequences or more steps unit-major (h, c and the gates as
+    (units, sequences), the product Rᵀ h): within a product's rounding of the
+    sequence-major steps, both directions in one loop, with an initial state and with
+    lengths that leave fewer than four sequences running (and none), each final state
+    where its sequence ends; and at three sequences it does not run."""
+    from rnnport import runtime
+
+    net = RNN.random(spec, seed=9, dtype=dtype, scale=0.8)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 9, 3)).astype(dtype)
+    directions = 2 if spec.bidirectional else 1
+    shape = (spec.num_layers * directions, 6, spec.hidden_size)
+    start: Any = rng.standard_normal(shape).astype(dtype)
+    if spec.cell == "lstm":
+        start = (start, rng.standard_normal(shape).astype(dtype))
+    ran: list[int] = []
+    unit_loop = runtime._unit_loop
+
+    def counted(*args: Any) -> None:
+        ran.append(args[2].shape[2])
+        unit_loop(*args)
+
+    monkeypatch.setattr(runtime, "_unit_loop", counted)
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == np.float32 else {"rtol": 1e-12}
+    for lengths in (None, np.array([9, 2, 9, 5, 1, 0])):
+        y, state = net.forward(x, state=start, lengths=lengths, threads=1)
+        assert ran == [6] * spec.num_layers
+        ran.clear()
+        with monkeypatch.context() as sequence_major:
+            sequence_major.setattr(runtime, "_unit_major", lambda layer, batch: False)
+            y_rows, state_rows = net.forward(x, state=start, lengths=lengths, threads=1)
+        assert not ran
+        np.testing.assert_allclose(y, y_rows, **tolerance)
+        for got, want in zip(state if spec.cell == "lstm" else [state],
+                             state_rows if spec.cell == "lstm" else [state_rows], strict=True):
+            np.testing.assert_allclose(got, want, **tolerance)
+    net.forward(x[:3], threads=1)
+    assert not ran
 
 
 def test_halves_of_a_batch_run_where_half_the_weights_fit_the_cache(

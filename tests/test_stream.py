@@ -62,7 +62,7 @@ def _streamed(model: rnnport.Model, x: np.ndarray, chunk: int, state: object = N
 def test_chunks_are_forward_bit_for_bit(spec: Spec, dtype: type) -> None:
     net = RNN.random(spec, seed=3, dtype=dtype, scale=0.9)
     rng = np.random.default_rng(1)
-    for batch in (1, 3):
+    for batch in (1, 3, 5):  # one row, rows, and a lean layer's unit-major steps (4 and more)
         x = rng.standard_normal((batch, STEPS, spec.input_size)).astype(dtype)
         y, state = net.forward(x)
         for chunk in CHUNKS:
