@@ -1486,31 +1486,28 @@ def _unit_gates(layer: _Layer, raw: np.ndarray, tmp: np.ndarray, bias_n: np.ndar
     (all of them, or a lockstep half): ``after(step_input, h, h_next, c)`` with the units'
     input (D, G, U, n), h and h' (D, U, n) and an LSTM's c (D, U, n), updated in place;
     ``tmp`` (D, U, n); ``bias_n`` a GRU's bR_n (D, U, 1) or None. The operations of
-    :func:`_lstm_step` and :func:`_gru_step` for a lean layer, in the same order."""
+    :func:`_lstm_step` and :func:`_gru_step` for a lean layer, in the same order (their
+    tails :func:`_lstm_rest` and :func:`_gru_rest`)."""
     units = tmp.shape[1]
     gates = raw.reshape(raw.shape[0], -1, units, raw.shape[2])  # (D, G, U, n)
     unit = one(raw)
-    add, subtract, multiply, divide, exp, tanh = (np.add, np.subtract, np.multiply, np.divide,
-                                                  np.exp, np.tanh)
+    add, multiply, divide, exp = np.add, np.multiply, np.divide, np.exp
     if layer.cell == "lstm":
         order = list(layer.blocks)
-        i, f, o, g = (gates[:, order.index(gate)] for gate in "ifog")
-        sigmoids = raw[:, _span(layer, "ifo", units)]
+
+        def view(names: str) -> np.ndarray:
+            return raw[:, _span(layer, names, units)] if len(names) > 1 else \
+                gates[:, order.index(names)]
+
+        rest = _lstm_rest(layer, raw, tmp, view)
 
         def lstm(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
             add(gates, step_input, gates)
-            exp(sigmoids, sigmoids)
-            add(sigmoids, unit, sigmoids)
-            divide(unit, sigmoids, sigmoids)
-            tanh(g, g)
-            multiply(c, f, c)
-            multiply(i, g, tmp)
-            add(c, tmp, c)
-            tanh(c, h_next)
-            multiply(h_next, o, h_next)
+            rest(c, c, h_next)
 
         return lstm
     r, z, candidate, rz = gates[:, 0], gates[:, 1], gates[:, 2], gates[:, :2]
+    rest_gru = _gru_rest(layer, candidate, z, tmp)
 
     def gru(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any = None) -> None:
         add(rz, step_input[:, :2], rz)
@@ -1521,10 +1518,7 @@ def _unit_gates(layer: _Layer, raw: np.ndarray, tmp: np.ndarray, bias_n: np.ndar
             add(candidate, bias_n, candidate)
         multiply(candidate, r, candidate)
         add(candidate, step_input[:, 2], candidate)
-        tanh(candidate, candidate)
-        subtract(h, candidate, tmp)
-        multiply(tmp, z, tmp)
-        add(candidate, tmp, h_next)
+        rest_gru(h, h_next)
 
     return gru
 
