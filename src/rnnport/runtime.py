@@ -1429,37 +1429,43 @@ class _Units:
     input through a transposed view and writes h' to the history through one, and the loop
     copies h and c in at its start and c out at its end (exact copies: the same numbers).
 
-    ``h`` (2, D, H, B): h and h' in turn; ``c`` (D, H, B) for an LSTM. Views for the first
-    ``n`` sequences (lengths) multiply into buffers of their own, which the BLAS needs
-    contiguous."""
+    ``h`` (2, D, H, B): h and h' in turn; ``c`` (D, H, B) for an LSTM. The step of the
+    first ``n`` sequences (lengths) multiplies into the first D·G·H·n values of one buffer,
+    seen as (D, G·H, n): contiguous, as the BLAS needs its output, and no more memory for
+    any number of lengths."""
 
     def __init__(self, layer: _Layer, batch: int, dtype: np.dtype) -> None:
         hidden, (depth, width) = layer.hidden, layer.recurrent.shape[1:]
-        self.layer, self.batch, self.dtype = layer, batch, dtype
+        self.layer, self.batch = layer, batch
         self.chunk = _chunk_width(hidden, batch, depth) or width
         self.weights = layer.chunks(self.chunk, units=True)
         self.h = np.empty((2, layer.directions, hidden, batch), dtype)
         self.c = np.empty((layer.directions, hidden, batch), dtype) \
             if layer.cell == "lstm" else None
+        self._raw = np.empty(layer.directions * width * batch, dtype)
+        self._tmp = np.empty(layer.directions * hidden * batch, dtype)
         self._steps: dict[int, Callable[..., None]] = {}
 
     def step(self, n: int) -> Callable[..., None]:
         """The step of the first ``n`` sequences (see :func:`_unit_step`), made once per n."""
         found = self._steps.get(n)
         if found is None:
-            found = _unit_step(self.layer, self.weights, self.chunk, n, self.dtype)
+            directions, width = self.layer.directions, self.layer.width
+            found = _unit_step(self.layer, self.weights, self.chunk,
+                               self._raw[:directions * width * n].reshape(directions, width, n),
+                               self._tmp[:directions * self.layer.hidden * n].reshape(
+                                   directions, self.layer.hidden, n))
             self._steps[n] = found
         return found
 
 
-def _unit_step(layer: _Layer, weights: Sequence[Sequence[np.ndarray]], chunk: int, n: int,
-               dtype: np.dtype) -> Callable[..., None]:
-    """One unit-major step of ``n`` sequences, its buffers made here: ``step(step_input, h,
-    h_next, c)`` with the step's input (D, G, H, n) (a transposed view of the projection),
-    h and the slot for h' (D, H, n), an LSTM's c (D, H, n), updated in place (None for a
-    GRU). ``weights``: per direction the (chunk, H) blocks of Rᵀ."""
-    directions, hidden = layer.directions, layer.hidden
-    raw = np.empty((directions, len(weights[0]) * chunk, n), dtype)
+def _unit_step(layer: _Layer, weights: Sequence[Sequence[np.ndarray]], chunk: int,
+               raw: np.ndarray, tmp: np.ndarray) -> Callable[..., None]:
+    """One unit-major step of n sequences into the buffers ``raw`` (D, G·H, n) (the
+    product, then the gates) and ``tmp`` (D, H, n): ``step(step_input, h, h_next, c)`` with
+    the step's input (D, G, H, n) (a transposed view of the projection), h and the slot
+    for h' (D, H, n), an LSTM's c (D, H, n), updated in place (None for a GRU).
+    ``weights``: per direction the (chunk, H) blocks of Rᵀ."""
     products = [[(matrix, raw[d, j * chunk:(j + 1) * chunk]) for j, matrix in enumerate(blocks)]
                 for d, blocks in enumerate(weights)]
     dot = np.dot
@@ -1470,7 +1476,7 @@ def _unit_step(layer: _Layer, weights: Sequence[Sequence[np.ndarray]], chunk: in
             for matrix, out in pairs:
                 dot(matrix, source, out)
 
-    after = _unit_gates(layer, raw, np.empty((directions, hidden, n), dtype),
+    after = _unit_gates(layer, raw, tmp,
                         None if layer.bias_n is None else layer.bias_n.transpose(0, 2, 1))
 
     def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
