@@ -713,12 +713,12 @@ ROW_LOCKSTEP_SPECS = {
 
 @pytest.fixture
 def row_lockstep(lockstep: list[bool], monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Batches of more than one sequence run in lockstep too: small layers' products in
-    chunks of 32 columns (at 4 to 9 rows), each half of the weights as if it fit the
-    cache."""
+    """Batches of more than one sequence run in lockstep too, as one piece (up to 31
+    sequences): small layers' products (hidden 64) in blocks of 32 rows of Rᵀ."""
     monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
-    monkeypatch.setattr(runtime, "_halves_fit", lambda layer, batch: True)
-    monkeypatch.setattr(runtime, "SMALL_PRODUCT", 48 * 64 * 4)
+    monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 16)
+    monkeypatch.setattr(runtime, "_chunk_width",
+                        lambda hidden, rows, depth: 32 if rows >= runtime.CHUNK_MIN_ROWS else None)
     return lockstep
 
 
@@ -732,16 +732,12 @@ def _sequences(name: str, batch: int, steps: int = 13, dtype: type = np.float32
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("batch", [4, 9], ids=["one piece", "batch halves"])
+@pytest.mark.parametrize("batch", [4, 9])
 @pytest.mark.parametrize("name", list(ROW_LOCKSTEP_SPECS))
 def test_lockstep_of_many_sequences_gives_the_numbers_of_one_thread(
-        row_lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch, name: str,
-        batch: int, dtype: type) -> None:
-    """A one-way LSTM or GRU at more than one sequence, its batch in halves (9: 4 and 5
-    sequences, each half's input side projected by one process) or one piece (4), runs
-    half the units in each process and gives the bits of one thread."""
-    if batch == 4:
-        monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 16)
+        row_lockstep: list[bool], used: list[bool], name: str, batch: int, dtype: type) -> None:
+    """A one-way LSTM or GRU at more than one sequence, its batch one piece, runs half the
+    units in each process and gives the bits of one thread."""
     net, x, state, expected = _sequences(name, batch, dtype=dtype)
     _assert_same(net.forward(x, state=state, threads=2), expected)
     layers = ROW_LOCKSTEP_SPECS[name].num_layers
@@ -750,19 +746,18 @@ def test_lockstep_of_many_sequences_gives_the_numbers_of_one_thread(
 
 def test_lockstep_of_many_sequences_keeps_its_bounds(row_lockstep: list[bool], used: list[bool],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bidirectional layers (a direction in each process), halves of a batch whose weights'
-    halves do not fit the cache, and sequences with lengths run as before, with the same
-    numbers."""
+    """Bidirectional layers (a direction in each process), a batch in halves (a half in
+    each process) and sequences with lengths run as before, with the same numbers."""
     net = RNN.random(Spec("lstm", 7, 64, bidirectional=True), seed=7)
     x = np.random.default_rng(8).standard_normal((9, 13, 7)).astype(np.float32)
     _assert_same(net.forward(x, threads=2), net.forward(x, threads=1))
     assert not row_lockstep and used == [True]
-    monkeypatch.setattr(runtime, "_halves_fit", lambda layer, batch: False)
+    monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 4)
     net, x, state, expected = _sequences("one-way GRU", 9)
     _assert_same(net.forward(x, state=state, threads=2), expected)
     assert not row_lockstep and used == [True] * 3  # a half of the batch there, a layer each
+    monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 16)
     lengths = np.array([13, 5, 13, 2, 13, 13, 7, 13, 13])
-    monkeypatch.setattr(runtime, "_halves_fit", lambda layer, batch: True)
     _assert_same(net.forward(x, state=state, lengths=lengths, threads=2),
                  net.forward(x, state=state, lengths=lengths, threads=1))
     assert not row_lockstep
@@ -773,7 +768,7 @@ def test_lockstep_of_many_sequences_keeps_its_bounds(row_lockstep: list[bool], u
 def test_a_helper_killed_in_lockstep_of_many_sequences_costs_only_speed(
         row_lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch, name: str,
         tick: int) -> None:
-    """Killed as its job starts (before its projection) or during the steps, the helper's
+    """Killed as its job starts (before its first step) or during the steps, the helper's
     half of the rest runs here from the last step both finished: an LSTM's c from the
     rows this process keeps in turn (runtime._CELL_RING)."""
     net, x, state, expected = _sequences(name, 9, steps=40)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -399,32 +398,23 @@ ROW_HALVES_SPECS = [Spec("lstm", 5, 64, num_layers=2), Spec("lstm", 5, 128, bias
                     Spec("gru", 5, 64, reverse=True), Spec("gru", 5, 128, bias=False)]
 
 
-@pytest.mark.parametrize("split", [True, False], ids=["batch halves", "one piece"])
-@pytest.mark.parametrize("batch", [8, 9])
+@pytest.mark.parametrize("batch", [4, 8, 9])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("spec", ROW_HALVES_SPECS, ids=lambda s: s.describe())
-def test_half_rows_steps_give_the_pieces_bits(spec: Spec, dtype: type, batch: int, split: bool,
+def test_half_rows_steps_give_the_pieces_bits(spec: Spec, dtype: type, batch: int,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """At more than one sequence, two half steps (one per half of the units) give the bits
-    of the steps of the layer's pieces run apart, as runtime._run_layer runs them (each
-    direction, or a one-way layer's two halves of its batch), for LSTMs and GRUs. Small
-    layers made to qualify: their products in chunks of 32 columns (the chunk width
-    divides half the units), their batch in halves or not, each half of the weights as if
-    it fit the cache."""
+    of the layer's unit-major steps run whole, as runtime._run_layer runs them, for LSTMs
+    and GRUs. Small layers made to qualify: their products in chunks of 32 columns (the
+    chunk width divides half the units)."""
     from rnnport import runtime
 
     monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
-    monkeypatch.setattr(runtime, "_halves_fit", lambda layer, batch: True)
-    if split:
-        monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 4)
-        monkeypatch.setattr(runtime, "SPLIT_MIN_STEP_WORK", 0)
     net = RNN.random(spec, seed=8, dtype=dtype, scale=0.9)
     layer = runtime._prepared(net)[0]
     pieces = runtime._lockstep_pieces(layer, batch)
-    # Chunks of 48 columns' worth for the fewest rows: 32 wide for every piece.
-    fewest = min(after - first for _, first, after in pieces)
-    monkeypatch.setattr(runtime, "SMALL_PRODUCT", 48 * spec.hidden_size * fewest)
-    assert runtime._row_halves(layer, batch) == 32 and len(pieces) == (2 if split else 1)
+    monkeypatch.setattr(runtime, "SMALL_PRODUCT", 48 * spec.hidden_size * batch)
+    assert runtime._row_halves(layer, batch) == 32 and len(pieces) == 1
     rng = np.random.default_rng(8)
     inputs = rng.standard_normal((11, batch, 5)).astype(dtype)
     directions, hidden = layer.directions, layer.hidden
@@ -501,43 +491,18 @@ def test_unit_major_steps_compute_what_sequence_major_steps_do(
     assert not ran
 
 
-def test_halves_of_a_batch_run_where_half_the_weights_fit_the_cache(
+def test_a_batch_runs_in_halves_of_its_units_only_as_one_piece(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A one-way layer whose batch splits in halves runs in halves of its units only where
-    half its recurrent weights and a step's buffers fit a core's second-level cache and all
-    of them do not (a GRU of hidden 512 at 32 sequences: 1.9 MB)."""
+    """A one-way lean layer runs its steps in halves of its units where its batch runs as
+    one piece, unit-major: a batch in two halves (a GRU of hidden 512 at 32 sequences) runs
+    each half whole in a process of its own, and so do other layers."""
     from rnnport import runtime
 
     layer = runtime._prepared(RNN.random(Spec("gru", 8, 512)))[0]
-    for cache, batch, fits in ((2 << 20, 32, True), (2 << 20, 64, False), (1 << 20, 32, False),
-                               (8 << 20, 32, False), (None, 32, False)):
-        monkeypatch.setattr(runtime, "_second_level_cache", lambda cache=cache: cache)
-        assert runtime._halves_fit(layer, batch) is fits
-        assert (runtime._row_halves(layer, batch) is not None) is fits  # 2 pieces: the rule
-    one_piece = runtime._prepared(RNN.random(Spec("gru", 8, 512)))[0]
-    monkeypatch.setattr(runtime, "_second_level_cache", lambda: None)
-    assert runtime._row_halves(one_piece, 16) == 64  # one piece: halves use both cores
+    assert len(runtime._lockstep_pieces(layer, 16)) == 1 and runtime._row_halves(layer, 16) == 64
+    assert len(runtime._lockstep_pieces(layer, 32)) == 2 and runtime._row_halves(layer, 32) is None
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    assert runtime._row_halves(layer, 3) is None  # below unit-major's four sequences
     for other in (Spec("gru", 8, 512, bidirectional=True), Spec("gru", 8, 512, reset_after=False),
                   Spec("lstm", 8, 512, peepholes=True)):
         assert runtime._row_halves(runtime._prepared(RNN.random(other))[0], 16) is None
-
-
-def test_the_second_level_cache_is_read_from_sysfs(tmp_path: Path) -> None:
-    from rnnport import runtime
-
-    for name, level, kind, size in (("index0", "1", "Data", "48K"),
-                                    ("index1", "1", "Instruction", "32K"),
-                                    ("index2", "2", "Unified", "2048K"),
-                                    ("index3", "3", "Unified", "480M")):
-        folder = tmp_path / name
-        folder.mkdir()
-        for field, value in (("level", level), ("type", kind), ("size", size)):
-            (folder / field).write_text(value + "\n")
-    assert runtime._cache_size(str(tmp_path)) == 2 << 20
-    (tmp_path / "index2" / "size").write_text("1M\n")
-    assert runtime._cache_size(str(tmp_path)) == 1 << 20
-    (tmp_path / "index2" / "size").write_text("lots\n")
-    assert runtime._cache_size(str(tmp_path)) is None
-    assert runtime._cache_size(str(tmp_path / "missing")) is None
-    found = runtime._second_level_cache()  # this machine's, where it says
-    assert found is None or found >= 64 << 10

@@ -1786,72 +1786,22 @@ def _row_halves(layer: _Layer, batch: int) -> int | None:
     """The width of the recurrent product's chunks (see :class:`_Units`) when a layer's
     steps at ``batch`` sequences may run as two halves of its units, one in each process
     (:func:`_half_rows_cell`), else None: a one-way lean LSTM or GRU (reset after) whose
-    step's product holds at least :data:`CONCURRENT_MIN_STEP_WORK` multiply-adds, run as
-    one piece (see :func:`_lockstep_pieces`: halves then use both cores where the piece
-    uses one), or as two halves of its batch where :func:`_halves_fit` and the whole does
-    not; its pieces run unit-major (:func:`_unit_major`) and multiply in chunks of one
-    width that divides half the units. Each half's products are then some of the pieces'
-    own, the same calls, and its elementwise operations those of :func:`_unit_gates` on
-    its units: the numbers of the pieces run apart. (A bidirectional layer's directions, one in each
-    process, ran as fast as in halves.)"""
+    step's product holds at least :data:`CONCURRENT_MIN_STEP_WORK` multiply-adds and whose
+    batch runs as one piece (see :func:`_lockstep_pieces`: halves then use both cores where
+    the piece uses one), unit-major (:func:`_unit_major`), in chunks of a width that
+    divides half the units. Each half's products are then some of the piece's own, the
+    same calls, and its elementwise operations those of :func:`_unit_gates` on its units:
+    the numbers of the piece run whole. (A batch in two halves runs each half in a process
+    of its own: unit-major, a GRU of hidden 512 at 32 sequences took 57 ms that way against
+    63 in halves of its units, which copy h for each half of the batch at every step. A
+    bidirectional layer's directions, one in each process, ran as fast as in halves.)"""
     if not (layer.directions == 1 and layer.cell in ("lstm", "gru") and _lean(layer)
             and layer.recurrent_n is None and layer.hidden % 2 == 0
-            and batch * layer.out_size * layer.width >= CONCURRENT_MIN_STEP_WORK):
+            and batch * layer.out_size * layer.width >= CONCURRENT_MIN_STEP_WORK
+            and len(_lockstep_pieces(layer, batch)) == 1 and _unit_major(layer, batch)):
         return None
-    pieces = _lockstep_pieces(layer, batch)
-    if len(pieces) == 2 and not _halves_fit(layer, batch):
-        return None
-    if not all(_unit_major(layer, after - first) for _, first, after in pieces):
-        return None  # the halves run as the pieces' unit-major steps
-    depth = layer.recurrent.shape[1]
-    widths = {_chunk_width(layer.hidden, after - first, depth) for _, first, after in pieces}
-    chunk = widths.pop() if len(widths) == 1 else None
+    chunk = _chunk_width(layer.hidden, batch, layer.recurrent.shape[1])
     return chunk if chunk is not None and (layer.hidden // 2) % chunk == 0 else None
-
-
-def _halves_fit(layer: _Layer, batch: int) -> bool:
-    """Whether half a one-way layer's recurrent weights and a step's buffers at ``batch``
-    sequences fit a core's second-level cache where all the weights do not: each process
-    then reads its half from there at every step, where each half of the batch would read
-    all of them from the next level. (A GRU of hidden 512 at 32 sequences, 1.9 MB of 2 on
-    an Intel Xeon, ran its steps about 10 % faster in halves; at 64, or an LSTM of hidden
-    512, 2.3 MB and more, no faster or slower.)"""
-    cache = _second_level_cache()
-    if cache is None:
-        return False
-    weights = layer.recurrent[0].nbytes
-    buffers = batch * (3 * layer.width // 2 + layer.hidden) * layer.recurrent.itemsize
-    return weights // 2 + buffers <= cache < weights + buffers
-
-
-@functools.cache
-def _second_level_cache() -> int | None:
-    """The bytes of the first CPU's second-level data cache (Linux's sysfs), or None."""
-    return _cache_size("/sys/devices/system/cpu/cpu0/cache")
-
-
-def _cache_size(root: str) -> int | None:
-    """The size of the second-level data (or unified) cache described under ``root`` (a
-    folder per cache, each with ``level``, ``type`` and ``size`` such as ``2048K``)."""
-    try:
-        entries = os.listdir(root)
-    except OSError:
-        return None
-    for entry in sorted(entries):
-        try:
-            with open(f"{root}/{entry}/level") as level, open(f"{root}/{entry}/type") as kind, \
-                    open(f"{root}/{entry}/size") as size:
-                if level.read().strip() != "2" or kind.read().strip() == "Instruction":
-                    continue
-                text = size.read().strip().upper()
-        except OSError:
-            continue
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        try:
-            return int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text)
-        except ValueError:
-            return None
-    return None
 
 
 def _half_rows_cell(layer: _Layer, direction: int, part: int, rows: Sequence[slice],
