@@ -382,10 +382,8 @@ def test_half_steps_give_the_whole_steps_bits(spec: Spec, dtype: type,
     history = np.zeros((12, directions, 1, hidden), dtype)
     cells = np.zeros_like(history)
     history[0], cells[0] = start
-    pieces = runtime._lockstep_pieces(layer, 1)  # each direction
     runtime._alone([(layer, d) for d in range(directions)],
-                   [projected[d:d + 1] for d in range(directions)], history, cells, pieces, 0,
-                   0)
+                   [projected[d:d + 1] for d in range(directions)], history, cells, 0, 0)
     expected = np.zeros_like(history)
     expected[0] = start[0]
     cell = start[1].copy()
@@ -429,8 +427,7 @@ def test_half_rows_steps_give_the_pieces_bits(spec: Spec, dtype: type, batch: in
     history[0] = start[0]
     if lstm:
         cells[0] = start[1]
-    runtime._alone([(layer, d) for d in range(directions)], projected, history, cells, pieces,
-                   32, 0)
+    runtime._alone([(layer, d) for d in range(directions)], projected, history, cells, 32, 0)
     expected = np.zeros_like(history)
     expected[0] = start[0]
     cell = start[1].copy() if lstm else None

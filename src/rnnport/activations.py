@@ -70,28 +70,23 @@ def normalize(cell: str, activations: object) -> tuple[tuple[Activation, ...], l
 
 class Kernel:
     """An activation as the runtime applies it, in place on preallocated arrays:
-    ``act(x) = post(core(scale·x))``.
+    ``act(x) = core(scale·x)``.
 
     The runtime folds ``scale`` into the weights and biases that feed the activation (±1:
-    no product or sum changes by a bit), so :meth:`prescaled`
-    receives ``scale·x``. Kernels with the same ``core`` can share one pass over adjacent
-    blocks (an LSTM's four gates), each then applying its own ``post``. :meth:`into`
-    takes an unscaled ``x`` (an LSTM's cell state), through ``direct(x, out)`` when the
-    kernel has one (one pass instead of scaling, core and post).
+    no product or sum changes by a bit), so :meth:`prescaled` receives ``scale·x``. Blocks
+    that take one kernel share one pass (an LSTM whose gates and candidate take the same
+    activation). :meth:`into` takes an unscaled ``x`` (an LSTM's cell state), through
+    ``direct(x, out)`` when the kernel has one (one pass instead of two).
     """
 
-    __slots__ = ("core", "direct", "name", "post", "scale")
+    __slots__ = ("core", "direct", "name", "scale")
 
     def __init__(self, name: str, scale: float, core: Callable[[np.ndarray], object],
-                 post: Callable[[np.ndarray], object] | None = None,
                  direct: Callable[[np.ndarray, np.ndarray], object] | None = None) -> None:
-        self.name, self.scale, self.core, self.post = name, scale, core, post
-        self.direct = direct
+        self.name, self.scale, self.core, self.direct = name, scale, core, direct
 
     def prescaled(self, values: np.ndarray) -> None:
         self.core(values)
-        if self.post is not None:
-            self.post(values)
 
     def into(self, x: np.ndarray, out: np.ndarray) -> None:
         if self.direct is not None:

@@ -809,12 +809,12 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
 
 def lockstep_steps(directions: Sequence[tuple[_Layer, int]], part: int,
                    projected: Sequence[np.ndarray], history: np.ndarray, cells: np.ndarray,
-                   ticks: np.ndarray, wait: Callable[[int], None],
-                   pieces: Sequence[tuple[int, int, int]], chunk: int, first: int = 0) -> None:
+                   ticks: np.ndarray, wait: Callable[[int], None], chunk: int,
+                   first: int = 0) -> None:
     """Half ``part`` of the units (see :func:`_halves` and :func:`_row_halves`) of every
     step of a layer, its directions one after the other, from the ``first`` step (counted
     over all of them): ``directions`` gives each direction's prepared layer and its index
-    there, ``projected`` each of the ``pieces``' input side (1, T, b, G·H) (see
+    there, ``projected`` each direction's input side (1, T, B, G·H) (see
     :func:`_lockstep_pieces`), ``history`` (T+1, D, B, H) h and ``cells`` rows of c (c's
     history for one sequence, else a ring of :data:`_CELL_RING` rows; empty for a GRU),
     their first rows the initial state; ``chunk`` the width of the product's chunks (see
@@ -826,7 +826,7 @@ def lockstep_steps(directions: Sequence[tuple[_Layer, int]], part: int,
     what the other still reads."""
     mine, other = ticks[part], ticks[1 - part]
     for index, (step, rows) in _half_directions(directions, part, projected, history, cells,
-                                                pieces, chunk, first):
+                                                chunk, first):
         tick = index + 1
         for views in rows:
             step(*views)
@@ -837,12 +837,11 @@ def lockstep_steps(directions: Sequence[tuple[_Layer, int]], part: int,
 
 
 def _alone(directions: Sequence[tuple[_Layer, int]], projected: Sequence[np.ndarray],
-           history: np.ndarray, cells: np.ndarray, pieces: Sequence[tuple[int, int, int]],
-           chunk: int, first: int) -> None:
+           history: np.ndarray, cells: np.ndarray, chunk: int, first: int) -> None:
     """The steps of :func:`lockstep_steps` from ``first`` on, both halves here."""
     for (_, (step, rows)), (_, (other_step, other_rows)) in zip(
-            _half_directions(directions, 0, projected, history, cells, pieces, chunk, first),
-            _half_directions(directions, 1, projected, history, cells, pieces, chunk, first),
+            _half_directions(directions, 0, projected, history, cells, chunk, first),
+            _half_directions(directions, 1, projected, history, cells, chunk, first),
             strict=True):
         for views, other_views in zip(rows, other_rows, strict=True):
             step(*views)
@@ -851,32 +850,27 @@ def _alone(directions: Sequence[tuple[_Layer, int]], projected: Sequence[np.ndar
 
 def _half_directions(directions: Sequence[tuple[_Layer, int]], part: int,
                      projected: Sequence[np.ndarray], history: np.ndarray, cells: np.ndarray,
-                     pieces: Sequence[tuple[int, int, int]], chunk: int, first: int
-                     ) -> Iterator[tuple[int, tuple[Callable[..., None],
+                     chunk: int, first: int) -> Iterator[tuple[int, tuple[Callable[..., None],
                                                     Iterator[tuple[Any, ...]]]]]:
     """For each direction with steps from ``first`` on (counted over all directions): the
     count of its first step, the step of half ``part`` (:func:`_half_cell` for one
     sequence, else :func:`_half_rows_cell`) and, step by step, its arguments: the half's
-    step input (its pieces' inputs, each (G, b, H/2c, c), for more than one sequence),
-    h, and the half's h', c and c'."""
+    step input, h, and the half's h', c and c'. ``projected`` holds each direction's input
+    side (its one piece: :func:`_lockstep_pieces`)."""
     steps, batch, half = history.shape[0] - 1, history.shape[2], history.shape[-1] // 2
     units = slice(part * half, (part + 1) * half)
     for d, (layer, index) in enumerate(directions):
         start = max(first - d * steps, 0)
         if start >= steps:
             continue
-        own = [(projected[k][0, start:], slice(a, z))
-               for k, (direction, a, z) in enumerate(pieces) if direction == d]
+        source = _split(layer, projected[d][0, start:])[:, :, part]  # (T, B, G, H/2)
         step: Callable[..., None]
         if batch == 1:
-            inputs: Iterable[Any] = _split(layer, own[0][0])[:, :, part]  # (T, 1, G, H/2)
-            step = _half_cell(layer, index, part, projected[0].dtype)
+            inputs: Iterable[Any] = source
+            step = _half_cell(layer, index, part, source.dtype)
         else:
-            step = _half_rows_cell(layer, index, part, [rows for _, rows in own], chunk,
-                                   projected[0].dtype)
-            inputs = zip(*(  # each piece's (T, G, H/2, b)
-                _split(layer, source)[:, :, part].transpose(0, 2, 3, 1) for source, _ in own),
-                strict=True)
+            inputs = source.transpose(0, 2, 3, 1)  # (T, G, H/2, B)
+            step = _half_rows_cell(layer, index, part, batch, chunk, source.dtype)
         h = history[start:, d]
         c: Iterable[np.ndarray]
         c_next: Iterable[np.ndarray]
@@ -912,10 +906,11 @@ def _contended() -> bool:
 
 def _lockstep_pieces(layer: _Layer, batch: int) -> list[tuple[int, int, int]]:
     """The pieces of a lockstep layer whose input sides are projected apart, as
-    (direction, first row, row after): those of :func:`_pieces` by direction (each
-    direction, or a one-way layer's two halves of its batch, or one piece). This process
-    projects the first, the helper the second (if any), each as :func:`_run_layer`
-    projects a piece, so that the numbers are those of the pieces run apart."""
+    (direction, first row, row after): those of :func:`_pieces` by direction, one a
+    direction (a lockstep layer's batch is one piece: see :func:`_row_halves`). This
+    process projects the first, the helper the second (if any), each as
+    :func:`_run_layer` projects a piece, so that the numbers are those of the pieces run
+    apart."""
     return [(directions.start, rows.start, rows.stop)
             for directions, rows in _pieces(layer, batch, by_direction=True)]
 
@@ -952,15 +947,14 @@ def _lockstep(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
                 ticks[0][0] = 1
                 if ticks[1][0] < 1:
                     job.wait(1)
-                lockstep_steps(directions, 0, projected, states, cells, ticks, job.wait, pieces,
-                               chunk)
+                lockstep_steps(directions, 0, projected, states, cells, ticks, job.wait, chunk)
             except helper.Stopped:
                 # Both halves are done up to the lower tick: a helper given up may have run
                 # on a step or two before it was ended, past this process's last one.
                 done = int(ticks[1][0])
                 if done < 1 and len(pieces) == 2:
                     _project_piece(layer, pieces[1][0], inputs, pieces[1], projected[1])
-                _alone(directions, projected, states, cells, pieces, chunk,
+                _alone(directions, projected, states, cells, chunk,
                        max(min(done, int(ticks[0][0])) - 1, 0))
     except Exception:  # this process's steps raised (np.seterr, memory): the helper stops
         job.stop()
@@ -1024,7 +1018,7 @@ def lockstep_helper(layers: Sequence[_Layer], inputs: np.ndarray,
         wait(1)
     with _quiet():
         lockstep_steps([(layer, 0) for layer in layers], 1, projected, history, cells, ticks,
-                       wait, pieces, chunk)
+                       wait, chunk)
 
 
 def serve_helper(fd: int) -> None:
@@ -1253,13 +1247,11 @@ def _gated_loop(layer: _Layer, projected: np.ndarray, history: np.ndarray, cell:
         steps = projected.shape[1] if active is None else sum(1 for n in active if n)
         _lean_loop(layer, projected[:, :steps], history[:steps + 1], cell)
         return
-    if isinstance(scratch, _Units) or (scratch is None
-                                        and _unit_major(layer, projected.shape[2])):
-        _unit_loop(layer, projected, history, cell, active,
-                   scratch or _Units(layer, projected.shape[2], projected.dtype))
-        return
     if scratch is None:
-        scratch = _Scratch(layer, projected.shape[2], projected.dtype)
+        scratch = _scratch(layer, projected.shape[2], projected.dtype)
+    if isinstance(scratch, _Units):
+        _unit_loop(layer, projected, history, cell, active, scratch)
+        return
     make: Callable[[_Layer, _Scratch, tuple[Any, ...]], _Step] = \
         _lstm_step if cell is not None else _gru_step
     step: Any = None
@@ -1278,10 +1270,9 @@ def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]) -> _Ste
     order = list(layer.blocks)
     sigmoid_gates = slice(order.index("i"), order.index("o") + 1)
     act_f, act_g, act_h = layer.act_f, layer.act_g, layer.act_h
-    # Where the gates and the candidate share a core (σ for both, say): one pass over all
-    # four gates, then each kernel's own post.
-    shared = act_f.core is act_g.core and layer.peephole is None
-    core, post_f, post_g = act_f.core, act_f.post, act_g.post
+    # Where the candidate takes the gates' own activation (σ for both, say): one pass over
+    # all four gates.
+    shared = act_f is act_g and layer.peephole is None
     into_h = act_h.direct or act_h.into  # tanh(c') straight into h' (or the output slot)
     peephole, projection, layer_norm = layer.peephole, layer.projection, layer.layer_norm
     projection_bias = layer.projection_bias
@@ -1305,11 +1296,7 @@ def _lstm_step(layer: _Layer, scratch: _Scratch, views: tuple[Any, ...]) -> _Ste
         if clip is not None:
             _clip(layer, gates, "ifg" if peephole is not None else "ifog")
         if shared:
-            core(buf)
-            if post_f is not None:
-                post_f(sigmoids)
-            if post_g is not None:
-                post_g(g)
+            act_f.prescaled(buf)
         else:
             if peephole is None:
                 act_f.prescaled(sigmoids)
@@ -1408,6 +1395,14 @@ def _gru_rest(layer: _Layer, candidate: np.ndarray, z: np.ndarray, tmp: np.ndarr
 # -- unit-major steps: more than one sequence ----------------------------------------------
 
 
+def _scratch(layer: _Layer, batch: int, dtype: np.dtype) -> _Scratch | _Units:
+    """The per-step buffers of an LSTM's or GRU's steps at ``batch`` sequences: unit-major
+    where :func:`_unit_major`, else sequence-major."""
+    if _unit_major(layer, batch):
+        return _Units(layer, batch, dtype)
+    return _Scratch(layer, batch, dtype)
+
+
 def _unit_major(layer: _Layer, batch: int) -> bool:
     """Whether the steps of ``layer`` at ``batch`` sequences (a piece's) run unit-major
     (:class:`_Units`): a :func:`_lean` LSTM or GRU (reset after) at :data:`CHUNK_MIN_ROWS`
@@ -1451,37 +1446,37 @@ class _Units:
         found = self._steps.get(n)
         if found is None:
             directions, width = self.layer.directions, self.layer.width
+            bias_n = self.layer.bias_n
             found = _unit_step(self.layer, self.weights, self.chunk,
                                self._raw[:directions * width * n].reshape(directions, width, n),
                                self._tmp[:directions * self.layer.hidden * n].reshape(
-                                   directions, self.layer.hidden, n))
+                                   directions, self.layer.hidden, n),
+                               None if bias_n is None else bias_n.transpose(0, 2, 1))
             self._steps[n] = found
         return found
 
 
 def _unit_step(layer: _Layer, weights: Sequence[Sequence[np.ndarray]], chunk: int,
-               raw: np.ndarray, tmp: np.ndarray) -> Callable[..., None]:
-    """One unit-major step of n sequences into the buffers ``raw`` (D, G·H, n) (the
-    product, then the gates) and ``tmp`` (D, H, n): ``step(step_input, h, h_next, c)`` with
-    the step's input (D, G, H, n) (a transposed view of the projection), h and the slot
-    for h' (D, H, n), an LSTM's c (D, H, n), updated in place (None for a GRU).
-    ``weights``: per direction the (chunk, H) blocks of Rᵀ."""
+               raw: np.ndarray, tmp: np.ndarray, bias_n: np.ndarray | None,
+               units: slice | None = None) -> Callable[..., None]:
+    """One unit-major step of n sequences into the buffers ``raw`` (D, G·U, n) (the
+    product, then the gates) and ``tmp`` (D, U, n), for U units: all of them, or the
+    ``units`` of a lockstep half (:func:`_half_rows_cell`). ``step(step_input, h, h_next,
+    c)`` takes the units' step input (D, G, U, n) (a transposed view of the projection),
+    all of h (D, H, n), the slot for the units' h' (D, U, n) and an LSTM's c (D, U, n),
+    updated in place (None for a GRU). ``weights``: per direction the (chunk, H) blocks of
+    Rᵀ whose rows are the units'; ``bias_n`` a GRU's bR_n for them (D, U, 1), or None."""
     products = [[(matrix, raw[d, j * chunk:(j + 1) * chunk]) for j, matrix in enumerate(blocks)]
                 for d, blocks in enumerate(weights)]
     dot = np.dot
+    after = _unit_gates(layer, raw, tmp, bias_n)
 
-    def product(h: np.ndarray) -> None:
+    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
         for d, pairs in enumerate(products):
             source = h[d]
             for matrix, out in pairs:
                 dot(matrix, source, out)
-
-    after = _unit_gates(layer, raw, tmp,
-                        None if layer.bias_n is None else layer.bias_n.transpose(0, 2, 1))
-
-    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any) -> None:
-        product(h)
-        after(step_input, h, h_next, c)
+        after(step_input, h if units is None else h[:, units], h_next, c)
 
     return step
 
@@ -1496,8 +1491,7 @@ def _unit_gates(layer: _Layer, raw: np.ndarray, tmp: np.ndarray, bias_n: np.ndar
     tails :func:`_lstm_rest` and :func:`_gru_rest`)."""
     units = tmp.shape[1]
     gates = raw.reshape(raw.shape[0], -1, units, raw.shape[2])  # (D, G, U, n)
-    unit = one(raw)
-    add, multiply, divide, exp = np.add, np.multiply, np.divide, np.exp
+    add, multiply = np.add, np.multiply
     if layer.cell == "lstm":
         order = list(layer.blocks)
 
@@ -1513,13 +1507,11 @@ def _unit_gates(layer: _Layer, raw: np.ndarray, tmp: np.ndarray, bias_n: np.ndar
 
         return lstm
     r, z, candidate, rz = gates[:, 0], gates[:, 1], gates[:, 2], gates[:, :2]
-    rest_gru = _gru_rest(layer, candidate, z, tmp)
+    sigmoid, rest_gru = layer.act_f.prescaled, _gru_rest(layer, candidate, z, tmp)
 
     def gru(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any = None) -> None:
         add(rz, step_input[:, :2], rz)
-        exp(rz, rz)
-        add(rz, unit, rz)
-        divide(unit, rz, rz)
+        sigmoid(rz)
         if bias_n is not None:  # n = tanh(W_n x + bW_n + r∘(R_n h + bR_n))
             add(candidate, bias_n, candidate)
         multiply(candidate, r, candidate)
@@ -1795,25 +1787,23 @@ def _row_halves(layer: _Layer, batch: int) -> int | None:
     of its own: unit-major, a GRU of hidden 512 at 32 sequences took 57 ms that way against
     63 in halves of its units, which copy h for each half of the batch at every step. A
     bidirectional layer's directions, one in each process, ran as fast as in halves.)"""
-    if not (layer.directions == 1 and layer.cell in ("lstm", "gru") and _lean(layer)
-            and layer.recurrent_n is None and layer.hidden % 2 == 0
+    if not (layer.directions == 1 and layer.hidden % 2 == 0 and _unit_major(layer, batch)
             and batch * layer.out_size * layer.width >= CONCURRENT_MIN_STEP_WORK
-            and len(_lockstep_pieces(layer, batch)) == 1 and _unit_major(layer, batch)):
+            and len(_lockstep_pieces(layer, batch)) == 1):
         return None
     chunk = _chunk_width(layer.hidden, batch, layer.recurrent.shape[1])
     return chunk if chunk is not None and (layer.hidden // 2) % chunk == 0 else None
 
 
-def _half_rows_cell(layer: _Layer, direction: int, part: int, rows: Sequence[slice],
-                    chunk: int, dtype: np.dtype) -> Callable[..., None]:
+def _half_rows_cell(layer: _Layer, direction: int, part: int, batch: int, chunk: int,
+                    dtype: np.dtype) -> Callable[..., None]:
     """Half ``part`` of the units of a :func:`_row_halves` layer's ``direction``, one step
-    at more than one sequence, and the chunks' width: ``step(inputs, h, h_next, c,
-    c_next)`` with each piece's step input (G, H/2, b) (its sequences ``rows``), all of h
-    (B, H), and the half's h', c and c' (B, H/2) (an LSTM's; empty for a GRU). Each piece
-    runs as its :class:`_Units` step runs it alone (:func:`_unit_major`): its h copied
-    unit-major, multiplied by the half's blocks of Rᵀ, the same calls, then the
-    operations of :func:`_unit_gates` on the half's units, c in and h' and c' out through
-    exact copies."""
+    of ``batch`` sequences, and the chunks' width: ``step(step_input, h, h_next, c,
+    c_next)`` with the half's step input (G, H/2, B), all of h (B, H), and the half's h',
+    c and c' (B, H/2) (an LSTM's; empty for a GRU). The half runs as the layer's
+    :class:`_Units` step (:func:`_unit_step`) runs its units: h copied unit-major,
+    multiplied by the half's blocks of Rᵀ, the same calls, then the same elementwise
+    operations, c in and h' and c' out through exact copies."""
     hidden, half, gates = layer.hidden, layer.hidden // 2, len(layer.blocks)
     if not (chunk > 0 and half % chunk == 0):
         raise ValueError(f"chunks of {chunk} columns do not divide half of {hidden} units")
@@ -1821,34 +1811,24 @@ def _half_rows_cell(layer: _Layer, direction: int, part: int, rows: Sequence[sli
     blocks = layer.chunks(chunk, units=True)[direction]
     mine = [blocks[g * per_gate + part * own + q] for g in range(gates) for q in range(own)]
     units = slice(part * half, (part + 1) * half)
-    lstm = layer.cell == "lstm"
     bias_n = None if layer.bias_n is None else \
         layer.bias_n[direction:direction + 1, :, units].transpose(0, 2, 1)
-    dot, copyto = np.dot, np.copyto
-    steps = []
-    for cut in rows:
-        b = cut.stop - cut.start
-        h_units = np.empty((hidden, b), dtype)
-        raw = np.empty((1, gates * half, b), dtype)
-        products = [(matrix, raw[0, j * chunk:(j + 1) * chunk]) for j, matrix in enumerate(mine)]
-        out = np.empty((1, half, b), dtype)
-        c_units = np.empty((1, half, b), dtype) if lstm else None
-        after = _unit_gates(layer, raw, np.empty((1, half, b), dtype), bias_n)
-        steps.append((cut, h_units, products, out, c_units, h_units[None, units], after))
+    h_units = np.empty((1, hidden, batch), dtype)
+    out = np.empty((1, half, batch), dtype)
+    c_units = np.empty((1, half, batch), dtype) if layer.cell == "lstm" else None
+    half_step = _unit_step(layer, [mine], chunk, np.empty((1, gates * half, batch), dtype),
+                           np.empty((1, half, batch), dtype), bias_n, units)
+    copyto = np.copyto
 
-    def step(inputs: Sequence[np.ndarray], h: np.ndarray, h_next: np.ndarray, c: Any = None,
+    def step(step_input: np.ndarray, h: np.ndarray, h_next: np.ndarray, c: Any = None,
              c_next: Any = None) -> None:
-        for (cut, h_units, products, out, c_units, own_h, after), step_input in zip(
-                steps, inputs, strict=True):
-            copyto(h_units, h[cut].T)
-            for matrix, into in products:
-                dot(matrix, h_units, into)
-            if c_units is not None:
-                copyto(c_units[0], c[cut].T)
-            after(step_input[None], own_h, out, c_units)
-            copyto(h_next[cut], out[0].T)
-            if c_units is not None:
-                copyto(c_next[cut], c_units[0].T)
+        copyto(h_units[0], h.T)
+        if c_units is not None:
+            copyto(c_units[0], c.T)
+        half_step(step_input[None], h_units, out, c_units)
+        copyto(h_next, out[0].T)
+        if c_units is not None:
+            copyto(c_next, c_units[0].T)
 
     return step
 
@@ -2064,9 +2044,7 @@ class _StreamLayer:
                        np.empty((2, self.weights.shape[1]), dtype))
         self.pieces = [rows for _, rows in _pieces(layer, batch, by_direction=False)]
         self.scratches = [None if layer.cell.startswith("rnn")
-                          else _Units(layer, rows.stop - rows.start, dtype)
-                          if _unit_major(layer, rows.stop - rows.start)
-                          else _Scratch(layer, rows.stop - rows.start, dtype)
+                          else _scratch(layer, rows.stop - rows.start, dtype)
                           for rows in self.pieces]
         self.cells = [None if cell is None else cell[index:index + 1, rows]
                       for rows in self.pieces]
