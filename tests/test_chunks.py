@@ -4,6 +4,9 @@ in threads and in the helper process."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -30,13 +33,17 @@ def blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(runtime, "CHUNK_MIN_WIDTH", 1)
     monkeypatch.setattr(runtime, "SMALL_PRODUCT", 4 * 12 * 4)  # rows·depth·4 at 4 rows
     chosen: list[int] = []
-    width = runtime._chunk_width
 
-    def recorded(hidden: int, rows: int, depth: int) -> int | None:
-        chosen.append(width(hidden, rows, depth) or 0)
-        return chosen[-1] or None
+    def recorded(width: Callable[[int, int, int], int | None]
+                 ) -> Callable[[int, int, int], int | None]:
+        def chose(hidden: int, rows: int, depth: int) -> int | None:
+            chosen.append(width(hidden, rows, depth) or 0)
+            return chosen[-1] or None
+        return chose
 
-    monkeypatch.setattr(runtime, "_chunk_width", recorded)
+    # Sequence-major steps' blocks of columns, unit-major steps' blocks of rows of Rᵀ.
+    for name in ("_chunk_width", "_unit_width"):
+        monkeypatch.setattr(runtime, name, recorded(getattr(runtime, name)))
     return chosen
 
 
@@ -77,3 +84,35 @@ def test_blocks_give_the_same_bits_in_threads_and_alone(blocks: list[int],
 ])
 def test_the_block_width(hidden: int, rows: int, depth: int, expected: int | None) -> None:
     assert runtime._chunk_width(hidden, rows, depth) == expected
+
+
+@pytest.mark.parametrize(("hidden", "rows", "depth", "expected"), [
+    (512, 16, 512, 122),   # 122·16·512 = 999,424 multiply-adds
+    (320, 16, 320, 195),
+    (128, 16, 128, 128),   # at most the units
+    (320, 3, 320, None),   # below four sequences: whole
+    (2048, 16, 2048, None),  # no block of 32 rows fits
+])
+def test_the_unit_major_block_width(hidden: int, rows: int, depth: int,
+                                    expected: int | None) -> None:
+    assert runtime._unit_width(hidden, rows, depth) == expected
+
+
+@pytest.mark.parametrize(("hidden", "gates", "widest", "widths"), [
+    (512, 3, 122, [96, 96, 64] * 6),   # each half of each gate: 256 rows in 3 blocks
+    (320, 4, 195, [160] * 8),
+    (64, 3, 48, [32] * 6),
+    (100, 4, 30, [25, 25] * 8),        # 50 rows a half: two blocks of 25 (32 > 30)
+    (97, 3, 40, [33, 33, 31] * 3),     # odd: the gate's units in one span
+    (64, 4, 256, [256]),               # everything at once
+])
+def test_unit_major_blocks_tile_each_half_of_each_gate(hidden: int, gates: int, widest: int,
+                                                       widths: list[int]) -> None:
+    cuts = runtime._unit_blocks(hidden, gates, widest)
+    assert [cut.stop - cut.start for cut in cuts] == widths
+    assert cuts[0].start == 0 and cuts[-1].stop == gates * hidden
+    assert all(a.stop == b.start for a, b in itertools.pairwise(cuts))
+    assert all(cut.stop - cut.start <= widest for cut in cuts)
+    if hidden % 2 == 0 and len(cuts) > 1:  # no block crosses a half of a gate's units
+        half = hidden // 2
+        assert all(cut.start // half == (cut.stop - 1) // half for cut in cuts)

@@ -717,7 +717,7 @@ def row_lockstep(lockstep: list[bool], monkeypatch: pytest.MonkeyPatch) -> list[
     sequences): small layers' products (hidden 64) in blocks of 32 rows of Rᵀ."""
     monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
     monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 16)
-    monkeypatch.setattr(runtime, "_chunk_width",
+    monkeypatch.setattr(runtime, "_unit_width",
                         lambda hidden, rows, depth: 32 if rows >= runtime.CHUNK_MIN_ROWS else None)
     return lockstep
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -403,8 +404,8 @@ def test_half_rows_steps_give_the_pieces_bits(spec: Spec, dtype: type, batch: in
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """At more than one sequence, two half steps (one per half of the units) give the bits
     of the layer's unit-major steps run whole, as runtime._run_layer runs them, for LSTMs
-    and GRUs. Small layers made to qualify: their products in chunks of 32 columns (the
-    chunk width divides half the units)."""
+    and GRUs. Small layers made to qualify: their products in blocks of at most 48 rows of
+    Rᵀ (each half of a gate's 64 or 128 units in blocks of 32)."""
     from rnnport import runtime
 
     monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
@@ -412,7 +413,8 @@ def test_half_rows_steps_give_the_pieces_bits(spec: Spec, dtype: type, batch: in
     layer = runtime._prepared(net)[0]
     pieces = runtime._lockstep_pieces(layer, batch)
     monkeypatch.setattr(runtime, "SMALL_PRODUCT", 48 * spec.hidden_size * batch)
-    assert runtime._row_halves(layer, batch) == 32 and len(pieces) == 1
+    chunk = runtime._row_halves(layer, batch)
+    assert chunk == 48 and len(pieces) == 1
     rng = np.random.default_rng(8)
     inputs = rng.standard_normal((11, batch, 5)).astype(dtype)
     directions, hidden = layer.directions, layer.hidden
@@ -427,7 +429,7 @@ def test_half_rows_steps_give_the_pieces_bits(spec: Spec, dtype: type, batch: in
     history[0] = start[0]
     if lstm:
         cells[0] = start[1]
-    runtime._alone([(layer, d) for d in range(directions)], projected, history, cells, 32, 0)
+    runtime._alone([(layer, d) for d in range(directions)], projected, history, cells, chunk, 0)
     expected = np.zeros_like(history)
     expected[0] = start[0]
     cell = start[1].copy() if lstm else None
@@ -496,10 +498,58 @@ def test_a_batch_runs_in_halves_of_its_units_only_as_one_piece(
     from rnnport import runtime
 
     layer = runtime._prepared(RNN.random(Spec("gru", 8, 512)))[0]
-    assert len(runtime._lockstep_pieces(layer, 16)) == 1 and runtime._row_halves(layer, 16) == 64
+    assert len(runtime._lockstep_pieces(layer, 16)) == 1 and runtime._row_halves(layer, 16) == 122
     assert len(runtime._lockstep_pieces(layer, 32)) == 2 and runtime._row_halves(layer, 32) is None
     monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
     assert runtime._row_halves(layer, 3) is None  # below unit-major's four sequences
     for other in (Spec("gru", 8, 512, bidirectional=True), Spec("gru", 8, 512, reset_after=False),
                   Spec("lstm", 8, 512, peepholes=True)):
         assert runtime._row_halves(runtime._prepared(RNN.random(other))[0], 16) is None
+
+
+@pytest.mark.parametrize("huge", [True, False])
+def test_step_weights_placed_for_huge_pages_are_exact_separate_copies(
+        huge: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weights a step reads may be copied into one mapping advised for huge pages
+    (where the kernel takes the advice, and they hold enough): each copy C-contiguous,
+    equal to its array, writable, apart from the others; otherwise ordinary C-contiguous
+    arrays (an array already so is kept)."""
+    from rnnport import runtime
+
+    monkeypatch.setattr(runtime, "_HUGE_PAGES", huge and runtime._HUGE_PAGES)
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal((700, 300)).astype(np.float32),
+              rng.standard_normal((300, 333)).T,  # a transposed view
+              rng.standard_normal(5).astype(np.float32)[::2]]
+    copies = runtime._resident(arrays)
+    for array, copy in zip(arrays, copies, strict=True):
+        assert copy.flags.c_contiguous and copy.flags.writeable
+        assert copy.dtype == array.dtype and copy.shape == array.shape
+        np.testing.assert_array_equal(copy, array)
+        assert not np.shares_memory(copy, array) or (not huge and array.flags.c_contiguous)
+    spans = sorted((copy.ctypes.data, copy.ctypes.data + copy.nbytes) for copy in copies)
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+    copies[0][0, 0] += 1  # each copy its own memory
+    np.testing.assert_array_equal(copies[1], arrays[1])
+    small = runtime._resident([arrays[2]])[0]  # below HUGE_MIN_BYTES: an ordinary copy
+    np.testing.assert_array_equal(small, arrays[2])
+
+
+def test_a_network_computes_the_same_bits_with_its_weights_in_huge_pages_or_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the step weights lie changes no number: batch 1 (one matrix-vector product a
+    step) and unit-major blocks alike."""
+    from rnnport import runtime
+
+    monkeypatch.setattr(runtime, "HUGE_MIN_BYTES", 1)  # every layer, however small
+    spec = Spec("lstm", 7, 160, num_layers=2, bidirectional=True)
+    x = np.random.default_rng(6).standard_normal((5, 9, 7)).astype(np.float32)
+    results = []
+    for huge in (True, False):
+        monkeypatch.setattr(runtime, "_HUGE_PAGES", huge and runtime._HUGE_PAGES)
+        net = RNN.random(spec, seed=6)  # a network of its own: prepared afresh
+        results.append([net.forward(x[:1], threads=1), net.forward(x, threads=1)])
+    for (y_huge, state_huge), (y, state) in zip(*results, strict=True):
+        np.testing.assert_array_equal(y_huge, y)
+        for got, want in zip(state_huge, state, strict=True):
+            np.testing.assert_array_equal(got, want)

@@ -71,9 +71,14 @@ How it runs:
   both to the same bits.
 * At four sequences or more, such an LSTM or GRU (reset after) steps unit-major
   (:class:`_Units`): h, c and the gates as (units, sequences), the product ``Rᵀ h`` in
-  blocks of rows of Rᵀ, which OpenBLAS's small-matrix kernels run faster than ``h R``.
+  blocks of rows of Rᵀ (:func:`_unit_blocks`), which OpenBLAS's small-matrix kernels run
+  faster than ``h R``.
   Its input projection and h history stay as everywhere else; a step reads its input and
   writes h' through transposed views.
+* The weights a step reads (the recurrent matrices, their halves and blocks) lie in
+  memory that Linux is asked to back with huge pages (:func:`_resident`): a step's
+  product reads them from the second-level cache, and with 4 KiB pages their hundreds of
+  pages cost address translations at every step.
 * A :class:`Stream` runs a one-way network chunk after chunk with the same per-step code
   and pieces, on one thread, its buffers planned when it is made; a one-row input
   projection runs as two rows (:func:`_one_row`), so that its numbers are those of the
@@ -88,6 +93,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import mmap
 import os
 import threading
 import weakref
@@ -119,6 +125,47 @@ def _quiet() -> Any:
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+# Where Linux backs memory with transparent huge pages on request ("madvise" mode, the
+# common default), the weights every step reads are placed in such pages. A step's
+# matrix-vector product reads its weights from the second-level cache, and with 4 KiB
+# pages each of its hundreds of pages costs an address translation that the translation
+# caches do not all hold (more so in a virtual machine): half of an LSTM 320's recurrent
+# weights (800 KiB) took 7.9 µs a product in 2 MiB pages against 10.2 µs in 4 KiB pages
+# (NumPy 2.4 with OpenBLAS 0.3.31, an Intel Xeon VM). NumPy asks for huge pages itself
+# only for arrays of 4 MiB or more. The same values, the same products: only the
+# addresses change.
+HUGE_PAGE = 2 << 20
+HUGE_MIN_BYTES = 1 << 20  # below this much, a huge page would be mostly unused
+_HUGE_PAGES = hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MAP_ANONYMOUS")
+
+
+def _resident(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``arrays`` C-contiguous: copies placed together in one mapping that the kernel is
+    asked to back with huge pages (see :data:`HUGE_PAGE`), each at a multiple of 64
+    bytes, where they hold at least :data:`HUGE_MIN_BYTES` together; else (or where the
+    kernel takes no such advice) as :func:`numpy.ascontiguousarray` gives them."""
+    sizes = [-(-array.nbytes // 64) * 64 for array in arrays]
+    total = sum(sizes)
+    if not _HUGE_PAGES or total < HUGE_MIN_BYTES:
+        return [np.ascontiguousarray(array) for array in arrays]
+    length = -(-total // HUGE_PAGE) * HUGE_PAGE
+    try:
+        region = mmap.mmap(-1, length + HUGE_PAGE,
+                           flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        region.madvise(mmap.MADV_HUGEPAGE)
+    except (OSError, ValueError):  # no such advice here: ordinary pages
+        return [np.ascontiguousarray(array) for array in arrays]
+    memory = np.frombuffer(region, np.uint8)  # keeps the mapping while a copy lives
+    offset = -memory.ctypes.data % HUGE_PAGE
+    copies = []
+    for array, size in zip(arrays, sizes, strict=True):
+        copy = memory[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+        copy[...] = array
+        copies.append(copy)
+        offset += size
+    return copies
 
 
 class _Layer:
@@ -208,7 +255,7 @@ class _Layer:
             # r∘h enters R_n alone, so the n columns get their own product.
             self.recurrent_n = np.ascontiguousarray(recurrent[..., self.blocks["n"]])
             recurrent = np.ascontiguousarray(recurrent[..., :self.blocks["n"].start])
-        self.recurrent = recurrent
+        self.recurrent = _resident([recurrent])[0]
         self.peephole = None
         if spec.peepholes:
             weights = np.stack([p["weight_peephole"] for p in directions]).astype(dtype)
@@ -231,27 +278,29 @@ class _Layer:
             gates, half = len(self.blocks), self.hidden // 2
 
             def columns(matrix: np.ndarray, part: int) -> np.ndarray:
-                return np.ascontiguousarray(
-                    matrix.reshape(-1, gates, 2, half)[:, :, part].reshape(-1, gates * half))
+                return matrix.reshape(-1, gates, 2, half)[:, :, part].reshape(-1, gates * half)
 
-            self.halved = [(columns(matrix, 0), columns(matrix, 1)) for matrix in self.recurrent]
+            copies = _resident([columns(matrix, part) for matrix in self.recurrent
+                                for part in (0, 1)])
+            self.halved = [(copies[2 * d], copies[2 * d + 1]) for d in range(len(self.recurrent))]
         return self.halved
 
     def chunks(self, width: int, units: bool = False) -> list[list[np.ndarray]]:
         """The recurrent weights, per direction, as contiguous blocks of ``width`` columns
         (one block, the weights themselves, when ``width`` is all of them); with ``units``,
-        the blocks transposed, (width, H_out) each (see :class:`_Units`); made once."""
+        blocks of rows of Rᵀ, (rows, H_out) each, those of :func:`_unit_blocks` for blocks
+        of at most ``width`` rows (see :class:`_Units`); made once."""
         found = self.chunked.get((width, units))
         if found is None:
-            if units:
-                found = [[np.ascontiguousarray(matrix[:, j:j + width].T)
-                          for j in range(0, matrix.shape[1], width)]
-                         for matrix in self.recurrent]
+            columns = self.recurrent.shape[-1]
+            if width >= columns and not units:
+                found = [[matrix] for matrix in self.recurrent]
             else:
-                found = [[matrix] if width >= matrix.shape[1] else
-                         [np.ascontiguousarray(matrix[:, j:j + width])
-                          for j in range(0, matrix.shape[1], width)]
-                         for matrix in self.recurrent]
+                cuts = _unit_blocks(self.hidden, len(self.blocks), width) if units else \
+                    [slice(j, j + width) for j in range(0, columns, width)]
+                copies = iter(_resident([matrix[:, cut].T if units else matrix[:, cut]
+                                         for matrix in self.recurrent for cut in cuts]))
+                found = [[next(copies) for _ in cuts] for _ in self.recurrent]
             self.chunked[(width, units)] = found
         return found
 
@@ -1174,6 +1223,44 @@ def _chunk_width(hidden: int, rows: int, depth: int) -> int | None:
     return None
 
 
+def _unit_width(hidden: int, rows: int, depth: int) -> int | None:
+    """The most rows of Rᵀ a block of a unit-major product (see :class:`_Units`) at
+    ``rows`` sequences holds: as many as keep its product ``(width, depth) @ (depth,
+    rows)`` within :data:`SMALL_PRODUCT`, at most ``hidden``; None (one product of all of
+    Rᵀ) below :data:`CHUNK_MIN_ROWS` sequences or :data:`CHUNK_MIN_WIDTH` rows."""
+    if rows < CHUNK_MIN_ROWS:
+        return None
+    widest = min(hidden, SMALL_PRODUCT // max(rows * depth, 1))
+    return widest if widest >= CHUNK_MIN_WIDTH else None
+
+
+def _unit_blocks(hidden: int, gates: int, widest: int) -> list[slice]:
+    """The blocks of rows of Rᵀ (G·H rows, gate by gate) that a unit-major product runs
+    in, for blocks of at most ``widest`` rows: all of them at once where ``widest`` holds
+    them, else each half of each gate's units (all its units where they are odd) in as
+    few blocks as can be, of one width (a multiple of 16 where that stays within
+    ``widest``; the last block may be narrower). A block never crosses a half, so each half
+    of the units (:func:`_half_rows_cell`) runs some of these blocks, whole. Fewer blocks
+    are fewer calls: a GRU of hidden 512 at 16 sequences ran its step's product in 254 µs
+    as 16 blocks of 96 rows against 275 µs as 24 of 64 (OpenBLAS 0.3.31, an Intel Xeon).
+    OpenBLAS's small-matrix kernels gave each element the same bits in blocks of every
+    width tried, but every path that runs a layer uses these blocks regardless."""
+    if widest >= gates * hidden:
+        return [slice(0, gates * hidden)]
+    spans = [(0, hidden // 2), (hidden // 2, hidden)] if hidden % 2 == 0 else [(0, hidden)]
+    cuts: list[slice] = []
+    for gate in range(gates):
+        for start, stop in spans:
+            size = stop - start
+            count = -(-size // widest)
+            width = -(-size // count)
+            if -(-width // 16) * 16 <= widest:
+                width = -(-width // 16) * 16
+            for first in range(start, stop, width):
+                cuts.append(slice(gate * hidden + first, gate * hidden + min(first + width, stop)))
+    return cuts
+
+
 def _steps(projected: np.ndarray, history: np.ndarray, cell: np.ndarray | None,
            active: list[int] | None, scratch: _Scratch | None) -> Iterator[tuple[Any, ...]]:
     """For each step ``s``: its input projection (with a scratch, gate-major and split as
@@ -1416,13 +1503,14 @@ def _unit_major(layer: _Layer, batch: int) -> bool:
 class _Units:
     """The state and buffers of a :func:`_unit_major` layer's steps at ``batch`` sequences,
     unit-major: h, c and the gates as (units, sequences), so that the recurrent product is
-    ``Rᵀ h``, each block of :attr:`chunk` rows of Rᵀ (a :meth:`_Layer.chunks` block) by all
-    of h (H, B). OpenBLAS's small-matrix kernels ran that 15–20 % faster than ``h R`` at 16
-    sequences (an Intel Xeon, OpenBLAS 0.3.31: an LSTM 320's step in 140 µs against 180),
-    and every elementwise operation reads and writes contiguous blocks. The step's input
-    projection, the h history and the cell state stay sequence-major: a step reads its
-    input through a transposed view and writes h' to the history through one, and the loop
-    copies h and c in at its start and c out at its end (exact copies: the same numbers).
+    ``Rᵀ h``, each block of rows of Rᵀ (:func:`_unit_blocks` of at most :attr:`chunk`
+    rows, a :meth:`_Layer.chunks` block) by all of h (H, B). OpenBLAS's small-matrix
+    kernels ran that 15–20 % faster than ``h R`` at 16 sequences (an Intel Xeon, OpenBLAS
+    0.3.31: an LSTM 320's step in 140 µs against 180), and every elementwise operation
+    reads and writes contiguous blocks. The step's input projection, the h history and the
+    cell state stay sequence-major: a step reads its input through a transposed view and
+    writes h' to the history through one, and the loop copies h and c in at its start and
+    c out at its end (exact copies: the same numbers).
 
     ``h`` (2, D, H, B): h and h' in turn; ``c`` (D, H, B) for an LSTM. The step of the
     first ``n`` sequences (lengths) multiplies into the first D·G·H·n values of one buffer,
@@ -1432,8 +1520,10 @@ class _Units:
     def __init__(self, layer: _Layer, batch: int, dtype: np.dtype) -> None:
         hidden, (depth, width) = layer.hidden, layer.recurrent.shape[1:]
         self.layer, self.batch = layer, batch
-        self.chunk = _chunk_width(hidden, batch, depth) or width
-        self.weights = layer.chunks(self.chunk, units=True)
+        self.chunk = _unit_width(hidden, batch, depth) or width
+        cuts = _unit_blocks(hidden, len(layer.blocks), self.chunk)
+        self.weights = [list(zip(cuts, blocks, strict=True))
+                        for blocks in layer.chunks(self.chunk, units=True)]
         self.h = np.empty((2, layer.directions, hidden, batch), dtype)
         self.c = np.empty((layer.directions, hidden, batch), dtype) \
             if layer.cell == "lstm" else None
@@ -1447,7 +1537,7 @@ class _Units:
         if found is None:
             directions, width = self.layer.directions, self.layer.width
             bias_n = self.layer.bias_n
-            found = _unit_step(self.layer, self.weights, self.chunk,
+            found = _unit_step(self.layer, self.weights,
                                self._raw[:directions * width * n].reshape(directions, width, n),
                                self._tmp[:directions * self.layer.hidden * n].reshape(
                                    directions, self.layer.hidden, n),
@@ -1456,7 +1546,7 @@ class _Units:
         return found
 
 
-def _unit_step(layer: _Layer, weights: Sequence[Sequence[np.ndarray]], chunk: int,
+def _unit_step(layer: _Layer, weights: Sequence[Sequence[tuple[slice, np.ndarray]]],
                raw: np.ndarray, tmp: np.ndarray, bias_n: np.ndarray | None,
                units: slice | None = None) -> Callable[..., None]:
     """One unit-major step of n sequences into the buffers ``raw`` (D, G·U, n) (the
@@ -1464,9 +1554,10 @@ def _unit_step(layer: _Layer, weights: Sequence[Sequence[np.ndarray]], chunk: in
     ``units`` of a lockstep half (:func:`_half_rows_cell`). ``step(step_input, h, h_next,
     c)`` takes the units' step input (D, G, U, n) (a transposed view of the projection),
     all of h (D, H, n), the slot for the units' h' (D, U, n) and an LSTM's c (D, U, n),
-    updated in place (None for a GRU). ``weights``: per direction the (chunk, H) blocks of
-    Rᵀ whose rows are the units'; ``bias_n`` a GRU's bR_n for them (D, U, 1), or None."""
-    products = [[(matrix, raw[d, j * chunk:(j + 1) * chunk]) for j, matrix in enumerate(blocks)]
+    updated in place (None for a GRU). ``weights``: per direction the blocks of rows of Rᵀ
+    (rows, H) that hold the units' rows, each with the rows of ``raw`` it fills; ``bias_n``
+    a GRU's bR_n for them (D, U, 1), or None."""
+    products = [[(matrix, raw[d, rows]) for rows, matrix in blocks]
                 for d, blocks in enumerate(weights)]
     dot = np.dot
     after = _unit_gates(layer, raw, tmp, bias_n)
@@ -1775,15 +1866,16 @@ def _halves_agree_in(layer: _Layer, direction: int) -> bool:
 
 
 def _row_halves(layer: _Layer, batch: int) -> int | None:
-    """The width of the recurrent product's chunks (see :class:`_Units`) when a layer's
-    steps at ``batch`` sequences may run as two halves of its units, one in each process
-    (:func:`_half_rows_cell`), else None: a one-way lean LSTM or GRU (reset after) whose
-    step's product holds at least :data:`CONCURRENT_MIN_STEP_WORK` multiply-adds and whose
-    batch runs as one piece (see :func:`_lockstep_pieces`: halves then use both cores where
-    the piece uses one), unit-major (:func:`_unit_major`), in chunks of a width that
-    divides half the units. Each half's products are then some of the piece's own, the
-    same calls, and its elementwise operations those of :func:`_unit_gates` on its units:
-    the numbers of the piece run whole. (A batch in two halves runs each half in a process
+    """The most rows of a block of the recurrent product (:func:`_unit_width`, see
+    :class:`_Units`) when a layer's steps at ``batch`` sequences may run as two halves of
+    its units, one in each process (:func:`_half_rows_cell`), else None: a one-way lean
+    LSTM or GRU (reset after) of an even number of units whose step's product holds at
+    least :data:`CONCURRENT_MIN_STEP_WORK` multiply-adds and whose batch runs as one piece
+    (see :func:`_lockstep_pieces`: halves then use both cores where the piece uses one),
+    unit-major (:func:`_unit_major`) in blocks (:func:`_unit_blocks`), which then lie
+    within one half of the units. Each half's products are then some of the piece's own,
+    the same calls, and its elementwise operations those of :func:`_unit_gates` on its
+    units: the numbers of the piece run whole. (A batch in two halves runs each half in a process
     of its own: unit-major, a GRU of hidden 512 at 32 sequences took 57 ms that way against
     63 in halves of its units, which copy h for each half of the batch at every step. A
     bidirectional layer's directions, one in each process, ran as fast as in halves.)"""
@@ -1791,32 +1883,38 @@ def _row_halves(layer: _Layer, batch: int) -> int | None:
             and batch * layer.out_size * layer.width >= CONCURRENT_MIN_STEP_WORK
             and len(_lockstep_pieces(layer, batch)) == 1):
         return None
-    chunk = _chunk_width(layer.hidden, batch, layer.recurrent.shape[1])
-    return chunk if chunk is not None and (layer.hidden // 2) % chunk == 0 else None
+    widest = _unit_width(layer.hidden, batch, layer.recurrent.shape[1])
+    return widest if widest is not None and widest < layer.width else None
 
 
 def _half_rows_cell(layer: _Layer, direction: int, part: int, batch: int, chunk: int,
                     dtype: np.dtype) -> Callable[..., None]:
     """Half ``part`` of the units of a :func:`_row_halves` layer's ``direction``, one step
-    of ``batch`` sequences, and the chunks' width: ``step(step_input, h, h_next, c,
-    c_next)`` with the half's step input (G, H/2, B), all of h (B, H), and the half's h',
-    c and c' (B, H/2) (an LSTM's; empty for a GRU). The half runs as the layer's
+    of ``batch`` sequences, its product in the blocks of :func:`_unit_blocks` of at most
+    ``chunk`` rows: ``step(step_input, h, h_next, c, c_next)`` with the half's step input
+    (G, H/2, B), all of h (B, H), and the half's h', c and c' (B, H/2) (an LSTM's; empty
+    for a GRU). The half runs as the layer's
     :class:`_Units` step (:func:`_unit_step`) runs its units: h copied unit-major,
     multiplied by the half's blocks of Rᵀ, the same calls, then the same elementwise
     operations, c in and h' and c' out through exact copies."""
     hidden, half, gates = layer.hidden, layer.hidden // 2, len(layer.blocks)
-    if not (chunk > 0 and half % chunk == 0):
-        raise ValueError(f"chunks of {chunk} columns do not divide half of {hidden} units")
-    per_gate, own = hidden // chunk, half // chunk
-    blocks = layer.chunks(chunk, units=True)[direction]
-    mine = [blocks[g * per_gate + part * own + q] for g in range(gates) for q in range(own)]
     units = slice(part * half, (part + 1) * half)
+    cuts = _unit_blocks(hidden, gates, chunk)
+    if not (hidden % 2 == 0 and 0 < chunk < gates * hidden):
+        raise ValueError(f"blocks of at most {chunk} rows do not split {hidden} units in halves")
+    # The half's blocks, each with its rows in the half's product (gate by gate, H/2 each).
+    mine = []
+    for rows, weights in zip(cuts, layer.chunks(chunk, units=True)[direction], strict=True):
+        gate, first = divmod(rows.start, hidden)
+        if units.start <= first < units.stop:
+            start = gate * half + first - units.start
+            mine.append((slice(start, start + rows.stop - rows.start), weights))
     bias_n = None if layer.bias_n is None else \
         layer.bias_n[direction:direction + 1, :, units].transpose(0, 2, 1)
     h_units = np.empty((1, hidden, batch), dtype)
     out = np.empty((1, half, batch), dtype)
     c_units = np.empty((1, half, batch), dtype) if layer.cell == "lstm" else None
-    half_step = _unit_step(layer, [mine], chunk, np.empty((1, gates * half, batch), dtype),
+    half_step = _unit_step(layer, [mine], np.empty((1, gates * half, batch), dtype),
                            np.empty((1, half, batch), dtype), bias_n, units)
     copyto = np.copyto
 
