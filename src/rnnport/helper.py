@@ -618,13 +618,16 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
     """Start ``layer``'s ``direction`` in the helper over ``inputs`` (T, b, I), the piece's
     sequences, from ``h0`` (b, H_out) and ``c0`` (b, H) or None. None when there is no
     ready helper, another call is using it, or it cannot take this layer: the caller
-    computes the piece itself. Only an interrupt (``KeyboardInterrupt`` …) is raised."""
+    computes the piece itself. Only an interrupt (``KeyboardInterrupt`` …) is raised.
+
+    The inputs reach the helper in the direction's step order (a backward direction's
+    reversed in time as they are copied), so that its projection reads them as they lie."""
 
     def begin(helper: _Helper, tokens: list[int]) -> tuple[tuple[Any, ...], list[np.ndarray]]:
         steps, batch, width = inputs.shape
         shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, c0 is not None)
         arrays = helper.arena_for(_bytes(inputs.dtype, shapes)).arrays(inputs.dtype, *shapes)
-        arrays[0][...] = inputs
+        arrays[0][...] = inputs[::-1] if layer.backward[direction] else inputs
         arrays[1][0] = h0
         if c0 is not None:
             arrays[2][0] = c0

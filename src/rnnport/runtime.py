@@ -682,18 +682,20 @@ def _pieces(layer: _Layer, batch: int, by_direction: bool) -> list[tuple[slice, 
 
 
 def _project(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, directions: slice,
-             rows: slice, out: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
+             rows: slice, out: np.ndarray | None = None, threads: int = 1,
+             in_step_order: bool = False) -> np.ndarray:
     """The input side ``W x + bW + bR`` of ``directions`` for the sequences ``rows`` of
     ``inputs`` (T, B, I), all steps at once: ``(d, T, b, G·H)`` (into ``out`` if given),
-    backward directions in their step order; each product in the blocks of
-    :func:`_row_blocks`, up to ``threads`` of them at once."""
+    backward directions in their step order (``inputs`` already in it: ``in_step_order``,
+    one direction, no lengths); each product in the blocks of :func:`_row_blocks`, up to
+    ``threads`` of them at once."""
     steps, batch, width = inputs.shape
     count = rows.stop - rows.start
     projected = np.empty((directions.stop - directions.start, steps, count, layer.width),
                          dtype=inputs.dtype) if out is None else out
     for index, direction in enumerate(range(directions.start, directions.stop)):
         source = inputs
-        if layer.backward[direction]:
+        if layer.backward[direction] and not in_step_order:
             source = inputs[::-1] if packed is None else inputs[packed.reverse, packed.columns]
         if count != batch:
             source = source[:, rows]
@@ -1046,10 +1048,13 @@ def helper_layer(spec: Spec, params: Mapping[str, np.ndarray], dtype: np.dtype,
 
 def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
                   cell: np.ndarray | None) -> None:
-    """One-direction ``layer`` over ``inputs`` (T, B, I), as one piece of :func:`_run_layer`
-    runs it: ``history`` (T+1, 1, B, H_out) holds h0 in its first row, ``cell`` (1, B, H)
-    the initial cell state (updated in place). One BLAS thread is the caller's to set."""
-    projected = _project(layer, inputs, None, slice(0, 1), slice(0, inputs.shape[1]))
+    """One-direction ``layer`` over ``inputs`` (T, B, I) in its step order (a backward
+    direction's reversed in time: see :func:`rnnport.helper.job`), as one piece of
+    :func:`_run_layer` runs it: ``history`` (T+1, 1, B, H_out) holds h0 in its first row,
+    ``cell`` (1, B, H) the initial cell state (updated in place). One BLAS thread is the
+    caller's to set."""
+    projected = _project(layer, inputs, None, slice(0, 1), slice(0, inputs.shape[1]),
+                         in_step_order=True)
     with _quiet():
         _LOOPS[layer.cell](layer, projected, history, cell, None, None)
 
