@@ -104,6 +104,7 @@ def test_the_unit_major_block_width(hidden: int, rows: int, depth: int,
     (64, 3, 48, [32] * 6),
     (100, 4, 30, [25, 25] * 8),        # 50 rows a half: two blocks of 25 (32 > 30)
     (97, 3, 40, [33, 33, 31] * 3),     # odd: the gate's units in one span
+    (128, 4, 200, [128] * 4),          # a gate fits: a block a gate
     (64, 4, 256, [256]),               # everything at once
 ])
 def test_unit_major_blocks_tile_each_half_of_each_gate(hidden: int, gates: int, widest: int,
@@ -113,6 +114,20 @@ def test_unit_major_blocks_tile_each_half_of_each_gate(hidden: int, gates: int, 
     assert cuts[0].start == 0 and cuts[-1].stop == gates * hidden
     assert all(a.stop == b.start for a, b in itertools.pairwise(cuts))
     assert all(cut.stop - cut.start <= widest for cut in cuts)
-    if hidden % 2 == 0 and len(cuts) > 1:  # no block crosses a half of a gate's units
+    if hidden % 2 == 0 and widest < hidden:  # no block crosses a half of a gate's units
         half = hidden // 2
         assert all(cut.start // half == (cut.stop - 1) // half for cut in cuts)
+
+
+def test_unit_major_blocks_are_made_once_whatever_the_batch() -> None:
+    """The blocks of Rᵀ are kept per set of blocks, not per width: the widths of many batch
+    sizes give the same blocks, which are made (and held in memory) once."""
+    layer = runtime._prepared(RNN.random(Spec("gru", 8, 512)))[0]
+    made = {batch: runtime._Units(layer, batch, np.dtype(np.float32)).weights[0]
+            for batch in range(4, 62)}
+    distinct = {tuple((rows.start, rows.stop) for rows, _ in blocks) for blocks in made.values()}
+    assert len(layer.chunked) == len(distinct) <= 12
+    same = [blocks for blocks in made.values() if len(blocks) == len(made[16])
+            and all(a[0] == b[0] for a, b in zip(blocks, made[16], strict=True))]
+    assert len(same) > 1 and all(b[1] is a[1] for blocks in same
+                                 for a, b in zip(made[16], blocks, strict=True))

@@ -900,3 +900,27 @@ def test_floating_point_settings_hold_in_lockstep(lockstep: list[bool], used: li
         net.forward(bad, state=state, threads=2)
     assert used == [False]  # the lockstep job was started, then told to stop
     assert helper._HELPER is running and not running.broken
+
+
+@pytest.mark.parametrize("batch", [7, 16])
+@pytest.mark.parametrize(("cell", "hidden"), [("lstm", 100), ("gru", 66), ("gru", 130)])
+def test_lockstep_halves_in_blocks_of_uneven_widths_give_the_numbers_of_one_thread(
+        lockstep: list[bool], used: list[bool], monkeypatch: pytest.MonkeyPatch,
+        cell: str, hidden: int, batch: int) -> None:
+    """The blocks a unit-major product runs in, as the runtime chooses them for its bound
+    (here at most 37 rows: each half of a gate's 50 or 65 units in two blocks, the last
+    narrower, or its 33 units in one), are the same in the whole step and in each
+    process's half of it."""
+    monkeypatch.setattr(runtime, "CONCURRENT_MIN_STEP_WORK", 0)
+    monkeypatch.setattr(runtime, "SPLIT_MIN_BATCH", 64)  # the batch one piece
+    monkeypatch.setattr(runtime, "SMALL_PRODUCT", 37 * hidden * batch)
+    net = RNN.random(Spec(cell, 5, hidden), seed=3)
+    x = np.random.default_rng(1).standard_normal((batch, 9, 5)).astype(np.float32)
+    layer = runtime._prepared(net)[0]
+    assert runtime._row_halves(layer, batch) == 37
+    widths = {cut.stop - cut.start for cut in runtime._unit_blocks(hidden, len(layer.blocks), 37)}
+    assert max(widths) <= 37 and any(width % 16 for width in widths)
+    state = net.forward(x[:, :3], threads=1)[1]
+    expected = net.forward(x, state=state, threads=1)
+    _assert_same(net.forward(x, state=state, threads=2), expected)
+    assert lockstep == [True] and used == [True]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Any
 
 import numpy as np
@@ -507,30 +508,49 @@ def test_a_batch_runs_in_halves_of_its_units_only_as_one_piece(
         assert runtime._row_halves(runtime._prepared(RNN.random(other))[0], 16) is None
 
 
-@pytest.mark.parametrize("huge", [True, False])
+class _RefusedAdvice:
+    """``mmap`` as a kernel without transparent huge pages has it: the advice is refused."""
+
+    MAP_PRIVATE, MAP_ANONYMOUS, MADV_HUGEPAGE = 0, 0, 0
+
+    class mmap:  # the name the runtime calls
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def madvise(self, *args: Any) -> None:
+            raise OSError(22, "Invalid argument")
+
+
+@pytest.mark.parametrize("advice", ["as here", "refused", "absent"])
 def test_step_weights_placed_for_huge_pages_are_exact_separate_copies(
-        huge: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The weights a step reads may be copied into one mapping advised for huge pages
-    (where the kernel takes the advice, and they hold enough): each copy C-contiguous,
-    equal to its array, writable, apart from the others; otherwise ordinary C-contiguous
-    arrays (an array already so is kept)."""
+        advice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weights a step reads are copied into one mapping advised for huge pages where
+    the kernel takes the advice and they hold enough: each copy C-contiguous, equal to its
+    array, writable, 64-byte aligned, apart from the others. Where the advice is refused
+    or does not exist, and for small arrays, they are the arrays made C-contiguous (an
+    array already so is kept)."""
     from rnnport import runtime
 
-    monkeypatch.setattr(runtime, "_HUGE_PAGES", huge and runtime._HUGE_PAGES)
+    if advice == "refused":
+        monkeypatch.setattr(runtime, "mmap", _RefusedAdvice)
+    elif advice == "absent":
+        monkeypatch.setattr(runtime, "_HUGE_PAGES", False)
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal((700, 300)).astype(np.float32),
               rng.standard_normal((300, 333)).T,  # a transposed view
               rng.standard_normal(5).astype(np.float32)[::2]]
     copies = runtime._resident(arrays)
+    mapped = not np.shares_memory(copies[0], arrays[0])
+    assert mapped == (advice == "as here" and runtime._HUGE_PAGES
+                      and sys.platform.startswith("linux"))
     for array, copy in zip(arrays, copies, strict=True):
         assert copy.flags.c_contiguous and copy.flags.writeable
         assert copy.dtype == array.dtype and copy.shape == array.shape
         np.testing.assert_array_equal(copy, array)
-        assert not np.shares_memory(copy, array) or (not huge and array.flags.c_contiguous)
+        assert mapped or np.shares_memory(copy, array) == array.flags.c_contiguous
+        assert not mapped or copy.ctypes.data % 64 == 0
     spans = sorted((copy.ctypes.data, copy.ctypes.data + copy.nbytes) for copy in copies)
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
-    copies[0][0, 0] += 1  # each copy its own memory
-    np.testing.assert_array_equal(copies[1], arrays[1])
     small = runtime._resident([arrays[2]])[0]  # below HUGE_MIN_BYTES: an ordinary copy
     np.testing.assert_array_equal(small, arrays[2])
 

@@ -266,7 +266,7 @@ class _Layer:
         self.projection_bias = (np.stack([np.asarray(p["bias_hr"], dtype=dtype)[None, :]
                                           for p in directions]) if spec.proj_bias else None)
         self.one_way: list[_Layer] | None = None
-        self.chunked: dict[tuple[int, bool], list[list[np.ndarray]]] = {}
+        self.chunked: dict[tuple[bool, tuple[tuple[int, int], ...]], list[list[np.ndarray]]] = {}
         self.halved: list[tuple[np.ndarray, np.ndarray]] | None = None
         self.agree: bool | None = None  # see _halves_agree
 
@@ -290,18 +290,20 @@ class _Layer:
         (one block, the weights themselves, when ``width`` is all of them); with ``units``,
         blocks of rows of Rᵀ, (rows, H_out) each, those of :func:`_unit_blocks` for blocks
         of at most ``width`` rows (see :class:`_Units`); made once."""
-        found = self.chunked.get((width, units))
+        columns = self.recurrent.shape[-1]
+        cuts = _unit_blocks(self.hidden, len(self.blocks), width) if units else \
+            [slice(j, j + width) for j in range(0, columns, width)]
+        # Keyed by the blocks themselves: many widths give the same blocks, made once.
+        key = (units, tuple((cut.start, cut.stop) for cut in cuts))
+        found = self.chunked.get(key)
         if found is None:
-            columns = self.recurrent.shape[-1]
-            if width >= columns and not units:
+            if len(cuts) == 1 and not units:
                 found = [[matrix] for matrix in self.recurrent]
             else:
-                cuts = _unit_blocks(self.hidden, len(self.blocks), width) if units else \
-                    [slice(j, j + width) for j in range(0, columns, width)]
                 copies = iter(_resident([matrix[:, cut].T if units else matrix[:, cut]
                                          for matrix in self.recurrent for cut in cuts]))
                 found = [[next(copies) for _ in cuts] for _ in self.recurrent]
-            self.chunked[(width, units)] = found
+            self.chunked[key] = found
         return found
 
     def direction(self, index: int) -> _Layer:
@@ -1242,16 +1244,19 @@ def _unit_width(hidden: int, rows: int, depth: int) -> int | None:
 def _unit_blocks(hidden: int, gates: int, widest: int) -> list[slice]:
     """The blocks of rows of Rᵀ (G·H rows, gate by gate) that a unit-major product runs
     in, for blocks of at most ``widest`` rows: all of them at once where ``widest`` holds
-    them, else each half of each gate's units (all its units where they are odd) in as
-    few blocks as can be, of one width (a multiple of 16 where that stays within
-    ``widest``; the last block may be narrower). A block never crosses a half, so each half
-    of the units (:func:`_half_rows_cell`) runs some of these blocks, whole. Fewer blocks
+    them, else a block a gate where it holds a gate's units, else each half of each gate's
+    units (all its units where they are odd) in as few blocks as can be, of one width (a
+    multiple of 16 where that stays within ``widest``; the last block may be narrower).
+    Then no block crosses a half, so each half of the units (:func:`_half_rows_cell`) runs
+    some of these blocks, whole. Fewer blocks
     are fewer calls: a GRU of hidden 512 at 16 sequences ran its step's product in 254 µs
     as 16 blocks of 96 rows against 275 µs as 24 of 64 (OpenBLAS 0.3.31, an Intel Xeon).
     OpenBLAS's small-matrix kernels gave each element the same bits in blocks of every
     width tried, but every path that runs a layer uses these blocks regardless."""
     if widest >= gates * hidden:
         return [slice(0, gates * hidden)]
+    if widest >= hidden:
+        return [slice(gate * hidden, (gate + 1) * hidden) for gate in range(gates)]
     spans = [(0, hidden // 2), (hidden // 2, hidden)] if hidden % 2 == 0 else [(0, hidden)]
     cuts: list[slice] = []
     for gate in range(gates):
@@ -1877,8 +1882,9 @@ def _row_halves(layer: _Layer, batch: int) -> int | None:
     LSTM or GRU (reset after) of an even number of units whose step's product holds at
     least :data:`CONCURRENT_MIN_STEP_WORK` multiply-adds and whose batch runs as one piece
     (see :func:`_lockstep_pieces`: halves then use both cores where the piece uses one),
-    unit-major (:func:`_unit_major`) in blocks (:func:`_unit_blocks`), which then lie
-    within one half of the units. Each half's products are then some of the piece's own,
+    unit-major (:func:`_unit_major`) in blocks (:func:`_unit_blocks`) narrower than a
+    gate's units, which then lie within one half of them (a layer whose blocks hold whole
+    gates is small enough to run whole). Each half's products are then some of the piece's own,
     the same calls, and its elementwise operations those of :func:`_unit_gates` on its
     units: the numbers of the piece run whole. (A batch in two halves runs each half in a process
     of its own: unit-major, a GRU of hidden 512 at 32 sequences took 57 ms that way against
@@ -1889,7 +1895,7 @@ def _row_halves(layer: _Layer, batch: int) -> int | None:
             and len(_lockstep_pieces(layer, batch)) == 1):
         return None
     widest = _unit_width(layer.hidden, batch, layer.recurrent.shape[1])
-    return widest if widest is not None and widest < layer.width else None
+    return widest if widest is not None and widest < layer.hidden else None
 
 
 def _half_rows_cell(layer: _Layer, direction: int, part: int, batch: int, chunk: int,
@@ -1903,10 +1909,10 @@ def _half_rows_cell(layer: _Layer, direction: int, part: int, batch: int, chunk:
     multiplied by the half's blocks of Rᵀ, the same calls, then the same elementwise
     operations, c in and h' and c' out through exact copies."""
     hidden, half, gates = layer.hidden, layer.hidden // 2, len(layer.blocks)
+    if not (hidden % 2 == 0 and 0 < chunk < hidden):
+        raise ValueError(f"blocks of at most {chunk} rows do not split {hidden} units in halves")
     units = slice(part * half, (part + 1) * half)
     cuts = _unit_blocks(hidden, gates, chunk)
-    if not (hidden % 2 == 0 and 0 < chunk < gates * hidden):
-        raise ValueError(f"blocks of at most {chunk} rows do not split {hidden} units in halves")
     # The half's blocks, each with its rows in the half's product (gate by gate, H/2 each).
     mine = []
     for rows, weights in zip(cuts, layer.chunks(chunk, units=True)[direction], strict=True):
