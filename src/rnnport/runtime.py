@@ -1248,11 +1248,11 @@ def _unit_blocks(hidden: int, gates: int, widest: int) -> list[slice]:
     units (all its units where they are odd) in as few blocks as can be, of one width (a
     multiple of 16 where that stays within ``widest``; the last block may be narrower).
     Then no block crosses a half, so each half of the units (:func:`_half_rows_cell`) runs
-    some of these blocks, whole. Fewer blocks
-    are fewer calls: a GRU of hidden 512 at 16 sequences ran its step's product in 254 µs
-    as 16 blocks of 96 rows against 275 µs as 24 of 64 (OpenBLAS 0.3.31, an Intel Xeon).
-    OpenBLAS's small-matrix kernels gave each element the same bits in blocks of every
-    width tried, but every path that runs a layer uses these blocks regardless."""
+    some of these blocks, whole. Fewer blocks are fewer calls: a GRU of hidden 512 at 16
+    sequences ran its step's product in 254 µs as 16 blocks of 96 rows against 275 µs as
+    24 of 64 (OpenBLAS 0.3.31, an Intel Xeon). OpenBLAS's small-matrix kernels gave each
+    element the same bits in blocks of every width tried, but every path that runs a layer
+    uses these blocks regardless."""
     if widest >= gates * hidden:
         return [slice(0, gates * hidden)]
     if widest >= hidden:
@@ -1264,8 +1264,9 @@ def _unit_blocks(hidden: int, gates: int, widest: int) -> list[slice]:
             size = stop - start
             count = -(-size // widest)
             width = -(-size // count)
-            if -(-width // 16) * 16 <= widest:
-                width = -(-width // 16) * 16
+            rounded = -(-width // 16) * 16  # a multiple of the kernels' 16 rows
+            if rounded <= widest:
+                width = rounded
             for first in range(start, stop, width):
                 cuts.append(slice(gate * hidden + first, gate * hidden + min(first + width, stop)))
     return cuts
