@@ -126,7 +126,7 @@ def test_unit_major_blocks_are_made_once_whatever_the_batch() -> None:
     made = {batch: runtime._Units(layer, batch, np.dtype(np.float32)).weights[0]
             for batch in range(4, 62)}
     distinct = {tuple((rows.start, rows.stop) for rows, _ in blocks) for blocks in made.values()}
-    assert len(layer.chunked) == len(distinct) <= 12
+    assert len(layer.unit_blocked) == len(distinct) <= 12
     same = [blocks for blocks in made.values() if len(blocks) == len(made[16])
             and all(a[0] == b[0] for a, b in zip(blocks, made[16], strict=True))]
     assert len(same) > 1 and all(b[1] is a[1] for blocks in same

@@ -187,7 +187,7 @@ class _Layer:
                  "blocks", "cell", "cell_clip", "chunked", "clip", "directions", "halved", "hidden",
                  "input_bias", "input_forget", "input_weights", "layer_norm", "one_way",
                  "out_size", "peephole", "projection", "projection_bias", "recurrent",
-                 "recurrent_n", "source", "width")
+                 "recurrent_n", "source", "unit_blocked", "width")
 
     def __init__(self, spec: Spec, directions: Sequence[Mapping[str, np.ndarray]],
                  dtype: np.dtype) -> None:
@@ -266,7 +266,9 @@ class _Layer:
         self.projection_bias = (np.stack([np.asarray(p["bias_hr"], dtype=dtype)[None, :]
                                           for p in directions]) if spec.proj_bias else None)
         self.one_way: list[_Layer] | None = None
-        self.chunked: dict[tuple[bool, tuple[tuple[int, int], ...]], list[list[np.ndarray]]] = {}
+        self.chunked: dict[int, list[list[np.ndarray]]] = {}
+        self.unit_blocked: dict[tuple[tuple[int, int], ...],
+                                list[list[tuple[slice, np.ndarray]]]] = {}
         self.halved: list[tuple[np.ndarray, np.ndarray]] | None = None
         self.agree: bool | None = None  # see _halves_agree
 
@@ -285,25 +287,34 @@ class _Layer:
             self.halved = [(copies[2 * d], copies[2 * d + 1]) for d in range(len(self.recurrent))]
         return self.halved
 
-    def chunks(self, width: int, units: bool = False) -> list[list[np.ndarray]]:
+    def chunks(self, width: int) -> list[list[np.ndarray]]:
         """The recurrent weights, per direction, as contiguous blocks of ``width`` columns
-        (one block, the weights themselves, when ``width`` is all of them); with ``units``,
-        blocks of rows of Rᵀ, (rows, H_out) each, those of :func:`_unit_blocks` for blocks
-        of at most ``width`` rows (see :class:`_Units`); made once."""
-        columns = self.recurrent.shape[-1]
-        cuts = _unit_blocks(self.hidden, len(self.blocks), width) if units else \
-            [slice(j, j + width) for j in range(0, columns, width)]
-        # Keyed by the blocks themselves: many widths give the same blocks, made once.
-        key = (units, tuple((cut.start, cut.stop) for cut in cuts))
-        found = self.chunked.get(key)
+        (one block, the weights themselves, when ``width`` is all of them); made once."""
+        found = self.chunked.get(width)
         if found is None:
-            if len(cuts) == 1 and not units:
+            columns = self.recurrent.shape[-1]
+            if width >= columns:
                 found = [[matrix] for matrix in self.recurrent]
             else:
-                copies = iter(_resident([matrix[:, cut].T if units else matrix[:, cut]
-                                         for matrix in self.recurrent for cut in cuts]))
-                found = [[next(copies) for _ in cuts] for _ in self.recurrent]
-            self.chunked[key] = found
+                copies = iter(_resident([matrix[:, j:j + width] for matrix in self.recurrent
+                                         for j in range(0, columns, width)]))
+                found = [[next(copies) for _ in range(0, columns, width)]
+                         for _ in self.recurrent]
+            self.chunked[width] = found
+        return found
+
+    def units(self, widest: int) -> list[list[tuple[slice, np.ndarray]]]:
+        """Rᵀ, per direction, in the blocks of rows of :func:`_unit_blocks` for blocks of
+        at most ``widest`` rows, each as (its rows of Rᵀ, the block (rows, H_out)) (see
+        :class:`_Units`); made once for each set of blocks, which many widths share."""
+        cuts = _unit_blocks(self.hidden, len(self.blocks), widest)
+        key = tuple((cut.start, cut.stop) for cut in cuts)
+        found = self.unit_blocked.get(key)
+        if found is None:
+            copies = iter(_resident([matrix[:, cut].T for matrix in self.recurrent
+                                     for cut in cuts]))
+            found = [[(cut, next(copies)) for cut in cuts] for _ in self.recurrent]
+            self.unit_blocked[key] = found
         return found
 
     def direction(self, index: int) -> _Layer:
@@ -324,6 +335,7 @@ class _Layer:
             return None if array is None else array[part]
 
         one.directions, one.backward, one.one_way, one.chunked = 1, (self.backward[d],), None, {}
+        one.unit_blocked = {}
         one.halved = None if self.halved is None else self.halved[part]
         one.agree = self.agree
         one.input_weights = self.input_weights[part]
@@ -1249,10 +1261,10 @@ def _unit_blocks(hidden: int, gates: int, widest: int) -> list[slice]:
     multiple of 16 where that stays within ``widest``; the last block may be narrower).
     Then no block crosses a half, so each half of the units (:func:`_half_rows_cell`) runs
     some of these blocks, whole. Fewer blocks are fewer calls: a GRU of hidden 512 at 16
-    sequences ran its step's product in 254 µs as 16 blocks of 96 rows against 275 µs as
-    24 of 64 (OpenBLAS 0.3.31, an Intel Xeon). OpenBLAS's small-matrix kernels gave each
-    element the same bits in blocks of every width tried, but every path that runs a layer
-    uses these blocks regardless."""
+    sequences ran its step's product in 279–284 µs as 18 blocks (96, 96 and 64 rows a half
+    of a gate) against 298 µs as 24 blocks of 64 (OpenBLAS 0.3.31, an Intel Xeon).
+    OpenBLAS's small-matrix kernels gave each element the same bits in blocks of every
+    width tried, but every path that runs a layer uses these blocks regardless."""
     if widest >= gates * hidden:
         return [slice(0, gates * hidden)]
     if widest >= hidden:
@@ -1514,8 +1526,8 @@ def _unit_major(layer: _Layer, batch: int) -> bool:
 class _Units:
     """The state and buffers of a :func:`_unit_major` layer's steps at ``batch`` sequences,
     unit-major: h, c and the gates as (units, sequences), so that the recurrent product is
-    ``Rᵀ h``, each block of rows of Rᵀ (:func:`_unit_blocks` of at most :attr:`chunk`
-    rows, a :meth:`_Layer.chunks` block) by all of h (H, B). OpenBLAS's small-matrix
+    ``Rᵀ h``, each block of rows of Rᵀ (:meth:`_Layer.units`, for blocks of as many rows
+    as :func:`_unit_width` allows) by all of h (H, B). OpenBLAS's small-matrix
     kernels ran that 15–20 % faster than ``h R`` at 16 sequences (an Intel Xeon, OpenBLAS
     0.3.31: an LSTM 320's step in 140 µs against 180), and every elementwise operation
     reads and writes contiguous blocks. The step's input projection, the h history and the
@@ -1531,10 +1543,7 @@ class _Units:
     def __init__(self, layer: _Layer, batch: int, dtype: np.dtype) -> None:
         hidden, (depth, width) = layer.hidden, layer.recurrent.shape[1:]
         self.layer, self.batch = layer, batch
-        self.chunk = _unit_width(hidden, batch, depth) or width
-        cuts = _unit_blocks(hidden, len(layer.blocks), self.chunk)
-        self.weights = [list(zip(cuts, blocks, strict=True))
-                        for blocks in layer.chunks(self.chunk, units=True)]
+        self.weights = layer.units(_unit_width(hidden, batch, depth) or width)
         self.h = np.empty((2, layer.directions, hidden, batch), dtype)
         self.c = np.empty((layer.directions, hidden, batch), dtype) \
             if layer.cell == "lstm" else None
@@ -1885,12 +1894,13 @@ def _row_halves(layer: _Layer, batch: int) -> int | None:
     (see :func:`_lockstep_pieces`: halves then use both cores where the piece uses one),
     unit-major (:func:`_unit_major`) in blocks (:func:`_unit_blocks`) narrower than a
     gate's units, which then lie within one half of them (a layer whose blocks hold whole
-    gates is small enough to run whole). Each half's products are then some of the piece's own,
-    the same calls, and its elementwise operations those of :func:`_unit_gates` on its
-    units: the numbers of the piece run whole. (A batch in two halves runs each half in a process
-    of its own: unit-major, a GRU of hidden 512 at 32 sequences took 57 ms that way against
-    63 in halves of its units, which copy h for each half of the batch at every step. A
-    bidirectional layer's directions, one in each process, ran as fast as in halves.)"""
+    gates is small enough to run whole). Each half's products are then some of the
+    piece's own, the same calls, and its elementwise operations those of
+    :func:`_unit_gates` on its units: the numbers of the piece run whole. (A batch in two
+    halves runs each half in a process of its own: unit-major, a GRU of hidden 512 at 32
+    sequences took 57 ms that way against 63 in halves of its units, which copy h for each
+    half of the batch at every step. A bidirectional layer's directions, one in each
+    process, ran as fast as in halves.)"""
     if not (layer.directions == 1 and layer.hidden % 2 == 0 and _unit_major(layer, batch)
             and batch * layer.out_size * layer.width >= CONCURRENT_MIN_STEP_WORK
             and len(_lockstep_pieces(layer, batch)) == 1):
@@ -1905,18 +1915,17 @@ def _half_rows_cell(layer: _Layer, direction: int, part: int, batch: int, chunk:
     of ``batch`` sequences, its product in the blocks of :func:`_unit_blocks` of at most
     ``chunk`` rows: ``step(step_input, h, h_next, c, c_next)`` with the half's step input
     (G, H/2, B), all of h (B, H), and the half's h', c and c' (B, H/2) (an LSTM's; empty
-    for a GRU). The half runs as the layer's
-    :class:`_Units` step (:func:`_unit_step`) runs its units: h copied unit-major,
-    multiplied by the half's blocks of Rᵀ, the same calls, then the same elementwise
-    operations, c in and h' and c' out through exact copies."""
+    for a GRU). The half runs as the layer's :class:`_Units` step (:func:`_unit_step`)
+    runs its units: h copied unit-major, multiplied by the half's blocks of Rᵀ, the same
+    calls, then the same elementwise operations, c in and h' and c' out through exact
+    copies."""
     hidden, half, gates = layer.hidden, layer.hidden // 2, len(layer.blocks)
     if not (hidden % 2 == 0 and 0 < chunk < hidden):
         raise ValueError(f"blocks of at most {chunk} rows do not split {hidden} units in halves")
     units = slice(part * half, (part + 1) * half)
-    cuts = _unit_blocks(hidden, gates, chunk)
     # The half's blocks, each with its rows in the half's product (gate by gate, H/2 each).
     mine = []
-    for rows, weights in zip(cuts, layer.chunks(chunk, units=True)[direction], strict=True):
+    for rows, weights in layer.units(chunk)[direction]:
         gate, first = divmod(rows.start, hidden)
         if units.start <= first < units.stop:
             start = gate * half + first - units.start
