@@ -934,3 +934,53 @@ def test_lockstep_halves_in_blocks_of_uneven_widths_give_the_numbers_of_one_thre
     expected = net.forward(x, state=state, threads=1)
     _assert_same(net.forward(x, state=state, threads=2), expected)
     assert lockstep == [True] and used == [True]
+
+
+def test_the_thread_knows_the_cpu_it_runs_on() -> None:
+    cpu = helper._running_on()
+    if os.path.exists("/proc/thread-self/stat"):
+        assert cpu in os.sched_getaffinity(0)
+    else:
+        assert cpu is None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/stat"),
+                    reason="reads the calling thread's CPU in /proc")
+def test_the_helper_is_kept_off_the_callers_cpu(used: list[bool],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each job keeps the helper to the CPUs the calling thread may use but the one it runs
+    on (on a busy machine Linux would wake it there); a thread kept to one CPU leaves the
+    helper that one."""
+    net, x, expected = _lstm_case(9)
+    allowed = os.sched_getaffinity(0)
+    running = helper._HELPER
+    assert running is not None
+    for cpu in sorted(allowed)[:2]:
+        monkeypatch.setattr(helper, "_running_on", lambda cpu=cpu: cpu)
+        used.clear()
+        np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+        assert used == [True, True]
+        assert os.sched_getaffinity(running.process.pid) == (allowed - {cpu} or allowed)
+    one = min(allowed)
+    real = os.sched_getaffinity
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {one} if pid == 0 else real(pid))
+    monkeypatch.setattr(helper, "_running_on", lambda: one)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert real(running.process.pid) == {one}
+
+
+def test_a_helper_whose_cpus_cannot_be_set_still_runs(used: list[bool],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    net, x, expected = _lstm_case(9)
+
+    def refused(pid: int, cpus: Any) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refused)
+    monkeypatch.setattr(helper._HELPER, "cpus", None)
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used == [True, True]
+    monkeypatch.setattr(helper, "_running_on", lambda: None)  # no /proc: nothing is tried
+    used.clear()
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used == [True, True]

@@ -23,6 +23,8 @@ there, first step to last, while the first runs here, and the two meet once per 
 * It computes with the same code and the same BLAS calls as the thread that would run
   that piece here, so the numbers are bit for bit those of ``forward(threads=1)``.
 * One call at a time uses it (a lock; a call finding it busy runs its pieces itself).
+* Each job keeps it off the CPU of the thread that gives it the job (:func:`_apart`), so
+  that on a busy machine the two pieces do not share one core.
 * What goes wrong costs speed, never numbers: a layer the helper cannot take (parameters
   that do not pickle, an error it reports) runs here from then on; a helper that dies or
   stops answering, or a call interrupted while it works, makes the helper shut down (it is
@@ -213,6 +215,7 @@ class _Helper:
             weakref.WeakKeyDictionary()
         self.forgotten: list[int] = []
         self.arena: _Arena | None = None
+        self.cpus: set[int] | None = None  # the CPUs it was last kept to (see _apart)
         mine, theirs = socket.socketpair()
         # The helper imports rnnport from where this process did, ahead of everything else
         # (``-c`` would put the working directory first); the runtime's entry point hands
@@ -670,6 +673,39 @@ def lockstep(layer: Any, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray | No
 _Begin = Callable[[_Helper, list[int]], tuple[tuple[Any, ...], list[Any]]]
 
 
+def _running_on() -> int | None:
+    """The CPU the calling thread last ran on (Linux's ``/proc``), or None."""
+    try:
+        with open("/proc/thread-self/stat", "rb") as status:
+            return int(status.read(4096).rsplit(b")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _apart(helper: _Helper) -> None:
+    """Keep the helper off the CPU the calling thread runs on, for the job it is given:
+    the CPUs the thread may use but that one (all of them if it has only that one).
+
+    On a machine with a task of another program running beside this one, all CPUs are
+    busy when a job starts, and Linux wakes the helper on the CPU of the thread that woke
+    it: the two halves of the work then share one core while the other program has the
+    other to itself. (On 2 cores beside one busy process, a GRU of 512 units at 32
+    sequences took as long as on one thread, 175 ms against 83 ms when idle; kept apart,
+    130–140 ms.) On an idle machine the helper runs on another CPU anyway. Where the
+    affinity cannot be read or set (not Linux, a sandbox), nothing changes."""
+    cpu = _running_on()
+    if cpu is None:
+        return
+    try:
+        allowed = os.sched_getaffinity(0)
+        chosen = (allowed - {cpu}) or allowed
+        if chosen != helper.cpus:
+            os.sched_setaffinity(helper.process.pid, chosen)
+            helper.cpus = chosen
+    except (AttributeError, OSError):
+        pass
+
+
 def _start(kind: type[Job], layer: Any, directions: tuple[int, ...], begin: _Begin) -> Any:
     """A job of ``kind`` for ``layer``'s ``directions``: ``begin(helper, tokens)`` fills the
     arena and returns the message (the caller's ``np.seterr`` is added to it) and the job's
@@ -688,6 +724,7 @@ def _start(kind: type[Job], layer: Any, directions: tuple[int, ...], begin: _Beg
                     forgotten.append(helper.forgotten.pop())
                 if forgotten:
                     _send(helper.sock, ("forget", forgotten))
+                _apart(helper)
                 message, arrays = begin(helper, tokens)
                 # The caller's np.seterr, every condition it does not ignore made "raise":
                 # the helper reports it, and the piece runs again here, where it warns,
