@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -984,3 +985,18 @@ def test_a_helper_whose_cpus_cannot_be_set_still_runs(used: list[bool],
     used.clear()
     np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
     assert used == [True, True]
+
+
+def test_an_ended_helpers_cpus_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once its process has been reaped, the helper's pid may belong to another process."""
+    calls: list[tuple[int, Any]] = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: calls.append((pid, cpus)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(helper, "_running_on", lambda: 1)
+    ended = SimpleNamespace(process=SimpleNamespace(pid=4321, returncode=0), cpus=None)
+    helper._apart(ended)  # type: ignore[arg-type]
+    assert calls == []
+    running = SimpleNamespace(process=SimpleNamespace(pid=4321, returncode=None), cpus=None)
+    helper._apart(running)  # type: ignore[arg-type]
+    helper._apart(running)  # type: ignore[arg-type]  # the same CPUs: set once
+    assert calls == [(4321, {0, 2})]

@@ -694,7 +694,7 @@ def _apart(helper: _Helper) -> None:
     130–140 ms.) On an idle machine the helper runs on another CPU anyway. Where the
     affinity cannot be read or set (not Linux, a sandbox), nothing changes."""
     cpu = _running_on()
-    if cpu is None:
+    if cpu is None or helper.process.returncode is not None:  # ended: its pid may be reused
         return
     try:
         allowed = os.sched_getaffinity(0)
