@@ -1000,3 +1000,113 @@ def test_an_ended_helpers_cpus_are_left_alone(monkeypatch: pytest.MonkeyPatch) -
     helper._apart(running)  # type: ignore[arg-type]
     helper._apart(running)  # type: ignore[arg-type]  # the same CPUs: set once
     assert calls == [(4321, {0, 2})]
+
+
+class _AskAt:
+    """A helper's ticks (see rnnport.helper._ticks) whose request for the rest shows once
+    the helper has done ``step`` steps."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.done = np.zeros(1, np.int64)
+
+    def __getitem__(self, index: int) -> Any:
+        if index == 1:
+            return self.done
+        assert index == 2
+        return [int(self.done[0] >= self.step)]
+
+
+TAKE_OVER_SPECS = {
+    "LSTM": Spec("lstm", 7, 9),
+    "LSTM peepholes, projection, clips": Spec("lstm", 7, 9, peepholes=True, proj_size=4,
+                                              cell_clip=0.5),
+    "GRU reset after": Spec("gru", 7, 9),
+    "GRU reset before": Spec("gru", 7, 9, reset_after=False),
+    "RNN": Spec("rnn_tanh", 7, 9),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [1, 5])
+@pytest.mark.parametrize("name", list(TAKE_OVER_SPECS))
+def test_a_helpers_piece_taken_over_at_any_stretch_gives_the_same_numbers(
+        name: str, batch: int, dtype: type) -> None:
+    """The helper's steps run in stretches (a stretch a step here: 11 steps); stopped
+    after any of them, the rest run by the caller from the arrays it left give the bits of
+    the whole piece run at once."""
+    spec = TAKE_OVER_SPECS[name]
+    net = RNN.random(spec, seed=2, dtype=dtype)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((batch, 11, 7)).astype(dtype)
+    state = net.forward(x[:, :3], threads=1)[1]
+    y, expected_state = net.forward(x, state=state, threads=1)
+    h0, c0 = (state if isinstance(state, tuple) else (state, None))
+    layer = runtime._prepared(net)[0]
+    inputs = np.ascontiguousarray(x.transpose(1, 0, 2))
+    assert runtime._stretches(11) == [(s, s + 1) for s in range(11)]
+    for stop in (0, 1, 6, 10, 11):
+        history = np.empty((12, 1, batch, spec.output_size), dtype)
+        history[0] = h0
+        cell = np.array(c0 if c0 is not None else np.empty((1, batch, 0), dtype), copy=True)
+        projected = np.empty((1, 11, batch, layer.width), dtype)
+        done = runtime.run_direction(layer, inputs, history, None if c0 is None else cell,
+                                     projected, _AskAt(stop))
+        assert done == stop
+        if done < 11:
+            runtime._take_over(layer, 0)(done, [inputs, None, None, history, cell, projected])
+        np.testing.assert_array_equal(history[1:, 0].transpose(1, 0, 2), y)
+        if c0 is not None:
+            np.testing.assert_array_equal(cell, expected_state[1])
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_the_caller_takes_over_a_helper_that_falls_behind(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Asked for the rest as soon as it starts, the helper stops at its first pause and the
+    caller runs its piece from the helper's own input side: the numbers of one thread."""
+    taken: list[int] = []
+    start, take_over = helper.job, runtime._take_over
+
+    def asked(*args: Any) -> Any:
+        job = start(*args)
+        if job is not None:
+            job.ask_for_the_rest()
+        return job
+
+    def counted(*args: Any) -> Any:
+        run = take_over(*args)
+
+        def recorded(first: int, arrays: list[np.ndarray]) -> None:
+            taken.append(first)
+            run(first, arrays)
+
+        return recorded
+
+    monkeypatch.setattr(helper, "job", asked)
+    monkeypatch.setattr(runtime, "_take_over", counted)
+    monkeypatch.setattr(runtime, "_wants_the_rest", lambda job, steps: True)
+    net = RNN.random(SPECS[name], seed=5)
+    x = np.random.default_rng(6).standard_normal((3, 11, 7)).astype(np.float32)
+    state = net.forward(x[:, :4], threads=1)[1]
+    alone = net.forward(x, state=state, threads=1)
+    beside = net.forward(x, state=state, threads=2)
+    assert used and all(used)
+    assert taken and all(0 <= first < 11 for first in taken)
+    _assert_same(beside, alone)
+
+
+def test_the_caller_asks_for_the_rest_only_where_more_than_a_stretch_is_left() -> None:
+    class Progress:
+        def __init__(self, done: int) -> None:
+            self.done = done
+
+        def steps_done(self) -> int:
+            return self.done
+
+    assert runtime._stretches(200)[0] == (0, 13)
+    assert runtime._wants_the_rest(Progress(186), 200)
+    assert not runtime._wants_the_rest(Progress(187), 200)
+    assert not runtime._wants_the_rest(Progress(200), 200)
+    assert runtime._wants_the_rest(Progress(0), 3)
+    assert not runtime._wants_the_rest(Progress(2), 3)

@@ -24,7 +24,11 @@ there, first step to last, while the first runs here, and the two meet once per 
   that piece here, so the numbers are bit for bit those of ``forward(threads=1)``.
 * One call at a time uses it (a lock; a call finding it busy runs its pieces itself).
 * Each job keeps it off the CPU of the thread that gives it the job (:func:`_apart`), so
-  that on a busy machine the two pieces do not share one core.
+  that on a busy machine the two pieces do not share one core. Its piece's steps run in
+  stretches, and a caller that finished its own piece while more than a stretch of the
+  helper's is left takes over the rest (:meth:`Job.ask_for_the_rest`): the helper stops
+  between two stretches and the caller runs the remaining steps from the helper's arrays,
+  the same operations, so a helper slowed by another program costs less.
 * What goes wrong costs speed, never numbers: a layer the helper cannot take (parameters
   that do not pickle, an error it reports) runs here from then on; a helper that dies or
   stops answering, or a call interrupted while it works, makes the helper shut down (it is
@@ -151,11 +155,15 @@ class _Arena:
         os.close(self.fd)
 
 
-def _layout(steps: int, batch: int, width: int, out_size: int, hidden: int,
-            cell: bool) -> list[tuple[int, ...]]:
-    """The arena's arrays for one layer: inputs, h0, c0, the h history, the final cell."""
+def _layout(steps: int, batch: int, width: int, out_size: int, hidden: int, gates: int,
+            cell: bool, dtype: np.dtype) -> list[tuple[int, ...]]:
+    """The arena's arrays for one layer direction: inputs, h0, c0, the h history, the cell
+    state (updated in place: the final one at the end), the input side (1, T, b, G·H)
+    and the ticks (:func:`_ticks`: the second the steps the helper has done, the third
+    this process's request to take over the rest; see :meth:`Job.ask_for_the_rest`)."""
     return [(steps, batch, width), (1, batch, out_size), (1, batch, hidden if cell else 0),
-            (steps + 1, 1, batch, out_size), (1, batch, hidden if cell else 0)]
+            (steps + 1, 1, batch, out_size), (1, batch, hidden if cell else 0),
+            (1, steps, batch, gates), (4 * _ALIGN // dtype.itemsize,)]
 
 
 def _lockstep_layout(steps: int, batch: int, width: int, pieces: list[tuple[int, int, int]],
@@ -456,23 +464,39 @@ class Job:
         self.started = time.monotonic()
         self.unfinished = weakref.finalize(self, _dropped, helper)
 
-    def finish(self, history: np.ndarray | None, cell: np.ndarray | None) -> bool:
+    def steps_done(self) -> int:
+        """The steps the helper has finished so far (a "run" job; read as it goes on)."""
+        return int(_ticks(self.arrays[6])[1][0])
+
+    def ask_for_the_rest(self) -> None:
+        """Ask the helper to stop at its next pause between steps (see
+        :func:`rnnport.runtime.run_direction`) and leave the steps after it to this
+        process: :meth:`finish`'s ``take_over`` then runs them."""
+        _ticks(self.arrays[6])[2][0] = 1
+
+    def finish(self, history: np.ndarray | None, cell: np.ndarray | None,
+               take_over: Callable[[int, list[np.ndarray]], None] | None = None) -> bool:
         """Wait for the helper (see the module docstring for how long); copy its h history
         ``(T+1, b, H_out)`` and final cell ``(b, H)`` into ``history`` and ``cell`` (if
-        given). False if it failed (the caller then computes the piece itself)."""
+        given). Where it stopped after ``s`` steps as :meth:`ask_for_the_rest` asked,
+        ``take_over(s, arrays)`` first runs the steps from ``s`` here, on the job's arrays
+        (see :func:`_layout`), which the helper leaves as they were after step ``s``.
+        False if it failed (the caller then computes the piece itself)."""
         helper = self.helper
         if not self.unfinished.detach():  # already ended
             return False
         try:
-            own = time.monotonic() - self.started  # this process's piece, the same work
-            overdue = _await_reply(helper, max(REPLY_FLOOR, REPLY_FACTOR * own))
-            if overdue is not None:
-                self.arrays = []
-                _end(helper, failed=True)
-                _warn(helper, overdue)
+            reply = self._reply()
+            if reply is None:
                 return False
-            reply = _receive(helper.sock)
             done = reply == ("done",)
+            if (take_over is not None and isinstance(reply, tuple) and len(reply) == 2
+                    and reply[0] == "handed" and type(reply[1]) is int
+                    and 0 <= reply[1] < len(self.arrays[3])):
+                # The helper waits for its next message: what this raises (np.seterr,
+                # memory, an interrupt) is this process's, and the helper stays.
+                take_over(reply[1], self.arrays)
+                done = True
             if done and history is not None:
                 history[...] = self.arrays[3][:, 0]
                 if cell is not None:
@@ -486,18 +510,37 @@ class Job:
                     helper.mark_unusable(self.layer, direction)
             self.arrays = []
             if helper.arena is not None and helper.arena.size > ARENA_KEPT:
-                helper.drop_arena()
+                try:
+                    helper.drop_arena()
+                except (OSError, ValueError):
+                    _end(helper, failed=True)
             return done
+        finally:
+            self.arrays = []
+            helper.lock.release()
+
+    def _reply(self) -> Any:
+        """The helper's reply to the job, or None where it failed to give one in time (it
+        is then shut down, with a warning where it was overdue). The caller holds the
+        lock; an interrupt shuts the helper down (its reply would be read late)."""
+        helper = self.helper
+        try:
+            own = time.monotonic() - self.started  # this process's piece, the same work
+            overdue = _await_reply(helper, max(REPLY_FLOOR, REPLY_FACTOR * own))
+            if overdue is not None:
+                self.arrays = []
+                _end(helper, failed=True)
+                _warn(helper, overdue)
+                return None
+            return _receive(helper.sock)
         except (OSError, EOFError, pickle.UnpicklingError, ValueError):
             self.arrays = []
             _end(helper, failed=True)
-            return False
-        except BaseException:  # interrupted while it works: its reply would be read late
+            return None
+        except BaseException:
             self.arrays = []
             _end(helper, failed=False)
             raise
-        finally:
-            helper.lock.release()
 
     def abandon(self) -> None:
         """The call ends without waiting (an interrupt here): the helper is shut down."""
@@ -628,12 +671,14 @@ def job(layer: Any, direction: int, inputs: np.ndarray, h0: np.ndarray,
 
     def begin(helper: _Helper, tokens: list[int]) -> tuple[tuple[Any, ...], list[np.ndarray]]:
         steps, batch, width = inputs.shape
-        shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, c0 is not None)
+        shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, layer.width,
+                         c0 is not None, inputs.dtype)
         arrays = helper.arena_for(_bytes(inputs.dtype, shapes)).arrays(inputs.dtype, *shapes)
         arrays[0][...] = inputs[::-1] if layer.backward[direction] else inputs
         arrays[1][0] = h0
         if c0 is not None:
             arrays[2][0] = c0
+        _ticks(arrays[6])[:] = 0
         return (("run", tokens[0], steps, batch, width, inputs.dtype.str, c0 is not None),
                 arrays)
 
@@ -753,16 +798,18 @@ def _start(kind: type[Job], layer: Any, directions: tuple[int, ...], begin: _Beg
 # -- the helper's side ---------------------------------------------------------------------
 
 
+# (layer, inputs, h history, cell state or None, input side, ticks) -> the steps done
+_Run = Callable[[Any, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray], int]
 _Lockstep = Callable[[list[Any], np.ndarray, list[np.ndarray], np.ndarray, np.ndarray,
                       np.ndarray, Callable[[int], None], list[tuple[int, int, int]], int], None]
 
 
 def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype, bool], Any],
-          run: Callable[[Any, np.ndarray, np.ndarray, np.ndarray | None], None],
-          lockstep: _Lockstep) -> None:
+          run: _Run, lockstep: _Lockstep) -> None:
     """The helper's loop: layers, arenas and runs from the socket ``fd`` until it closes.
     ``prepare(spec, params, dtype, backward)`` makes a layer direction from its canonical
-    parameters; ``run(layer, inputs, history, cell)`` runs it;
+    parameters; ``run(layer, inputs, history, cell, projected, ticks)`` runs it (and
+    returns the steps it did);
     ``lockstep(layers, inputs, projected, history, cells, ticks, wait, pieces, chunk)`` runs
     its part of a lockstep layer (the runtime's :func:`~rnnport.runtime.helper_layer`,
     :func:`~rnnport.runtime.run_direction` and :func:`~rnnport.runtime.lockstep_helper`)."""
@@ -802,27 +849,29 @@ def serve(fd: int, prepare: Callable[[Any, dict[str, np.ndarray], np.dtype, bool
 
 
 def _run_one(message: tuple[Any, ...], layers: dict[int, Any], arena: _Arena | None,
-             run: Callable[[Any, np.ndarray, np.ndarray, np.ndarray | None], None]
-             ) -> tuple[str, ...]:
-    """One "run" message's reply; its views of the arena end here, so that the arena can
-    be unmapped when it is replaced."""
+             run: _Run) -> tuple[Any, ...]:
+    """One "run" message's reply: ("done",), or ("handed", s) where the caller asked to
+    take over and the helper stopped after ``s`` steps; its views of the arena end here,
+    so that the arena can be unmapped when it is replaced."""
     _, token, steps, batch, width, dtype, has_cell, errors = message
     try:
         layer = layers[token]
         if arena is None:
             raise RuntimeError("no arena was sent")
-        shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, has_cell)
-        inputs, h0, c0, history, cell = arena.arrays(np.dtype(dtype), *shapes)
+        shapes = _layout(steps, batch, width, layer.out_size, layer.hidden, layer.width,
+                         has_cell, np.dtype(dtype))
+        inputs, h0, c0, history, cell, projected, raw = arena.arrays(np.dtype(dtype), *shapes)
         history[0] = h0
         if has_cell:
             cell[...] = c0
         with np.errstate(**errors):  # what the caller does not ignore raises
-            run(layer, inputs, history, cell if has_cell else None)
+            done = run(layer, inputs, history, cell if has_cell else None, projected,
+                       _ticks(raw))
     except FloatingPointError as error:  # the caller computes the piece: its settings act
         return ("raised", str(error))    # there (a warning, a call, the error)
     except Exception as error:  # reported; the caller computes the piece
         return ("error", f"{type(error).__name__}: {error}")
-    return ("done",)
+    return ("done",) if done == steps else ("handed", done)
 
 
 class _Told(Exception):

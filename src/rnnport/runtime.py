@@ -846,8 +846,13 @@ def _run_layer(layer: _Layer, inputs: np.ndarray, packed: _Packing | None, h0: n
             if job is not None:
                 job.abandon()
             raise
+        take_over = None
+        if job is not None and _wants_the_rest(job, steps):
+            job.ask_for_the_rest()
+            take_over = _take_over(layer, direction)
         if job is not None and not job.finish(history[:, direction, rows],
-                                              None if cell is None else cell[direction, rows]):
+                                              None if cell is None else cell[direction, rows],
+                                              take_over):
             run_piece(*halves[1])  # the helper could not: here, the same numbers
         if job is not None:
             return history
@@ -1061,16 +1066,65 @@ def helper_layer(spec: Spec, params: Mapping[str, np.ndarray], dtype: np.dtype,
 
 
 def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
-                  cell: np.ndarray | None) -> None:
-    """One-direction ``layer`` over ``inputs`` (T, B, I) in its step order (a backward
-    direction's reversed in time: see :func:`rnnport.helper.job`), as one piece of
-    :func:`_run_layer` runs it: ``history`` (T+1, 1, B, H_out) holds h0 in its first row,
-    ``cell`` (1, B, H) the initial cell state (updated in place). One BLAS thread is the
+                  cell: np.ndarray | None, projected: np.ndarray, ticks: np.ndarray) -> int:
+    """The helper's piece (:func:`rnnport.helper.job`): one-direction ``layer`` over
+    ``inputs`` (T, B, I) in its step order (a backward direction's reversed in time), as
+    one piece of :func:`_run_layer` runs it, its input side into ``projected``
+    (1, T, B, G·H): ``history`` (T+1, 1, B, H_out) holds h0 in its first row, ``cell``
+    (1, B, H) the initial cell state (updated in place). The steps run in
+    :func:`_stretches`; after each, ``ticks[1]`` counts the steps done, and before each,
+    a request from the caller in ``ticks[2]`` (:meth:`rnnport.helper.Job.ask_for_the_rest`)
+    ends the run there: the caller runs the rest from these arrays (:func:`_take_over`),
+    the same steps on the same operands. Returns the steps done. One BLAS thread is the
     caller's to set."""
-    projected = _project(layer, inputs, None, slice(0, 1), slice(0, inputs.shape[1]),
-                         in_step_order=True)
+    steps, batch = inputs.shape[:2]
+    _project(layer, inputs, None, slice(0, 1), slice(0, batch), out=projected,
+             in_step_order=True)
+    loop = _LOOPS[layer.cell]
+    scratch = _scratch(layer, batch, inputs.dtype) \
+        if layer.cell in ("lstm", "gru") and not (batch == 1 and _lean(layer)) else None
     with _quiet():
-        _LOOPS[layer.cell](layer, projected, history, cell, None, None)
+        for first, after in _stretches(steps):
+            if ticks[2][0]:
+                return first
+            loop(layer, projected[:, first:after], history[first:after + 1], cell, None,
+                 scratch)
+            ticks[1][0] = after
+    return steps
+
+
+# A helper's piece runs its steps in this many stretches, and may hand the rest over to the
+# calling process between two of them: a caller that finished its own piece first takes
+# over when more than a stretch is left (the helper shared its core with another program,
+# or started late). Each stretch copies h (and c) in and out of a unit-major loop's
+# buffers: a few microseconds.
+STRETCHES = 16
+
+
+def _stretches(steps: int) -> list[tuple[int, int]]:
+    """The stretches of :func:`run_direction`: (first step, step after), by count alone."""
+    size = max(1, -(-steps // STRETCHES))
+    return [(first, min(first + size, steps)) for first in range(0, steps, size)]
+
+
+def _take_over(layer: _Layer, direction: int) -> Callable[[int, list[np.ndarray]], None]:
+    """The rest of a helper's piece of ``layer`` (its ``direction``) from step ``first``,
+    run here on the job's arrays (:func:`rnnport.helper._layout`): its input side, the h
+    history and c as the helper left them after step ``first``."""
+    one = layer if layer.directions == 1 else layer.direction(direction)
+
+    def take_over(first: int, arrays: list[np.ndarray]) -> None:
+        history, cell, projected = arrays[3], arrays[4], arrays[5]
+        _LOOPS[layer.cell](one, projected[:, first:], history[first:],
+                           cell if cell.size else None, None, None)
+
+    return take_over
+
+
+def _wants_the_rest(job: Any, steps: int) -> bool:
+    """Whether this process, its own piece done, should take over the helper's (see
+    :data:`STRETCHES`): more than a stretch of it left."""
+    return steps - job.steps_done() > _stretches(steps)[0][1]
 
 
 def lockstep_helper(layers: Sequence[_Layer], inputs: np.ndarray,
