@@ -1060,19 +1060,30 @@ def test_a_helpers_piece_taken_over_at_any_stretch_gives_the_same_numbers(
             np.testing.assert_array_equal(cell, expected_state[1])
 
 
+def _ask_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every helper job of a piece carries the caller's request for the rest from its start
+    (set in the arena before the job is sent): the helper stops before its first step."""
+    start = helper._start
+
+    def asking(kind: Any, layer: Any, directions: Any, begin: Any) -> Any:
+        def begun(running: Any, tokens: list[int]) -> Any:
+            message, arrays = begin(running, tokens)
+            if message[0] == "run":
+                helper._ticks(arrays[6])[2][0] = 1
+            return message, arrays
+
+        return start(kind, layer, directions, begun)
+
+    monkeypatch.setattr(helper, "_start", asking)
+
+
 @pytest.mark.parametrize("name", list(SPECS))
 def test_the_caller_takes_over_a_helper_that_falls_behind(
         used: list[bool], monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """Asked for the rest as soon as it starts, the helper stops at its first pause and the
+    """Asked for the rest from the start, the helper stops before its first step and the
     caller runs its piece from the helper's own input side: the numbers of one thread."""
     taken: list[int] = []
-    start, take_over = helper.job, runtime._take_over
-
-    def asked(*args: Any) -> Any:
-        job = start(*args)
-        if job is not None:
-            job.ask_for_the_rest()
-        return job
+    take_over = runtime._take_over
 
     def counted(*args: Any) -> Any:
         run = take_over(*args)
@@ -1083,7 +1094,7 @@ def test_the_caller_takes_over_a_helper_that_falls_behind(
 
         return recorded
 
-    monkeypatch.setattr(helper, "job", asked)
+    _ask_at_once(monkeypatch)
     monkeypatch.setattr(runtime, "_take_over", counted)
     monkeypatch.setattr(runtime, "_wants_the_rest", lambda job, steps: True)
     net = RNN.random(SPECS[name], seed=5)
@@ -1092,7 +1103,7 @@ def test_the_caller_takes_over_a_helper_that_falls_behind(
     alone = net.forward(x, state=state, threads=1)
     beside = net.forward(x, state=state, threads=2)
     assert used and all(used)
-    assert taken and all(0 <= first < 11 for first in taken)
+    assert taken and set(taken) == {0}
     _assert_same(beside, alone)
 
 
@@ -1110,3 +1121,29 @@ def test_the_caller_asks_for_the_rest_only_where_more_than_a_stretch_is_left() -
     assert not runtime._wants_the_rest(Progress(200), 200)
     assert runtime._wants_the_rest(Progress(0), 3)
     assert not runtime._wants_the_rest(Progress(2), 3)
+
+
+@pytest.mark.parametrize("error", [FloatingPointError("invalid value"), MemoryError(),
+                                   KeyboardInterrupt()])
+def test_an_error_in_the_steps_taken_over_is_the_callers_and_the_helper_stays(
+        used: list[bool], monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    net, x, expected = _lstm_case(9)
+
+    def failing(layer: Any, direction: int) -> Any:
+        def take_over(first: int, arrays: list[np.ndarray]) -> None:
+            raise error
+
+        return take_over
+
+    running = helper._HELPER
+    with monkeypatch.context() as patched:
+        _ask_at_once(patched)
+        patched.setattr(runtime, "_wants_the_rest", lambda job, steps: True)
+        patched.setattr(runtime, "_take_over", failing)
+        with pytest.raises(type(error)):
+            net.forward(x, threads=2)
+    assert helper._HELPER is running and running is not None and not running.broken
+    assert not running.lock.locked()
+    used.clear()
+    np.testing.assert_array_equal(net.forward(x, threads=2)[0], expected)
+    assert used == [True, True]
