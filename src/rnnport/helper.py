@@ -502,10 +502,11 @@ class Job:
                 if cell is not None:
                     cell[...] = self.arrays[4][0]
             elif not done and not (isinstance(reply, tuple)
-                                   and reply[:1] in (("raised",), ("stopped",))):
+                                   and reply[:1] in (("raised",), ("stopped",), ("handed",))):
                 # An error it reported (its memory, a layer it could not rebuild): this layer
                 # direction runs here from now on; the helper stays. ("raised": these inputs
-                # meet a condition the caller's np.seterr acts on, here; nothing to mark.)
+                # meet a condition the caller's np.seterr acts on, here; nothing to mark.
+                # "handed" with nothing to take it over: the piece runs here.)
                 for direction in self.directions:
                     helper.mark_unusable(self.layer, direction)
             self.arrays = []
