@@ -674,9 +674,11 @@ def test_lockstep_needs_stores_seen_in_order(lockstep: list[bool], used: list[bo
 
 
 def _at_tick(monkeypatch: pytest.MonkeyPatch, tick: int, act: Any) -> list[tuple[int, int]]:
-    """``act(helper)`` once, when this process first waits for ``tick`` or later; returns
-    the list that then receives (the tick waited for, the helper's tick after ``act``)."""
-    wait = helper.LockstepJob.wait
+    """``act(helper)`` once, when this process reaches ``tick`` (it then waits for the
+    helper, seen no further than ``tick - 1`` until then, however far ahead it runs);
+    returns the list that then receives (the tick waited for, the helper's tick after
+    ``act``)."""
+    wait, steps = helper.LockstepJob.wait, runtime.lockstep_steps
     done: list[tuple[int, int]] = []
 
     def waiting(self: helper.LockstepJob, at: int) -> None:
@@ -685,7 +687,22 @@ def _at_tick(monkeypatch: pytest.MonkeyPatch, tick: int, act: Any) -> list[tuple
             done.append((at, int(self.arrays[3][1][0])))
         wait(self, at)
 
+    class Behind:
+        """The helper's tick as this process reads it in its steps."""
+
+        def __init__(self, real: np.ndarray) -> None:
+            self.real = real
+
+        def __getitem__(self, index: int) -> int:
+            return int(self.real[index]) if done else min(int(self.real[index]), tick - 1)
+
+    def stepping(directions: Any, part: int, projected: Any, history: Any, cells: Any,
+                 ticks: np.ndarray, *rest: Any) -> None:
+        seen = [ticks[0], Behind(ticks[1]), ticks[2], ticks[3]] if part == 0 else ticks
+        steps(directions, part, projected, history, cells, seen, *rest)
+
     monkeypatch.setattr(helper.LockstepJob, "wait", waiting)
+    monkeypatch.setattr(runtime, "lockstep_steps", stepping)
     return done
 
 
@@ -801,6 +818,7 @@ def test_a_helper_killed_in_lockstep_of_many_sequences_costs_only_speed(
         got = net.forward(x, state=state, threads=2)
     _assert_same(got, expected)
     assert row_lockstep[0] is True
+    assert killed or not tick
     finished = bool(killed) and killed[0][1] >= 41  # tick 41: its half of all 40 steps done
     assert finished or any(issubclass(w.category, HelperFallbackWarning)
                            and "exited and was ended" in str(w.message) for w in caught)
