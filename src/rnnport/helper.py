@@ -163,7 +163,7 @@ def _layout(steps: int, batch: int, width: int, out_size: int, hidden: int, gate
     this process's request to take over the rest; see :meth:`Job.ask_for_the_rest`)."""
     return [(steps, batch, width), (1, batch, out_size), (1, batch, hidden if cell else 0),
             (steps + 1, 1, batch, out_size), (1, batch, hidden if cell else 0),
-            (1, steps, batch, gates), (4 * _ALIGN // dtype.itemsize,)]
+            (1, steps, batch, gates), _ticks_shape(dtype)]
 
 
 def _lockstep_layout(steps: int, batch: int, width: int, pieces: list[tuple[int, int, int]],
@@ -174,7 +174,12 @@ def _lockstep_layout(steps: int, batch: int, width: int, pieces: list[tuple[int,
     without a cell state), and the ticks (four int64 counters, a cache line each)."""
     return [(steps, batch, width), *[(1, steps, after - first, gates) for _, first, after in pieces],
             (steps + 1, directions, batch, hidden),
-            (cell_rows, directions, batch, hidden if cell else 0), (4 * _ALIGN // dtype.itemsize,)]
+            (cell_rows, directions, batch, hidden if cell else 0), _ticks_shape(dtype)]
+
+
+def _ticks_shape(dtype: np.dtype) -> tuple[int]:
+    """The shape of the ticks' arena bytes (:func:`_ticks`) as an array of ``dtype``."""
+    return (4 * _ALIGN // dtype.itemsize,)
 
 
 def _ticks(raw: np.ndarray) -> np.ndarray:

@@ -1080,9 +1080,7 @@ def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
     steps, batch = inputs.shape[:2]
     _project(layer, inputs, None, slice(0, 1), slice(0, batch), out=projected,
              in_step_order=True)
-    loop = _LOOPS[layer.cell]
-    scratch = _scratch(layer, batch, inputs.dtype) \
-        if layer.cell in ("lstm", "gru") and not (batch == 1 and _lean(layer)) else None
+    loop, scratch = _LOOPS[layer.cell], _loop_scratch(layer, batch, inputs.dtype)
     with _quiet():
         for first, after in _stretches(steps):
             if ticks[2][0]:
@@ -1101,9 +1099,14 @@ def run_direction(layer: _Layer, inputs: np.ndarray, history: np.ndarray,
 STRETCHES = 16
 
 
+def _stretch(steps: int) -> int:
+    """The steps of a stretch of :func:`run_direction` (the last may hold fewer)."""
+    return max(1, -(-steps // STRETCHES))
+
+
 def _stretches(steps: int) -> list[tuple[int, int]]:
     """The stretches of :func:`run_direction`: (first step, step after), by count alone."""
-    size = max(1, -(-steps // STRETCHES))
+    size = _stretch(steps)
     return [(first, min(first + size, steps)) for first in range(0, steps, size)]
 
 
@@ -1124,7 +1127,7 @@ def _take_over(layer: _Layer, direction: int) -> Callable[[int, list[np.ndarray]
 def _wants_the_rest(job: Any, steps: int) -> bool:
     """Whether this process, its own piece done, should take over the helper's (see
     :data:`STRETCHES`): more than a stretch of it left."""
-    return steps - job.steps_done() > _stretches(steps)[0][1]
+    return steps - job.steps_done() > _stretch(steps)
 
 
 def lockstep_helper(layers: Sequence[_Layer], inputs: np.ndarray,
@@ -1283,14 +1286,22 @@ CHUNK_MIN_ROWS = 4
 CHUNK_MIN_WIDTH = 32
 
 
-def _chunk_width(hidden: int, rows: int, depth: int) -> int | None:
-    """The widest divisor of ``hidden`` (at least :data:`CHUNK_MIN_WIDTH`) whose product
-    ``(rows, depth) @ (depth, width)`` stays within :data:`SMALL_PRODUCT`; None for one
-    product of all the columns."""
+def _widest(hidden: int, rows: int, depth: int) -> int | None:
+    """The most columns (rows of Rᵀ, unit-major) a block of a step's product at ``rows``
+    sequences may hold: as many as keep ``(rows, depth) @ (depth, width)`` within
+    :data:`SMALL_PRODUCT`, at most ``hidden``; None (one product of them all) below
+    :data:`CHUNK_MIN_ROWS` sequences or :data:`CHUNK_MIN_WIDTH` columns."""
     if rows < CHUNK_MIN_ROWS:
         return None
     widest = min(hidden, SMALL_PRODUCT // max(rows * depth, 1))
-    for width in range(widest, CHUNK_MIN_WIDTH - 1, -1):
+    return widest if widest >= CHUNK_MIN_WIDTH else None
+
+
+def _chunk_width(hidden: int, rows: int, depth: int) -> int | None:
+    """The widest divisor of ``hidden`` within :func:`_widest`'s bound (at least
+    :data:`CHUNK_MIN_WIDTH`): a sequence-major step's blocks of columns; None for one
+    product of all the columns."""
+    for width in range(_widest(hidden, rows, depth) or 0, CHUNK_MIN_WIDTH - 1, -1):
         if hidden % width == 0:
             return width
     return None
@@ -1298,13 +1309,8 @@ def _chunk_width(hidden: int, rows: int, depth: int) -> int | None:
 
 def _unit_width(hidden: int, rows: int, depth: int) -> int | None:
     """The most rows of Rᵀ a block of a unit-major product (see :class:`_Units`) at
-    ``rows`` sequences holds: as many as keep its product ``(width, depth) @ (depth,
-    rows)`` within :data:`SMALL_PRODUCT`, at most ``hidden``; None (one product of all of
-    Rᵀ) below :data:`CHUNK_MIN_ROWS` sequences or :data:`CHUNK_MIN_WIDTH` rows."""
-    if rows < CHUNK_MIN_ROWS:
-        return None
-    widest = min(hidden, SMALL_PRODUCT // max(rows * depth, 1))
-    return widest if widest >= CHUNK_MIN_WIDTH else None
+    ``rows`` sequences holds (:func:`_widest`); None for one product of all of Rᵀ."""
+    return _widest(hidden, rows, depth)
 
 
 def _unit_blocks(hidden: int, gates: int, widest: int) -> list[slice]:
@@ -1557,6 +1563,13 @@ def _gru_rest(layer: _Layer, candidate: np.ndarray, z: np.ndarray, tmp: np.ndarr
 
 
 # -- unit-major steps: more than one sequence ----------------------------------------------
+
+
+def _loop_scratch(layer: _Layer, batch: int, dtype: np.dtype) -> _Scratch | _Units | None:
+    """The per-step buffers a layer's loop (:data:`_LOOPS`) takes for ``batch`` sequences,
+    for a caller that runs its steps in several calls (a stream's chunks, a helper's
+    stretches) and makes them once: None for a simple RNN, which has none."""
+    return None if layer.cell.startswith("rnn") else _scratch(layer, batch, dtype)
 
 
 def _scratch(layer: _Layer, batch: int, dtype: np.dtype) -> _Scratch | _Units:
@@ -2216,8 +2229,7 @@ class _StreamLayer:
         self.padded = (np.zeros((2, self.weights.shape[0]), dtype),
                        np.empty((2, self.weights.shape[1]), dtype))
         self.pieces = [rows for _, rows in _pieces(layer, batch, by_direction=False)]
-        self.scratches = [None if layer.cell.startswith("rnn")
-                          else _scratch(layer, rows.stop - rows.start, dtype)
+        self.scratches = [_loop_scratch(layer, rows.stop - rows.start, dtype)
                           for rows in self.pieces]
         self.cells = [None if cell is None else cell[index:index + 1, rows]
                       for rows in self.pieces]
